@@ -1,0 +1,4 @@
+//! `inplacectl`: see [`inplaced::cli::ctl`].
+fn main() -> std::process::ExitCode {
+    inplaced::cli::ctl::main()
+}

@@ -1,0 +1,400 @@
+//! Kernel-argument backends: where the next boot's kernel command line is configured, and
+//! how to edit it exactly.
+//!
+//! One trait, [`KernelArgsBackend`], one module per format. A backend is built by
+//! [`detect`], which reads every file it needs from the sysroot up front; edits are then
+//! pure functions returning the new bytes of each file ([`FileEdit`]), so the apply engine
+//! writes them atomically and the planner stays free of I/O.
+//!
+//! Backends:
+//! - [`GrubDefault`]: `GRUB_CMDLINE_LINUX` in `/etc/default/grub` (Debian/Ubuntu), then the
+//!   distribution's `update-grub`/`grub2-mkconfig`. Refused when a file in
+//!   `/etc/default/grub.d/*.cfg`, which grub-mkconfig sources afterwards, assigns the same
+//!   variable (the edit would have no effect).
+//! - [`Bls`]: Boot Loader Specification Type #1 entries (`/boot/loader/entries/*.conf`, or
+//!   on the ESP for systemd-boot): the `options` of every non-rescue entry; entries that say
+//!   `options $kernelopts ...` (RHEL 8) get the value edited in `/boot/grub2/grubenv`
+//!   instead. `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX`, when present, are kept in
+//!   agreement so a kernel installed later boots with the same arguments.
+
+pub mod bls;
+pub mod grub_default;
+pub mod grubenv;
+
+use crate::cmdline::{Arg, Cmdline};
+use crate::config::BackendChoice;
+use crate::node::sysroot::{Sysroot, SysrootError};
+
+/// New content for one boot configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEdit {
+    /// Node path.
+    pub path: String,
+    /// Full new content.
+    pub content: Vec<u8>,
+}
+
+/// One configuration source of the next boot's command line.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// Node path of the file.
+    pub path: String,
+    /// Kind of source, for messages ("BLS entry", "GRUB_CMDLINE_LINUX", ...).
+    pub what: &'static str,
+    /// Its current arguments.
+    pub cmdline: Cmdline,
+    bytes: Vec<u8>,
+    format: SourceFormat,
+}
+
+#[derive(Debug, Clone)]
+enum SourceFormat {
+    GrubVar,
+    BlsEntry(Box<bls::Entry>),
+    Grubenv,
+    KernelCmdline,
+}
+
+impl Source {
+    fn edit(&self, remove: &[Arg], append: &[Arg]) -> Result<Option<FileEdit>, String> {
+        let mut left = self.cmdline.clone();
+        // append only what this source lacks (counting duplicates), after the removals
+        let removed = left.apply(remove, &[]);
+        left = removed.clone();
+        let mut add = Vec::new();
+        let mut have: Vec<Arg> = left.args().to_vec();
+        for a in append {
+            if let Some(i) = have.iter().position(|h| h.matches_exactly(a)) {
+                have.remove(i);
+            } else {
+                add.push(a.clone());
+            }
+        }
+        let new = removed.apply(&[], &add);
+        if new == self.cmdline {
+            return Ok(None);
+        }
+        let text = String::from_utf8_lossy(&self.bytes).into_owned();
+        let content = match &self.format {
+            SourceFormat::GrubVar => {
+                grub_default::set_var(&text, "GRUB_CMDLINE_LINUX", &new.render())
+                    .map_err(|e| format!("{}: {e}", self.path))?
+                    .into_bytes()
+            }
+            SourceFormat::BlsEntry(entry) => entry.set_options(&new).into_bytes(),
+            SourceFormat::Grubenv => {
+                // keep the trailing space grub2-mkconfig leaves in kernelopts
+                let old = grubenv::get(&self.bytes, "kernelopts")
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                let mut value = new.render();
+                if old.ends_with(' ') {
+                    value.push(' ');
+                }
+                grubenv::set(&self.bytes, "kernelopts", &value)
+                    .map_err(|e| format!("{}: {e}", self.path))?
+            }
+            SourceFormat::KernelCmdline => {
+                let mut s = new.render();
+                if text.ends_with('\n') {
+                    s.push('\n');
+                }
+                s.into_bytes()
+            }
+        };
+        Ok(Some(FileEdit {
+            path: self.path.clone(),
+            content,
+        }))
+    }
+}
+
+/// A kernel-args backend.
+pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
+    /// Short name: `grub` or `bls`.
+    fn name(&self) -> &'static str;
+    /// Why this backend was chosen, e.g. "bls: 2 kernel entries in /boot/loader/entries".
+    fn reason(&self) -> String;
+    /// Every file the backend edits, the first one being the reference for the next boot.
+    fn sources(&self) -> &[Source];
+    /// Why the backend can not edit this node (shadowed variable, unsupported layout).
+    fn problem(&self) -> Option<String>;
+    /// Command that regenerates the boot configuration after an edit, if any.
+    fn regenerate(&self) -> Option<Vec<String>>;
+
+    /// The next boot's command line as configured (first source).
+    fn next_boot(&self) -> Cmdline {
+        self.sources()
+            .first()
+            .map(|s| s.cmdline.clone())
+            .unwrap_or_default()
+    }
+
+    /// The edits that remove `remove` (one exact occurrence each) and append `append` in
+    /// order, in every source; sources already in the wanted state are left alone.
+    fn edit(&self, remove: &[Arg], append: &[Arg]) -> Result<Vec<FileEdit>, String> {
+        let mut out = Vec::new();
+        for s in self.sources() {
+            if let Some(e) = s.edit(remove, append)? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `GRUB_CMDLINE_LINUX` in `/etc/default/grub`.
+#[derive(Debug)]
+pub struct GrubDefault {
+    sources: Vec<Source>,
+    shadowed_by: Option<String>,
+    regenerate: Vec<String>,
+}
+
+impl KernelArgsBackend for GrubDefault {
+    fn name(&self) -> &'static str {
+        "grub"
+    }
+    fn reason(&self) -> String {
+        "grub: GRUB_CMDLINE_LINUX in /etc/default/grub, no Boot Loader Specification entries".into()
+    }
+    fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+    fn problem(&self) -> Option<String> {
+        self.shadowed_by.as_ref().map(|p| {
+            format!(
+                "{p} assigns GRUB_CMDLINE_LINUX and is sourced after /etc/default/grub, so an edit there would have no effect; move the value into /etc/default/grub"
+            )
+        })
+    }
+    fn regenerate(&self) -> Option<Vec<String>> {
+        Some(self.regenerate.clone())
+    }
+}
+
+/// Boot Loader Specification entries, with grubenv, `/etc/kernel/cmdline` and
+/// `GRUB_CMDLINE_LINUX` kept in agreement.
+#[derive(Debug)]
+pub struct Bls {
+    entries_dir: String,
+    kernel_entries: usize,
+    sources: Vec<Source>,
+    problem: Option<String>,
+}
+
+impl KernelArgsBackend for Bls {
+    fn name(&self) -> &'static str {
+        "bls"
+    }
+    fn reason(&self) -> String {
+        format!(
+            "bls: {} kernel entr{} in {}",
+            self.kernel_entries,
+            if self.kernel_entries == 1 { "y" } else { "ies" },
+            self.entries_dir
+        )
+    }
+    fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+    fn problem(&self) -> Option<String> {
+        self.problem.clone()
+    }
+    fn regenerate(&self) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// Why no backend could be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NoBackend(pub String);
+
+fn read_text(root: &Sysroot, path: &str) -> Result<Option<String>, NoBackend> {
+    root.read_string(path)
+        .map_err(|e: SysrootError| NoBackend(e.to_string()))
+}
+
+/// Directories that may hold BLS Type #1 entries: `/boot` (GRUB with BLS), then the ESP
+/// mount points systemd-boot uses (`/efi`, `/boot/efi`).
+pub const ENTRY_DIRS: &[&str] = &[
+    "/boot/loader/entries",
+    "/efi/loader/entries",
+    "/boot/efi/loader/entries",
+];
+
+/// Detects the backend from the node's boot files (or uses the configured choice).
+pub fn detect(
+    root: &Sysroot,
+    choice: BackendChoice,
+) -> Result<Box<dyn KernelArgsBackend>, NoBackend> {
+    let os = root
+        .read_string_following("/etc/os-release")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let id_like = format!(
+        "{} {}",
+        crate::node::facts::os_release_value(&os, "ID").unwrap_or_default(),
+        crate::node::facts::os_release_value(&os, "ID_LIKE").unwrap_or_default()
+    );
+    if choice != BackendChoice::Grub {
+        for dir in ENTRY_DIRS {
+            if let Some(b) = detect_bls(root, dir)? {
+                return Ok(Box::new(b));
+            }
+        }
+        if choice == BackendChoice::Bls {
+            return Err(NoBackend(format!(
+                "kernel_args.backend is \"bls\" but no Boot Loader Specification entries were found in {}",
+                ENTRY_DIRS.join(", ")
+            )));
+        }
+    }
+    let Some(text) = read_text(root, "/etc/default/grub")? else {
+        return Err(NoBackend(
+            "no supported boot configuration found: neither Boot Loader Specification entries nor /etc/default/grub".into(),
+        ));
+    };
+    let value = grub_default::read_var(&text, "GRUB_CMDLINE_LINUX")
+        .map_err(|e| NoBackend(format!("/etc/default/grub: {e}")))?
+        .unwrap_or_default();
+    let mut shadowed_by = None;
+    if let Ok(Some(names)) = root.list_dir("/etc/default/grub.d") {
+        for n in names.iter().filter(|n| n.ends_with(".cfg")) {
+            let p = format!("/etc/default/grub.d/{n}");
+            if let Some(t) = read_text(root, &p)?
+                && grub_default::assigns(&t, "GRUB_CMDLINE_LINUX")
+            {
+                shadowed_by = Some(p);
+            }
+        }
+    }
+    let rpm = [
+        "fedora",
+        "rhel",
+        "centos",
+        "rocky",
+        "almalinux",
+        "suse",
+        "ol",
+    ]
+    .iter()
+    .any(|d| id_like.split_whitespace().any(|w| w == *d));
+    let regenerate = if rpm {
+        vec![
+            "grub2-mkconfig".into(),
+            "-o".into(),
+            "/boot/grub2/grub.cfg".into(),
+        ]
+    } else {
+        vec!["update-grub".into()]
+    };
+    Ok(Box::new(GrubDefault {
+        sources: vec![Source {
+            path: "/etc/default/grub".into(),
+            what: "GRUB_CMDLINE_LINUX",
+            cmdline: Cmdline::parse(&value),
+            bytes: text.into_bytes(),
+            format: SourceFormat::GrubVar,
+        }],
+        shadowed_by,
+        regenerate,
+    }))
+}
+
+fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {
+    let Some(names) = root.list_dir(dir).map_err(|e| NoBackend(e.to_string()))? else {
+        return Ok(None);
+    };
+    let mut entries = Vec::new();
+    for n in names.iter().filter(|n| n.ends_with(".conf")) {
+        let path = format!("{dir}/{n}");
+        let Some(text) = read_text(root, &path)? else {
+            continue;
+        };
+        let entry = bls::Entry::parse(n, &text).map_err(|e| NoBackend(format!("{path}: {e}")))?;
+        if entry.is_rescue() {
+            continue;
+        }
+        entries.push((path, text, entry));
+    }
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    // newest kernel first: the reference for "next boot"
+    entries.reverse();
+    let mut sources = Vec::new();
+    let mut problem = None;
+    let mut grubenv_needed = false;
+    for (path, text, entry) in &entries {
+        let vars = entry.uses_variables();
+        if vars.iter().any(|v| v == "kernelopts") {
+            grubenv_needed = true;
+            continue;
+        }
+        sources.push(Source {
+            path: path.clone(),
+            what: "BLS entry options",
+            cmdline: Cmdline::parse(&entry.options().unwrap_or_default()),
+            bytes: text.clone().into_bytes(),
+            format: SourceFormat::BlsEntry(Box::new(entry.clone())),
+        });
+    }
+    if grubenv_needed {
+        let p = "/boot/grub2/grubenv";
+        match root.read(p).map_err(|e| NoBackend(e.to_string()))? {
+            Some(bytes) => match grubenv::get(&bytes, "kernelopts") {
+                Ok(Some(v)) => sources.insert(
+                    0,
+                    Source {
+                        path: p.into(),
+                        what: "kernelopts in grubenv",
+                        cmdline: Cmdline::parse(&v),
+                        bytes,
+                        format: SourceFormat::Grubenv,
+                    },
+                ),
+                Ok(None) => {
+                    problem = Some(format!(
+                        "BLS entries use $kernelopts but {p} does not set kernelopts (grub.cfg's fallback value is not edited); run grub2-mkconfig first"
+                    ))
+                }
+                Err(e) => problem = Some(format!("{p}: {e}")),
+            },
+            None => {
+                problem = Some(format!(
+                    "BLS entries use $kernelopts but {p} does not exist"
+                ))
+            }
+        }
+    }
+    if let Some(text) = read_text(root, "/etc/kernel/cmdline")? {
+        sources.push(Source {
+            path: "/etc/kernel/cmdline".into(),
+            what: "/etc/kernel/cmdline",
+            cmdline: Cmdline::parse(text.trim_end_matches('\n')),
+            bytes: text.into_bytes(),
+            format: SourceFormat::KernelCmdline,
+        });
+    }
+    if let Some(text) = read_text(root, "/etc/default/grub")?
+        && let Ok(Some(v)) = grub_default::read_var(&text, "GRUB_CMDLINE_LINUX")
+    {
+        sources.push(Source {
+            path: "/etc/default/grub".into(),
+            what: "GRUB_CMDLINE_LINUX",
+            cmdline: Cmdline::parse(&v),
+            bytes: text.into_bytes(),
+            format: SourceFormat::GrubVar,
+        });
+    }
+    Ok(Some(Bls {
+        entries_dir: dir.to_string(),
+        kernel_entries: entries.len(),
+        sources,
+        problem,
+    }))
+}

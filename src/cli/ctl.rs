@@ -1,0 +1,288 @@
+//! `inplacectl`: the local command line client of `inplaced`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::cli::render;
+use crate::pb::{self, Phase, RebootPolicy};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable tables.
+    Table,
+    /// proto3 JSON mapping (camelCase), for machines.
+    Json,
+}
+
+/// Reboot policy of an apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    /// Stop in REBOOT_REQUIRED; the caller drains and runs `inplacectl reboot ID`.
+    Caller,
+    /// The agent reboots by itself.
+    Agent,
+    /// Changes that need a reboot are not covered.
+    Forbidden,
+}
+
+/// Local client of the inplaced node agent.
+#[derive(Debug, Parser)]
+#[command(name = "inplacectl", version, about)]
+pub struct Args {
+    /// The agent's Unix socket.
+    #[arg(
+        long,
+        global = true,
+        default_value = "/run/inplaced/inplaced.sock",
+        env = "INPLACED_SOCKET"
+    )]
+    pub socket: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Agent and node status: facts, applied spec, current operation, drift.
+    Status,
+    /// Which changes of a NodeSpec can be applied in place, with what disruption.
+    Coverage {
+        /// NodeSpec YAML file ("-" for standard input).
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+    },
+    /// Applies a NodeSpec as an operation.
+    Apply {
+        /// NodeSpec YAML file ("-" for standard input).
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// Operation id (idempotency key); generated if absent.
+        #[arg(long)]
+        id: Option<String>,
+        /// Wait for the operation to settle, showing its progress.
+        #[arg(long)]
+        wait: bool,
+        /// Validate and show what would change, without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Who reboots when a change needs it.
+        #[arg(long, value_enum, default_value_t = Policy::Caller)]
+        reboot_policy: Policy,
+    },
+    /// Follows an operation until it settles.
+    Watch {
+        /// Operation id.
+        id: String,
+    },
+    /// Shows one operation.
+    Get {
+        /// Operation id.
+        id: String,
+    },
+    /// Operation history, newest first.
+    History,
+    /// Reboots the node for an operation waiting in REBOOT_REQUIRED.
+    Reboot {
+        /// Operation id.
+        id: String,
+    },
+}
+
+/// Runs `inplacectl`; exit code 0 on success, 1 on a failed operation or error, 2 for an
+/// invalid spec or usage error.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("inplacectl: error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            let code = match e.downcast_ref::<tonic::Status>().map(|s| s.code()) {
+                Some(tonic::Code::InvalidArgument) => 2,
+                _ if e.downcast_ref::<crate::spec::SpecError>().is_some() => 2,
+                _ => 1,
+            };
+            eprintln!("inplacectl: error: {}", render::error_chain(&e));
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn read_spec(file: &PathBuf) -> anyhow::Result<pb::NodeSpec> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the spec from standard input")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let spec = crate::spec::yaml::parse(&text)
+        .map_err(|e| anyhow::Error::new(e).context(format!("invalid spec {}", file.display())))?;
+    Ok(spec)
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // parse the spec before connecting, so a bad file is reported even with no agent
+    let spec = match &args.command {
+        Command::Coverage { file } | Command::Apply { file, .. } => Some(read_spec(file)?),
+        _ => None,
+    };
+    let mut client = crate::client::connect(&args.socket)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to inplaced at {} (is the agent running, and are you root?)",
+                args.socket.display()
+            )
+        })?;
+    let json = args.output == Output::Json;
+    match args.command {
+        Command::Status => {
+            let s = client
+                .get_status(pb::GetStatusRequest {})
+                .await?
+                .into_inner();
+            if json {
+                print_json(&s)?
+            } else {
+                print!("{}", render::status(&s))
+            }
+        }
+        Command::Coverage { .. } => {
+            let r = client
+                .get_coverage(pb::GetCoverageRequest { desired: spec })
+                .await?
+                .into_inner();
+            if json {
+                print_json(&r)?
+            } else {
+                print!("{}", render::coverage(&r))
+            }
+        }
+        Command::Apply {
+            id,
+            wait,
+            dry_run,
+            reboot_policy,
+            ..
+        } => {
+            let policy = match reboot_policy {
+                Policy::Caller => RebootPolicy::CallerHandles,
+                Policy::Agent => RebootPolicy::AgentHandles,
+                Policy::Forbidden => RebootPolicy::Forbidden,
+            };
+            let op = client
+                .apply(pb::ApplyRequest {
+                    desired: spec,
+                    operation_id: id.unwrap_or_default(),
+                    reboot_policy: policy as i32,
+                    dry_run,
+                })
+                .await?
+                .into_inner();
+            if wait && !dry_run {
+                return watch(&mut client, &op.id, json).await;
+            }
+            if json {
+                print_json(&op)?
+            } else {
+                print!("{}", render::operation(&op))
+            }
+        }
+        Command::Watch { id } => return watch(&mut client, &id, json).await,
+        Command::Get { id } => {
+            let op = client
+                .get_operation(pb::GetOperationRequest { id })
+                .await?
+                .into_inner();
+            if json {
+                print_json(&op)?
+            } else {
+                print!("{}", render::operation(&op))
+            }
+        }
+        Command::History => {
+            let h = client
+                .list_operations(pb::ListOperationsRequest {})
+                .await?
+                .into_inner();
+            if json {
+                print_json(&h)?
+            } else {
+                print!("{}", render::history(&h.operations))
+            }
+        }
+        Command::Reboot { id } => {
+            let op = client
+                .reboot(pb::RebootRequest { operation_id: id })
+                .await?
+                .into_inner();
+            if json {
+                print_json(&op)?
+            } else {
+                print!("{}", render::operation(&op))
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn watch(
+    client: &mut crate::pb::node_agent_client::NodeAgentClient<tonic::transport::Channel>,
+    id: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let mut stream = client
+        .watch_operation(pb::WatchOperationRequest { id: id.to_string() })
+        .await?
+        .into_inner();
+    let mut last: Option<pb::Operation> = None;
+    while let Some(ev) = stream.message().await? {
+        let Some(op) = ev.operation else { continue };
+        if json {
+            println!("{}", serde_json::to_string(&op)?);
+        } else {
+            println!(
+                "[{:>5.1}s] {:<26} {}",
+                start.elapsed().as_secs_f64(),
+                render::phase(op.phase),
+                op.message
+            );
+        }
+        last = Some(op);
+    }
+    let Some(op) = last else {
+        anyhow::bail!("the agent closed the stream without an event for {id}");
+    };
+    if !json {
+        print!("{}", render::operation(&op));
+    }
+    Ok(
+        match Phase::try_from(op.phase).unwrap_or(Phase::Unspecified) {
+            Phase::Succeeded | Phase::RebootRequired | Phase::Rebooting => ExitCode::SUCCESS,
+            _ => ExitCode::FAILURE,
+        },
+    )
+}

@@ -1,0 +1,134 @@
+//! `inplaced`: the node agent daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+
+use crate::apply::{Agent, AgentParts};
+use crate::config::Config;
+use crate::system::{CommandRunner, Rebooter, Recorder, ServiceManager, Systemd};
+
+/// How unit actions and reboots are carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServiceManagerKind {
+    /// systemctl on the live host.
+    Systemd,
+    /// Append each unit action, command and reboot request to <state-dir>/actions.log and
+    /// report success (demo and tests, where no systemd runs).
+    Record,
+}
+
+/// On-node in-place update agent for Cluster API managed nodes.
+#[derive(Debug, Parser)]
+#[command(name = "inplaced", version, about)]
+pub struct Args {
+    /// The node's root file system (sysroot); every host path is read and written under it.
+    #[arg(long, default_value = "/", env = "INPLACED_ROOT")]
+    pub root: PathBuf,
+    /// State directory: applied record, operation history, saved originals.
+    #[arg(long, default_value = "/var/lib/inplaced", env = "INPLACED_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// Unix socket of the local API (mode 0600).
+    #[arg(
+        long,
+        default_value = "/run/inplaced/inplaced.sock",
+        env = "INPLACED_SOCKET"
+    )]
+    pub socket: PathBuf,
+    /// Agent config (TOML). A missing file at the default path means defaults.
+    #[arg(
+        long,
+        default_value = "/etc/inplaced/config.toml",
+        env = "INPLACED_CONFIG"
+    )]
+    pub config: PathBuf,
+    /// How unit actions and reboots are carried out.
+    #[arg(long, value_enum, default_value_t = ServiceManagerKind::Systemd)]
+    pub service_manager: ServiceManagerKind,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "inplaced=debug".
+    #[arg(long, default_value = "info", env = "INPLACED_LOG")]
+    pub log: String,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&args.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("inplaced: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let required = args.config != std::path::Path::new("/etc/inplaced/config.toml");
+    let config = Config::load(&args.config, required)?;
+    let (services, rebooter, runner): (
+        Arc<dyn ServiceManager>,
+        Arc<dyn Rebooter>,
+        Arc<dyn CommandRunner>,
+    ) = match args.service_manager {
+        ServiceManagerKind::Systemd => (Arc::new(Systemd), Arc::new(Systemd), Arc::new(Systemd)),
+        ServiceManagerKind::Record => {
+            std::fs::create_dir_all(&args.state_dir)
+                .with_context(|| format!("creating {}", args.state_dir.display()))?;
+            let r = Arc::new(Recorder::with_log(args.state_dir.join("actions.log")));
+            (r.clone(), r.clone(), r)
+        }
+    };
+    let agent = Agent::new(AgentParts {
+        root: args.root.clone(),
+        state_dir: args.state_dir.clone(),
+        config,
+        services,
+        rebooter,
+        runner,
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let facts = agent.facts();
+    tracing::info!(
+        root = %args.root.display(),
+        platform = %facts.platform,
+        kernel_args_backend = %facts.kernel_args_backend,
+        "agent started"
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+            tracing::info!("shutting down");
+        };
+        crate::server::serve_unix(
+            agent,
+            &args.socket,
+            || {
+                let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+            },
+            shutdown,
+        )
+        .await
+    })
+}

@@ -1,0 +1,289 @@
+//! The agent's own configuration: `/etc/inplaced/config.toml` (optional; every key has a
+//! default).
+//!
+//! ```toml
+//! [kubelet]
+//! config_path = "/var/lib/kubelet/config.yaml"
+//! flags_path = "/var/lib/kubelet/kubeadm-flags.env"
+//! unit = "kubelet.service"
+//!
+//! [sysctl]
+//! drop_in = "/etc/sysctl.d/99-zz-inplaced.conf"
+//!
+//! [kernel_args]
+//! backend = "auto"          # auto | grub | bls
+//!
+//! # Disruption rules for files, like OpenShift's NodeDisruptionPolicy: the first rule whose
+//! # glob matches the path wins; without a match a file change has no disruption.
+//! [[disruption]]
+//! path = "/etc/containerd/**"
+//! action = "restart"        # none | reload | restart | daemon-reload | drain | reboot
+//! units = ["containerd.service"]
+//!
+//! [preservation]
+//! hardware_bound = false    # force a preserve recommendation
+//! bindings = ["licence: node-locked ISV licence (host id 0xA1B2)"]
+//!
+//! [history]
+//! keep = 50
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::pb::DisruptionLevel;
+
+/// Errors reading the config file; they name the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// Config file path.
+        path: String,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML is invalid or has unknown keys.
+    #[error("{path}: {message}")]
+    Parse {
+        /// Config file path.
+        path: String,
+        /// Parser message with the key and position.
+        message: String,
+    },
+}
+
+/// Kubelet file locations and unit.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubeletConfig {
+    /// KubeletConfiguration file the partial config is merged into.
+    pub config_path: String,
+    /// kubeadm's flags env file holding `KUBELET_KUBEADM_ARGS`.
+    pub flags_path: String,
+    /// Override files holding `KUBELET_EXTRA_ARGS`, which win over kubeadm's flags.
+    pub extra_args_paths: Vec<String>,
+    /// The kubelet's systemd unit.
+    pub unit: String,
+}
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        KubeletConfig {
+            config_path: "/var/lib/kubelet/config.yaml".into(),
+            flags_path: "/var/lib/kubelet/kubeadm-flags.env".into(),
+            extra_args_paths: vec![
+                "/etc/default/kubelet".into(),
+                "/etc/sysconfig/kubelet".into(),
+            ],
+            unit: "kubelet.service".into(),
+        }
+    }
+}
+
+/// Sysctl persistence.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SysctlConfig {
+    /// The drop-in that persists managed sysctls. It sorts after `99-*.conf` names so its
+    /// values win at boot (systemd-sysctl applies files in name order, later wins).
+    pub drop_in: String,
+}
+
+impl Default for SysctlConfig {
+    fn default() -> Self {
+        SysctlConfig {
+            drop_in: "/etc/sysctl.d/99-zz-inplaced.conf".into(),
+        }
+    }
+}
+
+/// Which kernel-args backend to use.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendChoice {
+    /// Detect from the node's boot files.
+    #[default]
+    Auto,
+    /// `GRUB_CMDLINE_LINUX` in `/etc/default/grub`.
+    Grub,
+    /// Boot Loader Specification entries.
+    Bls,
+}
+
+/// Kernel-args settings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct KernelArgsConfig {
+    /// Backend choice.
+    pub backend: BackendChoice,
+}
+
+/// A disruption action named in a rule.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// No disruption.
+    None,
+    /// `systemctl reload` of the units.
+    Reload,
+    /// `systemctl restart` of the units.
+    Restart,
+    /// `systemctl daemon-reload`.
+    DaemonReload,
+    /// The node must be drained first.
+    Drain,
+    /// A reboot.
+    Reboot,
+}
+
+impl Action {
+    /// The disruption level of this action.
+    pub fn level(self) -> DisruptionLevel {
+        match self {
+            Action::None => DisruptionLevel::None,
+            Action::Reload => DisruptionLevel::Reload,
+            Action::Restart => DisruptionLevel::Restart,
+            Action::DaemonReload => DisruptionLevel::DaemonReload,
+            Action::Drain => DisruptionLevel::Drain,
+            Action::Reboot => DisruptionLevel::Reboot,
+        }
+    }
+}
+
+/// A disruption rule for file paths.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DisruptionRule {
+    /// Glob over absolute node paths (`*` stays within a directory, `**` crosses them).
+    pub path: String,
+    /// What a change of a matching file needs.
+    pub action: Action,
+    /// Units for reload/restart.
+    #[serde(default)]
+    pub units: Vec<String>,
+}
+
+/// Preservation facts declared by the operator.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PreservationConfig {
+    /// Recommend preservation whatever the platform.
+    pub hardware_bound: bool,
+    /// Hardware bindings to report (licences, local data disks, tuned hardware).
+    pub bindings: Vec<String>,
+}
+
+/// History retention.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Operations kept in history.
+    pub keep: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig { keep: 50 }
+    }
+}
+
+/// The whole agent config.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Kubelet settings.
+    pub kubelet: KubeletConfig,
+    /// Sysctl settings.
+    pub sysctl: SysctlConfig,
+    /// Kernel-args settings.
+    pub kernel_args: KernelArgsConfig,
+    /// File disruption rules, first match wins.
+    pub disruption: Vec<DisruptionRule>,
+    /// Preservation facts.
+    pub preservation: PreservationConfig,
+    /// History retention.
+    pub history: HistoryConfig,
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names the file in errors. Globs are checked here.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        for (i, r) in c.disruption.iter().enumerate() {
+            globset::Glob::new(&r.path).map_err(|e| ConfigError::Parse {
+                path: origin.to_string(),
+                message: format!("disruption[{i}].path: {e}"),
+            })?;
+            if matches!(r.action, Action::Reload | Action::Restart) && r.units.is_empty() {
+                return Err(ConfigError::Parse {
+                    path: origin.to_string(),
+                    message: format!(
+                        "disruption[{i}].units: a {:?} rule needs the units to act on",
+                        r.action
+                    ),
+                });
+            }
+        }
+        Ok(c)
+    }
+
+    /// Loads `path`; a missing file gives the defaults when `required` is false.
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(t) => Config::parse(&t, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                Ok(Config::default())
+            }
+            Err(e) => Err(ConfigError::Read {
+                path: path.display().to_string(),
+                source: e,
+            }),
+        }
+    }
+
+    /// The first disruption rule matching `path`.
+    pub fn disruption_for(&self, path: &str) -> Option<&DisruptionRule> {
+        self.disruption.iter().find(|r| {
+            globset::GlobBuilder::new(&r.path)
+                .literal_separator(true)
+                .build()
+                .map(|g| g.compile_matcher().is_match(path))
+                .unwrap_or(false)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_and_defaults() {
+        let c = Config::parse(
+            "[[disruption]]\npath = \"/etc/containerd/**\"\naction = \"restart\"\nunits = [\"containerd.service\"]\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.kubelet.unit, "kubelet.service");
+        let r = c.disruption_for("/etc/containerd/config.toml").unwrap();
+        assert_eq!(r.units, vec!["containerd.service".to_string()]);
+        assert!(c.disruption_for("/etc/other").is_none());
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let e = Config::parse(
+            "[kubelet]\nconfigpath = \"x\"\n",
+            "/etc/inplaced/config.toml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("configpath"), "{e}");
+    }
+}

@@ -1,0 +1,3 @@
+//! Kubelet configuration: the KubeletConfiguration file and kubeadm's flags env file.
+pub mod config;
+pub mod flags;

@@ -1,0 +1,28 @@
+//! # inplaced
+//!
+//! On-node in-place update agent for bare-metal Kubernetes nodes managed by Cluster API.
+//! It answers coverage reports (which changes of a desired [`spec::NodeSpec`] it can apply
+//! in place, with what disruption, and whether the machine is hardware-bound), applies
+//! them as crash-aware operations, and reports status over gRPC (`proto/inplace/v1`).
+//!
+//! Layout (DESIGN §5): [`spec`] (NodeSpec model and YAML form), [`node`] (sysroot access and
+//! facts), [`plan`] (coverage: pure diff of desired, observed and applied), [`bootloader`],
+//! [`kubelet`] and [`cmdline`] (format editors), [`apply`] (the agent and its operation
+//! engine), [`system`] (ServiceManager / Rebooter / CommandRunner traits), [`state`] (the
+//! state directory), [`server`] and [`client`] (gRPC), [`cli`] (the binaries).
+#![warn(missing_docs)]
+
+pub mod apply;
+pub mod bootloader;
+pub mod cli;
+pub mod client;
+pub mod cmdline;
+pub mod config;
+pub mod kubelet;
+pub mod node;
+pub mod pb;
+pub mod plan;
+pub mod server;
+pub mod spec;
+pub mod state;
+pub mod system;

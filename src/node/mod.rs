@@ -1,0 +1,6 @@
+//! The node: sysroot access, accounts and facts.
+pub mod accounts;
+pub mod facts;
+pub mod sysroot;
+
+pub use sysroot::Sysroot;

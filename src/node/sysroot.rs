@@ -1,0 +1,658 @@
+//! Symlink-safe, dir-fd relative access to the node's file system under a sysroot.
+//!
+//! Every host path the agent touches goes through a [`Sysroot`] (default `/`), so tests run
+//! unprivileged on a copy of a node in a temporary directory and the same code runs on a
+//! real node. Paths are absolute node paths (`/etc/default/grub`); each component is opened
+//! relative to its parent's file descriptor with `O_NOFOLLOW`, so no symlink is ever
+//! followed inside a managed path and nothing escapes the sysroot (the approach of bootc's
+//! cap-std-ext, done with `openat(2)` directly so the symlink rule covers every component).
+//!
+//! Durable writes follow DESIGN §3.1: a temporary file in the target's directory, write,
+//! explicit `fchown` then `fchmod` (chown clears setuid/setgid, and umask never matters),
+//! `fsync`, `renameat` over the target, `fsync` of the directory.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+/// Errors of sysroot access; each names the node path.
+#[derive(Debug, thiserror::Error)]
+pub enum SysrootError {
+    /// The path is not absolute and normalized.
+    #[error("{path}: not an absolute, normalized path (no '.', '..', '//' or trailing '/')")]
+    BadPath {
+        /// The offending path.
+        path: String,
+    },
+    /// A component of the path is a symlink; inplaced never follows symlinks in managed paths.
+    #[error("{path}: is a symlink; inplaced never follows symlinks in managed paths")]
+    Symlink {
+        /// The symlink's node path.
+        path: String,
+    },
+    /// A parent component exists but is not a directory.
+    #[error("{path}: is a {kind}, not a directory")]
+    NotADirectory {
+        /// The offending component's node path.
+        path: String,
+        /// What it is ("regular file", ...).
+        kind: &'static str,
+    },
+    /// Any other I/O error.
+    #[error("{path}: {op}: {source}")]
+    Io {
+        /// Node path.
+        path: String,
+        /// What was being done ("read", "rename", ...).
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Result alias for sysroot operations.
+pub type Result<T> = std::result::Result<T, SysrootError>;
+
+fn io_err(path: &str, op: &'static str, e: impl Into<io::Error>) -> SysrootError {
+    SysrootError::Io {
+        path: path.to_string(),
+        op,
+        source: e.into(),
+    }
+}
+
+/// What kind of file system object a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (never followed).
+    Symlink,
+    /// Device, fifo or socket.
+    Other,
+}
+
+impl Kind {
+    /// Human name ("regular file", "directory", ...).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::File => "regular file",
+            Kind::Dir => "directory",
+            Kind::Symlink => "symlink",
+            Kind::Other => "special file",
+        }
+    }
+}
+
+/// Metadata of one path (not following a final symlink).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Object kind.
+    pub kind: Kind,
+    /// Permission bits including setuid/setgid/sticky (mask 0o7777).
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+    /// Size in bytes.
+    pub len: u64,
+}
+
+/// State of the parents of a path, for coverage before anything is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parents {
+    /// Every parent exists and is a directory.
+    Present,
+    /// Parents from this node path on are missing (would be created 0755 root:root).
+    Missing(String),
+    /// A parent is not a directory or is a symlink: the path can never be written.
+    Conflict(SysrootConflict),
+}
+
+/// Why a path can not be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysrootConflict {
+    /// The node path of the conflicting component.
+    pub path: String,
+    /// What it is.
+    pub kind: Kind,
+}
+
+impl std::fmt::Display for SysrootConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Kind::Symlink => write!(
+                f,
+                "parent {} is a symlink; inplaced never follows symlinks in managed paths",
+                self.path
+            ),
+            k => write!(
+                f,
+                "parent {} is a {}, not a directory",
+                self.path,
+                k.describe()
+            ),
+        }
+    }
+}
+
+/// Validates that `path` is absolute and normalized and returns its components.
+///
+/// Errors: [`SysrootError::BadPath`] for relative paths, `.`/`..`/empty components, a
+/// trailing `/`, or NUL bytes.
+pub fn components(path: &str) -> Result<Vec<&str>> {
+    let bad = || SysrootError::BadPath {
+        path: path.to_string(),
+    };
+    let rest = path.strip_prefix('/').ok_or_else(bad)?;
+    if rest.is_empty() {
+        return Ok(Vec::new());
+    }
+    let parts: Vec<&str> = rest.split('/').collect();
+    if path.contains('\0')
+        || parts
+            .iter()
+            .any(|c| c.is_empty() || *c == "." || *c == "..")
+    {
+        return Err(bad());
+    }
+    Ok(parts)
+}
+
+fn kind_of(st: &rustix::fs::Stat) -> Kind {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => Kind::File,
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+fn entry_of(st: &rustix::fs::Stat) -> Entry {
+    Entry {
+        kind: kind_of(st),
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        len: st.st_size as u64,
+    }
+}
+
+fn join(parts: &[&str]) -> String {
+    format!("/{}", parts.join("/"))
+}
+
+/// A node's root file system, opened once as a directory fd.
+#[derive(Debug)]
+pub struct Sysroot {
+    path: PathBuf,
+    root: OwnedFd,
+}
+
+impl Sysroot {
+    /// Opens `path` (the node's `/`, or a copy of a node in tests).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let root = rustix::fs::open(
+            &path,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(&path.display().to_string(), "open sysroot", e))?;
+        Ok(Sysroot { path, root })
+    }
+
+    /// The sysroot's host path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True when the sysroot is the live host's `/`.
+    pub fn is_host_root(&self) -> bool {
+        self.path == Path::new("/")
+    }
+
+    /// Opens the directory made of `parts` without following symlinks.
+    /// Returns `Ok(None)` if a component is missing.
+    fn open_dir(&self, parts: &[&str]) -> Result<Option<OwnedFd>> {
+        let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
+        for (i, c) in parts.iter().enumerate() {
+            match rustix::fs::openat(
+                &fd,
+                *c,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(next) => fd = next,
+                Err(rustix::io::Errno::NOENT) => return Ok(None),
+                Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
+                    let p = join(&parts[..=i]);
+                    let st = rustix::fs::statat(&fd, *c, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(|e| io_err(&p, "stat", e))?;
+                    return Err(match kind_of(&st) {
+                        Kind::Symlink => SysrootError::Symlink { path: p },
+                        k => SysrootError::NotADirectory {
+                            path: p,
+                            kind: k.describe(),
+                        },
+                    });
+                }
+                Err(e) => return Err(io_err(&join(&parts[..=i]), "open", e)),
+            }
+        }
+        Ok(Some(fd))
+    }
+
+    /// Metadata of `path` without following symlinks; `Ok(None)` if it (or a parent) is absent.
+    pub fn stat(&self, path: &str) -> Result<Option<Entry>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            let st = rustix::fs::fstat(&self.root).map_err(|e| io_err("/", "stat", e))?;
+            return Ok(Some(entry_of(&st)));
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(None);
+        };
+        match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(entry_of(&st))),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_err(path, "stat", e)),
+        }
+    }
+
+    /// Checks the parents of `path` before a write: present, missing from some point, or in
+    /// conflict (a regular file or a symlink where a directory is needed).
+    pub fn parents(&self, path: &str) -> Result<Parents> {
+        let parts = components(path)?;
+        let n = parts.len().saturating_sub(1);
+        for i in 0..n {
+            let p = join(&parts[..=i]);
+            match self.stat(&p) {
+                Ok(None) => return Ok(Parents::Missing(p)),
+                Ok(Some(e)) if e.kind == Kind::Dir => {}
+                Ok(Some(e)) => {
+                    return Ok(Parents::Conflict(SysrootConflict {
+                        path: p,
+                        kind: e.kind,
+                    }));
+                }
+                Err(SysrootError::Symlink { path }) => {
+                    return Ok(Parents::Conflict(SysrootConflict {
+                        path,
+                        kind: Kind::Symlink,
+                    }));
+                }
+                Err(SysrootError::NotADirectory { path, .. }) => {
+                    return Ok(Parents::Conflict(SysrootConflict {
+                        path,
+                        kind: Kind::File,
+                    }));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Parents::Present)
+    }
+
+    /// Reads a regular file without following symlinks; `Ok(None)` if absent.
+    pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(None);
+        };
+        let fd = match rustix::fs::openat(
+            &dir,
+            *name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(rustix::io::Errno::LOOP) => {
+                return Err(SysrootError::Symlink {
+                    path: path.to_string(),
+                });
+            }
+            Err(e) => return Err(io_err(path, "open", e)),
+        };
+        let mut f = std::fs::File::from(fd);
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)
+            .map_err(|e| io_err(path, "read", e))?;
+        Ok(Some(buf))
+    }
+
+    /// Reads a UTF-8 text file; `Ok(None)` if absent. Invalid UTF-8 is an I/O error.
+    pub fn read_string(&self, path: &str) -> Result<Option<String>> {
+        match self.read(path)? {
+            None => Ok(None),
+            Some(b) => String::from_utf8(b).map(Some).map_err(|_| {
+                io_err(
+                    path,
+                    "read",
+                    io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"),
+                )
+            }),
+        }
+    }
+
+    /// Reads a file for facts, following symlinks the way the node itself would but
+    /// resolving them inside the sysroot (`/etc/os-release -> ../usr/lib/os-release`).
+    /// At most 8 links are followed. Never used for managed paths.
+    pub fn read_string_following(&self, path: &str) -> Result<Option<String>> {
+        let mut current = path.to_string();
+        for _ in 0..8 {
+            match self.read_string(&current) {
+                Err(SysrootError::Symlink { path: link }) => {
+                    let parts = components(&link)?;
+                    let (name, parents) = parts
+                        .split_last()
+                        .ok_or_else(|| SysrootError::BadPath { path: link.clone() })?;
+                    let Some(dir) = self.open_dir(parents)? else {
+                        return Ok(None);
+                    };
+                    let target = rustix::fs::readlinkat(&dir, *name, Vec::new())
+                        .map_err(|e| io_err(&link, "readlink", e))?;
+                    let target = target.to_string_lossy().into_owned();
+                    let base: Vec<&str> = if target.starts_with('/') {
+                        Vec::new()
+                    } else {
+                        parents.to_vec()
+                    };
+                    let mut out: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+                    for c in target.split('/') {
+                        match c {
+                            "" | "." => {}
+                            ".." => {
+                                out.pop();
+                            }
+                            c => out.push(c.to_string()),
+                        }
+                    }
+                    current = format!("/{}", out.join("/"));
+                }
+                other => return other,
+            }
+        }
+        Err(io_err(
+            path,
+            "read",
+            io::Error::other("too many levels of symbolic links"),
+        ))
+    }
+
+    /// Sorted names in a directory; `Ok(None)` if it is absent.
+    pub fn list_dir(&self, path: &str) -> Result<Option<Vec<String>>> {
+        let parts = components(path)?;
+        let Some(dir) = self.open_dir(&parts)? else {
+            return Ok(None);
+        };
+        let mut names = Vec::new();
+        let d = rustix::fs::Dir::read_from(&dir).map_err(|e| io_err(path, "readdir", e))?;
+        for ent in d {
+            let ent = ent.map_err(|e| io_err(path, "readdir", e))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(Some(names))
+    }
+
+    /// Opens the parent directory of `path`, creating missing directories with mode 0755
+    /// owned by root (explicit `fchmod`/`fchown`, then `fsync` of the new directory and its
+    /// parent). Returns the parent fd, the file name and the directories created.
+    fn ensure_parent<'p>(&self, path: &'p str) -> Result<(OwnedFd, &'p str, Vec<String>)> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let mut created = Vec::new();
+        let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
+        for (i, c) in parents.iter().enumerate() {
+            let p = join(&parts[..=i]);
+            let open = |fd: &OwnedFd| {
+                rustix::fs::openat(
+                    fd,
+                    *c,
+                    OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            };
+            let next = match open(&fd) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::NOENT) => {
+                    rustix::fs::mkdirat(&fd, *c, Mode::from_raw_mode(0o755))
+                        .map_err(|e| io_err(&p, "mkdir", e))?;
+                    let n = open(&fd).map_err(|e| io_err(&p, "open", e))?;
+                    set_owner_mode(&n, 0, 0, 0o755).map_err(|e| io_err(&p, "chown/chmod", e))?;
+                    rustix::fs::fsync(&n).map_err(|e| io_err(&p, "fsync", e))?;
+                    rustix::fs::fsync(&fd).map_err(|e| io_err(&p, "fsync parent", e))?;
+                    created.push(p.clone());
+                    n
+                }
+                Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
+                    return Err(match self.parents(path)? {
+                        Parents::Conflict(c) if c.kind == Kind::Symlink => {
+                            SysrootError::Symlink { path: c.path }
+                        }
+                        Parents::Conflict(c) => SysrootError::NotADirectory {
+                            path: c.path,
+                            kind: c.kind.describe(),
+                        },
+                        _ => io_err(&p, "open", io::Error::other("not a directory")),
+                    });
+                }
+                Err(e) => return Err(io_err(&p, "open", e)),
+            };
+            fd = next;
+        }
+        Ok((fd, name, created))
+    }
+
+    /// Writes `content` to `path` atomically and durably with exactly `mode` (0o7777 mask,
+    /// setuid/setgid/sticky included) and `uid:gid`. Missing parents are created 0755 root.
+    /// A symlink or directory at `path` is refused. Returns the directories created.
+    pub fn write_atomic(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Vec<String>> {
+        let (dir, name, created) = self.ensure_parent(path)?;
+        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if kind_of(&st) == Kind::Symlink => {
+                return Err(SysrootError::Symlink {
+                    path: path.to_string(),
+                });
+            }
+            Ok(st) if kind_of(&st) != Kind::File => {
+                return Err(SysrootError::NotADirectory {
+                    path: path.to_string(),
+                    kind: kind_of(&st).describe(),
+                });
+            }
+            _ => {}
+        }
+        let tmp_name = format!(".{name}.inplaced-{}.tmp", std::process::id());
+        let fd = rustix::fs::openat(
+            &dir,
+            tmp_name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_err(path, "create temporary file", e))?;
+        let cleanup = |e: SysrootError| {
+            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+            e
+        };
+        let mut f = std::fs::File::from(fd);
+        f.write_all(content)
+            .map_err(|e| cleanup(io_err(path, "write", e)))?;
+        set_owner_mode(&f, uid, gid, mode).map_err(|e| cleanup(io_err(path, "chown/chmod", e)))?;
+        f.sync_all()
+            .map_err(|e| cleanup(io_err(path, "fsync", e)))?;
+        drop(f);
+        rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, name)
+            .map_err(|e| cleanup(io_err(path, "rename", e)))?;
+        rustix::fs::fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+        Ok(created)
+    }
+
+    /// Removes the regular file at `path` and fsyncs its directory. `Ok(false)` if absent.
+    pub fn remove(&self, path: &str) -> Result<bool> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(false);
+        };
+        match rustix::fs::unlinkat(&dir, *name, AtFlags::empty()) {
+            Ok(()) => {
+                rustix::fs::fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+                Ok(true)
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(io_err(path, "unlink", e)),
+        }
+    }
+
+    /// Writes `content` into an existing file in place (no rename), for kernel interfaces
+    /// such as `/proc/sys/...` that can not be replaced. The file must exist.
+    pub fn write_in_place(&self, path: &str, content: &[u8]) -> Result<()> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let dir = self
+            .open_dir(parents)?
+            .ok_or_else(|| io_err(path, "open", io::Error::from(io::ErrorKind::NotFound)))?;
+        let fd = rustix::fs::openat(
+            &dir,
+            *name,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(path, "open", e))?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(content).map_err(|e| io_err(path, "write", e))?;
+        Ok(())
+    }
+}
+
+/// `fchown` (only as root, or when the ids differ from the file's) then `fchmod`, so the
+/// setuid/setgid bits that chown clears are set last and the mode never depends on umask.
+fn set_owner_mode(fd: impl AsFd, uid: u32, gid: u32, mode: u32) -> io::Result<()> {
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::process::geteuid().is_root() || st.st_uid != uid || st.st_gid != gid {
+        rustix::fs::fchown(
+            &fd,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        )?;
+    }
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> (tempfile::TempDir, Sysroot) {
+        let d = tempfile::tempdir().unwrap();
+        let s = Sysroot::open(d.path()).unwrap();
+        (d, s)
+    }
+
+    #[test]
+    fn rejects_unnormalized_paths() {
+        for p in [
+            "etc/x",
+            "/etc//x",
+            "/etc/./x",
+            "/etc/../x",
+            "/etc/x/",
+            "/e\0",
+        ] {
+            assert!(components(p).is_err(), "{p}");
+        }
+        assert_eq!(components("/etc/x").unwrap(), vec!["etc", "x"]);
+    }
+
+    #[test]
+    fn write_exact_mode_and_missing_parents() {
+        let (d, s) = tmp();
+        let uid = rustix::process::geteuid().as_raw();
+        let gid = rustix::process::getegid().as_raw();
+        let created = s.write_atomic("/a/b/c", b"x", 0o1777, uid, gid).unwrap();
+        assert_eq!(created, vec!["/a".to_string(), "/a/b".to_string()]);
+        let e = s.stat("/a/b/c").unwrap().unwrap();
+        assert_eq!(e.mode, 0o1777);
+        assert_eq!(s.stat("/a/b").unwrap().unwrap().mode, 0o755);
+        assert_eq!(std::fs::read(d.path().join("a/b/c")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn refuses_symlinked_parent_and_file_parent() {
+        let (d, s) = tmp();
+        std::fs::create_dir(d.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("real", d.path().join("link")).unwrap();
+        std::fs::write(d.path().join("file"), b"").unwrap();
+        assert!(matches!(
+            s.write_atomic("/link/x", b"x", 0o644, 0, 0),
+            Err(SysrootError::Symlink { .. })
+        ));
+        assert!(matches!(
+            s.parents("/file/x").unwrap(),
+            Parents::Conflict(SysrootConflict {
+                kind: Kind::File,
+                ..
+            })
+        ));
+        assert!(matches!(
+            s.parents("/link/x").unwrap(),
+            Parents::Conflict(SysrootConflict {
+                kind: Kind::Symlink,
+                ..
+            })
+        ));
+        assert!(!d.path().join("real/x").exists());
+    }
+
+    #[test]
+    fn follows_relative_symlink_for_facts_only() {
+        let (d, s) = tmp();
+        std::fs::create_dir_all(d.path().join("usr/lib")).unwrap();
+        std::fs::create_dir_all(d.path().join("etc")).unwrap();
+        std::fs::write(d.path().join("usr/lib/os-release"), "ID=x\n").unwrap();
+        std::os::unix::fs::symlink("../usr/lib/os-release", d.path().join("etc/os-release"))
+            .unwrap();
+        assert!(s.read("/etc/os-release").is_err());
+        assert_eq!(
+            s.read_string_following("/etc/os-release").unwrap().unwrap(),
+            "ID=x\n"
+        );
+    }
+}

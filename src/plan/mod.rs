@@ -1,0 +1,1093 @@
+//! Planning: the diff between the desired spec, the observed node and the applied record,
+//! as a coverage report plus the exact steps that converge the node.
+//!
+//! [`plan`] is a pure function of its inputs (no I/O, no clock), so the same inputs give a
+//! byte-identical report. Each change has a stable id (`files[/etc/x]`,
+//! `kubelet.config.maxPods`, `kubelet.flags[max-pods]`, `kernelArgs[isolcpus]`,
+//! `sysctls[vm.max_map_count]`), and changes are sorted by id.
+//!
+//! Ownership rules (DESIGN §2): an item dropped from the spec is reverted to what was there
+//! before the agent changed it (a created file is deleted, an overwritten one restored from
+//! its saved original, a kubelet field or flag or sysctl set back to its prior value, a
+//! kernel argument the agent added removed); nothing the agent did not add is touched.
+
+pub mod observe;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::cmdline::{Arg, Cmdline};
+use crate::config::Config;
+use crate::kubelet::config::{self as kcfg, LeafEdit};
+use crate::kubelet::flags::{self as kflags};
+use crate::node::sysroot::Entry;
+use crate::pb::{self, ChangeOperation, DisruptionLevel};
+use crate::spec::{NodeSpec, sha256_hex};
+use crate::state::{AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, backup_name};
+pub use observe::{FileObs, Observed, observe};
+
+/// One durable file write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// Node path.
+    pub path: String,
+    /// Full content.
+    pub content: Vec<u8>,
+    /// Mode (0o7777 mask).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Original content to save under `originals/` before the first overwrite.
+    pub save_original: Option<Vec<u8>>,
+}
+
+/// Everything an apply does, in order of execution.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Steps {
+    /// Files written (files section, kubelet files, boot configuration, sysctl drop-in).
+    pub writes: Vec<Write>,
+    /// Files deleted.
+    pub removes: Vec<String>,
+    /// Live sysctl writes: key, value.
+    pub sysctls: Vec<(String, String)>,
+    /// Commands run after the writes (boot configuration regeneration).
+    pub commands: Vec<Vec<String>>,
+    /// `systemctl daemon-reload` needed.
+    pub daemon_reload: bool,
+    /// Units to reload.
+    pub reloads: BTreeSet<String>,
+    /// Units to restart.
+    pub restarts: BTreeSet<String>,
+    /// A reboot is needed to take effect.
+    pub reboot: bool,
+    /// Saved originals no longer needed after the commit.
+    pub drop_originals: Vec<String>,
+}
+
+/// A plan: the report and the steps.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Coverage report (facts and preservation are filled by the caller).
+    pub report: pb::CoverageReport,
+    /// Steps that converge the node.
+    pub steps: Steps,
+    /// The applied record once the steps are committed.
+    pub record: AppliedRecord,
+}
+
+/// Inputs that are not the spec, the node or the record.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Reboot policy FORBIDDEN: changes needing a reboot are not covered.
+    pub reboot_forbidden: bool,
+}
+
+fn disruption(level: DisruptionLevel, units: &[&str]) -> pb::Disruption {
+    let mut u: Vec<String> = units.iter().map(|s| s.to_string()).collect();
+    u.sort();
+    u.dedup();
+    pb::Disruption {
+        level: level as i32,
+        units: u,
+    }
+}
+
+struct ChangeBuilder<'a> {
+    id: String,
+    op: ChangeOperation,
+    before: String,
+    after: String,
+    covered: Result<&'a str, String>,
+    disruption: pb::Disruption,
+    targets: Vec<String>,
+}
+
+impl ChangeBuilder<'_> {
+    fn build(self) -> pb::Change {
+        let (covered, reason) = match self.covered {
+            Ok(r) => (true, r.to_string()),
+            Err(r) => (false, r),
+        };
+        let mut targets = self.targets;
+        targets.sort();
+        targets.dedup();
+        pb::Change {
+            id: self.id,
+            operation: self.op as i32,
+            before: self.before,
+            after: self.after,
+            covered,
+            reason,
+            disruption: Some(self.disruption),
+            targets,
+        }
+    }
+}
+
+fn file_summary(content: &[u8], mode: u32, uid: u32, gid: u32) -> String {
+    format!(
+        "sha256:{} mode={mode:04o} uid={uid} gid={gid}",
+        sha256_hex(content)
+    )
+}
+
+fn summary_of_obs(obs: &FileObs) -> String {
+    match obs {
+        FileObs::File { content, entry } => file_summary(content, entry.mode, entry.uid, entry.gid),
+        FileObs::Absent => "absent".into(),
+        FileObs::Conflict(c) => c.clone(),
+    }
+}
+
+fn json_summary(v: Option<&Value>) -> String {
+    match v {
+        None => "absent".into(),
+        Some(v) => serde_json::to_string(v).unwrap_or_default(),
+    }
+}
+
+/// kubelet flag name of a KubeletConfiguration field (`maxPods` → `max-pods`).
+pub fn flag_name_of_field(field: &str) -> String {
+    let mut out = String::new();
+    for c in field.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('-');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+struct Planner<'a> {
+    desired: &'a NodeSpec,
+    obs: &'a Observed,
+    record: &'a AppliedRecord,
+    config: &'a Config,
+    opts: Options,
+    changes: Vec<pb::Change>,
+    steps: Steps,
+    next: AppliedRecord,
+    /// paths owned by sections other than `files`: path → section
+    reserved: BTreeMap<String, &'static str>,
+}
+
+/// Computes the plan. Pure: see the module docs.
+pub fn plan(
+    desired: &NodeSpec,
+    obs: &Observed,
+    record: &AppliedRecord,
+    config: &Config,
+    opts: Options,
+) -> Plan {
+    let mut reserved = BTreeMap::new();
+    reserved.insert(config.kubelet.config_path.clone(), "kubelet.config");
+    reserved.insert(config.kubelet.flags_path.clone(), "kubelet.flags");
+    reserved.insert(config.sysctl.drop_in.clone(), "sysctls");
+    if let Ok(b) = &obs.kernel {
+        for s in b.sources() {
+            reserved.insert(s.path.clone(), "kernelArgs");
+        }
+    }
+    let mut p = Planner {
+        desired,
+        obs,
+        record,
+        config,
+        opts,
+        changes: Vec::new(),
+        steps: Steps::default(),
+        next: AppliedRecord {
+            spec_hash: desired.hash(),
+            ..Default::default()
+        },
+        reserved,
+    };
+    p.files();
+    p.kubelet();
+    p.kernel_args();
+    p.sysctls();
+    let Planner {
+        mut changes,
+        steps,
+        next,
+        ..
+    } = p;
+    changes.sort_by(|a, b| a.id.cmp(&b.id));
+    let fully_covered = changes.iter().all(|c| c.covered);
+    let max_level = changes
+        .iter()
+        .filter_map(|c| c.disruption.as_ref().map(|d| d.level))
+        .max()
+        .unwrap_or(DisruptionLevel::None as i32);
+    let mut units = BTreeSet::new();
+    for c in &changes {
+        if let Some(d) = &c.disruption
+            && d.level <= DisruptionLevel::DaemonReload as i32
+        {
+            units.extend(d.units.iter().cloned());
+        }
+    }
+    let reboot_required = changes.iter().any(|c| {
+        c.disruption
+            .as_ref()
+            .is_some_and(|d| d.level == DisruptionLevel::Reboot as i32)
+    });
+    let report = pb::CoverageReport {
+        changes,
+        fully_covered,
+        max_disruption: Some(pb::Disruption {
+            level: max_level,
+            units: if max_level == DisruptionLevel::Reboot as i32 {
+                Vec::new()
+            } else {
+                units.into_iter().collect()
+            },
+        }),
+        reboot_required,
+        facts: None,
+        preservation: None,
+        spec_hash: desired.hash(),
+    };
+    Plan {
+        report,
+        steps,
+        record: next,
+    }
+}
+
+impl Planner<'_> {
+    fn push(&mut self, c: ChangeBuilder<'_>) {
+        self.changes.push(c.build());
+    }
+
+    fn file_disruption(&self, path: &str) -> (pb::Disruption, String) {
+        match self.config.disruption_for(path) {
+            Some(rule) => {
+                let units: Vec<&str> = rule.units.iter().map(String::as_str).collect();
+                (
+                    disruption(rule.action.level(), &units),
+                    format!(
+                        "written atomically; disruption rule {:?} applies",
+                        rule.path
+                    ),
+                )
+            }
+            None => (
+                disruption(DisruptionLevel::None, &[]),
+                "written atomically; no disruption rule matches the path".into(),
+            ),
+        }
+    }
+
+    fn add_disruption_steps(&mut self, d: &pb::Disruption) {
+        match DisruptionLevel::try_from(d.level).unwrap_or(DisruptionLevel::None) {
+            DisruptionLevel::Reload => self.steps.reloads.extend(d.units.iter().cloned()),
+            DisruptionLevel::Restart => self.steps.restarts.extend(d.units.iter().cloned()),
+            DisruptionLevel::DaemonReload => {
+                self.steps.daemon_reload = true;
+                self.steps.restarts.extend(d.units.iter().cloned());
+            }
+            DisruptionLevel::Reboot => self.steps.reboot = true,
+            _ => {}
+        }
+    }
+
+    fn files(&mut self) {
+        for f in &self.desired.files {
+            let id = format!("files[{}]", f.path);
+            let obs = self
+                .obs
+                .files
+                .get(&f.path)
+                .cloned()
+                .unwrap_or(FileObs::Absent);
+            let uid = match &f.owner {
+                None => Ok(0),
+                Some(o) => self.obs.accounts.uid(o),
+            };
+            let gid = match (&f.group, &f.owner) {
+                (Some(g), _) => self.obs.accounts.gid(g),
+                (None, _) => Ok(0),
+            };
+            let (d, reason) = self.file_disruption(&f.path);
+            let problem = if let Some(section) = self.reserved.get(&f.path) {
+                Some(format!(
+                    "{} is managed by the {section} section; change it there instead of as a file",
+                    f.path
+                ))
+            } else if let FileObs::Conflict(c) = &obs {
+                Some(c.clone())
+            } else if let Err(e) = &uid {
+                Some(e.clone())
+            } else if let Err(e) = &gid {
+                Some(e.clone())
+            } else {
+                None
+            };
+            let after_summary = file_summary(
+                &f.content,
+                f.mode,
+                *uid.as_ref().unwrap_or(&0),
+                *gid.as_ref().unwrap_or(&0),
+            );
+            if let Some(problem) = problem {
+                self.push(ChangeBuilder {
+                    id,
+                    op: if obs == FileObs::Absent {
+                        ChangeOperation::Create
+                    } else {
+                        ChangeOperation::Update
+                    },
+                    before: summary_of_obs(&obs),
+                    after: after_summary,
+                    covered: Err(problem),
+                    disruption: d,
+                    targets: vec![f.path.clone()],
+                });
+                continue;
+            }
+            let (uid, gid) = (uid.unwrap_or(0), gid.unwrap_or(0));
+            let sha = format!("sha256:{}", sha256_hex(&f.content));
+            let prior = self.record.files.get(&f.path).map(|m| m.original.clone());
+            let (op, original, save) = match &obs {
+                FileObs::Absent => (
+                    Some(ChangeOperation::Create),
+                    prior.unwrap_or(Original::Absent),
+                    None,
+                ),
+                FileObs::File { content, entry } => {
+                    let same = content == &f.content
+                        && entry.mode == f.mode
+                        && entry.uid == uid
+                        && entry.gid == gid;
+                    match (same, prior) {
+                        (true, Some(p)) => (None, p, None),
+                        (true, None) => (None, Original::Unchanged, None),
+                        (false, Some(p)) => (Some(ChangeOperation::Update), p, None),
+                        (false, None) => (
+                            Some(ChangeOperation::Update),
+                            Original::Saved {
+                                backup: backup_name(&f.path),
+                                sha256: format!("sha256:{}", sha256_hex(content)),
+                                mode: entry.mode,
+                                uid: entry.uid,
+                                gid: entry.gid,
+                            },
+                            Some(content.clone()),
+                        ),
+                    }
+                }
+                FileObs::Conflict(_) => (None, Original::Absent, None),
+            };
+            self.next.files.insert(
+                f.path.clone(),
+                ManagedFile {
+                    sha256: sha,
+                    mode: f.mode,
+                    uid,
+                    gid,
+                    original,
+                },
+            );
+            if let Some(op) = op {
+                self.add_disruption_steps(&d);
+                self.steps.writes.push(Write {
+                    path: f.path.clone(),
+                    content: f.content.clone(),
+                    mode: f.mode,
+                    uid,
+                    gid,
+                    save_original: save,
+                });
+                self.push(ChangeBuilder {
+                    id,
+                    op,
+                    before: summary_of_obs(&obs),
+                    after: after_summary,
+                    covered: Ok(&reason),
+                    disruption: d,
+                    targets: vec![f.path.clone()],
+                });
+            }
+        }
+        // files dropped from the spec
+        let desired: BTreeSet<&str> = self.desired.files.iter().map(|f| f.path.as_str()).collect();
+        for (path, m) in &self.record.files {
+            if desired.contains(path.as_str()) {
+                continue;
+            }
+            let id = format!("files[{path}]");
+            let obs = self.obs.files.get(path).cloned().unwrap_or(FileObs::Absent);
+            let (d, _) = self.file_disruption(path);
+            match &m.original {
+                Original::Unchanged => {}
+                Original::Absent => {
+                    if matches!(obs, FileObs::File { .. }) {
+                        self.add_disruption_steps(&d);
+                        self.steps.removes.push(path.clone());
+                        self.push(ChangeBuilder {
+                            id,
+                            op: ChangeOperation::Delete,
+                            before: summary_of_obs(&obs),
+                            after: "absent".into(),
+                            covered: Ok("created by inplaced and dropped from the spec: deleted"),
+                            disruption: d,
+                            targets: vec![path.clone()],
+                        });
+                    }
+                }
+                Original::Saved {
+                    backup,
+                    sha256,
+                    mode,
+                    uid,
+                    gid,
+                } => {
+                    let Some(bytes) = self.obs.originals.get(backup) else {
+                        self.push(ChangeBuilder {
+                            id,
+                            op: ChangeOperation::Update,
+                            before: summary_of_obs(&obs),
+                            after: sha256.clone(),
+                            covered: Err(format!(
+                                "the saved original of {path} is missing from the state directory; restore it by hand or keep the file in the spec"
+                            )),
+                            disruption: d,
+                            targets: vec![path.clone()],
+                        });
+                        continue;
+                    };
+                    self.add_disruption_steps(&d);
+                    self.steps.writes.push(Write {
+                        path: path.clone(),
+                        content: bytes.clone(),
+                        mode: *mode,
+                        uid: *uid,
+                        gid: *gid,
+                        save_original: None,
+                    });
+                    self.steps.drop_originals.push(backup.clone());
+                    self.push(ChangeBuilder {
+                        id,
+                        op: ChangeOperation::Update,
+                        before: summary_of_obs(&obs),
+                        after: file_summary(bytes, *mode, *uid, *gid),
+                        covered: Ok("dropped from the spec: the original saved before the first overwrite is restored"),
+                        disruption: d,
+                        targets: vec![path.clone()],
+                    });
+                }
+            }
+        }
+    }
+
+    fn kubelet(&mut self) {
+        let unit = self.config.kubelet.unit.clone();
+        let restart = disruption(DisruptionLevel::Restart, &[&unit]);
+        let mut restart_needed = false;
+
+        // ---- flags (first: config fields check the resulting flags for shadowing)
+        let flags_path = self.config.kubelet.flags_path.clone();
+        let (flags_text, flags_entry) = match &self.obs.kubelet.flags {
+            Some((t, e)) => (t.clone(), Some(*e)),
+            None => (String::new(), None),
+        };
+        let current_flags = kflags::parse(&flags_text, "KUBELET_KUBEADM_ARGS");
+        let mut final_flags: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut set: Vec<(String, String)> = Vec::new();
+        let mut remove: Vec<String> = Vec::new();
+        match &current_flags {
+            Err(e) => {
+                for (name, value) in &self.desired.kubelet_flags {
+                    self.push(ChangeBuilder {
+                        id: format!("kubelet.flags[{name}]"),
+                        op: ChangeOperation::Update,
+                        before: String::new(),
+                        after: value.clone(),
+                        covered: Err(format!("{flags_path}: {e}")),
+                        disruption: restart.clone(),
+                        targets: vec![flags_path.clone()],
+                    });
+                }
+            }
+            Ok(cur) => {
+                let cur: Vec<kflags::Flag> = cur.clone().unwrap_or_default();
+                for f in &cur {
+                    final_flags.insert(f.name.clone(), f.value.clone());
+                }
+                let current_of = |n: &str| {
+                    cur.iter()
+                        .rev()
+                        .find(|f| f.name == n)
+                        .map(|f| f.value.clone())
+                };
+                for (name, value) in &self.desired.kubelet_flags {
+                    let id = format!("kubelet.flags[{name}]");
+                    let now = current_of(name);
+                    let prior = match self.record.kubelet_flags.get(name) {
+                        Some(m) => m.prior.clone(),
+                        None => now.clone().map(|v| v.unwrap_or_default()),
+                    };
+                    self.next.kubelet_flags.insert(
+                        name.clone(),
+                        ManagedValue {
+                            value: value.clone(),
+                            prior,
+                        },
+                    );
+                    final_flags.insert(name.clone(), Some(value.clone()));
+                    let shadow = self.obs.kubelet.extra_args.iter().find_map(|(p, fl)| {
+                        fl.iter()
+                            .rev()
+                            .find(|f| &f.name == name)
+                            .filter(|f| f.value.as_deref() != Some(value.as_str()))
+                            .map(|f| (p.clone(), f.value.clone().unwrap_or_default()))
+                    });
+                    if now == Some(Some(value.clone())) && shadow.is_none() {
+                        continue;
+                    }
+                    let covered = match &shadow {
+                        Some((p, v)) => Err(format!(
+                            "--{name}={v} in {p} (KUBELET_EXTRA_ARGS) comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+                        )),
+                        None => Ok(
+                            "kubeadm-flags.env edited, other flags kept in order; kubelet restart",
+                        ),
+                    };
+                    if shadow.is_none() {
+                        set.push((name.clone(), value.clone()));
+                        restart_needed = true;
+                    }
+                    self.push(ChangeBuilder {
+                        id,
+                        op: if now.is_some() {
+                            ChangeOperation::Update
+                        } else {
+                            ChangeOperation::Create
+                        },
+                        before: match &now {
+                            None => "absent".into(),
+                            Some(v) => v.clone().unwrap_or_default(),
+                        },
+                        after: value.clone(),
+                        covered,
+                        disruption: restart.clone(),
+                        targets: vec![flags_path.clone()],
+                    });
+                }
+                for (name, m) in &self.record.kubelet_flags {
+                    if self.desired.kubelet_flags.contains_key(name) {
+                        continue;
+                    }
+                    let now = current_of(name);
+                    let want = m.prior.clone();
+                    if now.clone().map(|v| v.unwrap_or_default()) == want {
+                        continue;
+                    }
+                    match &want {
+                        Some(v) => {
+                            set.push((name.clone(), v.clone()));
+                            final_flags.insert(name.clone(), Some(v.clone()));
+                        }
+                        None => {
+                            remove.push(name.clone());
+                            final_flags.remove(name);
+                        }
+                    }
+                    restart_needed = true;
+                    self.push(ChangeBuilder {
+                        id: format!("kubelet.flags[{name}]"),
+                        op: if want.is_some() {
+                            ChangeOperation::Update
+                        } else {
+                            ChangeOperation::Delete
+                        },
+                        before: now
+                            .map(|v| v.unwrap_or_default())
+                            .unwrap_or_else(|| "absent".into()),
+                        after: want.clone().unwrap_or_else(|| "absent".into()),
+                        covered: Ok(
+                            "dropped from the spec: the prior value is restored; kubelet restart",
+                        ),
+                        disruption: restart.clone(),
+                        targets: vec![flags_path.clone()],
+                    });
+                }
+            }
+        }
+        if !set.is_empty() || !remove.is_empty() {
+            match kflags::edit(&flags_text, "KUBELET_KUBEADM_ARGS", &set, &remove) {
+                Ok(text) => {
+                    let (mode, uid, gid) = flags_entry
+                        .map(|e| (e.mode, e.uid, e.gid))
+                        .unwrap_or((0o644, 0, 0));
+                    self.steps.writes.push(Write {
+                        path: flags_path.clone(),
+                        content: text.into_bytes(),
+                        mode,
+                        uid,
+                        gid,
+                        save_original: None,
+                    });
+                }
+                Err(e) => self.fail_all("kubelet.flags[", &format!("{flags_path}: {e}")),
+            }
+        }
+
+        // ---- config
+        let cfg_path = self.config.kubelet.config_path.clone();
+        let desired_leaves = self
+            .desired
+            .kubelet_config
+            .as_ref()
+            .map(|m| kcfg::leaves(&Value::Object(m.clone())))
+            .unwrap_or_default();
+        let wants = !desired_leaves.is_empty() || !self.record.kubelet_config.is_empty();
+        if wants {
+            let parsed = match &self.obs.kubelet.config {
+                None => Err(format!(
+                    "no KubeletConfiguration file at {cfg_path}; set kubelet.config_path in the agent config if the kubelet reads another file"
+                )),
+                Some((text, entry)) => kcfg::parse(text)
+                    .map(|doc| (text.clone(), *entry, doc))
+                    .map_err(|e| format!("{cfg_path}: {e}")),
+            };
+            let mut edits = Vec::new();
+            for (path, value) in &desired_leaves {
+                let id = format!("kubelet.config.{}", path.join("."));
+                let (text_doc, now) = match &parsed {
+                    Ok((_, _, doc)) => (true, kcfg::get(doc, path).cloned()),
+                    Err(_) => (false, None),
+                };
+                if text_doc {
+                    let prior = match self.record.kubelet_config.get(&id) {
+                        Some(m) => m.value.prior.clone(),
+                        None => now.clone(),
+                    };
+                    self.next.kubelet_config.insert(
+                        id.clone(),
+                        ManagedField {
+                            path: path.clone(),
+                            value: ManagedValue {
+                                value: value.clone(),
+                                prior,
+                            },
+                        },
+                    );
+                }
+                if text_doc && now.as_ref() == Some(value) {
+                    continue;
+                }
+                let flag = flag_name_of_field(&path[0]);
+                let shadow = if let Some(v) = final_flags.get(&flag) {
+                    Some(format!(
+                        "kubelet flag --{flag}={} in {flags_path} overrides KubeletConfiguration field {}; manage it under kubelet.flags instead",
+                        v.clone().unwrap_or_default(),
+                        path[0]
+                    ))
+                } else {
+                    self.obs.kubelet.extra_args.iter().find_map(|(p, fl)| {
+                        fl.iter().any(|f| f.name == flag).then(|| {
+                            format!(
+                                "kubelet flag --{flag} in {p} (KUBELET_EXTRA_ARGS) overrides KubeletConfiguration field {}; change it there",
+                                path[0]
+                            )
+                        })
+                    })
+                };
+                let covered = match (&parsed, shadow) {
+                    (Err(e), _) => Err(e.clone()),
+                    (_, Some(s)) => Err(s),
+                    _ => {
+                        edits.push(LeafEdit::Set(path.clone(), value.clone()));
+                        Ok(
+                            "merged into the KubeletConfiguration file, every other field kept; kubelet restart",
+                        )
+                    }
+                };
+                self.push(ChangeBuilder {
+                    id,
+                    op: if now.is_some() {
+                        ChangeOperation::Update
+                    } else {
+                        ChangeOperation::Create
+                    },
+                    before: json_summary(now.as_ref()),
+                    after: json_summary(Some(value)),
+                    covered,
+                    disruption: restart.clone(),
+                    targets: vec![cfg_path.clone()],
+                });
+            }
+            if let Ok((_, _, doc)) = &parsed {
+                for (id, m) in &self.record.kubelet_config {
+                    if desired_leaves.iter().any(|(p, _)| p == &m.path) {
+                        continue;
+                    }
+                    let now = kcfg::get(doc, &m.path).cloned();
+                    if now == m.value.prior {
+                        continue;
+                    }
+                    edits.push(match &m.value.prior {
+                        Some(v) => LeafEdit::Set(m.path.clone(), v.clone()),
+                        None => LeafEdit::Remove(m.path.clone()),
+                    });
+                    self.push(ChangeBuilder {
+                        id: id.clone(),
+                        op: if m.value.prior.is_some() {
+                            ChangeOperation::Update
+                        } else {
+                            ChangeOperation::Delete
+                        },
+                        before: json_summary(now.as_ref()),
+                        after: json_summary(m.value.prior.as_ref()),
+                        covered: Ok(
+                            "dropped from the spec: the prior value is restored; kubelet restart",
+                        ),
+                        disruption: restart.clone(),
+                        targets: vec![cfg_path.clone()],
+                    });
+                }
+            }
+            if let (Ok((text, entry, _)), false) = (&parsed, edits.is_empty()) {
+                match kcfg::edit(text, &edits) {
+                    Ok(edited) => {
+                        restart_needed = true;
+                        self.steps.writes.push(Write {
+                            path: cfg_path.clone(),
+                            content: edited.text.into_bytes(),
+                            mode: entry.mode,
+                            uid: entry.uid,
+                            gid: entry.gid,
+                            save_original: None,
+                        });
+                    }
+                    Err(e) => self.fail_all("kubelet.config.", &format!("{cfg_path}: {e}")),
+                }
+            }
+        }
+        if restart_needed {
+            self.steps.restarts.insert(unit);
+        }
+    }
+
+    /// Marks every change whose id starts with `prefix` not covered with `reason`.
+    fn fail_all(&mut self, prefix: &str, reason: &str) {
+        for c in self.changes.iter_mut().filter(|c| c.id.starts_with(prefix)) {
+            c.covered = false;
+            c.reason = reason.to_string();
+        }
+    }
+
+    fn kernel_args(&mut self) {
+        if self.desired.kernel_args.is_empty() && self.record.kernel_args.is_empty() {
+            return;
+        }
+        let reboot = disruption(DisruptionLevel::Reboot, &[]);
+        let desired: Vec<Arg> = self
+            .desired
+            .kernel_args
+            .iter()
+            .filter_map(|a| Arg::parse_one(a).ok())
+            .collect();
+        let added: Vec<Arg> = self
+            .record
+            .kernel_args
+            .iter()
+            .filter_map(|a| Arg::parse_one(a).ok())
+            .collect();
+        // args the agent added that are no longer desired (multiset difference)
+        let mut want = desired.clone();
+        let mut to_remove = Vec::new();
+        let mut kept = Vec::new();
+        for a in &added {
+            if let Some(i) = want.iter().position(|d| d.matches_exactly(a)) {
+                want.remove(i);
+                kept.push(a.clone());
+            } else {
+                to_remove.push(a.clone());
+            }
+        }
+        let backend = match &self.obs.kernel {
+            Ok(b) => b,
+            Err(e) => {
+                for a in &desired {
+                    self.push(ChangeBuilder {
+                        id: format!("kernelArgs[{}]", a.key()),
+                        op: ChangeOperation::Create,
+                        before: String::new(),
+                        after: a.as_str().to_string(),
+                        covered: Err(e.to_string()),
+                        disruption: reboot.clone(),
+                        targets: vec![],
+                    });
+                }
+                self.next.kernel_args = self.record.kernel_args.clone();
+                return;
+            }
+        };
+        let next_boot = backend.next_boot().apply(&to_remove, &[]);
+        // desired args missing from the next boot (counting duplicates)
+        let mut have: Vec<Arg> = next_boot.args().to_vec();
+        let mut to_add = Vec::new();
+        for d in &desired {
+            if let Some(i) = have.iter().position(|h| h.matches_exactly(d)) {
+                have.remove(i);
+            } else {
+                to_add.push(d.clone());
+            }
+        }
+        let mut owned = kept;
+        owned.extend(to_add.iter().cloned());
+        self.next.kernel_args = owned.iter().map(|a| a.as_str().to_string()).collect();
+
+        // group by key for the report
+        let mut by_key: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+        for a in &to_remove {
+            by_key
+                .entry(a.key().replace('_', "-"))
+                .or_default()
+                .0
+                .push(a.as_str().into());
+        }
+        for a in &to_add {
+            by_key
+                .entry(a.key().replace('_', "-"))
+                .or_default()
+                .1
+                .push(a.as_str().into());
+        }
+        let problem = if self.opts.reboot_forbidden {
+            Some("kernel arguments take effect only after a reboot and the reboot policy is FORBIDDEN".to_string())
+        } else {
+            backend.problem()
+        };
+        let edits = if problem.is_none() && !by_key.is_empty() {
+            backend.edit(&to_remove, &to_add)
+        } else {
+            Ok(Vec::new())
+        };
+        let targets: Vec<String> = match &edits {
+            Ok(e) => e.iter().map(|e| e.path.clone()).collect(),
+            Err(_) => vec![],
+        };
+        let reason_ok = format!(
+            "{}; appended after the existing arguments, takes effect at the next boot",
+            backend.reason()
+        );
+        for (key, (removed, appended)) in &by_key {
+            let covered = match (&problem, &edits) {
+                (Some(p), _) => Err(p.clone()),
+                (None, Err(e)) => Err(e.clone()),
+                (None, Ok(_)) => Ok(reason_ok.as_str()),
+            };
+            let op = match (removed.is_empty(), appended.is_empty()) {
+                (true, false) => ChangeOperation::Create,
+                (false, true) => ChangeOperation::Delete,
+                _ => ChangeOperation::Update,
+            };
+            self.changes.push(
+                ChangeBuilder {
+                    id: format!("kernelArgs[{key}]"),
+                    op,
+                    before: removed.join(" "),
+                    after: appended.join(" "),
+                    covered,
+                    disruption: reboot.clone(),
+                    targets: targets.clone(),
+                }
+                .build(),
+            );
+        }
+        if let (None, Ok(edits)) = (&problem, edits)
+            && !edits.is_empty()
+        {
+            for e in edits {
+                self.steps.writes.push(Write {
+                    path: e.path,
+                    content: e.content,
+                    mode: 0,
+                    uid: u32::MAX,
+                    gid: u32::MAX,
+                    save_original: None,
+                });
+            }
+            if let Some(cmd) = backend.regenerate() {
+                self.steps.commands.push(cmd);
+            }
+            self.steps.reboot = true;
+        }
+        // staged for the next boot but not running yet: a reboot, no edit
+        if by_key.is_empty()
+            && let Some(running) = &self.obs.proc_cmdline
+        {
+            let running = Cmdline::parse(running);
+            let mut have: Vec<Arg> = running.args().to_vec();
+            let mut missing = Vec::new();
+            for d in &owned {
+                if let Some(i) = have.iter().position(|h| h.matches_exactly(d)) {
+                    have.remove(i);
+                } else {
+                    missing.push(d.as_str().to_string());
+                }
+            }
+            if !missing.is_empty() && !self.opts.reboot_forbidden {
+                self.steps.reboot = true;
+                self.changes.push(
+                    ChangeBuilder {
+                        id: "kernelArgs".into(),
+                        op: ChangeOperation::Update,
+                        before: "not in /proc/cmdline".into(),
+                        after: missing.join(" "),
+                        covered: Ok("already staged in the boot configuration; the running kernel has not booted with it yet: reboot only"),
+                        disruption: reboot.clone(),
+                        targets: vec![],
+                    }
+                    .build(),
+                );
+            }
+        }
+    }
+
+    fn sysctls(&mut self) {
+        if self.desired.sysctls.is_empty() && self.record.sysctls.is_empty() {
+            return;
+        }
+        let none = disruption(DisruptionLevel::None, &[]);
+        let drop_in = self.config.sysctl.drop_in.clone();
+        let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let current_drop_in: BTreeMap<String, String> = self
+            .obs
+            .sysctls
+            .drop_in
+            .as_ref()
+            .map(|(t, _)| parse_sysctl_conf(t))
+            .unwrap_or_default();
+        let mut drop_in_values = BTreeMap::new();
+        for (key, value) in &self.desired.sysctls {
+            let id = format!("sysctls[{key}]");
+            let live = self.obs.sysctls.live.get(key).cloned().flatten();
+            let path = observe::sysctl_path(key);
+            let Some(live) = live else {
+                self.push(ChangeBuilder {
+                    id,
+                    op: ChangeOperation::Update,
+                    before: "absent".into(),
+                    after: value.clone(),
+                    covered: Err(format!(
+                        "{path} does not exist on this node: the key is unknown or its kernel module is not loaded"
+                    )),
+                    disruption: none.clone(),
+                    targets: vec![path, drop_in.clone()],
+                });
+                continue;
+            };
+            drop_in_values.insert(key.clone(), value.clone());
+            let prior = match self.record.sysctls.get(key) {
+                Some(m) => m.prior.clone(),
+                None => Some(live.clone()),
+            };
+            self.next.sysctls.insert(
+                key.clone(),
+                ManagedValue {
+                    value: value.clone(),
+                    prior,
+                },
+            );
+            let live_ok = norm(&live) == norm(value);
+            let persisted_ok = current_drop_in.get(key).map(|v| norm(v)) == Some(norm(value));
+            if live_ok && persisted_ok {
+                continue;
+            }
+            if !live_ok {
+                self.steps.sysctls.push((key.clone(), value.clone()));
+            }
+            self.push(ChangeBuilder {
+                id,
+                op: ChangeOperation::Update,
+                before: live.clone(),
+                after: value.clone(),
+                covered: Ok("written live under /proc/sys and persisted in the sysctl.d drop-in"),
+                disruption: none.clone(),
+                targets: vec![path, drop_in.clone()],
+            });
+        }
+        for (key, m) in &self.record.sysctls {
+            if self.desired.sysctls.contains_key(key) {
+                continue;
+            }
+            let live = self.obs.sysctls.live.get(key).cloned().flatten();
+            if let (Some(prior), Some(l)) = (&m.prior, &live)
+                && norm(prior) != norm(l)
+            {
+                self.steps.sysctls.push((key.clone(), prior.clone()));
+            }
+            self.push(ChangeBuilder {
+                id: format!("sysctls[{key}]"),
+                op: ChangeOperation::Delete,
+                before: live.unwrap_or_default(),
+                after: m.prior.clone().unwrap_or_default(),
+                covered: Ok("dropped from the spec: the prior live value is restored and the key leaves the drop-in"),
+                disruption: none.clone(),
+                targets: vec![observe::sysctl_path(key), drop_in.clone()],
+            });
+        }
+        let rendered = render_sysctl_conf(&drop_in_values);
+        let current_text = self.obs.sysctls.drop_in.as_ref().map(|(t, _)| t.clone());
+        if drop_in_values.is_empty() {
+            if current_text.is_some() && !self.record.sysctls.is_empty() {
+                self.steps.removes.push(drop_in);
+            }
+        } else if current_text.as_deref() != Some(rendered.as_str()) {
+            self.steps.writes.push(Write {
+                path: drop_in,
+                content: rendered.into_bytes(),
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                save_original: None,
+            });
+        }
+    }
+}
+
+/// Parses sysctl.d(5) text: `key = value` lines, `#`/`;` comments, a leading `-` ignored.
+pub fn parse_sysctl_conf(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with(['#', ';']) {
+            continue;
+        }
+        if let Some((k, v)) = l.split_once('=') {
+            let k = k.trim().trim_start_matches('-').replace('/', ".");
+            out.insert(k, v.trim().to_string());
+        }
+    }
+    out
+}
+
+/// Renders the agent's sysctl.d drop-in, keys sorted.
+pub fn render_sysctl_conf(values: &BTreeMap<String, String>) -> String {
+    let mut s =
+        String::from("# Managed by inplaced: sysctls of the applied NodeSpec. Do not edit.\n");
+    for (k, v) in values {
+        s.push_str(&format!("{k} = {v}\n"));
+    }
+    s
+}
+
+/// Metadata to keep when rewriting an existing configuration file: `u32::MAX` ids and a
+/// zero mode in a [`Write`] mean "keep the file's own".
+pub fn resolve_keep(w: &Write, existing: Option<Entry>) -> (u32, u32, u32) {
+    match existing {
+        Some(e) if w.uid == u32::MAX => (e.mode, e.uid, e.gid),
+        None if w.uid == u32::MAX => (0o644, 0, 0),
+        _ => (w.mode, w.uid, w.gid),
+    }
+}

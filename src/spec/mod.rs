@@ -1,0 +1,449 @@
+//! The NodeSpec: the desired node state the agent manages.
+//!
+//! Three forms:
+//! - the wire form [`pb::NodeSpec`] (protobuf, `proto/inplace/v1/inplace.proto`);
+//! - the file form, YAML with camelCase keys ([`yaml::parse`]), which converts to the wire
+//!   form;
+//! - the validated domain form [`NodeSpec`] ([`NodeSpec::from_pb`]), which the planner uses.
+//!
+//! Validation errors ([`SpecError`]) name the field (`files[2].path`) and the fix; the
+//! server maps them to `INVALID_ARGUMENT`.
+
+pub mod yaml;
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::node::accounts::IdRef;
+use crate::pb;
+
+/// A spec that can not be accepted, with the field it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    /// Field path, e.g. `files[0].mode`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl SpecError {
+    /// Builds an error for `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        SpecError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Default file mode when a spec gives none.
+pub const DEFAULT_FILE_MODE: u32 = 0o644;
+
+/// A validated file item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    /// Absolute normalized node path.
+    pub path: String,
+    /// Full content.
+    pub content: Vec<u8>,
+    /// Permission bits (0o7777 mask).
+    pub mode: u32,
+    /// Owner user (None = root).
+    pub owner: Option<IdRef>,
+    /// Owner group (None = root).
+    pub group: Option<IdRef>,
+}
+
+/// A validated NodeSpec.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeSpec {
+    /// Files, in spec order (paths unique).
+    pub files: Vec<FileSpec>,
+    /// Partial KubeletConfiguration (a JSON object), if any.
+    pub kubelet_config: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Kubelet flags without dashes → value.
+    pub kubelet_flags: BTreeMap<String, String>,
+    /// Managed kernel arguments, in order.
+    pub kernel_args: Vec<String>,
+    /// Sysctls, dotted key → value.
+    pub sysctls: BTreeMap<String, String>,
+}
+
+fn validate_path(field: &str, path: &str) -> Result<(), SpecError> {
+    if path.is_empty() {
+        return Err(SpecError::new(
+            field,
+            "path is empty; give an absolute path such as /etc/sysctl.d/90-tuning.conf",
+        ));
+    }
+    if !path.starts_with('/') {
+        return Err(SpecError::new(
+            field,
+            format!("path {path:?} is relative; give an absolute path starting with '/'"),
+        ));
+    }
+    if path.contains('\0') {
+        return Err(SpecError::new(field, "path contains a NUL byte"));
+    }
+    if path == "/" {
+        return Err(SpecError::new(
+            field,
+            "path is the root directory; name a file",
+        ));
+    }
+    if crate::node::sysroot::components(path).is_err() {
+        return Err(SpecError::new(
+            field,
+            format!("path {path:?} is not normalized; remove '.', '..', repeated or trailing '/'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Splits `owner` ("user", "user:group", "997:997") and `group` into references.
+fn owner_refs(
+    field: &str,
+    owner: &str,
+    group: &str,
+) -> Result<(Option<IdRef>, Option<IdRef>), SpecError> {
+    let (user, from_owner) = match owner.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (owner, None),
+    };
+    if let Some(g) = from_owner
+        && !group.is_empty()
+        && g != group
+    {
+        return Err(SpecError::new(
+            format!("{field}.group"),
+            format!(
+                "owner {owner:?} names group {g:?} but group is {group:?}; give the group once"
+            ),
+        ));
+    }
+    let group = if group.is_empty() {
+        from_owner.unwrap_or("")
+    } else {
+        group
+    };
+    for (f, v) in [("owner", user), ("group", group)] {
+        if v.chars()
+            .any(|c| c.is_whitespace() || c == ':' || c == '/' || c.is_control())
+        {
+            return Err(SpecError::new(
+                format!("{field}.{f}"),
+                format!("{v:?} is not a valid user or group name or numeric id"),
+            ));
+        }
+    }
+    let r = |s: &str| (!s.is_empty()).then(|| IdRef::parse(s));
+    Ok((r(user), r(group)))
+}
+
+/// Validates a kubelet flag name and value: `[a-z0-9][a-z0-9-]*`, and a value with no
+/// whitespace or control characters (systemd splits `$KUBELET_KUBEADM_ARGS` on whitespace).
+pub fn validate_flag(field: &str, name: &str, value: &str) -> Result<(), SpecError> {
+    let ok_name = !name.is_empty()
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok_name {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "flag name {name:?} is not valid; write it without leading dashes, in lower case, e.g. max-pods"
+            ),
+        ));
+    }
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(SpecError::new(
+            field,
+            "flag value contains whitespace or a control character; systemd splits KUBELET_KUBEADM_ARGS on whitespace, so such a value can not be passed",
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a sysctl key (dotted or slashed form) and value.
+fn validate_sysctl(field: &str, key: &str, value: &str) -> Result<(), SpecError> {
+    let ok = !key.is_empty()
+        && !key.starts_with(['.', '/'])
+        && !key.ends_with(['.', '/'])
+        && !key.contains("..")
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '*'));
+    if !ok || key.contains('*') {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "sysctl key {key:?} is not valid; use the dotted form such as vm.max_map_count"
+            ),
+        ));
+    }
+    if value.is_empty() || value.contains(['\n', '\0']) {
+        return Err(SpecError::new(
+            field,
+            "sysctl value must be a non-empty single line",
+        ));
+    }
+    Ok(())
+}
+
+/// Validates one kernel argument: non-empty, no NUL/newline, whitespace only inside double
+/// quotes, balanced quotes (the kernel's `next_arg()` tokenization).
+fn validate_kernel_arg(field: &str, arg: &str) -> Result<(), SpecError> {
+    crate::cmdline::Arg::parse_one(arg)
+        .map(|_| ())
+        .map_err(|e| SpecError::new(field, e.to_string()))
+}
+
+impl NodeSpec {
+    /// Validates a wire spec. Errors name the first offending field.
+    pub fn from_pb(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
+        let mut files = Vec::with_capacity(p.files.len());
+        let mut seen = BTreeMap::new();
+        for (i, f) in p.files.iter().enumerate() {
+            let field = format!("files[{i}]");
+            validate_path(&format!("{field}.path"), &f.path)?;
+            if let Some(j) = seen.insert(f.path.clone(), i) {
+                return Err(SpecError::new(
+                    format!("{field}.path"),
+                    format!("{} is also files[{j}]; give each path once", f.path),
+                ));
+            }
+            let mode = f.mode.unwrap_or(DEFAULT_FILE_MODE);
+            if mode > 0o7777 {
+                return Err(SpecError::new(
+                    format!("{field}.mode"),
+                    format!(
+                        "mode {mode:#o} has bits beyond 07777; give permission bits such as \"0644\""
+                    ),
+                ));
+            }
+            let (owner, group) = owner_refs(&field, &f.owner, &f.group)?;
+            files.push(FileSpec {
+                path: f.path.clone(),
+                content: f.content.clone(),
+                mode,
+                owner,
+                group,
+            });
+        }
+        let mut spec = NodeSpec {
+            files,
+            ..Default::default()
+        };
+        if let Some(k) = &p.kubelet {
+            if let Some(cfg) = &k.config {
+                let serde_json::Value::Object(map) = struct_to_json(cfg) else {
+                    return Err(SpecError::new("kubelet.config", "must be a mapping"));
+                };
+                for key in ["apiVersion", "kind"] {
+                    if map.contains_key(key) {
+                        return Err(SpecError::new(
+                            format!("kubelet.config.{key}"),
+                            "is set by the kubelet's config file; remove it from the partial KubeletConfiguration",
+                        ));
+                    }
+                }
+                if !map.is_empty() {
+                    spec.kubelet_config = Some(map);
+                }
+            }
+            for (name, value) in &k.flags {
+                validate_flag(&format!("kubelet.flags[{name}]"), name, value)?;
+                spec.kubelet_flags.insert(name.clone(), value.clone());
+            }
+        }
+        for (i, a) in p.kernel_args.iter().enumerate() {
+            validate_kernel_arg(&format!("kernelArgs[{i}]"), a)?;
+            spec.kernel_args.push(a.clone());
+        }
+        for (k, v) in &p.sysctls {
+            validate_sysctl(&format!("sysctls[{k}]"), k, v)?;
+            spec.sysctls.insert(k.replace('/', "."), v.clone());
+        }
+        Ok(spec)
+    }
+
+    /// `sha256:<hex>` over a canonical JSON encoding (object keys sorted, file content
+    /// hashed), so equal specs hash equally whatever their YAML or map order.
+    pub fn hash(&self) -> String {
+        let files: Vec<serde_json::Value> = self
+            .files
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "path": f.path,
+                    "content": sha256_hex(&f.content),
+                    "mode": f.mode,
+                    "owner": f.owner.as_ref().map(|o| o.to_string()),
+                    "group": f.group.as_ref().map(|o| o.to_string()),
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "files": files,
+            "kubeletConfig": self.kubelet_config.clone().map(serde_json::Value::Object).map(canonical),
+            "kubeletFlags": self.kubelet_flags,
+            "kernelArgs": self.kernel_args,
+            "sysctls": self.sysctls,
+        });
+        let text = serde_json::to_string(&canonical(v)).unwrap_or_default();
+        format!("sha256:{}", sha256_hex(text.as_bytes()))
+    }
+}
+
+/// Recursively sorts object keys.
+pub fn canonical(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let sorted: BTreeMap<String, serde_json::Value> =
+                m.into_iter().map(|(k, v)| (k, canonical(v))).collect();
+            serde_json::Value::Object(sorted.into_iter().collect())
+        }
+        serde_json::Value::Array(a) => {
+            serde_json::Value::Array(a.into_iter().map(canonical).collect())
+        }
+        other => other,
+    }
+}
+
+/// Lower-case hex SHA-256.
+pub fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// Converts a protobuf `Struct` into JSON. Numbers that are integral and within ±2^53 become
+/// JSON integers (protobuf `Value` only has doubles; Kubernetes fields such as `maxPods` are
+/// integers).
+pub fn struct_to_json(s: &pbjson_types::Struct) -> serde_json::Value {
+    serde_json::Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_to_json(v)))
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect(),
+    )
+}
+
+fn value_to_json(v: &pbjson_types::Value) -> serde_json::Value {
+    use pbjson_types::value::Kind;
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+        Some(Kind::BoolValue(b)) => serde_json::Value::Bool(*b),
+        Some(Kind::NumberValue(n)) => {
+            if n.fract() == 0.0 && n.abs() <= 9_007_199_254_740_992.0 {
+                serde_json::Value::from(*n as i64)
+            } else {
+                serde_json::Number::from_f64(*n)
+                    .map(serde_json::Value::Number)
+                    .unwrap_or(serde_json::Value::Null)
+            }
+        }
+        Some(Kind::StringValue(s)) => serde_json::Value::String(s.clone()),
+        Some(Kind::StructValue(s)) => struct_to_json(s),
+        Some(Kind::ListValue(l)) => {
+            serde_json::Value::Array(l.values.iter().map(value_to_json).collect())
+        }
+    }
+}
+
+/// Converts a JSON object into a protobuf `Struct`.
+pub fn json_to_struct(m: &serde_json::Map<String, serde_json::Value>) -> pbjson_types::Struct {
+    pbjson_types::Struct {
+        fields: m
+            .iter()
+            .map(|(k, v)| (k.clone(), json_to_value(v)))
+            .collect(),
+    }
+}
+
+fn json_to_value(v: &serde_json::Value) -> pbjson_types::Value {
+    use pbjson_types::value::Kind;
+    let kind = match v {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(a) => Kind::ListValue(pbjson_types::ListValue {
+            values: a.iter().map(json_to_value).collect(),
+        }),
+        serde_json::Value::Object(m) => Kind::StructValue(json_to_struct(m)),
+    };
+    pbjson_types::Value { kind: Some(kind) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str) -> pb::File {
+        pb::File {
+            path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn path_errors_name_the_field() {
+        for (p, want) in [
+            ("", "files[0].path: path is empty"),
+            ("etc/x", "files[0].path: path \"etc/x\" is relative"),
+            (
+                "/etc/../x",
+                "files[0].path: path \"/etc/../x\" is not normalized",
+            ),
+        ] {
+            let spec = pb::NodeSpec {
+                files: vec![file(p)],
+                ..Default::default()
+            };
+            let e = NodeSpec::from_pb(&spec).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn owner_forms() {
+        assert_eq!(
+            owner_refs("f", "etcd:etcd", "").unwrap(),
+            (
+                Some(IdRef::Name("etcd".into())),
+                Some(IdRef::Name("etcd".into()))
+            )
+        );
+        assert_eq!(
+            owner_refs("f", "997", "0").unwrap(),
+            (Some(IdRef::Id(997)), Some(IdRef::Id(0)))
+        );
+        assert!(owner_refs("f", "a:b", "c").is_err());
+    }
+
+    #[test]
+    fn hash_ignores_map_order_but_not_values() {
+        let mut a = pb::NodeSpec::default();
+        a.sysctls.insert("a.b".into(), "1".into());
+        a.sysctls.insert("c.d".into(), "2".into());
+        let h1 = NodeSpec::from_pb(&a).unwrap().hash();
+        let mut b = a.clone();
+        b.sysctls.insert("c.d".into(), "3".into());
+        assert_ne!(h1, NodeSpec::from_pb(&b).unwrap().hash());
+        assert_eq!(h1, NodeSpec::from_pb(&a.clone()).unwrap().hash());
+        assert!(h1.starts_with("sha256:"));
+    }
+
+    #[test]
+    fn integral_numbers_stay_integers() {
+        let mut m = serde_json::Map::new();
+        m.insert("maxPods".into(), serde_json::json!(250));
+        m.insert("ratio".into(), serde_json::json!(0.5));
+        let back = struct_to_json(&json_to_struct(&m));
+        assert_eq!(back, serde_json::json!({"maxPods": 250, "ratio": 0.5}));
+    }
+}

@@ -1,0 +1,267 @@
+//! The NodeSpec file form: YAML with camelCase keys, like a Kubernetes object's spec.
+//!
+//! ```yaml
+//! files:
+//!   - path: /etc/sysctl.d/90-tuning.conf
+//!     content: |
+//!       vm.max_map_count = 262144
+//!     mode: "0644"          # quoted octal string; an unquoted number is refused
+//!     owner: root           # or "etcd:etcd", or numeric ids
+//! kubelet:
+//!   config: {maxPods: 250}  # partial KubeletConfiguration
+//!   flags: {max-pods: "250"}
+//! kernelArgs: [isolcpus=2-7, nohz_full=2-7]
+//! sysctls: {vm.max_map_count: "262144"}
+//! ```
+//!
+//! Unknown keys are refused (a misspelt section must not be silently ignored). `mode` must
+//! be a quoted octal string: YAML 1.1 parsers (go-yaml v2, PyYAML) read an unquoted `0644`
+//! as octal 420 while YAML 1.2 parsers read it as decimal 644, so the same file would mean
+//! two different modes.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::SpecError;
+use crate::pb;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlSpec {
+    #[serde(default)]
+    files: Vec<YamlFile>,
+    #[serde(default)]
+    kubelet: Option<YamlKubelet>,
+    #[serde(default)]
+    kernel_args: Vec<String>,
+    #[serde(default)]
+    sysctls: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlFile {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    content_base64: Option<String>,
+    #[serde(default)]
+    mode: Option<Value>,
+    #[serde(default)]
+    owner: Option<Value>,
+    #[serde(default)]
+    group: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlKubelet {
+    #[serde(default)]
+    config: Option<Value>,
+    #[serde(default)]
+    flags: BTreeMap<String, Value>,
+}
+
+/// Parses an octal mode string ("0640", "1777", "644").
+///
+/// Errors name `field` and explain the quoting rule when given a YAML number.
+pub fn parse_mode(field: &str, v: &Value) -> Result<u32, SpecError> {
+    match v {
+        Value::String(s) => {
+            let digits = s.strip_prefix("0o").unwrap_or(s);
+            if !(3..=5).contains(&digits.len()) || !digits.chars().all(|c| ('0'..='7').contains(&c))
+            {
+                return Err(SpecError::new(
+                    field,
+                    format!("{s:?} is not an octal mode; write it like \"0644\" or \"1777\""),
+                ));
+            }
+            let m = u32::from_str_radix(digits, 8).unwrap_or(u32::MAX);
+            if m > 0o7777 {
+                return Err(SpecError::new(
+                    field,
+                    format!("{s:?} has bits beyond 07777; write permission bits like \"0644\""),
+                ));
+            }
+            Ok(m)
+        }
+        Value::Number(n) => Err(SpecError::new(
+            field,
+            format!(
+                "got the unquoted number {n}; write the mode as a quoted octal string such as \"0{n}\". \
+                 YAML 1.1 reads an unquoted 0644 as octal (420) and YAML 1.2 as decimal 644, so an unquoted mode is ambiguous"
+            ),
+        )),
+        other => Err(SpecError::new(
+            field,
+            format!("expected a quoted octal string such as \"0644\", got {other}"),
+        )),
+    }
+}
+
+fn scalar_string(field: &str, v: &Value) -> Result<String, SpecError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        other => Err(SpecError::new(
+            field,
+            format!("expected a string, number or boolean, got {other}"),
+        )),
+    }
+}
+
+/// Parses the YAML file form into the wire form. Syntax errors and unknown keys come back
+/// as a [`SpecError`] whose field is `spec` with the parser's line and column.
+pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
+    let y: YamlSpec = if text.trim().is_empty() {
+        YamlSpec {
+            files: vec![],
+            kubelet: None,
+            kernel_args: vec![],
+            sysctls: BTreeMap::new(),
+        }
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| {
+            let msg = e.to_string();
+            let msg = if msg.contains("unknown field") {
+                format!("{msg}; the sections are files, kubelet, kernelArgs and sysctls")
+            } else {
+                msg
+            };
+            SpecError::new("spec", msg)
+        })?
+    };
+    let mut out = pb::NodeSpec::default();
+    for (i, f) in y.files.into_iter().enumerate() {
+        let field = format!("files[{i}]");
+        let content = match (f.content, f.content_base64) {
+            (Some(_), Some(_)) => {
+                return Err(SpecError::new(
+                    format!("{field}.contentBase64"),
+                    "give either content or contentBase64, not both",
+                ));
+            }
+            (Some(c), None) => c.into_bytes(),
+            (None, Some(b)) => base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .map_err(|e| {
+                    SpecError::new(
+                        format!("{field}.contentBase64"),
+                        format!("not valid base64: {e}"),
+                    )
+                })?,
+            (None, None) => Vec::new(),
+        };
+        let mode = f
+            .mode
+            .as_ref()
+            .map(|m| parse_mode(&format!("{field}.mode"), m))
+            .transpose()?;
+        let owner = f
+            .owner
+            .as_ref()
+            .map(|v| scalar_string(&format!("{field}.owner"), v))
+            .transpose()?
+            .unwrap_or_default();
+        let group = f
+            .group
+            .as_ref()
+            .map(|v| scalar_string(&format!("{field}.group"), v))
+            .transpose()?
+            .unwrap_or_default();
+        out.files.push(pb::File {
+            path: f.path,
+            content,
+            mode,
+            owner,
+            group,
+        });
+    }
+    if let Some(k) = y.kubelet {
+        let mut kubelet = pb::Kubelet::default();
+        match k.config {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => kubelet.config = Some(super::json_to_struct(&m)),
+            Some(other) => {
+                return Err(SpecError::new(
+                    "kubelet.config",
+                    format!("expected a mapping (a partial KubeletConfiguration), got {other}"),
+                ));
+            }
+        }
+        for (name, v) in k.flags {
+            let field = format!("kubelet.flags[{name}]");
+            let value = scalar_string(&field, &v)?;
+            if name.starts_with('-') {
+                return Err(SpecError::new(
+                    field,
+                    format!(
+                        "write the flag name without leading dashes: {:?}",
+                        name.trim_start_matches('-')
+                    ),
+                ));
+            }
+            kubelet.flags.insert(name, value);
+        }
+        out.kubelet = Some(kubelet);
+    }
+    out.kernel_args = y.kernel_args;
+    for (k, v) in y.sysctls {
+        let value = scalar_string(&format!("sysctls[{k}]"), &v)?;
+        out.sysctls.insert(k, value);
+    }
+    Ok(out)
+}
+
+/// Parses and validates in one step.
+pub fn parse_validated(text: &str) -> Result<(pb::NodeSpec, super::NodeSpec), SpecError> {
+    let p = parse(text)?;
+    let s = super::NodeSpec::from_pb(&p)?;
+    Ok((p, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_modes() {
+        let p =
+            parse("files:\n- path: /a\n  mode: \"1777\"\n- path: /b\n  mode: '0640'\n").unwrap();
+        assert_eq!(p.files[0].mode, Some(0o1777));
+        assert_eq!(p.files[1].mode, Some(0o640));
+    }
+
+    #[test]
+    fn unquoted_mode_is_refused_with_explanation() {
+        let e = parse("files:\n- path: /a\n  mode: 644\n").unwrap_err();
+        assert_eq!(e.field, "files[0].mode");
+        assert!(e.message.contains("YAML 1.1"), "{e}");
+        assert!(e.message.contains("\"0644\""), "{e}");
+    }
+
+    #[test]
+    fn unknown_section_is_refused() {
+        let e = parse("filez: []\n").unwrap_err();
+        assert!(e.to_string().contains("filez"), "{e}");
+    }
+
+    #[test]
+    fn scalars_become_strings() {
+        let p = parse("sysctls:\n  vm.max_map_count: 262144\nkubelet:\n  flags:\n    max-pods: 250\n  config:\n    maxPods: 250\n").unwrap();
+        assert_eq!(p.sysctls["vm.max_map_count"], "262144");
+        assert_eq!(p.kubelet.as_ref().unwrap().flags["max-pods"], "250");
+    }
+
+    #[test]
+    fn base64_content() {
+        let p = parse("files:\n- path: /a\n  contentBase64: aGk=\n").unwrap();
+        assert_eq!(p.files[0].content, b"hi");
+    }
+}

@@ -1,0 +1,269 @@
+//! The agent's persistent state in its state directory (default `/var/lib/inplaced`):
+//!
+//! ```text
+//! applied.json                 the applied record: what the agent manages and what was there before
+//! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
+//! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
+//! actions.log                  unit actions and reboots, with --service-manager record
+//! ```
+//!
+//! Every file is written atomically and durably through [`Sysroot::write_atomic`] with mode
+//! 0600. The applied record holds hashes and non-secret settings, never file content.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::node::sysroot::{Sysroot, SysrootError};
+use crate::pb;
+
+/// Errors of the state directory; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// File system error.
+    #[error(transparent)]
+    Io(#[from] SysrootError),
+    /// A state file does not parse.
+    #[error("{path}: corrupt state file: {message}; move it aside to start from an empty record")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Parser message.
+        message: String,
+    },
+}
+
+/// How a managed file looked before the agent first wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Original {
+    /// The file did not exist: removing it from the spec deletes it.
+    Absent,
+    /// The file already had the desired state: removing it from the spec leaves it.
+    Unchanged,
+    /// The file existed: removing it from the spec restores this backup.
+    Saved {
+        /// Backup name under `originals/`.
+        backup: String,
+        /// `sha256:<hex>` of the original content.
+        sha256: String,
+        /// Original mode (0o7777 mask).
+        mode: u32,
+        /// Original owner.
+        uid: u32,
+        /// Original group.
+        gid: u32,
+    },
+}
+
+/// A managed file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedFile {
+    /// `sha256:<hex>` of the content written.
+    pub sha256: String,
+    /// Mode written.
+    pub mode: u32,
+    /// Owner written.
+    pub uid: u32,
+    /// Group written.
+    pub gid: u32,
+    /// What was there before.
+    pub original: Original,
+}
+
+/// A managed setting (kubelet config field, kubelet flag, sysctl) and its prior value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedValue<T> {
+    /// Value applied.
+    pub value: T,
+    /// Value before the agent first set it (None = absent).
+    pub prior: Option<T>,
+}
+
+/// A managed KubeletConfiguration leaf.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedField {
+    /// Path of keys, e.g. `["systemReserved", "cpu"]`.
+    pub path: Vec<String>,
+    /// Value applied and prior value.
+    #[serde(flatten)]
+    pub value: ManagedValue<serde_json::Value>,
+}
+
+/// What the agent applied last.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AppliedRecord {
+    /// Hash of the spec applied last.
+    pub spec_hash: String,
+    /// Managed files by path.
+    pub files: BTreeMap<String, ManagedFile>,
+    /// Managed kubelet config leaves by dotted id.
+    pub kubelet_config: BTreeMap<String, ManagedField>,
+    /// Managed kubelet flags by name.
+    pub kubelet_flags: BTreeMap<String, ManagedValue<String>>,
+    /// Kernel arguments the agent added (never ones it found there), in order.
+    pub kernel_args: Vec<String>,
+    /// Managed sysctls by dotted key.
+    pub sysctls: BTreeMap<String, ManagedValue<String>>,
+}
+
+impl AppliedRecord {
+    /// Number of managed items.
+    pub fn len(&self) -> usize {
+        self.files.len()
+            + self.kubelet_config.len()
+            + self.kubelet_flags.len()
+            + self.kernel_args.len()
+            + self.sysctls.len()
+    }
+
+    /// True when nothing is managed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The state directory.
+#[derive(Debug)]
+pub struct StateDir {
+    path: PathBuf,
+    dir: Sysroot,
+    uid: u32,
+    gid: u32,
+}
+
+/// Backup name of a node path under `originals/`.
+pub fn backup_name(path: &str) -> String {
+    crate::spec::sha256_hex(path.as_bytes())
+}
+
+impl StateDir {
+    /// Opens (creating with mode 0700) the state directory.
+    pub fn open(path: &Path) -> Result<StateDir, StateError> {
+        std::fs::create_dir_all(path).map_err(|e| SysrootError::Io {
+            path: path.display().to_string(),
+            op: "create state directory",
+            source: e,
+        })?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            SysrootError::Io {
+                path: path.display().to_string(),
+                op: "chmod state directory",
+                source: e,
+            }
+        })?;
+        Ok(StateDir {
+            path: path.to_path_buf(),
+            dir: Sysroot::open(path)?,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        })
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), StateError> {
+        self.dir
+            .write_atomic(rel, bytes, 0o600, self.uid, self.gid)?;
+        Ok(())
+    }
+
+    fn corrupt(&self, rel: &str, e: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt {
+            path: format!("{}{rel}", self.path.display()),
+            message: e.to_string(),
+        }
+    }
+
+    /// Loads the applied record (empty if none was written yet).
+    pub fn load_record(&self) -> Result<AppliedRecord, StateError> {
+        match self.dir.read("/applied.json")? {
+            None => Ok(AppliedRecord::default()),
+            Some(b) => serde_json::from_slice(&b).map_err(|e| self.corrupt("/applied.json", e)),
+        }
+    }
+
+    /// Persists the applied record.
+    pub fn save_record(&self, r: &AppliedRecord) -> Result<(), StateError> {
+        let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
+        self.write("/applied.json", &b)
+    }
+
+    /// Saves the original bytes of `path` (first overwrite only; an existing backup is kept).
+    pub fn save_original(&self, path: &str, content: &[u8]) -> Result<String, StateError> {
+        let name = backup_name(path);
+        let rel = format!("/originals/{name}");
+        if self.dir.stat(&rel)?.is_none() {
+            self.write(&rel, content)?;
+        }
+        Ok(name)
+    }
+
+    /// Reads a saved original.
+    pub fn read_original(&self, name: &str) -> Result<Option<Vec<u8>>, StateError> {
+        Ok(self.dir.read(&format!("/originals/{name}"))?)
+    }
+
+    /// Deletes a saved original once it is no longer needed.
+    pub fn drop_original(&self, name: &str) -> Result<(), StateError> {
+        self.dir.remove(&format!("/originals/{name}"))?;
+        Ok(())
+    }
+
+    /// Persists an operation.
+    pub fn save_operation(&self, op: &pb::Operation) -> Result<(), StateError> {
+        let rel = format!("/operations/{}.json", op.id);
+        let b = serde_json::to_vec_pretty(op).map_err(|e| self.corrupt(&rel, e))?;
+        self.write(&rel, &b)
+    }
+
+    /// All operations, newest first (by creation time, then id).
+    pub fn list_operations(&self) -> Result<Vec<pb::Operation>, StateError> {
+        let mut ops = Vec::new();
+        for name in self.dir.list_dir("/operations")?.unwrap_or_default() {
+            if !name.ends_with(".json") || name.starts_with('.') {
+                continue;
+            }
+            let rel = format!("/operations/{name}");
+            if let Some(b) = self.dir.read(&rel)? {
+                let op: pb::Operation =
+                    serde_json::from_slice(&b).map_err(|e| self.corrupt(&rel, e))?;
+                ops.push(op);
+            }
+        }
+        ops.sort_by(|a, b| {
+            let key = |o: &pb::Operation| o.created.map(|t| (t.seconds, t.nanos)).unwrap_or((0, 0));
+            key(b).cmp(&key(a)).then_with(|| b.id.cmp(&a.id))
+        });
+        Ok(ops)
+    }
+
+    /// One operation by id.
+    pub fn get_operation(&self, id: &str) -> Result<Option<pb::Operation>, StateError> {
+        let rel = format!("/operations/{id}.json");
+        match self.dir.read(&rel)? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| self.corrupt(&rel, e)),
+        }
+    }
+
+    /// Keeps the newest `keep` finished operations and deletes the rest.
+    pub fn prune(&self, keep: usize) -> Result<(), StateError> {
+        let ops = self.list_operations()?;
+        for op in ops.iter().skip(keep) {
+            self.dir.remove(&format!("/operations/{}.json", op.id))?;
+        }
+        Ok(())
+    }
+}

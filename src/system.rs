@@ -1,0 +1,200 @@
+//! What the agent does to the running system beyond writing files: unit actions, commands
+//! and reboots. One trait per backend family, each with a systemd implementation and a
+//! recording one.
+//!
+//! The recording implementation ([`Recorder`]) appends each request as one line to a log
+//! (`restart kubelet.service`, `run update-grub`, `reboot <reason>`) and reports success, so
+//! the demo and black-box tests run where no systemd runs; `inplaced --service-manager
+//! record` writes that log to `<state-dir>/actions.log`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// A failed system action, with the command and its output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{action}: {detail}")]
+pub struct SystemError {
+    /// The action, e.g. `systemctl restart kubelet.service`.
+    pub action: String,
+    /// Exit status and output, or the spawn error.
+    pub detail: String,
+}
+
+/// Controls systemd units (mirrors `systemctl restart|reload|daemon-reload|is-active`).
+pub trait ServiceManager: Send + Sync + std::fmt::Debug {
+    /// Restarts `unit` and waits for the job to finish.
+    fn restart(&self, unit: &str) -> Result<(), SystemError>;
+    /// Reloads `unit`.
+    fn reload(&self, unit: &str) -> Result<(), SystemError>;
+    /// Reloads the manager's unit files.
+    fn daemon_reload(&self) -> Result<(), SystemError>;
+}
+
+/// Reboots the node.
+pub trait Rebooter: Send + Sync + std::fmt::Debug {
+    /// Requests a reboot; `reason` is logged by the system.
+    fn reboot(&self, reason: &str) -> Result<(), SystemError>;
+}
+
+/// Runs host commands such as `update-grub`.
+pub trait CommandRunner: Send + Sync + std::fmt::Debug {
+    /// Runs `argv` to completion; returns its combined output.
+    fn run(&self, argv: &[String]) -> Result<String, SystemError>;
+}
+
+fn run_command(argv: &[String]) -> Result<String, SystemError> {
+    let action = argv.join(" ");
+    let Some((prog, args)) = argv.split_first() else {
+        return Err(SystemError {
+            action,
+            detail: "empty command".into(),
+        });
+    };
+    let out = Command::new(prog)
+        .args(args)
+        .output()
+        .map_err(|e| SystemError {
+            action: action.clone(),
+            detail: e.to_string(),
+        })?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(SystemError {
+            action,
+            detail: format!("{}: {}", out.status, text.trim()),
+        })
+    }
+}
+
+/// The real system: `systemctl` and `systemctl reboot`, commands run as given.
+#[derive(Debug, Default)]
+pub struct Systemd;
+
+impl ServiceManager for Systemd {
+    fn restart(&self, unit: &str) -> Result<(), SystemError> {
+        run_command(&["systemctl".into(), "restart".into(), unit.into()]).map(|_| ())
+    }
+    fn reload(&self, unit: &str) -> Result<(), SystemError> {
+        run_command(&["systemctl".into(), "reload".into(), unit.into()]).map(|_| ())
+    }
+    fn daemon_reload(&self) -> Result<(), SystemError> {
+        run_command(&["systemctl".into(), "daemon-reload".into()]).map(|_| ())
+    }
+}
+
+impl Rebooter for Systemd {
+    fn reboot(&self, reason: &str) -> Result<(), SystemError> {
+        tracing::warn!(reason, "rebooting");
+        run_command(&["systemctl".into(), "reboot".into()]).map(|_| ())
+    }
+}
+
+impl CommandRunner for Systemd {
+    fn run(&self, argv: &[String]) -> Result<String, SystemError> {
+        run_command(argv)
+    }
+}
+
+/// Records every request (in memory, and in a log file when given) and reports success.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    log: Option<PathBuf>,
+    calls: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    /// A recorder that also appends to `log` (one line per call, fsynced).
+    pub fn with_log(log: PathBuf) -> Self {
+        Recorder {
+            log: Some(log),
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The calls recorded so far, e.g. `["restart kubelet.service"]`.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    fn record(&self, line: String) -> Result<(), SystemError> {
+        if let Some(path) = &self.log {
+            let write = || -> std::io::Result<()> {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?;
+                writeln!(f, "{line}")?;
+                f.sync_all()
+            };
+            write().map_err(|e| SystemError {
+                action: line.clone(),
+                detail: format!("{}: {e}", path.display()),
+            })?;
+        }
+        if let Ok(mut c) = self.calls.lock() {
+            c.push(line);
+        }
+        Ok(())
+    }
+}
+
+impl ServiceManager for Recorder {
+    fn restart(&self, unit: &str) -> Result<(), SystemError> {
+        self.record(format!("restart {unit}"))
+    }
+    fn reload(&self, unit: &str) -> Result<(), SystemError> {
+        self.record(format!("reload {unit}"))
+    }
+    fn daemon_reload(&self) -> Result<(), SystemError> {
+        self.record("daemon-reload".into())
+    }
+}
+
+impl Rebooter for Recorder {
+    fn reboot(&self, reason: &str) -> Result<(), SystemError> {
+        self.record(format!("reboot {reason}"))
+    }
+}
+
+impl CommandRunner for Recorder {
+    fn run(&self, argv: &[String]) -> Result<String, SystemError> {
+        self.record(format!("run {}", argv.join(" ")))
+            .map(|_| String::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorder_logs_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let r = Recorder::with_log(d.path().join("actions.log"));
+        r.restart("kubelet.service").unwrap();
+        r.run(&["update-grub".into()]).unwrap();
+        assert_eq!(
+            r.calls(),
+            vec!["restart kubelet.service", "run update-grub"]
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("actions.log")).unwrap(),
+            "restart kubelet.service\nrun update-grub\n"
+        );
+    }
+
+    #[test]
+    fn failing_command_reports_status_and_output() {
+        let e =
+            run_command(&["sh".into(), "-c".into(), "echo boom >&2; exit 3".into()]).unwrap_err();
+        assert!(e.detail.contains("boom") && e.detail.contains('3'), "{e}");
+    }
+}
