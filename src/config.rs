@@ -38,13 +38,12 @@ use crate::pb::DisruptionLevel;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Read {
         /// Config file path.
         path: String,
-        /// OS error.
-        #[source]
-        source: std::io::Error,
+        /// OS error (part of the message).
+        error: std::io::Error,
     },
     /// The TOML is invalid or has unknown keys.
     #[error("{path}: {message}")]
@@ -243,7 +242,7 @@ impl Config {
             }
             Err(e) => Err(ConfigError::Read {
                 path: path.display().to_string(),
-                source: e,
+                error: e,
             }),
         }
     }

@@ -148,14 +148,14 @@ impl StateDir {
         std::fs::create_dir_all(path).map_err(|e| SysrootError::Io {
             path: path.display().to_string(),
             op: "create state directory",
-            source: e,
+            error: e,
         })?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
             SysrootError::Io {
                 path: path.display().to_string(),
                 op: "chmod state directory",
-                source: e,
+                error: e,
             }
         })?;
         Ok(StateDir {

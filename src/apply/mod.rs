@@ -273,6 +273,15 @@ impl Agent {
         opts: Options,
     ) -> Result<(Plan, AppliedRecord), AgentError> {
         let record = self.state.load_record()?;
+        self.plan_with(desired, opts, record)
+    }
+
+    fn plan_with(
+        &self,
+        desired: &NodeSpec,
+        opts: Options,
+        record: AppliedRecord,
+    ) -> Result<(Plan, AppliedRecord), AgentError> {
         let obs = plan::observe(&self.root, &self.state, &self.config, desired, &record)?;
         let mut p = plan::plan(desired, &obs, &record, &self.config, opts);
         p.report.facts = Some(self.facts.clone());
@@ -491,7 +500,7 @@ impl Agent {
         }
         self.publish(op, Phase::Verifying, "re-reading the node");
         let (check, _) = self
-            .plan_for(spec, opts)
+            .plan_with(spec, opts, plan.record.clone())
             .map_err(|e| (Phase::Failed, format!("verifying: {e}")))?;
         let left: Vec<&str> = check
             .report

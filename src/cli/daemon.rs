@@ -111,24 +111,50 @@ fn run(args: Args) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let shutdown = async {
-            let mut term =
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let Ok(mut term) =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("SIGTERM handler");
+            else {
+                tracing::error!("cannot install the SIGTERM handler");
+                return;
+            };
             tokio::select! {
                 _ = term.recv() => {},
                 _ = tokio::signal::ctrl_c() => {},
             }
-            tracing::info!("shutting down");
+            tracing::info!("shutting down: no new requests; open calls get {GRACE:?}");
+            let _ = stop_tx.send(true);
+        });
+        let graceful = {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
         };
-        crate::server::serve_unix(
+        let serve = crate::server::serve_unix(
             agent,
             &args.socket,
             || {
                 let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
             },
-            shutdown,
-        )
-        .await
+            graceful,
+        );
+        let mut rx = stop_rx;
+        let deadline = async move {
+            let _ = rx.wait_for(|s| *s).await;
+            tokio::time::sleep(GRACE).await;
+        };
+        tokio::select! {
+            r = serve => r,
+            _ = deadline => {
+                tracing::warn!("open calls did not finish within {GRACE:?}; exiting");
+                let _ = std::fs::remove_file(&args.socket);
+                Ok(())
+            }
+        }
     })
 }
+
+/// How long open calls (e.g. a `WatchOperation` stream) may run on after SIGTERM.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(5);

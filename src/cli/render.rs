@@ -285,13 +285,18 @@ pub fn format_time(secs: i64) -> String {
 /// The error and its causes, one per line, without a backtrace; a gRPC status prints its
 /// code and message.
 pub fn error_chain(e: &anyhow::Error) -> String {
-    let mut parts = Vec::new();
+    let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
-        if let Some(s) = cause.downcast_ref::<tonic::Status>() {
-            parts.push(format!("{:?}: {}", s.code(), s.message()));
+        let text = if let Some(s) = cause.downcast_ref::<tonic::Status>() {
+            format!("{:?}: {}", s.code(), s.message())
         } else {
-            parts.push(cause.to_string());
+            cause.to_string()
+        };
+        // libraries often repeat their cause in their own message
+        if parts.last().is_some_and(|p| p.ends_with(&text)) {
+            continue;
         }
+        parts.push(text);
     }
     parts.join(": ")
 }

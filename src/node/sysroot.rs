@@ -41,15 +41,14 @@ pub enum SysrootError {
         kind: &'static str,
     },
     /// Any other I/O error.
-    #[error("{path}: {op}: {source}")]
+    #[error("{path}: {op}: {error}")]
     Io {
         /// Node path.
         path: String,
         /// What was being done ("read", "rename", ...).
         op: &'static str,
-        /// The OS error.
-        #[source]
-        source: io::Error,
+        /// The OS error (part of the message, so not repeated as a cause).
+        error: io::Error,
     },
 }
 
@@ -60,7 +59,7 @@ fn io_err(path: &str, op: &'static str, e: impl Into<io::Error>) -> SysrootError
     SysrootError::Io {
         path: path.to_string(),
         op,
-        source: e.into(),
+        error: e.into(),
     }
 }
 
@@ -551,7 +550,7 @@ impl Sysroot {
         let fd = rustix::fs::openat(
             &dir,
             *name,
-            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|e| io_err(path, "open", e))?;

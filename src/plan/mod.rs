@@ -880,10 +880,15 @@ impl Planner<'_> {
             "{}; appended after the existing arguments, takes effect at the next boot",
             backend.reason()
         );
+        let reason_removed = format!(
+            "{}; removes exactly the arguments inplaced added, takes effect at the next boot",
+            backend.reason()
+        );
         for (key, (removed, appended)) in &by_key {
             let covered = match (&problem, &edits) {
                 (Some(p), _) => Err(p.clone()),
                 (None, Err(e)) => Err(e.clone()),
+                (None, Ok(_)) if appended.is_empty() => Ok(reason_removed.as_str()),
                 (None, Ok(_)) => Ok(reason_ok.as_str()),
             };
             let op = match (removed.is_empty(), appended.is_empty()) {

@@ -127,15 +127,7 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
             sysctls: BTreeMap::new(),
         }
     } else {
-        serde_saphyr::from_str(text).map_err(|e| {
-            let msg = e.to_string();
-            let msg = if msg.contains("unknown field") {
-                format!("{msg}; the sections are files, kubelet, kernelArgs and sysctls")
-            } else {
-                msg
-            };
-            SpecError::new("spec", msg)
-        })?
+        serde_saphyr::from_str(text).map_err(|e| SpecError::new("spec", e.to_string()))?
     };
     let mut out = pb::NodeSpec::default();
     for (i, f) in y.files.into_iter().enumerate() {

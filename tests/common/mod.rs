@@ -1,0 +1,260 @@
+//! Harness for black-box tests: a copy of a fixture node in a temp dir, the real `inplaced`
+//! binary on a temporary socket with `--service-manager record`, `inplacectl` and a gRPC
+//! client against it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use inplaced::pb;
+use inplaced::pb::node_agent_client::NodeAgentClient;
+use tonic::transport::Channel;
+
+/// Vendored fixture nodes.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nodes")
+        .join(name)
+}
+
+/// Copies a directory tree, making every copy writable by its owner.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let ft = e.file_type().unwrap();
+        let dst = to.join(e.file_name());
+        if ft.is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            let mut p = std::fs::metadata(&dst).unwrap().permissions();
+            p.set_mode(p.mode() | 0o200);
+            std::fs::set_permissions(&dst, p).unwrap();
+        }
+    }
+}
+
+/// Every regular file under `dir` with its bytes and mode, for "nothing changed" checks.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.path());
+        for e in entries {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+                out.push((e.path(), Vec::new(), m.permissions().mode()));
+            } else if m.is_file() {
+                out.push((
+                    e.path(),
+                    std::fs::read(e.path()).unwrap(),
+                    m.permissions().mode(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A node copy plus a running daemon.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    child: Option<Child>,
+    pub umask: Option<u32>,
+}
+
+impl Node {
+    /// Copies fixture `name` and adds the `/proc/sys` entries the tests use.
+    pub fn new(name: &str) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        copy_tree(&fixture(name), &root);
+        for (k, v) in [
+            ("vm/max_map_count", "65530"),
+            ("fs/inotify/max_user_instances", "128"),
+            (
+                "kernel/random/boot_id",
+                "11111111-1111-1111-1111-111111111111",
+            ),
+        ] {
+            let p = root.join("proc/sys").join(k);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, format!("{v}\n")).unwrap();
+        }
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, "").unwrap();
+        Node {
+            state: dir.path().join("state"),
+            socket: dir.path().join("run/inplaced.sock"),
+            config,
+            root,
+            dir,
+            child: None,
+            umask: None,
+        }
+    }
+
+    /// Path of a node file.
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.root.join(p.trim_start_matches('/'))
+    }
+
+    /// Reads a node file as text.
+    pub fn read(&self, p: &str) -> String {
+        std::fs::read_to_string(self.path(p)).unwrap()
+    }
+
+    /// Starts `inplaced` and waits until it answers.
+    pub fn start(&mut self) {
+        let bin = env!("CARGO_BIN_EXE_inplaced");
+        let mut cmd = match self.umask {
+            Some(u) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("umask {u:03o}; exec \"$0\" \"$@\""))
+                    .arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        cmd.arg("--root")
+            .arg(&self.root)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--service-manager")
+            .arg("record")
+            .arg("--log")
+            .arg("warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = cmd.spawn().expect("spawn inplaced");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                panic!("inplaced exited early: {status}");
+            }
+            if self.socket.exists() && std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "inplaced did not start listening on {}",
+            self.socket.display()
+        );
+    }
+
+    /// Stops the daemon with SIGTERM and waits for it.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                return c.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs `inplacectl --socket <sock> args...`.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_inplacectl"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run inplacectl")
+    }
+
+    /// Writes a spec file into the temp dir and returns its path.
+    pub fn spec(&self, name: &str, yaml: &str) -> String {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, yaml).unwrap();
+        p.display().to_string()
+    }
+
+    /// The recorded unit actions and reboots.
+    pub fn actions(&self) -> Vec<String> {
+        std::fs::read_to_string(self.state.join("actions.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// A gRPC client.
+    pub async fn client(&self) -> NodeAgentClient<Channel> {
+        inplaced::client::connect(&self.socket).await.unwrap()
+    }
+
+    /// Waits until operation `id` settles and returns it.
+    pub async fn settle(&self, id: &str) -> pb::Operation {
+        let mut c = self.client().await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let op = c
+                .get_operation(pb::GetOperationRequest { id: id.into() })
+                .await
+                .unwrap()
+                .into_inner();
+            if inplaced::apply::is_settled(op.phase) {
+                return op;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "operation {id} did not settle: {op:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Parses a YAML spec into the wire form.
+pub fn spec(yaml: &str) -> pb::NodeSpec {
+    inplaced::spec::yaml::parse(yaml).unwrap()
+}
+
+/// stdout as text.
+pub fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
