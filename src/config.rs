@@ -286,3 +286,25 @@ mod tests {
         assert!(e.to_string().contains("configpath"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod packaged {
+    use super::*;
+
+    #[test]
+    fn packaged_default_config_equals_the_built_in_defaults() {
+        let text = include_str!("../packaging/config.toml");
+        assert_eq!(
+            Config::parse(text, "packaging/config.toml").unwrap(),
+            Config::default()
+        );
+        let demo = include_str!("../examples/config.toml");
+        assert_eq!(
+            Config::parse(demo, "examples/config.toml")
+                .unwrap()
+                .disruption
+                .len(),
+            2
+        );
+    }
+}
