@@ -525,3 +525,95 @@ async fn health_and_reflection_are_served() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_args_on_rhel8_kernelopts_and_systemd_boot() {
+    // RHEL 8: default entries say `options $kernelopts $tuned_params`; the value lives in
+    // grubenv, which must stay exactly 1024 bytes; the older entry has literal options.
+    let mut node = Node::new("rhel8-grubenv");
+    let entries = "/boot/loader/entries/9f729ae13c6cc2d5038fc425ba3fcd7e";
+    let new_entry = node.read(&format!("{entries}-4.18.0-553.58.1.el8_10.x86_64.conf"));
+    node.start();
+    let yaml = "kernelArgs: [hugepages=64]\n";
+    let op = apply(&node, yaml, "rhel").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    let env = std::fs::read(node.path("/boot/grub2/grubenv")).unwrap();
+    assert_eq!(env.len(), 1024);
+    let env = String::from_utf8(env).unwrap();
+    assert!(
+        env.contains("kernelopts=root=/dev/mapper/rhel-root ro crashkernel=auto rd.lvm.lv=rhel/root rhgb quiet systemd.unified_cgroup_hierarchy=1 hugepages=64 \n"),
+        "{env}"
+    );
+    assert_eq!(
+        node.read(&format!("{entries}-4.18.0-553.58.1.el8_10.x86_64.conf")),
+        new_entry
+    );
+    let old = node.read(&format!("{entries}-4.18.0-553.51.1.el8_10.x86_64.conf"));
+    let options = old.lines().find(|l| l.starts_with("options")).unwrap();
+    assert!(options.ends_with("hugepages=64"), "{options}");
+    assert!(options.contains("$tuned_params"), "{options}");
+    node.stop();
+
+    // systemd-boot: entries on the ESP, found from the system
+    let mut node = Node::new("systemd-boot");
+    node.start();
+    let r = coverage(&node, "kernelArgs: [isolcpus=2-7]\n").await;
+    assert!(r.fully_covered, "{r:#?}");
+    let backend = r.facts.as_ref().unwrap().kernel_args_backend.clone();
+    assert_eq!(backend, "bls: 2 kernel entries in /boot/efi/loader/entries");
+    let c = change(&r, "kernelArgs[isolcpus]");
+    assert!(
+        c.targets.contains(&"/etc/kernel/cmdline".to_string()),
+        "{:?}",
+        c.targets
+    );
+    let op = apply(&node, "kernelArgs: [isolcpus=2-7]\n", "sdboot").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    for e in ["6.12.41+deb13-amd64", "6.12.48+deb13-amd64"] {
+        let t = node.read(&format!(
+            "/boot/efi/loader/entries/382841d297f903a743992847508b8eae-{e}.conf"
+        ));
+        let options = t.lines().find(|l| l.starts_with("options")).unwrap();
+        assert!(options.ends_with(" isolcpus=2-7"), "{options}");
+        assert!(
+            options.contains("systemd.machine_id=382841d297f903a743992847508b8eae"),
+            "{options}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flag_overridden_by_kubelet_extra_args_is_not_covered() {
+    let mut node = Node::new("rhel8-grubenv");
+    node.start();
+    let r = coverage(&node, "kubelet:\n  flags:\n    node-ip: 192.0.2.99\n").await;
+    let c = change(&r, "kubelet.flags[node-ip]");
+    assert!(!c.covered);
+    assert!(
+        c.reason
+            .starts_with("--node-ip=192.0.2.21 in /etc/sysconfig/kubelet (KUBELET_EXTRA_ARGS)"),
+        "{}",
+        c.reason
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_content_never_reaches_reports_history_or_state() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let secret = "token-7f3a9c1e5b";
+    let yaml = format!(
+        "files:\n- path: /etc/kubernetes/secret.env\n  content: \"TOKEN={secret}\\n\"\n  mode: \"0600\"\n"
+    );
+    let r = coverage(&node, &yaml).await;
+    assert!(!format!("{r:?}").contains(secret));
+    let op = apply(&node, &yaml, "secret").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32);
+    assert!(!format!("{op:?}").contains(secret));
+    for f in ["applied.json", "operations/secret.json"] {
+        let t = std::fs::read_to_string(node.state.join(f)).unwrap();
+        assert!(!t.contains(secret), "{f}: {t}");
+    }
+    let o = node.ctl(&["-o", "json", "history"]);
+    assert!(!out(&o).contains(secret));
+}

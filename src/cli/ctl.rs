@@ -137,8 +137,13 @@ fn read_spec(file: &PathBuf) -> anyhow::Result<pb::NodeSpec> {
     Ok(spec)
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+/// Prints `v` as proto3 JSON, or as the table `table` renders.
+fn show<T: serde::Serialize>(json: bool, v: &T, table: fn(&T) -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    } else {
+        print!("{}", table(v));
+    }
     Ok(())
 }
 
@@ -163,22 +168,14 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .get_status(pb::GetStatusRequest {})
                 .await?
                 .into_inner();
-            if json {
-                print_json(&s)?
-            } else {
-                print!("{}", render::status(&s))
-            }
+            show(json, &s, render::status)?;
         }
         Command::Coverage { .. } => {
             let r = client
                 .get_coverage(pb::GetCoverageRequest { desired: spec })
                 .await?
                 .into_inner();
-            if json {
-                print_json(&r)?
-            } else {
-                print!("{}", render::coverage(&r))
-            }
+            show(json, &r, render::coverage)?;
         }
         Command::Apply {
             id,
@@ -204,11 +201,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             if wait && !dry_run {
                 return watch(&mut client, &op.id, json).await;
             }
-            if json {
-                print_json(&op)?
-            } else {
-                print!("{}", render::operation(&op))
-            }
+            show(json, &op, render::operation)?;
         }
         Command::Watch { id } => return watch(&mut client, &id, json).await,
         Command::Get { id } => {
@@ -216,33 +209,21 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .get_operation(pb::GetOperationRequest { id })
                 .await?
                 .into_inner();
-            if json {
-                print_json(&op)?
-            } else {
-                print!("{}", render::operation(&op))
-            }
+            show(json, &op, render::operation)?;
         }
         Command::History => {
             let h = client
                 .list_operations(pb::ListOperationsRequest {})
                 .await?
                 .into_inner();
-            if json {
-                print_json(&h)?
-            } else {
-                print!("{}", render::history(&h.operations))
-            }
+            show(json, &h, |h| render::history(&h.operations))?;
         }
         Command::Reboot { id } => {
             let op = client
                 .reboot(pb::RebootRequest { operation_id: id })
                 .await?
                 .into_inner();
-            if json {
-                print_json(&op)?
-            } else {
-                print!("{}", render::operation(&op))
-            }
+            show(json, &op, render::operation)?;
         }
     }
     Ok(ExitCode::SUCCESS)

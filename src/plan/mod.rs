@@ -149,6 +149,15 @@ fn json_summary(v: Option<&Value>) -> String {
     }
 }
 
+/// `Update` when the item exists, else `Create`.
+fn upsert(exists: bool) -> ChangeOperation {
+    if exists {
+        ChangeOperation::Update
+    } else {
+        ChangeOperation::Create
+    }
+}
+
 /// kubelet flag name of a KubeletConfiguration field (`maxPods` → `max-pods`).
 pub fn flag_name_of_field(field: &str) -> String {
     let mut out = String::new();
@@ -551,25 +560,25 @@ impl Planner<'_> {
                     if now == Some(Some(value.clone())) && shadow.is_none() {
                         continue;
                     }
-                    let covered = match &shadow {
-                        Some((p, v)) => Err(format!(
+                    let unreadable = self.obs.kubelet.problems.first().map(|p| {
+                        format!("cannot check KUBELET_EXTRA_ARGS, which overrides kubeadm-flags.env: {p}")
+                    });
+                    let covered = match (&shadow, unreadable) {
+                        (_, Some(p)) => Err(p),
+                        (Some((p, v)), None) => Err(format!(
                             "--{name}={v} in {p} (KUBELET_EXTRA_ARGS) comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
                         )),
-                        None => Ok(
+                        (None, None) => Ok(
                             "kubeadm-flags.env edited, other flags kept in order; kubelet restart",
                         ),
                     };
-                    if shadow.is_none() {
+                    if shadow.is_none() && self.obs.kubelet.problems.is_empty() {
                         set.push((name.clone(), value.clone()));
                         restart_needed = true;
                     }
                     self.push(ChangeBuilder {
                         id,
-                        op: if now.is_some() {
-                            ChangeOperation::Update
-                        } else {
-                            ChangeOperation::Create
-                        },
+                        op: upsert(now.is_some()),
                         before: match &now {
                             None => "absent".into(),
                             Some(v) => v.clone().unwrap_or_default(),
@@ -712,11 +721,7 @@ impl Planner<'_> {
                 };
                 self.push(ChangeBuilder {
                     id,
-                    op: if now.is_some() {
-                        ChangeOperation::Update
-                    } else {
-                        ChangeOperation::Create
-                    },
+                    op: upsert(now.is_some()),
                     before: json_summary(now.as_ref()),
                     after: json_summary(Some(value)),
                     covered,
@@ -1070,7 +1075,7 @@ pub fn parse_sysctl_conf(text: &str) -> BTreeMap<String, String> {
             continue;
         }
         if let Some((k, v)) = l.split_once('=') {
-            let k = k.trim().trim_start_matches('-').replace('/', ".");
+            let k = k.trim().trim_start_matches('-').to_string();
             out.insert(k, v.trim().to_string());
         }
     }

@@ -110,9 +110,15 @@ fn text_file(root: &Sysroot, path: &str) -> Result<Option<(String, Entry)>, Sysr
     }
 }
 
-/// `/proc/sys/<key with dots as slashes>` for a dotted sysctl key.
+/// `/proc/sys/...` of a sysctl key, as sysctl(8) maps it: the slashed form
+/// (`net/ipv4/conf/eth0.100/rp_filter`, needed when a component holds a dot) is used as
+/// is; in the dotted form (`vm.max_map_count`) every dot separates components.
 pub fn sysctl_path(key: &str) -> String {
-    format!("/proc/sys/{}", key.replace('.', "/"))
+    if key.contains('/') {
+        format!("/proc/sys/{key}")
+    } else {
+        format!("/proc/sys/{}", key.replace('.', "/"))
+    }
 }
 
 /// Reads what the planner needs for `desired` and `record`.

@@ -265,7 +265,7 @@ impl NodeSpec {
         }
         for (k, v) in &p.sysctls {
             validate_sysctl(&format!("sysctls[{k}]"), k, v)?;
-            spec.sysctls.insert(k.replace('/', "."), v.clone());
+            spec.sysctls.insert(k.clone(), v.clone());
         }
         Ok(spec)
     }
