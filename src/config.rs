@@ -104,7 +104,7 @@ impl Default for SysctlConfig {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackendChoice {
-    /// Detect from the node's boot files.
+    /// Detect from the node's boot files: rpm-ostree, then BLS entries, then GRUB.
     #[default]
     Auto,
     /// `GRUB_CMDLINE_LINUX` in `/etc/default/grub`.
@@ -114,11 +114,23 @@ pub enum BackendChoice {
 }
 
 /// Kernel-args settings.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KernelArgsConfig {
     /// Backend choice.
     pub backend: BackendChoice,
+    /// Longest kernel command line the platform accepts, in bytes (the kernel's
+    /// `COMMAND_LINE_SIZE`: 2048 on x86-64, longer on arm64).
+    pub max_length: usize,
+}
+
+impl Default for KernelArgsConfig {
+    fn default() -> Self {
+        KernelArgsConfig {
+            backend: BackendChoice::Auto,
+            max_length: 2048,
+        }
+    }
 }
 
 /// A disruption action named in a rule.

@@ -221,7 +221,7 @@ impl Agent {
         for mut op in self.state.list_operations()? {
             let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
             match phase {
-                Phase::Rebooting if op.boot_id != boot_id => {
+                Phase::Rebooting | Phase::RebootRequired if op.boot_id != boot_id => {
                     op.phase = Phase::VerifyingAfterBoot as i32;
                     let record = self.state.load_record()?;
                     let running = self
@@ -230,17 +230,29 @@ impl Agent {
                         .ok()
                         .flatten()
                         .unwrap_or_default();
-                    let missing = missing_args(&record.kernel_args, &running);
-                    if missing.is_empty() {
+                    let next_boot =
+                        crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
+                            .map(|b| b.next_boot().render())
+                            .unwrap_or_default();
+                    let (missing, lingering) =
+                        verify_after_boot(&op, &record.kernel_args, &running, &next_boot);
+                    if missing.is_empty() && lingering.is_empty() {
                         op.phase = Phase::Succeeded as i32;
                         op.message = format!(
-                            "rebooted (boot id {boot_id}); kernel arguments verified in /proc/cmdline"
+                            "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline"
                         );
                     } else {
+                        let mut why = Vec::new();
+                        if !missing.is_empty() {
+                            why.push(format!("lacks {}", missing.join(" ")));
+                        }
+                        if !lingering.is_empty() {
+                            why.push(format!("still has {}", lingering.join(" ")));
+                        }
                         op.phase = Phase::Failed as i32;
                         op.message = format!(
-                            "rebooted (boot id {boot_id}) but /proc/cmdline lacks {}; the boot loader may not have used the edited configuration",
-                            missing.join(" ")
+                            "booted (boot id {boot_id}) but /proc/cmdline {}; the boot loader did not use the edited configuration (no further reboot is requested)",
+                            why.join(" and ")
                         );
                     }
                     op.boot_id = boot_id.clone();
@@ -507,6 +519,7 @@ impl Agent {
             .changes
             .iter()
             .filter(|c| c.id != "kernelArgs")
+            .filter(|c| !(steps.kernel_args_by_command && c.id.starts_with("kernelArgs")))
             .map(|c| c.id.as_str())
             .collect();
         if !left.is_empty() {
@@ -780,6 +793,40 @@ impl Agent {
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out
     }
+}
+
+/// Checks an operation after a boot: every managed argument (`owned`) must be in
+/// `running` (`/proc/cmdline`), and every argument the operation removed must be gone,
+/// unless the next boot's configuration still holds it from another owner. Returns
+/// (missing, lingering).
+pub fn verify_after_boot(
+    op: &pb::Operation,
+    owned: &[String],
+    running: &str,
+    next_boot: &str,
+) -> (Vec<String>, Vec<String>) {
+    let missing = missing_args(owned, running);
+    let mut lingering = Vec::new();
+    let run = Cmdline::parse(running);
+    let config = Cmdline::parse(next_boot);
+    for c in op
+        .changes
+        .iter()
+        .filter(|c| c.id.starts_with("kernelArgs["))
+    {
+        for r in Cmdline::parse(&c.before).args() {
+            let n_run = run.args().iter().filter(|a| a.matches_exactly(r)).count();
+            let n_cfg = config
+                .args()
+                .iter()
+                .filter(|a| a.matches_exactly(r))
+                .count();
+            if n_run > n_cfg {
+                lingering.push(r.as_str().to_string());
+            }
+        }
+    }
+    (missing, lingering)
 }
 
 /// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted).

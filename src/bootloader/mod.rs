@@ -11,6 +11,7 @@
 //!   distribution's `update-grub`/`grub2-mkconfig`. Refused when a file in
 //!   `/etc/default/grub.d/*.cfg`, which grub-mkconfig sources afterwards, assigns the same
 //!   variable (the edit would have no effect).
+//! - [`Ostree`]: rpm-ostree / bootc hosts, through `rpm-ostree kargs`.
 //! - [`Bls`]: Boot Loader Specification Type #1 entries (`/boot/loader/entries/*.conf`, or
 //!   on the ESP for systemd-boot): the `options` of every non-rescue entry; entries that say
 //!   `options $kernelopts ...` (RHEL 8) get the value edited in `/boot/grub2/grubenv`
@@ -131,6 +132,12 @@ pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
             .unwrap_or_default()
     }
 
+    /// For backends that edit through a tool rather than files (rpm-ostree), the command
+    /// that removes `remove` and appends `append`; `None` for file backends.
+    fn command_edit(&self, _remove: &[Arg], _append: &[Arg]) -> Option<Vec<String>> {
+        None
+    }
+
     /// The edits that remove `remove` (one exact occurrence each) and append `append` in
     /// order, in every source; sources already in the wanted state are left alone.
     fn edit(&self, remove: &[Arg], append: &[Arg]) -> Result<Vec<FileEdit>, String> {
@@ -144,11 +151,13 @@ pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// `GRUB_CMDLINE_LINUX` in `/etc/default/grub`.
+/// `GRUB_CMDLINE_LINUX` in `/etc/default/grub` or, when a `/etc/default/grub.d/*.cfg`
+/// reassigns it, in the last such file (where the setting takes effect).
 #[derive(Debug)]
 pub struct GrubDefault {
     sources: Vec<Source>,
-    shadowed_by: Option<String>,
+    notes: Vec<String>,
+    problem: Option<String>,
     regenerate: Vec<String>,
 }
 
@@ -157,17 +166,21 @@ impl KernelArgsBackend for GrubDefault {
         "grub"
     }
     fn reason(&self) -> String {
-        "grub: GRUB_CMDLINE_LINUX in /etc/default/grub, no Boot Loader Specification entries".into()
+        let mut r = format!(
+            "grub: GRUB_CMDLINE_LINUX in {}, no Boot Loader Specification entries",
+            self.sources[0].path
+        );
+        for n in &self.notes {
+            r.push_str("; ");
+            r.push_str(n);
+        }
+        r
     }
     fn sources(&self) -> &[Source] {
         &self.sources
     }
     fn problem(&self) -> Option<String> {
-        self.shadowed_by.as_ref().map(|p| {
-            format!(
-                "{p} assigns GRUB_CMDLINE_LINUX and is sourced after /etc/default/grub, so an edit there would have no effect; move the value into /etc/default/grub"
-            )
-        })
+        self.problem.clone()
     }
     fn regenerate(&self) -> Option<Vec<String>> {
         Some(self.regenerate.clone())
@@ -207,6 +220,88 @@ impl KernelArgsBackend for Bls {
     }
 }
 
+/// rpm-ostree / bootc hosts (`/run/ostree-booted`): the next boot's arguments are read
+/// from the deployment's BLS entries (`/boot/loader` is a symlink to `loader.0` or
+/// `loader.1`), and changed with `rpm-ostree kargs --append-if-missing=ARG
+/// --delete-if-present=ARG`, which stages a new deployment; ostree's own entries are never
+/// edited by hand.
+#[derive(Debug)]
+pub struct Ostree {
+    entries_dir: String,
+    sources: Vec<Source>,
+}
+
+impl KernelArgsBackend for Ostree {
+    fn name(&self) -> &'static str {
+        "rpm-ostree"
+    }
+    fn reason(&self) -> String {
+        format!(
+            "rpm-ostree: /run/ostree-booted exists; arguments read from {} and changed with rpm-ostree kargs",
+            self.entries_dir
+        )
+    }
+    fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+    fn problem(&self) -> Option<String> {
+        None
+    }
+    fn regenerate(&self) -> Option<Vec<String>> {
+        None
+    }
+    fn command_edit(&self, remove: &[Arg], append: &[Arg]) -> Option<Vec<String>> {
+        let mut cmd = vec!["rpm-ostree".to_string(), "kargs".to_string()];
+        cmd.extend(
+            remove
+                .iter()
+                .map(|a| format!("--delete-if-present={}", a.as_str())),
+        );
+        cmd.extend(
+            append
+                .iter()
+                .map(|a| format!("--append-if-missing={}", a.as_str())),
+        );
+        Some(cmd)
+    }
+    fn edit(&self, _remove: &[Arg], _append: &[Arg]) -> Result<Vec<FileEdit>, String> {
+        Ok(Vec::new())
+    }
+}
+
+fn detect_ostree(root: &Sysroot) -> Result<Option<Ostree>, NoBackend> {
+    let booted = root
+        .stat("/run/ostree-booted")
+        .map_err(|e| NoBackend(e.to_string()))?
+        .is_some();
+    if !booted {
+        return Ok(None);
+    }
+    let dir = match root
+        .read_link("/boot/loader")
+        .map_err(|e| NoBackend(e.to_string()))?
+    {
+        Some(t) if !t.contains('/') && t.starts_with("loader") => format!("/boot/{t}/entries"),
+        _ => "/boot/loader/entries".to_string(),
+    };
+    let Some(bls) = detect_bls(root, &dir)? else {
+        return Err(NoBackend(format!(
+            "/run/ostree-booted exists but {dir} has no deployment entries"
+        )));
+    };
+    // only the deployment entries, newest first; rpm-ostree owns every file
+    let sources = bls
+        .sources
+        .into_iter()
+        .filter(|s| matches!(s.format, SourceFormat::BlsEntry(_)))
+        .take(1)
+        .collect();
+    Ok(Some(Ostree {
+        entries_dir: dir,
+        sources,
+    }))
+}
+
 /// Why no backend could be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -240,6 +335,11 @@ pub fn detect(
         crate::node::facts::os_release_value(&os, "ID").unwrap_or_default(),
         crate::node::facts::os_release_value(&os, "ID_LIKE").unwrap_or_default()
     );
+    if choice == BackendChoice::Auto
+        && let Some(b) = detect_ostree(root)?
+    {
+        return Ok(Box::new(b));
+    }
     if choice != BackendChoice::Grub {
         for dir in ENTRY_DIRS {
             if let Some(b) = detect_bls(root, dir)? {
@@ -258,19 +358,47 @@ pub fn detect(
             "no supported boot configuration found: neither Boot Loader Specification entries nor /etc/default/grub".into(),
         ));
     };
-    let value = grub_default::read_var(&text, "GRUB_CMDLINE_LINUX")
-        .map_err(|e| NoBackend(format!("/etc/default/grub: {e}")))?
-        .unwrap_or_default();
-    let mut shadowed_by = None;
+    // grub-mkconfig sources /etc/default/grub, then /etc/default/grub.d/*.cfg in glob
+    // order: the last file that assigns a variable decides its value.
+    let mut fragments = vec![("/etc/default/grub".to_string(), text)];
     if let Ok(Some(names)) = root.list_dir("/etc/default/grub.d") {
         for n in names.iter().filter(|n| n.ends_with(".cfg")) {
             let p = format!("/etc/default/grub.d/{n}");
-            if let Some(t) = read_text(root, &p)?
-                && grub_default::assigns(&t, "GRUB_CMDLINE_LINUX")
-            {
-                shadowed_by = Some(p);
+            if let Some(t) = read_text(root, &p)? {
+                fragments.push((p, t));
             }
         }
+    }
+    let last_assigning = |var: &str| {
+        fragments
+            .iter()
+            .rev()
+            .find(|(_, t)| grub_default::assigns(t, var))
+            .map(|(p, t)| (p.clone(), t.clone()))
+    };
+    let (path, text) = last_assigning("GRUB_CMDLINE_LINUX").unwrap_or_else(|| fragments[0].clone());
+    let mut problem = None;
+    let value = match grub_default::read_var(&text, "GRUB_CMDLINE_LINUX") {
+        Ok(v) => v.unwrap_or_default(),
+        Err(e) => {
+            problem = Some(format!(
+                "{path}: {e} (GRUB_CMDLINE_LINUX takes effect from this file, sourced last by grub-mkconfig)"
+            ));
+            String::new()
+        }
+    };
+    let mut notes = Vec::new();
+    if path != "/etc/default/grub" {
+        notes.push(format!(
+            "{path} reassigns GRUB_CMDLINE_LINUX after /etc/default/grub, so it is edited there"
+        ));
+    }
+    if let Some((p, _)) = last_assigning("GRUB_CMDLINE_LINUX_DEFAULT")
+        && p != "/etc/default/grub"
+    {
+        notes.push(format!(
+            "GRUB_CMDLINE_LINUX_DEFAULT of /etc/default/grub is overridden by {p}; managed arguments go to GRUB_CMDLINE_LINUX in {path}, which takes effect (normal and recovery entries)"
+        ));
     }
     let rpm = [
         "fedora",
@@ -294,13 +422,14 @@ pub fn detect(
     };
     Ok(Box::new(GrubDefault {
         sources: vec![Source {
-            path: "/etc/default/grub".into(),
+            path,
             what: "GRUB_CMDLINE_LINUX",
             cmdline: Cmdline::parse(&value),
             bytes: text.into_bytes(),
             format: SourceFormat::GrubVar,
         }],
-        shadowed_by,
+        notes,
+        problem,
         regenerate,
     }))
 }

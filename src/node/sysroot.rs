@@ -391,6 +391,23 @@ impl Sysroot {
         ))
     }
 
+    /// Target of the symlink at `path` (not followed); `Ok(None)` if `path` is absent or
+    /// not a symlink.
+    pub fn read_link(&self, path: &str) -> Result<Option<String>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(None);
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(None);
+        };
+        match rustix::fs::readlinkat(&dir, *name, Vec::new()) {
+            Ok(t) => Ok(Some(t.to_string_lossy().into_owned())),
+            Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::INVAL) => Ok(None),
+            Err(e) => Err(io_err(path, "readlink", e)),
+        }
+    }
+
     /// Sorted names in a directory; `Ok(None)` if it is absent.
     pub fn list_dir(&self, path: &str) -> Result<Option<Vec<String>>> {
         let parts = components(path)?;

@@ -63,6 +63,9 @@ pub struct Steps {
     pub restarts: BTreeSet<String>,
     /// A reboot is needed to take effect.
     pub reboot: bool,
+    /// Kernel arguments are changed by a tool (rpm-ostree), so they can only be verified
+    /// after the boot, in `/proc/cmdline`.
+    pub kernel_args_by_command: bool,
     /// Saved originals no longer needed after the commit.
     pub drop_originals: Vec<String>,
 }
@@ -867,8 +870,22 @@ impl Planner<'_> {
                 .1
                 .push(a.as_str().into());
         }
+        let current_len = self
+            .obs
+            .proc_cmdline
+            .as_ref()
+            .map(|c| c.len())
+            .unwrap_or_else(|| backend.next_boot().render().len());
+        let added: usize = to_add.iter().map(|a| a.as_str().len() + 1).sum();
+        let removed: usize = to_remove.iter().map(|a| a.as_str().len() + 1).sum();
+        let projected = (current_len + added).saturating_sub(removed);
+        let max = self.config.kernel_args.max_length;
         let problem = if self.opts.reboot_forbidden {
             Some("kernel arguments take effect only after a reboot and the reboot policy is FORBIDDEN".to_string())
+        } else if projected > max && added > removed {
+            Some(format!(
+                "the kernel command line would be {projected} bytes ({current_len} now, {added} added, {removed} removed), over the platform limit of {max} bytes (kernel_args.max_length; the kernel truncates longer ones)"
+            ))
         } else {
             backend.problem()
         };
@@ -914,7 +931,14 @@ impl Planner<'_> {
                 .build(),
             );
         }
-        if let (None, Ok(edits)) = (&problem, edits)
+        if problem.is_none()
+            && !by_key.is_empty()
+            && let Some(cmd) = backend.command_edit(&to_remove, &to_add)
+        {
+            self.steps.commands.push(cmd);
+            self.steps.kernel_args_by_command = true;
+            self.steps.reboot = true;
+        } else if let (None, Ok(edits)) = (&problem, edits)
             && !edits.is_empty()
         {
             for e in edits {

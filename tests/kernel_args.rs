@@ -1,0 +1,402 @@
+//! Kernel arguments end to end (issue 3): exact edits on every backend, ownership, next boot
+//! vs running, the reboot round trip and limits. The real `inplaced` runs with
+//! `--service-manager record`; a reboot is simulated by changing the sysroot's
+//! `/proc/cmdline` and boot id and restarting the daemon.
+
+mod common;
+
+use common::{Node, spec};
+use inplaced::pb::{self, Phase, RebootPolicy};
+
+async fn coverage(node: &Node, yaml: &str) -> pb::CoverageReport {
+    node.client()
+        .await
+        .get_coverage(pb::GetCoverageRequest {
+            desired: Some(spec(yaml)),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn apply_with(node: &Node, yaml: &str, id: &str, policy: RebootPolicy) -> pb::Operation {
+    let op = node
+        .client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(spec(yaml)),
+            operation_id: id.into(),
+            reboot_policy: policy as i32,
+            dry_run: false,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("apply {id}: {e:?}"))
+        .into_inner();
+    node.settle(&op.id).await
+}
+
+async fn apply(node: &Node, yaml: &str, id: &str) -> pb::Operation {
+    apply_with(node, yaml, id, RebootPolicy::CallerHandles).await
+}
+
+fn grub_linux(node: &Node) -> String {
+    let t = node.read("/etc/default/grub");
+    t.lines()
+        .rfind(|l| l.starts_with("GRUB_CMDLINE_LINUX="))
+        .unwrap()
+        .to_string()
+}
+
+/// Simulates a reboot into `cmdline` and restarts the daemon.
+fn reboot_into(node: &mut Node, cmdline: &str, boot_id: &str) {
+    node.stop();
+    std::fs::write(node.path("/proc/cmdline"), format!("{cmdline}\n")).unwrap();
+    std::fs::write(
+        node.path("/proc/sys/kernel/random/boot_id"),
+        format!("{boot_id}\n"),
+    )
+    .unwrap();
+    node.start();
+}
+
+const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_value_is_one_edit_removing_old_adding_new() {
+    let mut node = Node::new("fedora-41-bls");
+    node.start();
+    apply(&node, "kernelArgs: [hugepages=32]\n", "one").await;
+    let r = coverage(&node, "kernelArgs: [hugepages=4]\n").await;
+    assert_eq!(r.changes.len(), 1, "{:#?}", r.changes);
+    let c = &r.changes[0];
+    assert_eq!(c.id, "kernelArgs[hugepages]");
+    assert_eq!(c.operation, pb::ChangeOperation::Update as i32);
+    assert_eq!(
+        (c.before.as_str(), c.after.as_str()),
+        ("hugepages=32", "hugepages=4")
+    );
+    let op = apply(&node, "kernelArgs: [hugepages=4]\n", "two").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    let writes = op
+        .actions
+        .iter()
+        .filter(|a| a.starts_with("wrote /boot/loader/entries/"))
+        .count();
+    assert_eq!(writes, 2, "one edit per entry: {:?}", op.actions);
+    let t = node
+        .read("/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.15.9-201.fc41.x86_64.conf");
+    let options = t.lines().find(|l| l.starts_with("options")).unwrap();
+    assert!(
+        options.ends_with("transparent_hugepage=madvise hugepages=4"),
+        "{options}"
+    );
+    assert!(!options.contains("hugepages=32"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quoted_value_is_written_read_back_and_removed_exactly() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let grub_before = node.read("/etc/default/grub");
+    node.start();
+    let yaml = "kernelArgs:\n- 'dyndbg=\"file drivers/base/firmware_loader/main.c +fmp\"'\n";
+    let op = apply(&node, yaml, "dyndbg").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert_eq!(
+        grub_linux(&node),
+        r#"GRUB_CMDLINE_LINUX="intel_iommu=on iommu=pt dyndbg=\"file drivers/base/firmware_loader/main.c +fmp\"""#
+    );
+    let text = node.read("/etc/default/grub");
+    let value = inplaced::bootloader::grub_default::read_var(&text, "GRUB_CMDLINE_LINUX")
+        .unwrap()
+        .unwrap();
+    let args = inplaced::cmdline::Cmdline::parse(&value);
+    assert_eq!(args.args().len(), 3);
+    assert_eq!(
+        args.args()[2].value(),
+        Some("file drivers/base/firmware_loader/main.c +fmp")
+    );
+    // nothing left to do but the reboot
+    assert_eq!(coverage(&node, yaml).await.changes.len(), 1);
+    let op = apply(&node, "{}\n", "drop").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert_eq!(node.read("/etc/default/grub"), grub_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_flag_verified_after_boot_and_never_rebooted_again() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(&node, "kernelArgs: [nosmt]\n", "nosmt").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32);
+    // a restart in the same boot is not a reboot
+    node.stop();
+    node.start();
+    assert_eq!(
+        node.settle("nosmt").await.phase,
+        Phase::RebootRequired as i32
+    );
+    reboot_into(
+        &mut node,
+        &format!("{UBUNTU_PROC} nosmt"),
+        "33333333-3333-3333-3333-333333333333",
+    );
+    let op = node.settle("nosmt").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    let r = coverage(&node, "kernelArgs: [nosmt]\n").await;
+    assert!(r.changes.is_empty() && !r.reboot_required, "{r:#?}");
+    assert!(!node.actions().iter().any(|a| a.starts_with("reboot")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_arg_after_boot_fails_naming_it_without_another_reboot() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply_with(
+        &node,
+        "kernelArgs: [nosmt, mitigations=off]\n",
+        "agent",
+        RebootPolicy::AgentHandles,
+    )
+    .await;
+    assert_eq!(op.phase, Phase::Rebooting as i32, "{op:?}");
+    assert_eq!(
+        node.actions()
+            .iter()
+            .filter(|a| a.starts_with("reboot "))
+            .count(),
+        1
+    );
+    reboot_into(
+        &mut node,
+        &format!("{UBUNTU_PROC} nosmt"),
+        "44444444-4444-4444-4444-444444444444",
+    );
+    let op = node.settle("agent").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
+    assert!(
+        op.message.contains("lacks mitigations=off"),
+        "{}",
+        op.message
+    );
+    node.stop();
+    node.start();
+    assert_eq!(node.settle("agent").await.phase, Phase::Failed as i32);
+    assert_eq!(
+        node.actions()
+            .iter()
+            .filter(|a| a.starts_with("reboot "))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positional_pairs_keep_their_order() {
+    let mut node = Node::new("fedora-41-bls");
+    node.start();
+    let yaml = "kernelArgs: [hugepagesz=1G, hugepages=16, hugepagesz=2M, hugepages=512]\n";
+    apply(&node, yaml, "pairs").await;
+    for f in [
+        "/etc/kernel/cmdline",
+        "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.14.11-200.fc41.x86_64.conf",
+    ] {
+        assert!(
+            node.read(f).contains("transparent_hugepage=madvise hugepagesz=1G hugepages=16 hugepagesz=2M hugepages=512"),
+            "{f}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_keys_only_the_managed_one_goes() {
+    // fedora already has console=tty1 console=ttyS0,115200n8; the agent adds a third
+    let mut node = Node::new("fedora-41-bls");
+    let entry = "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.15.9-201.fc41.x86_64.conf";
+    let before = node.read(entry);
+    node.start();
+    apply(&node, "kernelArgs:\n- console=ttyS1,115200n8\n", "add").await;
+    assert!(node.read(entry).contains("console=tty1 console=ttyS0,115200n8 systemd.firstboot=off transparent_hugepage=madvise console=ttyS1,115200n8"));
+    apply(&node, "{}\n", "drop").await;
+    assert_eq!(node.read(entry), before);
+
+    // systemd-boot already has console=tty0 console=ttyS1,115200n8: managing one of them
+    // claims nothing, and dropping it removes nothing
+    let mut node = Node::new("systemd-boot");
+    let entry =
+        "/boot/efi/loader/entries/382841d297f903a743992847508b8eae-6.12.48+deb13-amd64.conf";
+    let before = node.read(entry);
+    node.start();
+    let r = coverage(&node, "kernelArgs:\n- console=ttyS1,115200n8\n").await;
+    assert!(r.changes.is_empty(), "{:#?}", r.changes);
+    apply(&node, "kernelArgs:\n- console=ttyS1,115200n8\n", "claim").await;
+    apply(&node, "{}\n", "unclaim").await;
+    assert_eq!(node.read(entry), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installer_args_are_never_touched_and_absent_removals_are_no_ops() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let grub = node.read("/etc/default/grub").replace(
+        "GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt\"",
+        "GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt crashkernel=1G-4G:192M,4G-64G:256M\"",
+    );
+    std::fs::write(node.path("/etc/default/grub"), grub).unwrap();
+    node.start();
+    apply(&node, "kernelArgs: [crashkernel=auto, a=1, b=2]\n", "one").await;
+    assert_eq!(
+        grub_linux(&node),
+        "GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt crashkernel=1G-4G:192M,4G-64G:256M crashkernel=auto a=1 b=2\""
+    );
+    // someone removes two managed args by hand (drift)
+    let t = node
+        .read("/etc/default/grub")
+        .replace(" crashkernel=auto a=1", "");
+    std::fs::write(node.path("/etc/default/grub"), t).unwrap();
+    let s = node
+        .client()
+        .await
+        .get_status(pb::GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        s.drift.iter().any(|d| d.id == "kernelArgs"),
+        "{:?}",
+        s.drift
+    );
+    let op = apply(&node, "kernelArgs: [c=3]\n", "two").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert_eq!(
+        grub_linux(&node),
+        "GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt crashkernel=1G-4G:192M,4G-64G:256M c=3\""
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grub_d_overrides_are_named_and_edits_go_where_they_take_effect() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let r = coverage(&node, "kernelArgs: [nosmt]\n").await;
+    let c = &r.changes[0];
+    assert!(c.covered);
+    assert!(
+        c.reason.contains("GRUB_CMDLINE_LINUX_DEFAULT of /etc/default/grub is overridden by /etc/default/grub.d/60-hugepages.cfg"),
+        "{}",
+        c.reason
+    );
+    assert_eq!(c.targets, vec!["/etc/default/grub".to_string()]);
+    node.stop();
+
+    // a grub.d file that reassigns GRUB_CMDLINE_LINUX literally: the edit goes there
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::write(
+        node.path("/etc/default/grub.d/70-cmdline.cfg"),
+        "GRUB_CMDLINE_LINUX=\"iommu=pt\"\n",
+    )
+    .unwrap();
+    let grub_before = node.read("/etc/default/grub");
+    node.start();
+    let op = apply(&node, "kernelArgs: [nosmt]\n", "dropin").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert_eq!(
+        node.read("/etc/default/grub.d/70-cmdline.cfg"),
+        "GRUB_CMDLINE_LINUX=\"iommu=pt nosmt\"\n"
+    );
+    assert_eq!(node.read("/etc/default/grub"), grub_before);
+    node.stop();
+
+    // one that appends to itself can not be edited faithfully: not covered, named
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::write(
+        node.path("/etc/default/grub.d/70-cmdline.cfg"),
+        "GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX nosmt\"\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, "kernelArgs: [mitigations=off]\n").await;
+    assert!(!r.changes[0].covered);
+    assert!(
+        r.changes[0]
+            .reason
+            .starts_with("/etc/default/grub.d/70-cmdline.cfg: line 1"),
+        "{}",
+        r.changes[0].reason
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rhel8_kernelopts_change_keeps_grubenv_at_1024_bytes() {
+    let mut node = Node::new("rhel8-grubenv");
+    node.start();
+    let op = apply(&node, "kernelArgs: [intel_iommu=on]\n", "iommu").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    let env = std::fs::read(node.path("/boot/grub2/grubenv")).unwrap();
+    assert_eq!(env.len(), 1024);
+    assert!(
+        String::from_utf8(env)
+            .unwrap()
+            .contains("systemd.unified_cgroup_hierarchy=1 intel_iommu=on \n")
+    );
+    assert!(
+        !op.actions
+            .iter()
+            .any(|a| a.contains("9f729ae13c6cc2d5038fc425ba3fcd7e-4.18.0-553.58.1")),
+        "{:?}",
+        op.actions
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_and_reboot_policies() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::write(&node.config, "[kernel_args]\nmax_length = 220\n").unwrap();
+    node.start();
+    let r = coverage(
+        &node,
+        "kernelArgs: [isolcpus=2-7, nohz_full=2-7, rcu_nocbs=2-7]\n",
+    )
+    .await;
+    assert!(!r.fully_covered);
+    let reason = &r.changes[0].reason;
+    assert!(reason.contains("would be 232 bytes (191 now, 41 added, 0 removed), over the platform limit of 220 bytes"), "{reason}");
+
+    let e = node
+        .client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(spec("kernelArgs: [nosmt]\n")),
+            reboot_policy: RebootPolicy::Forbidden as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert!(e.message().contains("FORBIDDEN"), "{}", e.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpm_ostree_hosts_change_args_through_rpm_ostree_kargs() {
+    let mut node = Node::new("fedora-41-bls");
+    // make it an ostree host: /run/ostree-booted and /boot/loader -> loader.1
+    std::fs::create_dir_all(node.path("/run")).unwrap();
+    std::fs::write(node.path("/run/ostree-booted"), "").unwrap();
+    std::fs::rename(node.path("/boot/loader"), node.path("/boot/loader.1")).unwrap();
+    std::os::unix::fs::symlink("loader.1", node.path("/boot/loader")).unwrap();
+    node.start();
+    let r = coverage(&node, "kernelArgs: [isolcpus=2-7]\n").await;
+    assert!(r.fully_covered, "{r:#?}");
+    assert!(r.facts.unwrap().kernel_args_backend.starts_with(
+        "rpm-ostree: /run/ostree-booted exists; arguments read from /boot/loader.1/entries"
+    ));
+    let op = apply(&node, "kernelArgs: [isolcpus=2-7]\n", "ostree").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert_eq!(
+        node.actions(),
+        vec!["run rpm-ostree kargs --append-if-missing=isolcpus=2-7".to_string()]
+    );
+    assert!(
+        !op.actions.iter().any(|a| a.starts_with("wrote")),
+        "{:?}",
+        op.actions
+    );
+}
