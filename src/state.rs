@@ -24,6 +24,14 @@ pub enum StateError {
     /// File system error.
     #[error(transparent)]
     Io(#[from] SysrootError),
+    /// Another agent holds the state directory.
+    #[error("{path}: held by another inplaced (pid {pid}); stop it first: two agents on one node would undo each other")]
+    Locked {
+        /// The lock file.
+        path: String,
+        /// Pid recorded by the holder, or "unknown".
+        pid: String,
+    },
     /// A state file does not parse.
     #[error("{path}: corrupt state file: {message}; move it aside to start from an empty record")]
     Corrupt {
@@ -135,6 +143,7 @@ pub struct StateDir {
     dir: Sysroot,
     uid: u32,
     gid: u32,
+    _lock: Option<std::fs::File>,
 }
 
 /// Backup name of a node path under `originals/`.
@@ -163,7 +172,40 @@ impl StateDir {
             dir: Sysroot::open(path)?,
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
+            _lock: None,
         })
+    }
+
+    /// Takes the exclusive lock `<state-dir>/lock` (`flock(2)`, released when the process
+    /// exits, even by SIGKILL) and records the pid in it. One agent per state directory.
+    pub fn lock(&mut self) -> Result<(), StateError> {
+        use std::io::{Read, Seek, Write};
+        let p = self.path.join("lock");
+        let io = |op: &'static str, e: std::io::Error| SysrootError::Io {
+            path: p.display().to_string(),
+            op,
+            error: e,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&p)
+            .map_err(|e| io("open", e))?;
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            return Err(StateError::Locked {
+                path: p.display().to_string(),
+                pid: if pid.trim().is_empty() { "unknown".into() } else { pid.trim().to_string() },
+            });
+        }
+        f.set_len(0).map_err(|e| io("truncate", e))?;
+        f.rewind().map_err(|e| io("seek", e))?;
+        writeln!(f, "{}", std::process::id()).map_err(|e| io("write", e))?;
+        self._lock = Some(f);
+        Ok(())
     }
 
     /// The directory's path.

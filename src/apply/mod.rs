@@ -170,7 +170,8 @@ impl Agent {
     /// left unfinished by a previous run.
     pub fn new(parts: AgentParts) -> Result<Arc<Agent>, AgentError> {
         let root = Sysroot::open(&parts.root).map_err(|e| AgentError::Internal(e.to_string()))?;
-        let state = StateDir::open(&parts.state_dir)?;
+        let mut state = StateDir::open(&parts.state_dir)?;
+        state.lock()?;
         let mut node_facts = facts::detect(&root, &parts.config.preservation.bindings);
         node_facts.kernel_args_backend =
             match crate::bootloader::detect(&root, parts.config.kernel_args.backend) {

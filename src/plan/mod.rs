@@ -152,6 +152,23 @@ fn json_summary(v: Option<&Value>) -> String {
     }
 }
 
+/// Kernel-argument changes of one key (compared with `-`/`_` equivalence).
+struct KeyChange {
+    key: String,
+    removed: Vec<Arg>,
+    appended: Vec<Arg>,
+}
+
+impl KeyChange {
+    fn new(key: &str) -> Self {
+        KeyChange {
+            key: key.to_string(),
+            removed: Vec::new(),
+            appended: Vec::new(),
+        }
+    }
+}
+
 /// `Update` when the item exists, else `Create`.
 fn upsert(exists: bool) -> ChangeOperation {
     if exists {
@@ -854,21 +871,35 @@ impl Planner<'_> {
         owned.extend(to_add.iter().cloned());
         self.next.kernel_args = owned.iter().map(|a| a.as_str().to_string()).collect();
 
-        // group by key for the report
-        let mut by_key: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+        // group by key for the report; the id shows the key as first written
+        let norm = |k: &str| k.replace('_', "-");
+        let mut by_key: BTreeMap<String, KeyChange> = BTreeMap::new();
         for a in &to_remove {
-            by_key
-                .entry(a.key().replace('_', "-"))
-                .or_default()
-                .0
-                .push(a.as_str().into());
+            let e = by_key.entry(norm(a.key())).or_insert_with(|| KeyChange::new(a.key()));
+            e.removed.push(a.clone());
         }
         for a in &to_add {
-            by_key
-                .entry(a.key().replace('_', "-"))
-                .or_default()
-                .1
-                .push(a.as_str().into());
+            let e = by_key.entry(norm(a.key())).or_insert_with(|| KeyChange::new(a.key()));
+            e.appended.push(a.clone());
+        }
+        let running = self.obs.proc_cmdline.as_ref().map(|c| Cmdline::parse(c));
+        // args on the running command line that do not come from the edited configuration:
+        // on GRUB they come from GRUB_CMDLINE_LINUX_DEFAULT, which follows GRUB_CMDLINE_LINUX
+        let mut later: Vec<Arg> = Vec::new();
+        if backend.name() == "grub"
+            && let Some(run) = &running
+        {
+            let mut cfg: Vec<Arg> = backend.next_boot().args().to_vec();
+            for a in run.without_bootloader_injected().args() {
+                if matches!(a.key(), "root" | "ro" | "rw") {
+                    continue;
+                }
+                if let Some(i) = cfg.iter().position(|c| c.matches_exactly(a)) {
+                    cfg.remove(i);
+                } else if !owned.iter().any(|o| o.matches_exactly(a)) {
+                    later.push(a.clone());
+                }
+            }
         }
         let current_len = self
             .obs
@@ -898,46 +929,91 @@ impl Planner<'_> {
             Ok(e) => e.iter().map(|e| e.path.clone()).collect(),
             Err(_) => vec![],
         };
-        let reason_ok = format!(
-            "{}; appended after the existing arguments, takes effect at the next boot",
-            backend.reason()
-        );
-        let reason_removed = format!(
-            "{}; removes exactly the arguments inplaced added, takes effect at the next boot",
-            backend.reason()
-        );
-        for (key, (removed, appended)) in &by_key {
-            let covered = match (&problem, &edits) {
-                (Some(p), _) => Err(p.clone()),
-                (None, Err(e)) => Err(e.clone()),
-                (None, Ok(_)) if appended.is_empty() => Ok(reason_removed.as_str()),
-                (None, Ok(_)) => Ok(reason_ok.as_str()),
+        let none = disruption(DisruptionLevel::None, &[]);
+        let configured = backend.next_boot();
+        let mut any_reboot = false;
+        for kc in by_key.values() {
+            // a reboot is needed only where the running kernel differs from the result
+            let needs_reboot = match &running {
+                None => true,
+                Some(run) => {
+                    kc.appended.iter().any(|a| !run.contains_exact(a))
+                        || kc.removed.iter().any(|r| run.contains_exact(r))
+                }
             };
-            let op = match (removed.is_empty(), appended.is_empty()) {
-                (true, false) => ChangeOperation::Create,
+            let shadow = later.iter().find(|l| {
+                kc.appended.iter().any(|a| a.same_key(l)) && !kc.appended.iter().any(|a| a.matches_exactly(l))
+            });
+            let others: Vec<&Arg> = configured
+                .args()
+                .iter()
+                .filter(|c| kc.appended.iter().any(|a| a.same_key(c)) && !owned.iter().any(|o| o.matches_exactly(c)))
+                .collect();
+            let mut reason = backend.reason();
+            if !kc.appended.is_empty() {
+                reason.push_str("; appended after the existing arguments");
+                if !others.is_empty() {
+                    let list: Vec<&str> = others.iter().map(|a| a.as_str()).collect();
+                    reason.push_str(&format!(
+                        ", after {} which inplaced leaves alone (for most parameters the last occurrence wins)",
+                        list.join(" ")
+                    ));
+                }
+            } else {
+                reason.push_str("; removes exactly the arguments inplaced added");
+            }
+            reason.push_str(if needs_reboot {
+                ", takes effect at the next boot"
+            } else {
+                "; the running kernel already matches, no reboot needed"
+            });
+            let covered = match (&problem, &edits, shadow) {
+                (Some(p), _, _) => Err(p.clone()),
+                (None, Err(e), _) => Err(e.clone()),
+                (None, Ok(_), Some(l)) => Err(format!(
+                    "{} on the running command line comes from GRUB_CMDLINE_LINUX_DEFAULT (or a grub.d file), which grub-mkconfig places after GRUB_CMDLINE_LINUX, so it would still win; change it there",
+                    l.as_str()
+                )),
+                (None, Ok(_), None) => Ok(reason.as_str()),
+            };
+            if covered.is_ok() && needs_reboot {
+                any_reboot = true;
+            }
+            let op = match (kc.removed.is_empty(), kc.appended.is_empty()) {
+                (true, false) if others.is_empty() => ChangeOperation::Create,
                 (false, true) => ChangeOperation::Delete,
                 _ => ChangeOperation::Update,
             };
+            let mut before: Vec<&str> = kc.removed.iter().map(|a| a.as_str()).collect();
+            if kc.removed.is_empty() {
+                before = others.iter().map(|a| a.as_str()).collect();
+            }
             self.changes.push(
                 ChangeBuilder {
-                    id: format!("kernelArgs[{key}]"),
+                    id: format!("kernelArgs[{}]", kc.key),
                     op,
-                    before: removed.join(" "),
-                    after: appended.join(" "),
+                    before: before.join(" "),
+                    after: kc.appended.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(" "),
                     covered,
-                    disruption: reboot.clone(),
+                    disruption: if needs_reboot { reboot.clone() } else { none.clone() },
                     targets: targets.clone(),
                 }
                 .build(),
             );
         }
+        let problem = problem.or_else(|| {
+            self.changes
+                .iter()
+                .find(|c| c.id.starts_with("kernelArgs[") && !c.covered)
+                .map(|c| c.reason.clone())
+        });
         if problem.is_none()
             && !by_key.is_empty()
             && let Some(cmd) = backend.command_edit(&to_remove, &to_add)
         {
             self.steps.commands.push(cmd);
             self.steps.kernel_args_by_command = true;
-            self.steps.reboot = true;
+            self.steps.reboot |= any_reboot;
         } else if let (None, Ok(edits)) = (&problem, edits)
             && !edits.is_empty()
         {
@@ -954,7 +1030,7 @@ impl Planner<'_> {
             if let Some(cmd) = backend.regenerate() {
                 self.steps.commands.push(cmd);
             }
-            self.steps.reboot = true;
+            self.steps.reboot |= any_reboot;
         }
         // staged for the next boot but not running yet: a reboot, no edit
         if by_key.is_empty()

@@ -177,8 +177,16 @@ pub async fn serve_unix(
         Ok(m) if m.file_type().is_dir() => {
             anyhow::bail!("{} is a directory, not a socket path", socket.display())
         }
-        Ok(_) => std::fs::remove_file(socket)
-            .with_context(|| format!("removing stale {}", socket.display()))?,
+        Ok(_) => {
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                anyhow::bail!(
+                    "{} is in use by a running server; stop it or choose another --socket",
+                    socket.display()
+                );
+            }
+            std::fs::remove_file(socket)
+                .with_context(|| format!("removing stale {}", socket.display()))?
+        }
         Err(_) => {}
     }
     let listener = tokio::net::UnixListener::bind(socket)
