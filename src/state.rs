@@ -25,7 +25,9 @@ pub enum StateError {
     #[error(transparent)]
     Io(#[from] SysrootError),
     /// Another agent holds the state directory.
-    #[error("{path}: held by another inplaced (pid {pid}); stop it first: two agents on one node would undo each other")]
+    #[error(
+        "{path}: held by another inplaced (pid {pid}); stop it first: two agents on one node would undo each other"
+    )]
     Locked {
         /// The lock file.
         path: String,
@@ -79,6 +81,10 @@ pub struct ManagedFile {
     pub gid: u32,
     /// What was there before.
     pub original: Original,
+    /// Directories the agent created for the file, outermost first; removed (when empty)
+    /// with the file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_dirs: Vec<String>,
 }
 
 /// A managed setting (kubelet config field, kubelet flag, sysctl) and its prior value.
@@ -198,7 +204,11 @@ impl StateDir {
             let _ = f.read_to_string(&mut pid);
             return Err(StateError::Locked {
                 path: p.display().to_string(),
-                pid: if pid.trim().is_empty() { "unknown".into() } else { pid.trim().to_string() },
+                pid: if pid.trim().is_empty() {
+                    "unknown".into()
+                } else {
+                    pid.trim().to_string()
+                },
             });
         }
         f.set_len(0).map_err(|e| io("truncate", e))?;

@@ -30,6 +30,12 @@ pub trait ServiceManager: Send + Sync + std::fmt::Debug {
     fn reload(&self, unit: &str) -> Result<(), SystemError>;
     /// Reloads the manager's unit files.
     fn daemon_reload(&self) -> Result<(), SystemError>;
+    /// Restarts `unit` only if it is running (`systemctl try-restart`).
+    fn try_restart(&self, unit: &str) -> Result<(), SystemError>;
+    /// Stops `unit`.
+    fn stop(&self, unit: &str) -> Result<(), SystemError>;
+    /// Starts `unit`.
+    fn start(&self, unit: &str) -> Result<(), SystemError>;
 }
 
 /// Reboots the node.
@@ -87,6 +93,15 @@ impl ServiceManager for Systemd {
     }
     fn daemon_reload(&self) -> Result<(), SystemError> {
         run_command(&["systemctl".into(), "daemon-reload".into()]).map(|_| ())
+    }
+    fn try_restart(&self, unit: &str) -> Result<(), SystemError> {
+        run_command(&["systemctl".into(), "try-restart".into(), unit.into()]).map(|_| ())
+    }
+    fn stop(&self, unit: &str) -> Result<(), SystemError> {
+        run_command(&["systemctl".into(), "stop".into(), unit.into()]).map(|_| ())
+    }
+    fn start(&self, unit: &str) -> Result<(), SystemError> {
+        run_command(&["systemctl".into(), "start".into(), unit.into()]).map(|_| ())
     }
 }
 
@@ -155,6 +170,15 @@ impl ServiceManager for Recorder {
     }
     fn daemon_reload(&self) -> Result<(), SystemError> {
         self.record("daemon-reload".into())
+    }
+    fn try_restart(&self, unit: &str) -> Result<(), SystemError> {
+        self.record(format!("try-restart {unit}"))
+    }
+    fn stop(&self, unit: &str) -> Result<(), SystemError> {
+        self.record(format!("stop {unit}"))
+    }
+    fn start(&self, unit: &str) -> Result<(), SystemError> {
+        self.record(format!("start {unit}"))
     }
 }
 

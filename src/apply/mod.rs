@@ -3,47 +3,67 @@
 //! [`Agent`] answers coverage, runs operations and reports status. An operation (DESIGN §2)
 //! moves through `Validating → Staging → Committing → Acting → Verifying →
 //! (RebootRequired → Rebooting → VerifyingAfterBoot) → Succeeded | Failed | RolledBack`;
-//! each phase change is persisted to `operations/<id>.json` and published to watchers.
+//! each phase change is persisted to `operations/<id>.json` and published to watchers,
+//! who get every phase change from the start.
 //!
 //! - Staging saves the original of every pre-existing file the spec overwrites for the
 //!   first time (`originals/`).
-//! - Committing writes every file atomically and durably (see [`crate::node::sysroot`]),
-//!   keeping an undo list (previous bytes and metadata of each path written); a failure
-//!   here or in Acting restores the undo list in reverse and ends `RolledBack`.
-//! - Acting runs boot configuration commands, then daemon-reload, reloads and restarts
-//!   through the [`ServiceManager`]; a pending reboot absorbs reloads and restarts.
+//! - Committing writes every file atomically and durably (see [`crate::node::sysroot`]).
+//!   Before each write the file must still be what the plan saw (no other writer's change
+//!   is ever overwritten). Every completed write, removal and live sysctl goes on an undo
+//!   list.
+//! - Acting runs boot configuration commands, then daemon-reload, reloads, restarts and
+//!   the kubelet's manager-checkpoint reset through the [`ServiceManager`]; a pending
+//!   reboot absorbs reloads and restarts.
 //! - Verifying re-observes the node and re-plans: nothing may remain to do but the reboot.
 //!   The applied record is persisted only then.
 //!
-//! One operation runs at a time; an `Apply` with the id of an existing operation and the
-//! same spec returns that operation (idempotency for CAPI's retried `UpdateMachine`).
+//! A failure at any step after the first write undoes the list in reverse and ends
+//! `RolledBack` with the cause. One operation runs at a time; an `Apply` with the id of an
+//! existing operation and the same spec returns that operation (idempotency for CAPI's
+//! retried `UpdateMachine`), except that an operation interrupted by a stop of the agent
+//! is run again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 
 use crate::cmdline::{Arg, Cmdline};
 use crate::config::Config;
 use crate::node::facts;
-use crate::node::sysroot::{Entry, Kind, Sysroot};
+use crate::node::sysroot::{Entry, Sysroot};
 use crate::pb::{self, Phase, RebootPolicy};
 use crate::plan::{self, Options, Plan, observe::FileObs};
 use crate::spec::{NodeSpec, SpecError};
 use crate::state::{AppliedRecord, StateDir, StateError};
 use crate::system::{CommandRunner, Rebooter, ServiceManager};
 
-/// A path written by an operation and its previous content and metadata (None = absent).
-type Undo = (String, Option<(Vec<u8>, Entry)>);
+/// Prefix of the message of an operation the agent stopped in the middle of.
+const INTERRUPTED: &str = "interrupted:";
+
+/// One completed step and how to undo it.
+#[derive(Debug)]
+enum Undo {
+    /// A file written or removed: its previous content and metadata (None = absent).
+    File(String, Option<(Vec<u8>, Entry)>),
+    /// A directory created.
+    Dir(String),
+    /// A live sysctl changed: key, previous value.
+    Sysctl(String, String),
+}
 
 /// Agent errors; the server maps each to a gRPC status code.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// Malformed spec or request (INVALID_ARGUMENT).
+    /// Malformed spec (INVALID_ARGUMENT).
     #[error("invalid spec: {0}")]
     InvalidSpec(#[from] SpecError),
+    /// Malformed request outside the spec (INVALID_ARGUMENT).
+    #[error("invalid request: {0}")]
+    InvalidRequest(SpecError),
     /// The spec is not fully covered (FAILED_PRECONDITION).
     #[error("not covered, nothing was changed: {0}")]
     NotCovered(String),
@@ -102,10 +122,18 @@ pub struct AgentParts {
     pub runner: Arc<dyn CommandRunner>,
 }
 
+/// An operation of this run: every state it went through, and a channel for watchers.
+#[derive(Debug)]
+struct LiveOp {
+    events: Vec<pb::Operation>,
+    tx: broadcast::Sender<pb::Operation>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     running: Option<String>,
-    watchers: HashMap<String, watch::Sender<pb::Operation>>,
+    live: HashMap<String, LiveOp>,
+    order: VecDeque<String>,
 }
 
 /// The node agent.
@@ -116,6 +144,7 @@ pub struct Agent {
     config: Config,
     facts: pb::NodeFacts,
     preservation: pb::Preservation,
+    reserved: Vec<(String, String)>,
     started: Instant,
     services: Arc<dyn ServiceManager>,
     rebooter: Arc<dyn Rebooter>,
@@ -133,6 +162,15 @@ fn now() -> pbjson_types::Timestamp {
     }
 }
 
+fn phase_of(op: &pb::Operation) -> Phase {
+    Phase::try_from(op.phase).unwrap_or(Phase::Unspecified)
+}
+
+/// Human name of a phase (`RebootRequired`), as inplacectl shows it.
+pub fn phase_name(p: Phase) -> String {
+    crate::cli::render::phase(p as i32)
+}
+
 /// True for phases after which nothing happens without a new request.
 pub fn is_settled(phase: i32) -> bool {
     matches!(
@@ -142,6 +180,14 @@ pub fn is_settled(phase: i32) -> bool {
             | Phase::RolledBack
             | Phase::RebootRequired
             | Phase::Rebooting
+    )
+}
+
+/// True for phases that end an operation for good.
+pub fn is_terminal(phase: i32) -> bool {
+    matches!(
+        Phase::try_from(phase).unwrap_or(Phase::Unspecified),
+        Phase::Succeeded | Phase::Failed | Phase::RolledBack
     )
 }
 
@@ -166,8 +212,8 @@ pub fn validate_operation_id(id: &str) -> Result<(), SpecError> {
 }
 
 impl Agent {
-    /// Opens the sysroot and state directory, detects node facts, and recovers operations
-    /// left unfinished by a previous run.
+    /// Opens the sysroot and state directory (locking it), detects node facts, and settles
+    /// operations left unfinished by a previous run.
     pub fn new(parts: AgentParts) -> Result<Arc<Agent>, AgentError> {
         let root = Sysroot::open(&parts.root).map_err(|e| AgentError::Internal(e.to_string()))?;
         let mut state = StateDir::open(&parts.state_dir)?;
@@ -180,12 +226,27 @@ impl Agent {
             };
         let preservation =
             facts::preservation(&node_facts, parts.config.preservation.hardware_bound);
+        // the agent's own files, when they lie inside the sysroot, are not for the spec
+        let mut reserved = Vec::new();
+        let root_abs = std::fs::canonicalize(&parts.root).unwrap_or(parts.root.clone());
+        let state_abs = std::fs::canonicalize(&parts.state_dir).unwrap_or(parts.state_dir.clone());
+        if let Ok(rel) = state_abs.strip_prefix(&root_abs) {
+            reserved.push((
+                format!("/{}", rel.display()),
+                "inplaced itself (its state directory)".to_string(),
+            ));
+        }
+        reserved.push((
+            "/etc/inplaced".to_string(),
+            "inplaced itself (its configuration)".to_string(),
+        ));
         let agent = Arc::new(Agent {
             root,
             state,
             config: parts.config,
             facts: node_facts,
             preservation,
+            reserved,
             started: Instant::now(),
             services: parts.services,
             rebooter: parts.rebooter,
@@ -215,76 +276,81 @@ impl Agent {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Settles operations a previous run left behind: one waiting in `Rebooting` is verified
-    /// once the boot id changed; one stopped mid-way is marked `Failed` (interrupted).
+    /// Settles operations a previous run left behind: one waiting for a reboot is verified
+    /// once the boot id changed (or, with no boot id, once `/proc/cmdline` shows its
+    /// changes); one stopped mid-way is marked `Failed` (interrupted).
     fn recover(&self) -> Result<(), AgentError> {
         let boot_id = self.boot_id();
         for mut op in self.state.list_operations()? {
-            let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
-            match phase {
-                Phase::Rebooting | Phase::RebootRequired if op.boot_id != boot_id => {
-                    op.phase = Phase::VerifyingAfterBoot as i32;
-                    let record = self.state.load_record()?;
-                    let running = self
-                        .root
-                        .read_string("/proc/cmdline")
-                        .ok()
-                        .flatten()
-                        .unwrap_or_default();
-                    let next_boot =
-                        crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
-                            .map(|b| b.next_boot().render())
-                            .unwrap_or_default();
-                    let (missing, lingering) =
-                        verify_after_boot(&op, &record.kernel_args, &running, &next_boot);
-                    if missing.is_empty() && lingering.is_empty() {
-                        op.phase = Phase::Succeeded as i32;
-                        op.message = format!(
-                            "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline"
-                        );
-                    } else {
-                        let mut why = Vec::new();
-                        if !missing.is_empty() {
-                            why.push(format!("lacks {}", missing.join(" ")));
-                        }
-                        if !lingering.is_empty() {
-                            why.push(format!("still has {}", lingering.join(" ")));
-                        }
-                        op.phase = Phase::Failed as i32;
-                        op.message = format!(
-                            "booted (boot id {boot_id}) but /proc/cmdline {}; the boot loader did not use the edited configuration (no further reboot is requested)",
-                            why.join(" and ")
-                        );
+            let phase = phase_of(&op);
+            let waiting = matches!(phase, Phase::Rebooting | Phase::RebootRequired);
+            let running = self
+                .root
+                .read_string("/proc/cmdline")
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let next_boot = || {
+                crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
+                    .map(|b| b.next_boot().render())
+                    .unwrap_or_default()
+            };
+            if waiting && !boot_id.is_empty() && op.boot_id != boot_id {
+                op.phase = Phase::VerifyingAfterBoot as i32;
+                let (missing, lingering) = verify_after_boot(&op, &running, &next_boot());
+                if missing.is_empty() && lingering.is_empty() {
+                    op.phase = Phase::Succeeded as i32;
+                    op.message = format!(
+                        "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline"
+                    );
+                } else {
+                    let mut why = Vec::new();
+                    if !missing.is_empty() {
+                        why.push(format!("lacks {}", missing.join(" ")));
                     }
-                    op.boot_id = boot_id.clone();
-                    op.updated = Some(now());
-                    self.state.save_operation(&op)?;
-                }
-                Phase::Validating
-                | Phase::Staging
-                | Phase::Committing
-                | Phase::Acting
-                | Phase::Verifying
-                | Phase::VerifyingAfterBoot => {
+                    if !lingering.is_empty() {
+                        why.push(format!("still has {}", lingering.join(" ")));
+                    }
                     op.phase = Phase::Failed as i32;
                     op.message = format!(
-                        "interrupted: the agent stopped during {}; re-apply with the same operation id to converge",
-                        phase.as_str_name()
+                        "booted (boot id {boot_id}) but /proc/cmdline {}; the boot loader did not use the edited configuration (no further reboot is requested)",
+                        why.join(" and ")
                     );
+                }
+                op.boot_id = boot_id.clone();
+                op.updated = Some(now());
+                self.state.save_operation(&op)?;
+            } else if phase == Phase::Rebooting && boot_id.is_empty() {
+                let (missing, lingering) = verify_after_boot(&op, &running, &next_boot());
+                if missing.is_empty() && lingering.is_empty() {
+                    op.phase = Phase::Succeeded as i32;
+                    op.message =
+                        "the node has no boot id; /proc/cmdline shows the new kernel arguments"
+                            .into();
                     op.updated = Some(now());
                     self.state.save_operation(&op)?;
                 }
-                _ => {}
+            } else if !is_settled(op.phase) {
+                op.phase = Phase::Failed as i32;
+                op.message = format!(
+                    "{INTERRUPTED} the agent stopped during {}; re-apply with the same operation id to converge",
+                    phase_name(phase)
+                );
+                op.updated = Some(now());
+                self.state.save_operation(&op)?;
             }
         }
         Ok(())
     }
 
-    fn plan_for(
-        &self,
-        desired: &NodeSpec,
-        opts: Options,
-    ) -> Result<(Plan, AppliedRecord), AgentError> {
+    fn options(&self, policy: RebootPolicy) -> Options {
+        Options {
+            reboot_forbidden: policy == RebootPolicy::Forbidden,
+            reserved: self.reserved.clone(),
+        }
+    }
+
+    fn plan_for(&self, desired: &NodeSpec, opts: Options) -> Result<Plan, AgentError> {
         let record = self.state.load_record()?;
         self.plan_with(desired, opts, record)
     }
@@ -294,18 +360,22 @@ impl Agent {
         desired: &NodeSpec,
         opts: Options,
         record: AppliedRecord,
-    ) -> Result<(Plan, AppliedRecord), AgentError> {
+    ) -> Result<Plan, AgentError> {
         let obs = plan::observe(&self.root, &self.state, &self.config, desired, &record)?;
         let mut p = plan::plan(desired, &obs, &record, &self.config, opts);
         p.report.facts = Some(self.facts.clone());
         p.report.preservation = Some(self.preservation.clone());
-        Ok((p, record))
+        Ok(p)
     }
 
-    /// Coverage of `desired` (no side effects).
-    pub fn coverage(&self, desired: &pb::NodeSpec) -> Result<pb::CoverageReport, AgentError> {
+    /// Coverage of `desired` under `policy` (no side effects).
+    pub fn coverage(
+        &self,
+        desired: &pb::NodeSpec,
+        policy: RebootPolicy,
+    ) -> Result<pb::CoverageReport, AgentError> {
         let spec = NodeSpec::from_pb(desired)?;
-        Ok(self.plan_for(&spec, Options::default())?.0.report)
+        Ok(self.plan_for(&spec, self.options(policy))?.report)
     }
 
     /// Starts an operation (see the module docs); returns its first state.
@@ -315,7 +385,7 @@ impl Agent {
         let id = if req.operation_id.is_empty() {
             uuid::Uuid::new_v4().to_string()
         } else {
-            validate_operation_id(&req.operation_id)?;
+            validate_operation_id(&req.operation_id).map_err(AgentError::InvalidRequest)?;
             req.operation_id.clone()
         };
         let policy =
@@ -324,26 +394,62 @@ impl Agent {
                 p => p,
             };
         let hash = spec.hash();
-        let mut inner = self.lock();
-        if !req.dry_run {
+        let opts = self.options(policy);
+        if req.dry_run {
+            let plan = self.plan_for(&spec, opts)?;
+            let t = now();
+            return Ok(pb::Operation {
+                id,
+                phase: if plan.report.fully_covered {
+                    Phase::Succeeded as i32
+                } else {
+                    Phase::Failed as i32
+                },
+                message: if plan.report.fully_covered {
+                    format!(
+                        "dry run: {} change(s) would be applied",
+                        plan.report.changes.len()
+                    )
+                } else {
+                    "dry run: not fully covered; apply would be refused".into()
+                },
+                spec_hash: hash,
+                reboot_policy: policy as i32,
+                created: Some(t),
+                updated: Some(t),
+                changes: plan.report.changes,
+                actions: vec![],
+                boot_id: self.boot_id(),
+                dry_run: true,
+            });
+        }
+        // claim the single operation slot, then plan without holding the lock
+        {
+            let mut inner = self.lock();
             if let Some(existing) = self.get_operation_locked(&inner, &id)? {
-                if existing.spec_hash == hash {
+                if existing.spec_hash != hash {
+                    return Err(AgentError::AlreadyExists {
+                        id,
+                        existing: existing.spec_hash,
+                        requested: hash,
+                    });
+                }
+                let interrupted = existing.phase == Phase::Failed as i32
+                    && existing.message.starts_with(INTERRUPTED);
+                if !interrupted {
                     return Ok(existing);
                 }
-                return Err(AgentError::AlreadyExists {
-                    id,
-                    existing: existing.spec_hash,
-                    requested: hash,
-                });
             }
             if let Some(r) = &inner.running {
                 return Err(AgentError::Busy(r.clone()));
             }
+            inner.running = Some(id.clone());
         }
-        let opts = Options {
-            reboot_forbidden: policy == RebootPolicy::Forbidden,
+        let release = |e: AgentError| {
+            self.lock().running = None;
+            e
         };
-        let (plan, _) = self.plan_for(&spec, opts)?;
+        let plan = self.plan_for(&spec, opts.clone()).map_err(release)?;
         if !plan.report.fully_covered {
             let list: Vec<String> = plan
                 .report
@@ -352,10 +458,11 @@ impl Agent {
                 .filter(|c| !c.covered)
                 .map(|c| format!("{}: {}", c.id, c.reason))
                 .collect();
-            return Err(AgentError::NotCovered(list.join("; ")));
+            return Err(release(AgentError::NotCovered(list.join("; "))));
         }
+        self.supersede_waiting(&id);
         let t = now();
-        let mut op = pb::Operation {
+        let op = pb::Operation {
             id: id.clone(),
             phase: Phase::Validating as i32,
             message: format!("{} change(s) to apply", plan.report.changes.len()),
@@ -366,43 +473,84 @@ impl Agent {
             changes: plan.report.changes.clone(),
             actions: vec![],
             boot_id: self.boot_id(),
-            dry_run: req.dry_run,
+            dry_run: false,
         };
-        if req.dry_run {
-            op.phase = Phase::Succeeded as i32;
-            op.message = format!("dry run: {} change(s) would be applied", op.changes.len());
-            return Ok(op);
+        self.state
+            .save_operation(&op)
+            .map_err(|e| release(e.into()))?;
+        {
+            let mut inner = self.lock();
+            let (tx, _) = broadcast::channel(64);
+            inner.live.insert(
+                id.clone(),
+                LiveOp {
+                    events: vec![op.clone()],
+                    tx,
+                },
+            );
+            inner.order.retain(|o| o != &id);
+            inner.order.push_back(id.clone());
+            while inner.order.len() > self.config.history.keep.max(1) {
+                if let Some(old) = inner.order.pop_front() {
+                    inner.live.remove(&old);
+                }
+            }
         }
-        self.state.save_operation(&op)?;
-        let (tx, _) = watch::channel(op.clone());
-        inner.watchers.insert(id.clone(), tx);
-        inner.running = Some(id.clone());
-        drop(inner);
         let agent = Arc::clone(self);
         let first = op.clone();
         std::thread::Builder::new()
             .name(format!("op-{id}"))
             .spawn(move || agent.run(op, spec, plan, opts))
-            .map_err(|e| AgentError::Internal(format!("spawn operation thread: {e}")))?;
+            .map_err(|e| release(AgentError::Internal(format!("spawn operation thread: {e}"))))?;
         Ok(first)
+    }
+
+    /// Operations waiting for a reboot are superseded by a new operation: their staged
+    /// changes are replaced, so a later reboot must not be read as theirs.
+    fn supersede_waiting(&self, new_id: &str) {
+        let Ok(ops) = self.state.list_operations() else {
+            return;
+        };
+        for mut op in ops {
+            if op.id != new_id && matches!(phase_of(&op), Phase::RebootRequired | Phase::Rebooting)
+            {
+                let msg = format!(
+                    "superseded by operation {new_id} before the reboot; its staged changes were replaced"
+                );
+                self.publish(&mut op, Phase::Failed, msg);
+            }
+        }
     }
 
     fn publish(&self, op: &mut pb::Operation, phase: Phase, message: impl Into<String>) {
         op.phase = phase as i32;
         op.message = message.into();
         op.updated = Some(now());
+        let mut inner = self.lock();
         if let Err(e) = self.state.save_operation(op) {
             tracing::error!(operation = %op.id, error = %e, "persisting operation");
         }
         tracing::info!(operation = %op.id, phase = phase.as_str_name(), message = %op.message, "operation phase");
-        if let Some(tx) = self.lock().watchers.get(&op.id) {
-            tx.send_replace(op.clone());
+        if let Some(live) = inner.live.get_mut(&op.id) {
+            live.events.push(op.clone());
+            let _ = live.tx.send(op.clone());
         }
     }
 
     fn run(self: Arc<Self>, mut op: pb::Operation, spec: NodeSpec, plan: Plan, opts: Options) {
-        let result = self.execute(&mut op, &spec, &plan, opts);
+        let mut undo = Vec::new();
+        let result = self.execute(&mut op, &spec, &plan, opts, &mut undo);
         if let Err((phase, msg)) = result {
+            let msg = if undo.is_empty() {
+                format!("{msg}; nothing was changed")
+            } else {
+                format!("{msg}; {}", self.undo(&undo))
+            };
+            let phase = if undo.is_empty() {
+                phase
+            } else {
+                Phase::RolledBack
+            };
             self.publish(&mut op, phase, msg);
         }
         if let Err(e) = self.state.prune(self.config.history.keep) {
@@ -417,8 +565,10 @@ impl Agent {
         spec: &NodeSpec,
         plan: &Plan,
         opts: Options,
+        undo: &mut Vec<Undo>,
     ) -> Result<(), (Phase, String)> {
         let steps = &plan.steps;
+        let mut record = plan.record.clone();
         self.publish(
             op,
             Phase::Staging,
@@ -428,7 +578,7 @@ impl Agent {
             if let Some(orig) = &w.save_original {
                 self.state
                     .save_original(&w.path, orig)
-                    .map_err(|e| (Phase::Failed, format!("staging: {e}; nothing was changed")))?;
+                    .map_err(|e| (Phase::Failed, format!("staging: {e}")))?;
                 op.actions.push(format!("saved original of {}", w.path));
             }
         }
@@ -440,44 +590,67 @@ impl Agent {
                 steps.writes.len() + steps.removes.len()
             ),
         );
-        let mut undo: Vec<Undo> = Vec::new();
-        let commit = (|| -> Result<(), String> {
-            for w in &steps.writes {
-                let before = self.snapshot(&w.path)?;
-                let (mode, uid, gid) = plan::resolve_keep(w, before.as_ref().map(|b| b.1));
-                undo.push((w.path.clone(), before));
-                let created = self
-                    .root
-                    .write_atomic(&w.path, &w.content, mode, uid, gid)
-                    .map_err(|e| e.to_string())?;
-                for d in created {
-                    op.actions.push(format!("created directory {d} (0755)"));
+        let fail = |e: String| (Phase::RolledBack, e);
+        for w in &steps.writes {
+            let before = self.snapshot(&w.path, &w.expect).map_err(fail)?;
+            let (mode, uid, gid) = plan::resolve_keep(w, before.as_ref().map(|b| b.1));
+            let created = self
+                .root
+                .write_atomic(&w.path, &w.content, mode, uid, gid)
+                .map_err(|e| fail(format!("committing: {e}")))?;
+            for d in &created {
+                undo.push(Undo::Dir(d.clone()));
+                op.actions.push(format!("created directory {d} (0755)"));
+            }
+            undo.push(Undo::File(w.path.clone(), before));
+            if w.managed_file
+                && !created.is_empty()
+                && let Some(m) = record.files.get_mut(&w.path)
+            {
+                m.created_dirs = created.clone();
+            }
+            op.actions
+                .push(format!("wrote {} ({mode:04o} {uid}:{gid})", w.path));
+        }
+        for r in &steps.removes {
+            let before = self.snapshot(&r.path, &r.expect).map_err(fail)?;
+            if self
+                .root
+                .remove(&r.path)
+                .map_err(|e| fail(format!("committing: {e}")))?
+            {
+                undo.push(Undo::File(r.path.clone(), before));
+                op.actions.push(format!("removed {}", r.path));
+            }
+            for d in &r.dirs {
+                if self.root.remove_dir_if_empty(d).unwrap_or(false) {
+                    op.actions.push(format!("removed empty directory {d}"));
                 }
-                op.actions
-                    .push(format!("wrote {} ({mode:04o} {uid}:{gid})", w.path));
             }
-            for r in &steps.removes {
-                let before = self.snapshot(r)?;
-                undo.push((r.clone(), before));
-                if self.root.remove(r).map_err(|e| e.to_string())? {
-                    op.actions.push(format!("removed {r}"));
-                }
+        }
+        for (k, v) in &steps.sysctls {
+            let p = plan::observe::sysctl_path(k);
+            let old = self
+                .root
+                .read_string(&p)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .trim_end_matches('\n')
+                .to_string();
+            self.root
+                .write_in_place(&p, format!("{v}\n").as_bytes())
+                .map_err(|e| fail(format!("committing: {e}")))?;
+            undo.push(Undo::Sysctl(k.clone(), old));
+            let back = self.root.read_string(&p).ok().flatten().unwrap_or_default();
+            let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+            if norm(&back) != norm(v) {
+                return Err(fail(format!(
+                    "sysctl {k}: wrote {v:?} but the kernel reads back {:?}; give the value in the form the kernel shows",
+                    back.trim_end()
+                )));
             }
-            for (k, v) in &steps.sysctls {
-                let p = plan::observe::sysctl_path(k);
-                self.root
-                    .write_in_place(&p, format!("{v}\n").as_bytes())
-                    .map_err(|e| e.to_string())?;
-                op.actions.push(format!("set sysctl {k} = {v}"));
-            }
-            Ok(())
-        })();
-        if let Err(e) = commit {
-            let restored = self.undo(&undo);
-            return Err((
-                Phase::RolledBack,
-                format!("committing failed: {e}; {restored}"),
-            ));
+            op.actions.push(format!("set sysctl {k} = {v}"));
         }
         self.publish(op, Phase::Acting, "running commands and unit actions");
         let act = (|| -> Result<(), String> {
@@ -501,20 +674,34 @@ impl Agent {
                 self.services.reload(u).map_err(|e| e.to_string())?;
                 op.actions.push(format!("reloaded {u}"));
             }
+            for u in &steps.try_restarts {
+                self.services.try_restart(u).map_err(|e| e.to_string())?;
+                op.actions.push(format!("try-restarted {u}"));
+            }
+            let kubelet = &self.config.kubelet.unit;
             for u in &steps.restarts {
-                self.services.restart(u).map_err(|e| e.to_string())?;
-                op.actions.push(format!("restarted {u}"));
+                if u == kubelet && !steps.kubelet_state_reset.is_empty() {
+                    self.services.stop(u).map_err(|e| e.to_string())?;
+                    op.actions.push(format!("stopped {u}"));
+                    for f in &steps.kubelet_state_reset {
+                        if self.root.remove(f).map_err(|e| e.to_string())? {
+                            op.actions.push(format!("removed {f}"));
+                        }
+                    }
+                    self.services.start(u).map_err(|e| e.to_string())?;
+                    op.actions.push(format!("started {u}"));
+                } else {
+                    self.services.restart(u).map_err(|e| e.to_string())?;
+                    op.actions.push(format!("restarted {u}"));
+                }
             }
             Ok(())
         })();
-        if let Err(e) = act {
-            let restored = self.undo(&undo);
-            return Err((Phase::RolledBack, format!("acting failed: {e}; {restored}")));
-        }
+        act.map_err(|e| fail(format!("acting: {e}")))?;
         self.publish(op, Phase::Verifying, "re-reading the node");
-        let (check, _) = self
-            .plan_with(spec, opts, plan.record.clone())
-            .map_err(|e| (Phase::Failed, format!("verifying: {e}")))?;
+        let check = self
+            .plan_with(spec, opts, record.clone())
+            .map_err(|e| fail(format!("verifying: {e}")))?;
         let left: Vec<&str> = check
             .report
             .changes
@@ -524,17 +711,14 @@ impl Agent {
             .map(|c| c.id.as_str())
             .collect();
         if !left.is_empty() {
-            return Err((
-                Phase::Failed,
-                format!(
-                    "verifying: still different after the commit: {}",
-                    left.join(", ")
-                ),
-            ));
+            return Err(fail(format!(
+                "verifying: still different after the commit: {}",
+                left.join(", ")
+            )));
         }
         self.state
-            .save_record(&plan.record)
-            .map_err(|e| (Phase::Failed, format!("recording the applied state: {e}")))?;
+            .save_record(&record)
+            .map_err(|e| fail(format!("recording the applied state: {e}")))?;
         for b in &steps.drop_originals {
             let _ = self.state.drop_original(b);
         }
@@ -542,15 +726,22 @@ impl Agent {
             let policy =
                 RebootPolicy::try_from(op.reboot_policy).unwrap_or(RebootPolicy::CallerHandles);
             if policy == RebootPolicy::AgentHandles {
-                self.rebooter
-                    .reboot(&format!("inplaced operation {}", op.id))
-                    .map_err(|e| (Phase::Failed, format!("reboot: {e}")))?;
                 op.actions.push("requested reboot".into());
                 self.publish(
                     op,
                     Phase::Rebooting,
                     "rebooting to boot with the new kernel arguments",
                 );
+                if let Err(e) = self
+                    .rebooter
+                    .reboot(&format!("inplaced operation {}", op.id))
+                {
+                    self.publish(
+                        op,
+                        Phase::RebootRequired,
+                        format!("changes staged; the reboot request failed ({e}): reboot the node"),
+                    );
+                }
             } else {
                 self.publish(
                     op,
@@ -568,8 +759,16 @@ impl Agent {
         Ok(())
     }
 
-    fn snapshot(&self, path: &str) -> Result<Option<(Vec<u8>, Entry)>, String> {
-        match plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())? {
+    /// The current content of `path` if it still has the fingerprint the plan saw.
+    fn snapshot(&self, path: &str, expect: &str) -> Result<Option<(Vec<u8>, Entry)>, String> {
+        let obs = plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())?;
+        let seen = obs.fingerprint();
+        if seen != expect {
+            return Err(format!(
+                "{path} changed since the plan (another writer?): it is now {seen}; nothing more is written, re-run the operation"
+            ));
+        }
+        match obs {
             FileObs::File { content, entry } => Ok(Some((content, entry))),
             _ => Ok(None),
         }
@@ -577,22 +776,36 @@ impl Agent {
 
     fn undo(&self, undo: &[Undo]) -> String {
         let mut failed = Vec::new();
-        for (path, before) in undo.iter().rev() {
-            let r = match before {
-                Some((content, e)) if e.kind == Kind::File => self
+        for u in undo.iter().rev() {
+            let r = match u {
+                Undo::File(path, Some((content, e))) => self
                     .root
                     .write_atomic(path, content, e.mode, e.uid, e.gid)
-                    .map(|_| ()),
-                _ => self.root.remove(path).map(|_| ()),
+                    .map(|_| ())
+                    .map_err(|e| format!("{path}: {e}")),
+                Undo::File(path, None) => self
+                    .root
+                    .remove(path)
+                    .map(|_| ())
+                    .map_err(|e| format!("{path}: {e}")),
+                Undo::Dir(d) => self
+                    .root
+                    .remove_dir_if_empty(d)
+                    .map(|_| ())
+                    .map_err(|e| format!("{d}: {e}")),
+                Undo::Sysctl(k, v) => self
+                    .root
+                    .write_in_place(&plan::observe::sysctl_path(k), format!("{v}\n").as_bytes())
+                    .map_err(|e| format!("sysctl {k}: {e}")),
             };
             if let Err(e) = r {
-                failed.push(format!("{path}: {e}"));
+                failed.push(e);
             }
         }
         if failed.is_empty() {
-            format!("{} file(s) restored to their previous state", undo.len())
+            format!("{} step(s) undone, the node is as before", undo.len())
         } else {
-            format!("restoring failed for {}", failed.join("; "))
+            format!("undoing failed for {}", failed.join("; "))
         }
     }
 
@@ -601,8 +814,10 @@ impl Agent {
         inner: &Inner,
         id: &str,
     ) -> Result<Option<pb::Operation>, AgentError> {
-        if let Some(tx) = inner.watchers.get(id) {
-            return Ok(Some(tx.borrow().clone()));
+        if let Some(live) = inner.live.get(id)
+            && let Some(last) = live.events.last()
+        {
+            return Ok(Some(last.clone()));
         }
         Ok(self.state.get_operation(id)?)
     }
@@ -614,22 +829,27 @@ impl Agent {
             .ok_or_else(|| AgentError::NotFound(id.to_string()))
     }
 
-    /// A receiver of the operation's state; `None` for a finished operation of an earlier run.
+    /// Every state the operation went through in this run (or its last state, for one of an
+    /// earlier run), and a receiver of the next ones while it is not settled.
     pub fn watch(
         &self,
         id: &str,
-    ) -> Result<(pb::Operation, Option<watch::Receiver<pb::Operation>>), AgentError> {
+    ) -> Result<
+        (
+            Vec<pb::Operation>,
+            Option<broadcast::Receiver<pb::Operation>>,
+        ),
+        AgentError,
+    > {
         let inner = self.lock();
-        if let Some(tx) = inner.watchers.get(id) {
-            let rx = tx.subscribe();
-            let cur = rx.borrow().clone();
-            return Ok((cur, Some(rx)));
+        if let Some(live) = inner.live.get(id) {
+            return Ok((live.events.clone(), Some(live.tx.subscribe())));
         }
         let op = self
             .state
             .get_operation(id)?
             .ok_or_else(|| AgentError::NotFound(id.to_string()))?;
-        Ok((op, None))
+        Ok((vec![op], None))
     }
 
     /// History, newest first.
@@ -637,36 +857,49 @@ impl Agent {
         Ok(self.state.list_operations()?)
     }
 
-    /// Reboots for an operation waiting in `RebootRequired`.
+    /// Reboots for an operation waiting in `RebootRequired` (or asks again for one in
+    /// `Rebooting` whose reboot has not happened). Refused while an operation runs.
     pub fn reboot(&self, id: &str) -> Result<pb::Operation, AgentError> {
-        let mut op = self.get_operation(id)?;
-        if op.phase != Phase::RebootRequired as i32 {
-            return Err(AgentError::Precondition(format!(
-                "operation {id:?} is {}, not PHASE_REBOOT_REQUIRED; nothing to reboot for",
-                Phase::try_from(op.phase)
-                    .unwrap_or(Phase::Unspecified)
-                    .as_str_name()
-            )));
-        }
-        self.rebooter
-            .reboot(&format!("inplaced operation {id}"))
-            .map_err(|e| AgentError::Internal(e.to_string()))?;
+        let mut op = {
+            let inner = self.lock();
+            if let Some(r) = &inner.running {
+                return Err(AgentError::Busy(r.clone()));
+            }
+            let op = self
+                .get_operation_locked(&inner, id)?
+                .ok_or_else(|| AgentError::NotFound(id.to_string()))?;
+            if !matches!(phase_of(&op), Phase::RebootRequired | Phase::Rebooting) {
+                return Err(AgentError::Precondition(format!(
+                    "operation {id:?} is {}, not waiting for a reboot; nothing to reboot for",
+                    phase_name(phase_of(&op))
+                )));
+            }
+            op
+        };
         op.actions.push("requested reboot".into());
         op.boot_id = self.boot_id();
         self.publish(&mut op, Phase::Rebooting, "rebooting; verified after boot");
+        if let Err(e) = self.rebooter.reboot(&format!("inplaced operation {id}")) {
+            self.publish(
+                &mut op,
+                Phase::RebootRequired,
+                format!("the reboot request failed ({e}); reboot the node"),
+            );
+            return Err(AgentError::Internal(e.to_string()));
+        }
         Ok(op)
     }
 
     /// Agent and node status.
     pub fn status(&self) -> Result<pb::NodeStatus, AgentError> {
         let record = self.state.load_record()?;
-        let (current, _) = {
+        let current = {
             let inner = self.lock();
-            let cur = inner
+            inner
                 .running
                 .as_ref()
-                .and_then(|id| inner.watchers.get(id).map(|tx| tx.borrow().clone()));
-            (cur, ())
+                .and_then(|id| inner.live.get(id))
+                .and_then(|l| l.events.last().cloned())
         };
         let ops = self.state.list_operations()?;
         let pending = ops
@@ -695,7 +928,7 @@ impl Agent {
         for (path, m) in &record.files {
             let want = format!(
                 "sha256:{} mode={:04o} uid={} gid={}",
-                &m.sha256[7..],
+                m.sha256.strip_prefix("sha256:").unwrap_or(&m.sha256),
                 m.mode,
                 m.uid,
                 m.gid
@@ -796,25 +1029,29 @@ impl Agent {
     }
 }
 
-/// Checks an operation after a boot: every managed argument (`owned`) must be in
-/// `running` (`/proc/cmdline`), and every argument the operation removed must be gone,
-/// unless the next boot's configuration still holds it from another owner. Returns
-/// (missing, lingering).
+/// Checks an operation after a boot against the running command line: every argument
+/// the operation added (or staged) must be in `running`, and every argument it removed
+/// must be gone unless the next boot's configuration still holds it from another owner.
+/// Returns (missing, lingering).
 pub fn verify_after_boot(
     op: &pb::Operation,
-    owned: &[String],
     running: &str,
     next_boot: &str,
 ) -> (Vec<String>, Vec<String>) {
-    let missing = missing_args(owned, running);
+    let mut wanted = Vec::new();
     let mut lingering = Vec::new();
     let run = Cmdline::parse(running);
     let config = Cmdline::parse(next_boot);
-    for c in op
-        .changes
-        .iter()
-        .filter(|c| c.id.starts_with("kernelArgs["))
-    {
+    for c in op.changes.iter().filter(|c| c.id.starts_with("kernelArgs")) {
+        wanted.extend(
+            Cmdline::parse(&c.after)
+                .args()
+                .iter()
+                .map(|a| a.as_str().to_string()),
+        );
+        if c.id == "kernelArgs" {
+            continue;
+        }
         for r in Cmdline::parse(&c.before).args() {
             let n_run = run.args().iter().filter(|a| a.matches_exactly(r)).count();
             let n_cfg = config
@@ -827,7 +1064,7 @@ pub fn verify_after_boot(
             }
         }
     }
-    (missing, lingering)
+    (missing_args(&wanted, running), lingering)
 }
 
 /// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted).

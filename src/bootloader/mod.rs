@@ -33,6 +33,8 @@ pub struct FileEdit {
     pub path: String,
     /// Full new content.
     pub content: Vec<u8>,
+    /// `sha256:<hex>` of the content the edit was computed from.
+    pub expect: String,
 }
 
 /// One configuration source of the next boot's command line.
@@ -107,6 +109,7 @@ impl Source {
         Ok(Some(FileEdit {
             path: self.path.clone(),
             content,
+            expect: format!("sha256:{}", crate::spec::sha256_hex(&self.bytes)),
         }))
     }
 }

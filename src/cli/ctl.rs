@@ -60,6 +60,9 @@ pub enum Command {
         /// NodeSpec YAML file ("-" for standard input).
         #[arg(short = 'f', long)]
         file: PathBuf,
+        /// The reboot policy the apply would use.
+        #[arg(long, value_enum, default_value_t = Policy::Caller)]
+        reboot_policy: Policy,
     },
     /// Applies a NodeSpec as an operation.
     Apply {
@@ -126,6 +129,14 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn policy_of(p: Policy) -> RebootPolicy {
+    match p {
+        Policy::Caller => RebootPolicy::CallerHandles,
+        Policy::Agent => RebootPolicy::AgentHandles,
+        Policy::Forbidden => RebootPolicy::Forbidden,
+    }
+}
+
 fn read_spec(file: &PathBuf) -> anyhow::Result<pb::NodeSpec> {
     let text = if file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading the spec from standard input")?
@@ -150,7 +161,7 @@ fn show<T: serde::Serialize>(json: bool, v: &T, table: fn(&T) -> String) -> anyh
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // parse the spec before connecting, so a bad file is reported even with no agent
     let spec = match &args.command {
-        Command::Coverage { file } | Command::Apply { file, .. } => Some(read_spec(file)?),
+        Command::Coverage { file, .. } | Command::Apply { file, .. } => Some(read_spec(file)?),
         _ => None,
     };
     let mut client = crate::client::connect(&args.socket)
@@ -170,9 +181,12 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .into_inner();
             show(json, &s, render::status)?;
         }
-        Command::Coverage { .. } => {
+        Command::Coverage { reboot_policy, .. } => {
             let r = client
-                .get_coverage(pb::GetCoverageRequest { desired: spec })
+                .get_coverage(pb::GetCoverageRequest {
+                    desired: spec,
+                    reboot_policy: policy_of(reboot_policy) as i32,
+                })
                 .await?
                 .into_inner();
             show(json, &r, render::coverage)?;
@@ -184,11 +198,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             reboot_policy,
             ..
         } => {
-            let policy = match reboot_policy {
-                Policy::Caller => RebootPolicy::CallerHandles,
-                Policy::Agent => RebootPolicy::AgentHandles,
-                Policy::Forbidden => RebootPolicy::Forbidden,
-            };
+            let policy = policy_of(reboot_policy);
             let op = client
                 .apply(pb::ApplyRequest {
                     desired: spec,

@@ -1,3 +1,4 @@
 //! Kubelet configuration: the KubeletConfiguration file and kubeadm's flags env file.
 pub mod config;
+pub mod fields;
 pub mod flags;

@@ -506,7 +506,9 @@ impl Sysroot {
             }
             _ => {}
         }
-        let tmp_name = format!(".{name}.inplaced-{}.tmp", std::process::id());
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp_name = format!(".{name}.inplaced-{}-{seq}.tmp", std::process::id());
         let fd = rustix::fs::openat(
             &dir,
             tmp_name.as_str(),
@@ -549,6 +551,28 @@ impl Sysroot {
             }
             Err(rustix::io::Errno::NOENT) => Ok(false),
             Err(e) => Err(io_err(path, "unlink", e)),
+        }
+    }
+
+    /// Removes the directory at `path` if it is empty; `Ok(false)` if it is absent or not
+    /// empty. Its parent is fsynced.
+    pub fn remove_dir_if_empty(&self, path: &str) -> Result<bool> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(false);
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(false);
+        };
+        match rustix::fs::unlinkat(&dir, *name, AtFlags::REMOVEDIR) {
+            Ok(()) => {
+                rustix::fs::fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+                Ok(true)
+            }
+            Err(rustix::io::Errno::NOENT)
+            | Err(rustix::io::Errno::NOTEMPTY)
+            | Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(e) => Err(io_err(path, "rmdir", e)),
         }
     }
 

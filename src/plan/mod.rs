@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::cmdline::{Arg, Cmdline};
 use crate::config::Config;
 use crate::kubelet::config::{self as kcfg, LeafEdit};
+use crate::kubelet::fields as kcfg_fields;
 use crate::kubelet::flags::{self as kflags};
 use crate::node::sysroot::Entry;
 use crate::pb::{self, ChangeOperation, DisruptionLevel};
@@ -40,8 +41,27 @@ pub struct Write {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+    /// Keep the existing file's mode and owner (configuration files edited in place);
+    /// `mode`, `uid`, `gid` apply only when the file is created.
+    pub keep_meta: bool,
+    /// What the file must still be at commit time ([`FileObs::fingerprint`]): a commit
+    /// never overwrites a change made after the plan.
+    pub expect: String,
     /// Original content to save under `originals/` before the first overwrite.
     pub save_original: Option<Vec<u8>>,
+    /// Part of the `files` section (its created directories are recorded).
+    pub managed_file: bool,
+}
+
+/// One file deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remove {
+    /// Node path.
+    pub path: String,
+    /// Fingerprint the file must still have.
+    pub expect: String,
+    /// Directories the agent created for it, deepest first, removed when empty.
+    pub dirs: Vec<String>,
 }
 
 /// Everything an apply does, in order of execution.
@@ -50,7 +70,7 @@ pub struct Steps {
     /// Files written (files section, kubelet files, boot configuration, sysctl drop-in).
     pub writes: Vec<Write>,
     /// Files deleted.
-    pub removes: Vec<String>,
+    pub removes: Vec<Remove>,
     /// Live sysctl writes: key, value.
     pub sysctls: Vec<(String, String)>,
     /// Commands run after the writes (boot configuration regeneration).
@@ -61,6 +81,11 @@ pub struct Steps {
     pub reloads: BTreeSet<String>,
     /// Units to restart.
     pub restarts: BTreeSet<String>,
+    /// Units to restart only if running (`systemctl try-restart`), after a daemon-reload.
+    pub try_restarts: BTreeSet<String>,
+    /// Kubelet state files to delete between stopping and starting the kubelet (CPU and
+    /// memory manager checkpoints, which the kubelet refuses when their policy changed).
+    pub kubelet_state_reset: BTreeSet<String>,
     /// A reboot is needed to take effect.
     pub reboot: bool,
     /// Kernel arguments are changed by a tool (rpm-ostree), so they can only be verified
@@ -82,10 +107,13 @@ pub struct Plan {
 }
 
 /// Inputs that are not the spec, the node or the record.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Reboot policy FORBIDDEN: changes needing a reboot are not covered.
     pub reboot_forbidden: bool,
+    /// Node paths the `files` section may not write, with the owner to name (the agent's
+    /// own state directory when it lies inside the sysroot).
+    pub reserved: Vec<(String, String)>,
 }
 
 fn disruption(level: DisruptionLevel, units: &[&str]) -> pb::Disruption {
@@ -178,18 +206,59 @@ fn upsert(exists: bool) -> ChangeOperation {
     }
 }
 
-/// kubelet flag name of a KubeletConfiguration field (`maxPods` → `max-pods`).
-pub fn flag_name_of_field(field: &str) -> String {
-    let mut out = String::new();
-    for c in field.chars() {
-        if c.is_ascii_uppercase() {
-            out.push('-');
-            out.push(c.to_ascii_lowercase());
+/// Reason of a change that resets the kubelet's CPU or memory manager.
+const RESET_REASON: &str = "changes the CPU or memory manager: drain the node first; the kubelet is stopped, its manager checkpoint (/var/lib/kubelet/cpu_manager_state or memory_manager_state) removed, and started again, as the kubelet requires";
+
+/// Kubelet checkpoints invalidated by a change of these fields (`flags` = kubelet flag
+/// names, else KubeletConfiguration field names): the kubelet refuses to start when the
+/// CPU or memory manager policy or its reserved set no longer matches its checkpoint.
+pub fn kubelet_state_files(names: &[&str], flags: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in names {
+        let (cpu, mem) = if flags {
+            (
+                matches!(
+                    *n,
+                    "cpu-manager-policy" | "cpu-manager-policy-options" | "reserved-cpus"
+                ),
+                matches!(*n, "memory-manager-policy" | "reserved-memory"),
+            )
         } else {
-            out.push(c);
+            (
+                matches!(
+                    *n,
+                    "cpuManagerPolicy" | "cpuManagerPolicyOptions" | "reservedSystemCPUs"
+                ),
+                matches!(*n, "memoryManagerPolicy" | "reservedMemory"),
+            )
+        };
+        if cpu {
+            out.push("/var/lib/kubelet/cpu_manager_state".to_string());
+        }
+        if mem {
+            out.push("/var/lib/kubelet/memory_manager_state".to_string());
         }
     }
     out
+}
+
+/// Change id of a KubeletConfiguration leaf: `kubelet.config.a.b`, with a segment that
+/// holds `.`, `[` or `"` quoted (`kubelet.config.evictionHard["memory.available"]`), so ids
+/// stay unique.
+pub fn config_id(path: &[String]) -> String {
+    let mut id = String::from("kubelet.config");
+    for seg in path {
+        if seg.contains(['.', '[', ']', '"']) || seg.is_empty() {
+            id.push_str(&format!(
+                "[{}]",
+                serde_json::to_string(seg).unwrap_or_default()
+            ));
+        } else {
+            id.push('.');
+            id.push_str(seg);
+        }
+    }
+    id
 }
 
 struct Planner<'a> {
@@ -201,8 +270,8 @@ struct Planner<'a> {
     changes: Vec<pb::Change>,
     steps: Steps,
     next: AppliedRecord,
-    /// paths owned by sections other than `files`: path → section
-    reserved: BTreeMap<String, &'static str>,
+    /// paths owned by sections other than `files`: path → owner
+    reserved: BTreeMap<String, String>,
 }
 
 /// Computes the plan. Pure: see the module docs.
@@ -214,13 +283,25 @@ pub fn plan(
     opts: Options,
 ) -> Plan {
     let mut reserved = BTreeMap::new();
-    reserved.insert(config.kubelet.config_path.clone(), "kubelet.config");
-    reserved.insert(config.kubelet.flags_path.clone(), "kubelet.flags");
-    reserved.insert(config.sysctl.drop_in.clone(), "sysctls");
+    reserved.insert(
+        config.kubelet.config_path.clone(),
+        "the kubelet.config section".to_string(),
+    );
+    reserved.insert(
+        config.kubelet.flags_path.clone(),
+        "the kubelet.flags section".to_string(),
+    );
+    reserved.insert(
+        config.sysctl.drop_in.clone(),
+        "the sysctls section".to_string(),
+    );
     if let Ok(b) = &obs.kernel {
         for s in b.sources() {
-            reserved.insert(s.path.clone(), "kernelArgs");
+            reserved.insert(s.path.clone(), "the kernelArgs section".to_string());
         }
+    }
+    for (p, what) in &opts.reserved {
+        reserved.insert(p.clone(), what.clone());
     }
     let mut p = Planner {
         desired,
@@ -240,6 +321,7 @@ pub fn plan(
     p.kubelet();
     p.kernel_args();
     p.sysctls();
+    p.sysctl_files_live();
     let Planner {
         mut changes,
         steps,
@@ -344,9 +426,18 @@ impl Planner<'_> {
                 (None, _) => Ok(0),
             };
             let (d, reason) = self.file_disruption(&f.path);
-            let problem = if let Some(section) = self.reserved.get(&f.path) {
+            let reserved = self
+                .reserved
+                .iter()
+                .find(|(p, _)| f.path == **p || f.path.starts_with(&format!("{p}/")));
+            let problem = if let Some((_, owner)) = reserved {
                 Some(format!(
-                    "{} is managed by the {section} section; change it there instead of as a file",
+                    "{} is managed by {owner}; change it there instead of as a file",
+                    f.path
+                ))
+            } else if f.path == "/boot" || f.path.starts_with("/boot/") {
+                Some(format!(
+                    "{} is boot configuration; inplaced changes it only through the kernelArgs section",
                     f.path
                 ))
             } else if let FileObs::Conflict(c) = &obs {
@@ -413,6 +504,12 @@ impl Planner<'_> {
                 }
                 FileObs::Conflict(_) => (None, Original::Absent, None),
             };
+            let created_dirs = self
+                .record
+                .files
+                .get(&f.path)
+                .map(|m| m.created_dirs.clone())
+                .unwrap_or_default();
             self.next.files.insert(
                 f.path.clone(),
                 ManagedFile {
@@ -421,6 +518,7 @@ impl Planner<'_> {
                     uid,
                     gid,
                     original,
+                    created_dirs,
                 },
             );
             if let Some(op) = op {
@@ -431,7 +529,10 @@ impl Planner<'_> {
                     mode: f.mode,
                     uid,
                     gid,
+                    keep_meta: false,
+                    expect: obs.fingerprint(),
                     save_original: save,
+                    managed_file: true,
                 });
                 self.push(ChangeBuilder {
                     id,
@@ -458,7 +559,11 @@ impl Planner<'_> {
                 Original::Absent => {
                     if matches!(obs, FileObs::File { .. }) {
                         self.add_disruption_steps(&d);
-                        self.steps.removes.push(path.clone());
+                        self.steps.removes.push(Remove {
+                            path: path.clone(),
+                            expect: obs.fingerprint(),
+                            dirs: m.created_dirs.iter().rev().cloned().collect(),
+                        });
                         self.push(ChangeBuilder {
                             id,
                             op: ChangeOperation::Delete,
@@ -477,14 +582,19 @@ impl Planner<'_> {
                     uid,
                     gid,
                 } => {
-                    let Some(bytes) = self.obs.originals.get(backup) else {
+                    let Some(bytes) = self
+                        .obs
+                        .originals
+                        .get(backup)
+                        .filter(|b| format!("sha256:{}", sha256_hex(b)) == *sha256)
+                    else {
                         self.push(ChangeBuilder {
                             id,
                             op: ChangeOperation::Update,
                             before: summary_of_obs(&obs),
                             after: sha256.clone(),
                             covered: Err(format!(
-                                "the saved original of {path} is missing from the state directory; restore it by hand or keep the file in the spec"
+                                "the saved original of {path} is missing from the state directory or does not match its recorded {sha256}; restore it by hand or keep the file in the spec"
                             )),
                             disruption: d,
                             targets: vec![path.clone()],
@@ -498,7 +608,10 @@ impl Planner<'_> {
                         mode: *mode,
                         uid: *uid,
                         gid: *gid,
+                        keep_meta: false,
+                        expect: obs.fingerprint(),
                         save_original: None,
+                        managed_file: false,
                     });
                     self.steps.drop_originals.push(backup.clone());
                     self.push(ChangeBuilder {
@@ -518,18 +631,29 @@ impl Planner<'_> {
     fn kubelet(&mut self) {
         let unit = self.config.kubelet.unit.clone();
         let restart = disruption(DisruptionLevel::Restart, &[&unit]);
+        let drain = disruption(DisruptionLevel::Drain, &[&unit]);
         let mut restart_needed = false;
 
         // ---- flags (first: config fields check the resulting flags for shadowing)
         let flags_path = self.config.kubelet.flags_path.clone();
-        let (flags_text, flags_entry) = match &self.obs.kubelet.flags {
-            Some((t, e)) => (t.clone(), Some(*e)),
-            None => (String::new(), None),
+        let flags_obs = self.obs.kubelet.flags.clone();
+        let (flags_text, flags_entry, flags_problem) = match &flags_obs {
+            observe::TextObs::Text(t, e) => (t.clone(), Some(*e), None),
+            observe::TextObs::Absent => (String::new(), None, None),
+            observe::TextObs::Problem(p) => (String::new(), None, Some(p.clone())),
         };
-        let current_flags = kflags::parse(&flags_text, "KUBELET_KUBEADM_ARGS");
+        let current_flags = match &flags_problem {
+            Some(p) => Err(p.clone()),
+            None => kflags::parse(&flags_text, "KUBELET_KUBEADM_ARGS")
+                .map(Option::unwrap_or_default)
+                .map_err(|e| format!("{flags_path}: {e}")),
+        };
         let mut final_flags: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut set: Vec<(String, String)> = Vec::new();
         let mut remove: Vec<String> = Vec::new();
+        let unreadable = self.obs.kubelet.problems.first().map(|p| {
+            format!("cannot check KUBELET_EXTRA_ARGS, which overrides kubeadm-flags.env: {p}")
+        });
         match &current_flags {
             Err(e) => {
                 for (name, value) in &self.desired.kubelet_flags {
@@ -538,29 +662,28 @@ impl Planner<'_> {
                         op: ChangeOperation::Update,
                         before: String::new(),
                         after: value.clone(),
-                        covered: Err(format!("{flags_path}: {e}")),
+                        covered: Err(e.clone()),
                         disruption: restart.clone(),
                         targets: vec![flags_path.clone()],
                     });
                 }
             }
             Ok(cur) => {
-                let cur: Vec<kflags::Flag> = cur.clone().unwrap_or_default();
-                for f in &cur {
+                for f in cur {
                     final_flags.insert(f.name.clone(), f.value.clone());
                 }
                 let current_of = |n: &str| {
                     cur.iter()
                         .rev()
                         .find(|f| f.name == n)
-                        .map(|f| f.value.clone())
+                        .map(|f| f.value.clone().unwrap_or_default())
                 };
                 for (name, value) in &self.desired.kubelet_flags {
                     let id = format!("kubelet.flags[{name}]");
                     let now = current_of(name);
                     let prior = match self.record.kubelet_flags.get(name) {
                         Some(m) => m.prior.clone(),
-                        None => now.clone().map(|v| v.unwrap_or_default()),
+                        None => now.clone(),
                     };
                     self.next.kubelet_flags.insert(
                         name.clone(),
@@ -577,35 +700,39 @@ impl Planner<'_> {
                             .filter(|f| f.value.as_deref() != Some(value.as_str()))
                             .map(|f| (p.clone(), f.value.clone().unwrap_or_default()))
                     });
-                    if now == Some(Some(value.clone())) && shadow.is_none() {
+                    if now.as_deref() == Some(value.as_str()) && shadow.is_none() {
                         continue;
                     }
-                    let unreadable = self.obs.kubelet.problems.first().map(|p| {
-                        format!("cannot check KUBELET_EXTRA_ARGS, which overrides kubeadm-flags.env: {p}")
-                    });
-                    let covered = match (&shadow, unreadable) {
-                        (_, Some(p)) => Err(p),
+                    let resets = kubelet_state_files(&[name.as_str()], true);
+                    let covered = match (&shadow, &unreadable) {
+                        (_, Some(p)) => Err(p.clone()),
                         (Some((p, v)), None) => Err(format!(
                             "--{name}={v} in {p} (KUBELET_EXTRA_ARGS) comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
                         )),
-                        (None, None) => Ok(
-                            "kubeadm-flags.env edited, other flags kept in order; kubelet restart",
-                        ),
+                        (None, None) => Ok(if resets.is_empty() {
+                            "kubeadm-flags.env edited, other flags kept in order; kubelet restart"
+                        } else {
+                            RESET_REASON
+                        }),
                     };
-                    if shadow.is_none() && self.obs.kubelet.problems.is_empty() {
+                    if covered.is_ok() {
                         set.push((name.clone(), value.clone()));
                         restart_needed = true;
+                        self.steps
+                            .kubelet_state_reset
+                            .extend(resets.iter().cloned());
                     }
                     self.push(ChangeBuilder {
                         id,
                         op: upsert(now.is_some()),
-                        before: match &now {
-                            None => "absent".into(),
-                            Some(v) => v.clone().unwrap_or_default(),
-                        },
+                        before: now.clone().unwrap_or_else(|| "absent".into()),
                         after: value.clone(),
                         covered,
-                        disruption: restart.clone(),
+                        disruption: if resets.is_empty() {
+                            restart.clone()
+                        } else {
+                            drain.clone()
+                        },
                         targets: vec![flags_path.clone()],
                     });
                 }
@@ -615,7 +742,7 @@ impl Planner<'_> {
                     }
                     let now = current_of(name);
                     let want = m.prior.clone();
-                    if now.clone().map(|v| v.unwrap_or_default()) == want {
+                    if now == want {
                         continue;
                     }
                     match &want {
@@ -629,6 +756,20 @@ impl Planner<'_> {
                         }
                     }
                     restart_needed = true;
+                    let resets = kubelet_state_files(&[name.as_str()], true);
+                    self.steps
+                        .kubelet_state_reset
+                        .extend(resets.iter().cloned());
+                    let mut reason =
+                        String::from("dropped from the spec: the prior value is restored");
+                    if now.as_deref() != Some(m.value.as_str()) {
+                        reason.push_str(&format!(
+                            " (the node has {}, not the {} inplaced set: another writer changed it)",
+                            now.clone().unwrap_or_else(|| "no value".into()),
+                            m.value
+                        ));
+                    }
+                    reason.push_str("; kubelet restart");
                     self.push(ChangeBuilder {
                         id: format!("kubelet.flags[{name}]"),
                         op: if want.is_some() {
@@ -636,14 +777,14 @@ impl Planner<'_> {
                         } else {
                             ChangeOperation::Delete
                         },
-                        before: now
-                            .map(|v| v.unwrap_or_default())
-                            .unwrap_or_else(|| "absent".into()),
+                        before: now.unwrap_or_else(|| "absent".into()),
                         after: want.clone().unwrap_or_else(|| "absent".into()),
-                        covered: Ok(
-                            "dropped from the spec: the prior value is restored; kubelet restart",
-                        ),
-                        disruption: restart.clone(),
+                        covered: Ok(&reason),
+                        disruption: if resets.is_empty() {
+                            restart.clone()
+                        } else {
+                            drain.clone()
+                        },
                         targets: vec![flags_path.clone()],
                     });
                 }
@@ -652,16 +793,16 @@ impl Planner<'_> {
         if !set.is_empty() || !remove.is_empty() {
             match kflags::edit(&flags_text, "KUBELET_KUBEADM_ARGS", &set, &remove) {
                 Ok(text) => {
-                    let (mode, uid, gid) = flags_entry
-                        .map(|e| (e.mode, e.uid, e.gid))
-                        .unwrap_or((0o644, 0, 0));
                     self.steps.writes.push(Write {
                         path: flags_path.clone(),
                         content: text.into_bytes(),
-                        mode,
-                        uid,
-                        gid,
+                        mode: 0o644,
+                        uid: 0,
+                        gid: 0,
+                        keep_meta: flags_entry.is_some(),
+                        expect: flags_obs.fingerprint(),
                         save_original: None,
+                        managed_file: false,
                     });
                 }
                 Err(e) => self.fail_all("kubelet.flags[", &format!("{flags_path}: {e}")),
@@ -678,17 +819,20 @@ impl Planner<'_> {
             .unwrap_or_default();
         let wants = !desired_leaves.is_empty() || !self.record.kubelet_config.is_empty();
         if wants {
-            let parsed = match &self.obs.kubelet.config {
-                None => Err(format!(
+            let cfg_obs = self.obs.kubelet.config.clone();
+            let parsed = match &cfg_obs {
+                observe::TextObs::Absent => Err(format!(
                     "no KubeletConfiguration file at {cfg_path}; set kubelet.config_path in the agent config if the kubelet reads another file"
                 )),
-                Some((text, entry)) => kcfg::parse(text)
+                observe::TextObs::Problem(p) => Err(p.clone()),
+                observe::TextObs::Text(text, entry) => kcfg::parse(text)
                     .map(|doc| (text.clone(), *entry, doc))
                     .map_err(|e| format!("{cfg_path}: {e}")),
             };
             let mut edits = Vec::new();
+            let mut edit_ids = Vec::new();
             for (path, value) in &desired_leaves {
-                let id = format!("kubelet.config.{}", path.join("."));
+                let id = config_id(path);
                 let (text_doc, now) = match &parsed {
                     Ok((_, _, doc)) => (true, kcfg::get(doc, path).cloned()),
                     Err(_) => (false, None),
@@ -712,31 +856,21 @@ impl Planner<'_> {
                 if text_doc && now.as_ref() == Some(value) {
                     continue;
                 }
-                let flag = flag_name_of_field(&path[0]);
-                let shadow = if let Some(v) = final_flags.get(&flag) {
-                    Some(format!(
-                        "kubelet flag --{flag}={} in {flags_path} overrides KubeletConfiguration field {}; manage it under kubelet.flags instead",
-                        v.clone().unwrap_or_default(),
-                        path[0]
-                    ))
-                } else {
-                    self.obs.kubelet.extra_args.iter().find_map(|(p, fl)| {
-                        fl.iter().any(|f| f.name == flag).then(|| {
-                            format!(
-                                "kubelet flag --{flag} in {p} (KUBELET_EXTRA_ARGS) overrides KubeletConfiguration field {}; change it there",
-                                path[0]
-                            )
-                        })
-                    })
-                };
-                let covered = match (&parsed, shadow) {
+                let resets = kubelet_state_files(&[path[0].as_str()], false);
+                let covered = match (&parsed, self.config_field_problem(path, &final_flags)) {
                     (Err(e), _) => Err(e.clone()),
                     (_, Some(s)) => Err(s),
                     _ => {
                         edits.push(LeafEdit::Set(path.clone(), value.clone()));
-                        Ok(
-                            "merged into the KubeletConfiguration file, every other field kept; kubelet restart",
-                        )
+                        edit_ids.push(id.clone());
+                        self.steps
+                            .kubelet_state_reset
+                            .extend(resets.iter().cloned());
+                        Ok(if resets.is_empty() {
+                            "merged into the KubeletConfiguration file, every other field kept; kubelet restart"
+                        } else {
+                            RESET_REASON
+                        })
                     }
                 };
                 self.push(ChangeBuilder {
@@ -745,7 +879,11 @@ impl Planner<'_> {
                     before: json_summary(now.as_ref()),
                     after: json_summary(Some(value)),
                     covered,
-                    disruption: restart.clone(),
+                    disruption: if resets.is_empty() {
+                        restart.clone()
+                    } else {
+                        drain.clone()
+                    },
                     targets: vec![cfg_path.clone()],
                 });
             }
@@ -762,6 +900,11 @@ impl Planner<'_> {
                         Some(v) => LeafEdit::Set(m.path.clone(), v.clone()),
                         None => LeafEdit::Remove(m.path.clone()),
                     });
+                    edit_ids.push(id.clone());
+                    let resets = kubelet_state_files(&[m.path[0].as_str()], false);
+                    self.steps
+                        .kubelet_state_reset
+                        .extend(resets.iter().cloned());
                     self.push(ChangeBuilder {
                         id: id.clone(),
                         op: if m.value.prior.is_some() {
@@ -774,14 +917,18 @@ impl Planner<'_> {
                         covered: Ok(
                             "dropped from the spec: the prior value is restored; kubelet restart",
                         ),
-                        disruption: restart.clone(),
+                        disruption: if resets.is_empty() {
+                            restart.clone()
+                        } else {
+                            drain.clone()
+                        },
                         targets: vec![cfg_path.clone()],
                     });
                 }
             }
             if let (Ok((text, entry, _)), false) = (&parsed, edits.is_empty()) {
                 match kcfg::edit(text, &edits) {
-                    Ok(edited) => {
+                    Ok(edited) if edited.faithful => {
                         restart_needed = true;
                         self.steps.writes.push(Write {
                             path: cfg_path.clone(),
@@ -789,16 +936,61 @@ impl Planner<'_> {
                             mode: entry.mode,
                             uid: entry.uid,
                             gid: entry.gid,
+                            keep_meta: true,
+                            expect: cfg_obs.fingerprint(),
                             save_original: None,
+                            managed_file: false,
                         });
                     }
-                    Err(e) => self.fail_all("kubelet.config.", &format!("{cfg_path}: {e}")),
+                    Ok(_) => {
+                        let reason = format!(
+                            "{cfg_path} uses YAML that can not be edited in place at this field (flow style, anchors, tags or block scalars); inplaced would have to re-render the whole file and lose its comments and layout: write the field in block style, or manage the file under files"
+                        );
+                        for c in self.changes.iter_mut().filter(|c| edit_ids.contains(&c.id)) {
+                            c.covered = false;
+                            c.reason = reason.clone();
+                        }
+                        self.steps.kubelet_state_reset.clear();
+                    }
+                    Err(e) => self.fail_all("kubelet.config", &format!("{cfg_path}: {e}")),
                 }
             }
         }
         if restart_needed {
             self.steps.restarts.insert(unit);
         }
+    }
+
+    /// Why a KubeletConfiguration field can not be merged: unknown to the kubelet, or
+    /// overridden by a flag (flags win over the config file).
+    fn config_field_problem(
+        &self,
+        path: &[String],
+        final_flags: &BTreeMap<String, Option<String>>,
+    ) -> Option<String> {
+        let top = path[0].as_str();
+        if !kcfg_fields::is_known(top) {
+            return Some(format!(
+                "{top} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field; check the spelling: the kubelet ignores or refuses unknown fields"
+            ));
+        }
+        let flag = kcfg_fields::flag_for(path)?;
+        if let Some(v) = final_flags.get(&flag) {
+            return Some(format!(
+                "kubelet flag --{flag}={} in {} overrides KubeletConfiguration field {}; manage it under kubelet.flags instead",
+                v.clone().unwrap_or_default(),
+                self.config.kubelet.flags_path,
+                path.join(".")
+            ));
+        }
+        self.obs.kubelet.extra_args.iter().find_map(|(p, fl)| {
+            fl.iter().any(|f| f.name == flag).then(|| {
+                format!(
+                    "kubelet flag --{flag} in {p} (KUBELET_EXTRA_ARGS) overrides KubeletConfiguration field {}; change it there",
+                    path.join(".")
+                )
+            })
+        })
     }
 
     /// Marks every change whose id starts with `prefix` not covered with `reason`.
@@ -875,11 +1067,15 @@ impl Planner<'_> {
         let norm = |k: &str| k.replace('_', "-");
         let mut by_key: BTreeMap<String, KeyChange> = BTreeMap::new();
         for a in &to_remove {
-            let e = by_key.entry(norm(a.key())).or_insert_with(|| KeyChange::new(a.key()));
+            let e = by_key
+                .entry(norm(a.key()))
+                .or_insert_with(|| KeyChange::new(a.key()));
             e.removed.push(a.clone());
         }
         for a in &to_add {
-            let e = by_key.entry(norm(a.key())).or_insert_with(|| KeyChange::new(a.key()));
+            let e = by_key
+                .entry(norm(a.key()))
+                .or_insert_with(|| KeyChange::new(a.key()));
             e.appended.push(a.clone());
         }
         let running = self.obs.proc_cmdline.as_ref().map(|c| Cmdline::parse(c));
@@ -942,12 +1138,16 @@ impl Planner<'_> {
                 }
             };
             let shadow = later.iter().find(|l| {
-                kc.appended.iter().any(|a| a.same_key(l)) && !kc.appended.iter().any(|a| a.matches_exactly(l))
+                kc.appended.iter().any(|a| a.same_key(l))
+                    && !kc.appended.iter().any(|a| a.matches_exactly(l))
             });
             let others: Vec<&Arg> = configured
                 .args()
                 .iter()
-                .filter(|c| kc.appended.iter().any(|a| a.same_key(c)) && !owned.iter().any(|o| o.matches_exactly(c)))
+                .filter(|c| {
+                    kc.appended.iter().any(|a| a.same_key(c))
+                        && !owned.iter().any(|o| o.matches_exactly(c))
+                })
                 .collect();
             let mut reason = backend.reason();
             if !kc.appended.is_empty() {
@@ -993,9 +1193,18 @@ impl Planner<'_> {
                     id: format!("kernelArgs[{}]", kc.key),
                     op,
                     before: before.join(" "),
-                    after: kc.appended.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(" "),
+                    after: kc
+                        .appended
+                        .iter()
+                        .map(|a| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" "),
                     covered,
-                    disruption: if needs_reboot { reboot.clone() } else { none.clone() },
+                    disruption: if needs_reboot {
+                        reboot.clone()
+                    } else {
+                        none.clone()
+                    },
                     targets: targets.clone(),
                 }
                 .build(),
@@ -1021,10 +1230,13 @@ impl Planner<'_> {
                 self.steps.writes.push(Write {
                     path: e.path,
                     content: e.content,
-                    mode: 0,
-                    uid: u32::MAX,
-                    gid: u32::MAX,
+                    mode: 0o644,
+                    uid: 0,
+                    gid: 0,
+                    keep_meta: true,
+                    expect: e.expect,
                     save_original: None,
+                    managed_file: false,
                 });
             }
             if let Some(cmd) = backend.regenerate() {
@@ -1064,6 +1276,126 @@ impl Planner<'_> {
         }
     }
 
+    /// The value systemd-sysctl would set at boot for `key`, and the file it comes from,
+    /// given the sysctl.d files with `overrides` (path → new text, None = deleted) applied.
+    fn boot_value(
+        &self,
+        key: &str,
+        overrides: &BTreeMap<String, Option<String>>,
+    ) -> Option<(String, String)> {
+        let mut files: Vec<(String, String)> = self.obs.sysctls.files.clone();
+        for (p, t) in overrides {
+            files.retain(|(q, _)| q != p);
+            if let Some(t) = t {
+                files.push((p.clone(), t.clone()));
+            }
+        }
+        // systemd-sysctl: by file name across the directories; /etc masks /run masks /usr
+        let name = |p: &str| p.rsplit('/').next().unwrap_or_default().to_string();
+        let prio = |p: &str| {
+            observe::SYSCTL_DIRS
+                .iter()
+                .position(|d| p.starts_with(d))
+                .unwrap_or(99)
+        };
+        files.sort_by(|a, b| {
+            name(&a.0)
+                .cmp(&name(&b.0))
+                .then(prio(&a.0).cmp(&prio(&b.0)))
+        });
+        files.dedup_by(|b, a| name(&a.0) == name(&b.0));
+        let want = observe::sysctl_path(key);
+        let mut found = None;
+        for (p, t) in &files {
+            for (k, v) in parse_sysctl_conf(t) {
+                if observe::sysctl_path(&k) == want {
+                    found = Some((v, p.clone()));
+                }
+            }
+        }
+        found
+    }
+
+    /// sysctl.d files written or removed through the `files` section take effect live,
+    /// as `systemd-sysctl` would apply them at boot (disruption none).
+    fn sysctl_files_live(&mut self) {
+        let drop_in = self.config.sysctl.drop_in.clone();
+        let mut overrides: BTreeMap<String, Option<String>> = BTreeMap::new();
+        for w in &self.steps.writes {
+            if observe::is_sysctl_conf(&w.path) && w.path != drop_in {
+                overrides.insert(
+                    w.path.clone(),
+                    Some(String::from_utf8_lossy(&w.content).into_owned()),
+                );
+            }
+        }
+        for r in &self.steps.removes {
+            if observe::is_sysctl_conf(&r.path) && r.path != drop_in {
+                overrides.insert(r.path.clone(), None);
+            }
+        }
+        let mut keys = BTreeSet::new();
+        for (p, t) in &overrides {
+            match t {
+                Some(t) => keys.extend(parse_sysctl_conf(t).into_keys()),
+                None => {
+                    if let Some((_, t)) = self.obs.sysctls.files.iter().find(|(q, _)| q == p) {
+                        keys.extend(parse_sysctl_conf(t).into_keys());
+                    }
+                }
+            }
+        }
+        let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        for key in keys {
+            if self.desired.sysctls.contains_key(&key) {
+                continue; // the sysctls section decides
+            }
+            let Some((value, from)) = self.boot_value(&key, &overrides) else {
+                continue; // no file sets it any more: the live value stays, as at boot
+            };
+            let id = self
+                .changes
+                .iter()
+                .position(|c| c.id == format!("files[{from}]"))
+                .or_else(|| {
+                    overrides.keys().find_map(|p| {
+                        self.changes
+                            .iter()
+                            .position(|c| c.id == format!("files[{p}]"))
+                    })
+                });
+            match self.obs.sysctls.live.get(&key).cloned().flatten() {
+                None => {
+                    if let Some(i) = id {
+                        self.changes[i].covered = false;
+                        self.changes[i].reason = format!(
+                            "sets {key}, but {} does not exist on this node (unknown key, or its module is not loaded)",
+                            observe::sysctl_path(&key)
+                        );
+                    }
+                }
+                Some(live) if norm(&live.value) != norm(&value) => {
+                    if !live.writable {
+                        if let Some(i) = id {
+                            self.changes[i].covered = false;
+                            self.changes[i].reason = format!("sets {key}, which is read-only");
+                        }
+                        continue;
+                    }
+                    self.steps.sysctls.push((key.clone(), value.clone()));
+                    if let Some(i) = id
+                        && !self.changes[i].reason.contains("applied live")
+                    {
+                        self.changes[i].reason.push_str(
+                            "; its sysctls are applied live, as systemd-sysctl would at boot",
+                        );
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
     fn sysctls(&mut self) {
         if self.desired.sysctls.is_empty() && self.record.sysctls.is_empty() {
             return;
@@ -1071,32 +1403,57 @@ impl Planner<'_> {
         let none = disruption(DisruptionLevel::None, &[]);
         let drop_in = self.config.sysctl.drop_in.clone();
         let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-        let current_drop_in: BTreeMap<String, String> = self
+        let drop_in_obs = self
             .obs
             .sysctls
             .drop_in
-            .as_ref()
+            .clone()
+            .unwrap_or(observe::TextObs::Absent);
+        let current_drop_in: BTreeMap<String, String> = drop_in_obs
+            .text()
             .map(|(t, _)| parse_sysctl_conf(t))
             .unwrap_or_default();
         let mut drop_in_values = BTreeMap::new();
         for (key, value) in &self.desired.sysctls {
             let id = format!("sysctls[{key}]");
-            let live = self.obs.sysctls.live.get(key).cloned().flatten();
             let path = observe::sysctl_path(key);
-            let Some(live) = live else {
+            let live = self.obs.sysctls.live.get(key).cloned().flatten();
+            let problem = match &live {
+                None => Some(format!(
+                    "{path} does not exist on this node: the key is unknown or its kernel module is not loaded"
+                )),
+                Some(l) if !l.writable => Some(format!("{path} is read-only")),
+                _ => None,
+            }
+            .or_else(|| {
+                if let observe::TextObs::Problem(p) = &drop_in_obs {
+                    return Some(p.clone());
+                }
+                // a sysctl.d file that sorts after the drop-in would win at boot
+                let mut with_ours = BTreeMap::new();
+                let mut vals = BTreeMap::new();
+                vals.insert(key.clone(), value.clone());
+                with_ours.insert(drop_in.clone(), Some(render_sysctl_conf(&vals)));
+                match self.boot_value(key, &with_ours) {
+                    Some((v, from)) if from != drop_in => Some(format!(
+                        "{from} sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist; remove it there"
+                    )),
+                    _ => None,
+                }
+            });
+            if let Some(problem) = problem {
                 self.push(ChangeBuilder {
                     id,
                     op: ChangeOperation::Update,
-                    before: "absent".into(),
+                    before: live.map(|l| l.value).unwrap_or_else(|| "absent".into()),
                     after: value.clone(),
-                    covered: Err(format!(
-                        "{path} does not exist on this node: the key is unknown or its kernel module is not loaded"
-                    )),
+                    covered: Err(problem),
                     disruption: none.clone(),
                     targets: vec![path, drop_in.clone()],
                 });
                 continue;
-            };
+            }
+            let live = live.map(|l| l.value).unwrap_or_default();
             drop_in_values.insert(key.clone(), value.clone());
             let prior = match self.record.sysctls.get(key) {
                 Some(m) => m.prior.clone(),
@@ -1131,7 +1488,14 @@ impl Planner<'_> {
             if self.desired.sysctls.contains_key(key) {
                 continue;
             }
-            let live = self.obs.sysctls.live.get(key).cloned().flatten();
+            let live = self
+                .obs
+                .sysctls
+                .live
+                .get(key)
+                .cloned()
+                .flatten()
+                .map(|l| l.value);
             if let (Some(prior), Some(l)) = (&m.prior, &live)
                 && norm(prior) != norm(l)
             {
@@ -1148,10 +1512,14 @@ impl Planner<'_> {
             });
         }
         let rendered = render_sysctl_conf(&drop_in_values);
-        let current_text = self.obs.sysctls.drop_in.as_ref().map(|(t, _)| t.clone());
+        let current_text = drop_in_obs.text().map(|(t, _)| t.to_string());
         if drop_in_values.is_empty() {
             if current_text.is_some() && !self.record.sysctls.is_empty() {
-                self.steps.removes.push(drop_in);
+                self.steps.removes.push(Remove {
+                    path: drop_in,
+                    expect: drop_in_obs.fingerprint(),
+                    dirs: Vec::new(),
+                });
             }
         } else if current_text.as_deref() != Some(rendered.as_str()) {
             self.steps.writes.push(Write {
@@ -1160,7 +1528,10 @@ impl Planner<'_> {
                 mode: 0o644,
                 uid: 0,
                 gid: 0,
+                keep_meta: false,
+                expect: drop_in_obs.fingerprint(),
                 save_original: None,
+                managed_file: false,
             });
         }
     }
@@ -1192,12 +1563,10 @@ pub fn render_sysctl_conf(values: &BTreeMap<String, String>) -> String {
     s
 }
 
-/// Metadata to keep when rewriting an existing configuration file: `u32::MAX` ids and a
-/// zero mode in a [`Write`] mean "keep the file's own".
+/// Mode and owner a [`Write`] gives the file: the existing file's own when `keep_meta`.
 pub fn resolve_keep(w: &Write, existing: Option<Entry>) -> (u32, u32, u32) {
     match existing {
-        Some(e) if w.uid == u32::MAX => (e.mode, e.uid, e.gid),
-        None if w.uid == u32::MAX => (0o644, 0, 0),
+        Some(e) if w.keep_meta => (e.mode, e.uid, e.gid),
         _ => (w.mode, w.uid, w.gid),
     }
 }

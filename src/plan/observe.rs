@@ -10,6 +10,10 @@ use crate::node::sysroot::{Entry, Kind, Parents, Sysroot, SysrootError};
 use crate::spec::NodeSpec;
 use crate::state::{AppliedRecord, Original, StateDir, StateError};
 
+/// Largest file the agent reads or writes as a managed file (64 MiB): a node agent must
+/// not copy a disk image into memory because a spec named it.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
 /// A file as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileObs {
@@ -22,30 +26,85 @@ pub enum FileObs {
         /// Metadata.
         entry: Entry,
     },
-    /// Can not be written: a parent is a file or symlink, or the path is a dir/symlink.
+    /// Can not be written: a parent is a file or symlink, or the path is a dir/symlink, or
+    /// it is too large.
     Conflict(String),
 }
 
+impl FileObs {
+    /// `sha256:<hex>` of the content, `absent`, or the conflict.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            FileObs::File { content, .. } => format!("sha256:{}", crate::spec::sha256_hex(content)),
+            FileObs::Absent => "absent".into(),
+            FileObs::Conflict(c) => c.clone(),
+        }
+    }
+}
+
+/// A text configuration file as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextObs {
+    /// Absent.
+    Absent,
+    /// UTF-8 text with its metadata.
+    Text(String, Entry),
+    /// Present but unusable (symlink, not UTF-8, too large...), with the reason.
+    Problem(String),
+}
+
+impl TextObs {
+    /// The text and metadata when usable.
+    pub fn text(&self) -> Option<(&str, Entry)> {
+        match self {
+            TextObs::Text(t, e) => Some((t.as_str(), *e)),
+            _ => None,
+        }
+    }
+
+    /// The fingerprint a commit checks before writing (see [`FileObs::fingerprint`]).
+    pub fn fingerprint(&self) -> String {
+        match self {
+            TextObs::Text(t, _) => format!("sha256:{}", crate::spec::sha256_hex(t.as_bytes())),
+            TextObs::Absent => "absent".into(),
+            TextObs::Problem(p) => p.clone(),
+        }
+    }
+}
+
 /// Kubelet files as observed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct KubeletObs {
-    /// Config file text and metadata (None = absent).
-    pub config: Option<(String, Entry)>,
-    /// Flags env file text and metadata (None = absent).
-    pub flags: Option<(String, Entry)>,
+    /// The KubeletConfiguration file.
+    pub config: TextObs,
+    /// kubeadm's flags env file.
+    pub flags: TextObs,
     /// `KUBELET_EXTRA_ARGS` per override file that exists: path → flags.
     pub extra_args: Vec<(String, Vec<crate::kubelet::flags::Flag>)>,
-    /// Read problems to report as not covered (parse errors).
+    /// Override files that could not be read or parsed.
     pub problems: Vec<String>,
+}
+
+/// A live kernel parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysctlLive {
+    /// Current value (trailing newline removed).
+    pub value: String,
+    /// Whether the file under /proc/sys is writable at all.
+    pub writable: bool,
 }
 
 /// Sysctls as observed.
 #[derive(Debug, Clone, Default)]
 pub struct SysctlObs {
-    /// Live values (None = the key does not exist under /proc/sys).
-    pub live: BTreeMap<String, Option<String>>,
-    /// The drop-in's text and metadata.
-    pub drop_in: Option<(String, Entry)>,
+    /// Live values of the managed keys and of the keys of managed sysctl.d files
+    /// (None = no such kernel parameter).
+    pub live: BTreeMap<String, Option<SysctlLive>>,
+    /// The agent's drop-in.
+    pub drop_in: Option<TextObs>,
+    /// Every sysctl.d file systemd-sysctl would read, in the order it applies them
+    /// (node path, text); for a repeated name the /etc copy masks /run and /usr/lib.
+    pub files: Vec<(String, String)>,
 }
 
 /// Everything observed.
@@ -65,6 +124,8 @@ pub struct Observed {
     pub proc_cmdline: Option<String>,
     /// Sysctls.
     pub sysctls: SysctlObs,
+    /// Whether kernel arguments are in play (desired or recorded).
+    pub kernel_args_managed: bool,
 }
 
 /// Errors observing the node (I/O failures other than "absent").
@@ -78,7 +139,8 @@ pub enum ObserveError {
     State(#[from] StateError),
 }
 
-/// Observes one file path.
+/// Observes one file path (never following symlinks, never reading more than
+/// [`MAX_FILE_BYTES`]).
 pub fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, SysrootError> {
     match root.parents(path)? {
         Parents::Conflict(c) => return Ok(FileObs::Conflict(c.to_string())),
@@ -87,27 +149,38 @@ pub fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, SysrootError>
     }
     match root.stat(path)? {
         None => Ok(FileObs::Absent),
+        Some(e) if e.kind == Kind::File && e.len > MAX_FILE_BYTES => {
+            Ok(FileObs::Conflict(format!(
+                "{path} is {} bytes, larger than the {} MiB inplaced manages",
+                e.len,
+                MAX_FILE_BYTES >> 20
+            )))
+        }
         Some(e) if e.kind == Kind::File => {
             let content = root.read(path)?.unwrap_or_default();
             Ok(FileObs::File { content, entry: e })
         }
         Some(e) => Ok(FileObs::Conflict(match e.kind {
-            Kind::Symlink => {
-                format!("{path} is a symlink; inplaced never follows symlinks in managed paths")
-            }
+            Kind::Symlink => format!(
+                "{path} is a symlink; inplaced never follows symlinks in managed paths (manage the file it points to instead)"
+            ),
             k => format!("{path} is a {}, not a regular file", k.describe()),
         })),
     }
 }
 
-fn text_file(root: &Sysroot, path: &str) -> Result<Option<(String, Entry)>, SysrootError> {
-    match observe_file(root, path)? {
-        FileObs::File { content, entry } => Ok(Some((
-            String::from_utf8_lossy(&content).into_owned(),
-            entry,
-        ))),
-        _ => Ok(None),
-    }
+/// Observes a text configuration file.
+pub fn observe_text(root: &Sysroot, path: &str) -> Result<TextObs, SysrootError> {
+    Ok(match observe_file(root, path)? {
+        FileObs::Absent => TextObs::Absent,
+        FileObs::Conflict(c) => TextObs::Problem(c),
+        FileObs::File { content, entry } => match String::from_utf8(content) {
+            Ok(t) => TextObs::Text(t, entry),
+            Err(_) => TextObs::Problem(format!(
+                "{path} is not UTF-8 text; inplaced edits only text it can keep byte for byte"
+            )),
+        },
+    })
 }
 
 /// `/proc/sys/...` of a sysctl key, as sysctl(8) maps it: the slashed form
@@ -119,6 +192,47 @@ pub fn sysctl_path(key: &str) -> String {
     } else {
         format!("/proc/sys/{}", key.replace('.', "/"))
     }
+}
+
+/// Directories systemd-sysctl reads, highest priority first (`sysctl.d(5)`).
+pub const SYSCTL_DIRS: &[&str] = &[
+    "/etc/sysctl.d",
+    "/run/sysctl.d",
+    "/usr/local/lib/sysctl.d",
+    "/usr/lib/sysctl.d",
+    "/lib/sysctl.d",
+];
+
+/// True for a path systemd-sysctl reads at boot.
+pub fn is_sysctl_conf(path: &str) -> bool {
+    SYSCTL_DIRS.iter().any(|d| {
+        path.strip_prefix(d)
+            .and_then(|r| r.strip_prefix('/'))
+            .is_some_and(|n| !n.contains('/') && n.ends_with(".conf"))
+    })
+}
+
+fn read_live(root: &Sysroot, key: &str) -> Result<Option<SysctlLive>, SysrootError> {
+    let p = sysctl_path(key);
+    if crate::node::sysroot::components(&p).is_err() {
+        return Ok(None);
+    }
+    let entry = match root.stat(&p) {
+        Ok(Some(e)) if e.kind == Kind::File => e,
+        Ok(_) | Err(SysrootError::Symlink { .. }) | Err(SysrootError::NotADirectory { .. }) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let value = root
+        .read_string(&p)?
+        .unwrap_or_default()
+        .trim_end_matches('\n')
+        .to_string();
+    Ok(Some(SysctlLive {
+        value,
+        writable: entry.mode & 0o222 != 0,
+    }))
 }
 
 /// Reads what the planner needs for `desired` and `record`.
@@ -145,38 +259,44 @@ pub fn observe(
     for (path, m) in &record.files {
         if !files.contains_key(path) {
             files.insert(path.clone(), observe_file(root, path)?);
-            if let Original::Saved { backup, .. } = &m.original
-                && let Some(b) = state.read_original(backup)?
-            {
-                originals.insert(backup.clone(), b);
-            }
+        }
+        if let Original::Saved { backup, .. } = &m.original
+            && let Some(b) = state.read_original(backup)?
+        {
+            originals.insert(backup.clone(), b);
         }
     }
 
-    let mut kubelet = KubeletObs::default();
+    let mut kubelet = KubeletObs {
+        config: TextObs::Absent,
+        flags: TextObs::Absent,
+        extra_args: Vec::new(),
+        problems: Vec::new(),
+    };
     let wants_kubelet = desired.kubelet_config.is_some()
         || !desired.kubelet_flags.is_empty()
         || !record.kubelet_config.is_empty()
         || !record.kubelet_flags.is_empty();
     if wants_kubelet {
-        kubelet.config = text_file(root, &config.kubelet.config_path)?;
-        kubelet.flags = text_file(root, &config.kubelet.flags_path)?;
+        kubelet.config = observe_text(root, &config.kubelet.config_path)?;
+        kubelet.flags = observe_text(root, &config.kubelet.flags_path)?;
         for p in &config.kubelet.extra_args_paths {
-            if let Some((t, _)) = text_file(root, p)? {
-                match crate::kubelet::flags::parse(&t, "KUBELET_EXTRA_ARGS") {
+            match observe_text(root, p)? {
+                TextObs::Absent => {}
+                TextObs::Problem(e) => kubelet.problems.push(e),
+                TextObs::Text(t, _) => match crate::kubelet::flags::parse(&t, "KUBELET_EXTRA_ARGS")
+                {
                     Ok(Some(flags)) => kubelet.extra_args.push((p.clone(), flags)),
                     Ok(None) => {}
                     Err(e) => kubelet.problems.push(format!("{p}: {e}")),
-                }
+                },
             }
         }
     }
 
-    let kernel = if desired.kernel_args.is_empty() && record.kernel_args.is_empty() {
-        Err(NoBackend("no kernel arguments managed".into()))
-    } else {
-        bootloader::detect(root, config.kernel_args.backend)
-    };
+    // the backend is always detected: its files are reserved even when no kernel
+    // argument is managed
+    let kernel = bootloader::detect(root, config.kernel_args.backend);
     let proc_cmdline = root
         .read_string("/proc/cmdline")
         .ok()
@@ -184,17 +304,57 @@ pub fn observe(
         .map(|s| s.trim_end().to_string());
 
     let mut sysctls = SysctlObs::default();
-    if !desired.sysctls.is_empty() || !record.sysctls.is_empty() {
-        for key in desired.sysctls.keys().chain(record.sysctls.keys()) {
-            let p = sysctl_path(key);
-            let v = match root.read_string(&p) {
-                Ok(v) => v.map(|s| s.trim_end_matches('\n').to_string()),
-                Err(SysrootError::Symlink { .. }) | Err(SysrootError::NotADirectory { .. }) => None,
-                Err(e) => return Err(e.into()),
-            };
-            sysctls.live.insert(key.clone(), v);
+    let sysctl_files_in_play = desired.files.iter().any(|f| is_sysctl_conf(&f.path))
+        || record.files.keys().any(|p| is_sysctl_conf(p));
+    if !desired.sysctls.is_empty() || !record.sysctls.is_empty() || sysctl_files_in_play {
+        let mut by_name: BTreeMap<String, String> = BTreeMap::new();
+        for dir in SYSCTL_DIRS {
+            for n in root.list_dir(dir).ok().flatten().unwrap_or_default() {
+                if n.ends_with(".conf") {
+                    by_name
+                        .entry(n.clone())
+                        .or_insert_with(|| format!("{dir}/{n}"));
+                }
+            }
         }
-        sysctls.drop_in = text_file(root, &config.sysctl.drop_in)?;
+        for (_, p) in by_name {
+            let text = match root.read_string_following(&p) {
+                Ok(Some(t)) => t,
+                _ => continue,
+            };
+            sysctls.files.push((p, text));
+        }
+        let mut keys: Vec<String> = desired
+            .sysctls
+            .keys()
+            .chain(record.sysctls.keys())
+            .cloned()
+            .collect();
+        for f in &desired.files {
+            if is_sysctl_conf(&f.path) {
+                keys.extend(
+                    super::parse_sysctl_conf(&String::from_utf8_lossy(&f.content)).into_keys(),
+                );
+            }
+        }
+        for (_, t) in &sysctls.files {
+            keys.extend(super::parse_sysctl_conf(t).into_keys());
+        }
+        // originals about to be restored
+        for (path, m) in &record.files {
+            if let (true, Original::Saved { backup, .. }) = (is_sysctl_conf(path), &m.original)
+                && let Some(b) = originals.get(backup)
+            {
+                keys.extend(super::parse_sysctl_conf(&String::from_utf8_lossy(b)).into_keys());
+            }
+        }
+        for key in keys {
+            if let std::collections::btree_map::Entry::Vacant(e) = sysctls.live.entry(key) {
+                let v = read_live(root, e.key())?;
+                e.insert(v);
+            }
+        }
+        sysctls.drop_in = Some(observe_text(root, &config.sysctl.drop_in)?);
     }
 
     Ok(Observed {
@@ -205,5 +365,6 @@ pub fn observe(
         kernel,
         proc_cmdline,
         sysctls,
+        kernel_args_managed: !desired.kernel_args.is_empty() || !record.kernel_args.is_empty(),
     })
 }

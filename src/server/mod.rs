@@ -21,7 +21,9 @@ impl From<AgentError> for Status {
     fn from(e: AgentError) -> Status {
         let msg = e.to_string();
         match e {
-            AgentError::InvalidSpec(_) => Status::invalid_argument(msg),
+            AgentError::InvalidSpec(_) | AgentError::InvalidRequest(_) => {
+                Status::invalid_argument(msg)
+            }
             AgentError::NotCovered(_) | AgentError::Precondition(_) => {
                 Status::failed_precondition(msg)
             }
@@ -64,8 +66,11 @@ impl NodeAgent for Service {
         req: Request<pb::GetCoverageRequest>,
     ) -> Result<Response<pb::CoverageReport>, Status> {
         let a = self.agent.clone();
-        let desired = req.into_inner().desired.unwrap_or_default();
-        blocking(move || a.coverage(&desired))
+        let r = req.into_inner();
+        let desired = r.desired.unwrap_or_default();
+        let policy =
+            pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
+        blocking(move || a.coverage(&desired, policy))
             .await
             .map(Response::new)
     }
@@ -97,26 +102,36 @@ impl NodeAgent for Service {
         req: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
         let id = req.into_inner().id;
-        let (first, rx) = self.agent.watch(&id).map_err(Status::from)?;
+        let (events, rx) = self.agent.watch(&id).map_err(Status::from)?;
         let (tx, out) = tokio::sync::mpsc::channel(16);
+        let agent = self.agent.clone();
         tokio::spawn(async move {
-            let mut last = first.clone();
-            if tx
-                .send(Ok(pb::OperationEvent {
-                    operation: Some(first),
-                }))
-                .await
-                .is_err()
-            {
-                return;
+            let mut last_phase = 0;
+            for op in events {
+                last_phase = op.phase;
+                if tx
+                    .send(Ok(pb::OperationEvent {
+                        operation: Some(op),
+                    }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
             }
             let Some(mut rx) = rx else { return };
-            while !is_settled(last.phase) {
-                if rx.changed().await.is_err() {
-                    break;
-                }
-                let op = rx.borrow_and_update().clone();
-                last = op.clone();
+            while !is_settled(last_phase) {
+                let op = match rx.recv().await {
+                    Ok(op) => op,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        match agent.get_operation(&id) {
+                            Ok(op) => op,
+                            Err(_) => break,
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                };
+                last_phase = op.phase;
                 if tx
                     .send(Ok(pb::OperationEvent {
                         operation: Some(op),

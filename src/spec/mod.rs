@@ -84,8 +84,21 @@ fn validate_path(field: &str, path: &str) -> Result<(), SpecError> {
             format!("path {path:?} is relative; give an absolute path starting with '/'"),
         ));
     }
-    if path.contains('\0') {
-        return Err(SpecError::new(field, "path contains a NUL byte"));
+    if path.chars().any(|c| c.is_control()) {
+        return Err(SpecError::new(
+            field,
+            "path contains a control character (NUL, newline, tab...); such paths are refused",
+        ));
+    }
+    for prefix in ["/proc", "/sys", "/dev"] {
+        if path == prefix || path.starts_with(&format!("{prefix}/")) {
+            return Err(SpecError::new(
+                field,
+                format!(
+                    "{path} is under {prefix}, a kernel interface, not a file to manage; use the sysctls section for /proc/sys"
+                ),
+            ));
+        }
     }
     if path == "/" {
         return Err(SpecError::new(
@@ -128,7 +141,19 @@ fn owner_refs(
     } else {
         group
     };
+    if owner.contains(':') && (user.is_empty() || from_owner.is_some_and(str::is_empty)) {
+        return Err(SpecError::new(
+            format!("{field}.owner"),
+            format!("{owner:?} has an empty user or group; write \"user\" or \"user:group\""),
+        ));
+    }
     for (f, v) in [("owner", user), ("group", group)] {
+        if v.parse::<u32>() == Ok(u32::MAX) {
+            return Err(SpecError::new(
+                format!("{field}.{f}"),
+                "4294967295 is (uid_t)-1, which chown(2) reads as \"leave unchanged\"; give a real id",
+            ));
+        }
         if v.chars()
             .any(|c| c.is_whitespace() || c == ':' || c == '/' || c.is_control())
         {
@@ -196,9 +221,27 @@ fn validate_sysctl(field: &str, key: &str, value: &str) -> Result<(), SpecError>
 /// Validates one kernel argument: non-empty, no NUL/newline, whitespace only inside double
 /// quotes, balanced quotes (the kernel's `next_arg()` tokenization).
 fn validate_kernel_arg(field: &str, arg: &str) -> Result<(), SpecError> {
-    crate::cmdline::Arg::parse_one(arg)
-        .map(|_| ())
-        .map_err(|e| SpecError::new(field, e.to_string()))
+    let a =
+        crate::cmdline::Arg::parse_one(arg).map_err(|e| SpecError::new(field, e.to_string()))?;
+    if matches!(
+        a.key(),
+        "root" | "ro" | "rw" | "BOOT_IMAGE" | "initrd" | "ostree" | "systemd.machine_id"
+    ) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{} is set by the installer or the boot loader and decides how the node boots; inplaced does not manage it",
+                a.key()
+            ),
+        ));
+    }
+    if arg.contains(['$', '`', '\\']) {
+        return Err(SpecError::new(
+            field,
+            "contains $, ` or \\, which GRUB expands in grub.cfg and BLS options lines; such an argument can not reach the kernel as written",
+        ));
+    }
+    Ok(())
 }
 
 impl NodeSpec {
@@ -263,8 +306,18 @@ impl NodeSpec {
             validate_kernel_arg(&format!("kernelArgs[{i}]"), a)?;
             spec.kernel_args.push(a.clone());
         }
+        let mut paths: BTreeMap<String, &str> = BTreeMap::new();
         for (k, v) in &p.sysctls {
             validate_sysctl(&format!("sysctls[{k}]"), k, v)?;
+            let canonical = crate::plan::observe::sysctl_path(k);
+            if let Some(other) = paths.insert(canonical.clone(), k) {
+                return Err(SpecError::new(
+                    format!("sysctls[{k}]"),
+                    format!(
+                        "names the same kernel parameter ({canonical}) as sysctls[{other}]; give it once"
+                    ),
+                ));
+            }
             spec.sysctls.insert(k.clone(), v.clone());
         }
         Ok(spec)

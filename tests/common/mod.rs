@@ -82,15 +82,30 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         copy_tree(&fixture(name), &root);
-        for (k, v) in [
-            ("vm/max_map_count", "65530"),
-            ("fs/inotify/max_user_instances", "128"),
+        // the kernel parameters the tests use, then those the node's sysctl.d files set,
+        // with the values they set (as after boot)
+        let mut params = vec![
+            ("vm.max_map_count".to_string(), "65530".to_string()),
+            ("vm.swappiness".to_string(), "60".to_string()),
             (
-                "kernel/random/boot_id",
-                "11111111-1111-1111-1111-111111111111",
+                "fs.inotify.max_user_instances".to_string(),
+                "128".to_string(),
             ),
-        ] {
-            let p = root.join("proc/sys").join(k);
+            (
+                "kernel.random.boot_id".to_string(),
+                "11111111-1111-1111-1111-111111111111".to_string(),
+            ),
+        ];
+        if let Ok(dir) = std::fs::read_dir(root.join("etc/sysctl.d")) {
+            let mut names: Vec<_> = dir.map(|e| e.unwrap().path()).collect();
+            names.sort();
+            for f in names {
+                let text = std::fs::read_to_string(f).unwrap();
+                params.extend(inplaced::plan::parse_sysctl_conf(&text));
+            }
+        }
+        for (k, v) in params {
+            let p = root.join("proc/sys").join(k.replace('.', "/"));
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, format!("{v}\n")).unwrap();
         }
