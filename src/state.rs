@@ -250,13 +250,12 @@ impl StateDir {
         self.write("/applied.json", &b)
     }
 
-    /// Saves the original bytes of `path` (first overwrite only; an existing backup is kept).
+    /// Saves the original bytes of `path`. Called only before the first overwrite of a
+    /// file the record does not manage yet, so a leftover backup of a failed operation is
+    /// replaced by the current content.
     pub fn save_original(&self, path: &str, content: &[u8]) -> Result<String, StateError> {
         let name = backup_name(path);
-        let rel = format!("/originals/{name}");
-        if self.dir.stat(&rel)?.is_none() {
-            self.write(&rel, content)?;
-        }
+        self.write(&format!("/originals/{name}"), content)?;
         Ok(name)
     }
 
@@ -278,18 +277,29 @@ impl StateDir {
         self.write(&rel, &b)
     }
 
-    /// All operations, newest first (by creation time, then id).
+    /// All operations, newest first (by creation time, then id). An operation file that
+    /// does not parse, or whose id is not its file name, is skipped with a warning in the
+    /// log (history must not stop the agent), and left in place for inspection.
     pub fn list_operations(&self) -> Result<Vec<pb::Operation>, StateError> {
         let mut ops = Vec::new();
         for name in self.dir.list_dir("/operations")?.unwrap_or_default() {
-            if !name.ends_with(".json") || name.starts_with('.') {
+            let Some(id) = name.strip_suffix(".json") else {
+                continue;
+            };
+            if name.starts_with('.') {
                 continue;
             }
             let rel = format!("/operations/{name}");
             if let Some(b) = self.dir.read(&rel)? {
-                let op: pb::Operation =
-                    serde_json::from_slice(&b).map_err(|e| self.corrupt(&rel, e))?;
-                ops.push(op);
+                match serde_json::from_slice::<pb::Operation>(&b) {
+                    Ok(op) if op.id == id => ops.push(op),
+                    Ok(_) => {
+                        tracing::warn!(file = %rel, "operation file whose id is not its name; skipped")
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %rel, error = %e, "unreadable operation file; skipped")
+                    }
+                }
             }
         }
         ops.sort_by(|a, b| {
@@ -310,11 +320,14 @@ impl StateDir {
         }
     }
 
-    /// Keeps the newest `keep` finished operations and deletes the rest.
+    /// Keeps the newest `keep` operations; older ones are deleted once they ended for good
+    /// (an operation still waiting for a reboot is kept whatever its age).
     pub fn prune(&self, keep: usize) -> Result<(), StateError> {
         let ops = self.list_operations()?;
         for op in ops.iter().skip(keep) {
-            self.dir.remove(&format!("/operations/{}.json", op.id))?;
+            if crate::apply::is_terminal(op.phase) {
+                self.dir.remove(&format!("/operations/{}.json", op.id))?;
+            }
         }
         Ok(())
     }

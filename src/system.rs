@@ -118,11 +118,14 @@ impl CommandRunner for Systemd {
     }
 }
 
-/// Records every request (in memory, and in a log file when given) and reports success.
+/// Records every request (in memory, and in a log file when given) and reports success,
+/// except for requests that start with one of the `failing` prefixes, which are recorded
+/// and fail (fault injection for tests and demos: `INPLACED_RECORD_FAIL="restart kubelet"`).
 #[derive(Debug, Default)]
 pub struct Recorder {
     log: Option<PathBuf>,
     calls: Mutex<Vec<String>>,
+    failing: Vec<String>,
 }
 
 impl Recorder {
@@ -131,7 +134,14 @@ impl Recorder {
         Recorder {
             log: Some(log),
             calls: Mutex::new(Vec::new()),
+            failing: Vec::new(),
         }
+    }
+
+    /// Makes requests starting with any of `prefixes` fail (after being recorded).
+    pub fn failing(mut self, prefixes: impl IntoIterator<Item = String>) -> Self {
+        self.failing = prefixes.into_iter().filter(|p| !p.is_empty()).collect();
+        self
     }
 
     /// The calls recorded so far, e.g. `["restart kubelet.service"]`.
@@ -154,8 +164,15 @@ impl Recorder {
                 detail: format!("{}: {e}", path.display()),
             })?;
         }
+        let fails = self.failing.iter().any(|p| line.starts_with(p.as_str()));
         if let Ok(mut c) = self.calls.lock() {
-            c.push(line);
+            c.push(line.clone());
+        }
+        if fails {
+            return Err(SystemError {
+                action: line,
+                detail: "failed on purpose (INPLACED_RECORD_FAIL)".into(),
+            });
         }
         Ok(())
     }

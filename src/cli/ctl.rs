@@ -101,8 +101,9 @@ pub enum Command {
     },
 }
 
-/// Runs `inplacectl`; exit code 0 on success, 1 on a failed operation or error, 2 for an
-/// invalid spec or usage error.
+/// Runs `inplacectl`. Exit codes: 0 success; 1 error, or a watched operation that ended
+/// `Failed`/`RolledBack`; 2 invalid spec or request; 3 `coverage` of a spec that is not
+/// fully covered.
 pub fn main() -> ExitCode {
     let args = Args::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -148,12 +149,26 @@ fn read_spec(file: &PathBuf) -> anyhow::Result<pb::NodeSpec> {
     Ok(spec)
 }
 
+/// Writes to standard output; a closed pipe (`inplacectl history | head`) ends the
+/// program quietly, as it does for coreutils.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("inplacectl: error: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Prints `v` as proto3 JSON, or as the table `table` renders.
 fn show<T: serde::Serialize>(json: bool, v: &T, table: fn(&T) -> String) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(v)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(v)?));
     } else {
-        print!("{}", table(v));
+        emit(&table(v));
     }
     Ok(())
 }
@@ -190,6 +205,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .await?
                 .into_inner();
             show(json, &r, render::coverage)?;
+            if !r.fully_covered {
+                return Ok(ExitCode::from(3));
+            }
         }
         Command::Apply {
             id,
@@ -253,14 +271,14 @@ async fn watch(
     while let Some(ev) = stream.message().await? {
         let Some(op) = ev.operation else { continue };
         if json {
-            println!("{}", serde_json::to_string(&op)?);
+            emit(&format!("{}\n", serde_json::to_string(&op)?));
         } else {
-            println!(
-                "[{:>5.1}s] {:<26} {}",
+            emit(&format!(
+                "[{:>5.1}s] {:<26} {}\n",
                 start.elapsed().as_secs_f64(),
                 render::phase(op.phase),
                 op.message
-            );
+            ));
         }
         last = Some(op);
     }
@@ -268,7 +286,7 @@ async fn watch(
         anyhow::bail!("the agent closed the stream without an event for {id}");
     };
     if !json {
-        print!("{}", render::operation(&op));
+        emit(&render::operation(&op));
     }
     Ok(
         match Phase::try_from(op.phase).unwrap_or(Phase::Unspecified) {

@@ -17,7 +17,8 @@ pub enum ServiceManagerKind {
     /// systemctl on the live host.
     Systemd,
     /// Append each unit action, command and reboot request to <state-dir>/actions.log and
-    /// report success (demo and tests, where no systemd runs).
+    /// report success (demo and tests, where no systemd runs). Requests starting with a
+    /// prefix listed in INPLACED_RECORD_FAIL (comma-separated) fail instead.
     Record,
 }
 
@@ -85,7 +86,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         ServiceManagerKind::Record => {
             std::fs::create_dir_all(&args.state_dir)
                 .with_context(|| format!("creating {}", args.state_dir.display()))?;
-            let r = Arc::new(Recorder::with_log(args.state_dir.join("actions.log")));
+            let failing = std::env::var("INPLACED_RECORD_FAIL").unwrap_or_default();
+            let r = Arc::new(
+                Recorder::with_log(args.state_dir.join("actions.log"))
+                    .failing(failing.split(',').map(|s| s.trim().to_string())),
+            );
             (r.clone(), r.clone(), r)
         }
     };

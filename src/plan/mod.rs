@@ -206,6 +206,78 @@ fn upsert(exists: bool) -> ChangeOperation {
     }
 }
 
+/// Built-in disruption of a file, mirroring what systemd and the services need to read a
+/// changed file: unit files and drop-ins under `/etc/systemd/system` need
+/// `systemctl daemon-reload` and a try-restart of the unit; `/etc/default/kubelet` and
+/// `/etc/sysconfig/kubelet` (read by the kubeadm drop-in) a kubelet restart; files under
+/// `/etc/containerd` a containerd restart. Returns (level, unit, reason).
+pub fn builtin_disruption(
+    path: &str,
+    kubelet_unit: &str,
+) -> Option<(DisruptionLevel, String, String)> {
+    const UNIT_SUFFIXES: &[&str] = &[
+        ".service",
+        ".socket",
+        ".timer",
+        ".path",
+        ".mount",
+        ".automount",
+        ".swap",
+        ".target",
+        ".slice",
+    ];
+    for dir in [
+        "/etc/systemd/system/",
+        "/run/systemd/system/",
+        "/usr/lib/systemd/system/",
+        "/lib/systemd/system/",
+    ] {
+        let Some(rest) = path.strip_prefix(dir) else {
+            continue;
+        };
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            [unit] if UNIT_SUFFIXES.iter().any(|s| unit.ends_with(s)) => {
+                return Some((
+                    DisruptionLevel::DaemonReload,
+                    unit.to_string(),
+                    format!(
+                        "a unit file: systemctl daemon-reload, then {unit} is restarted if it runs"
+                    ),
+                ));
+            }
+            [d, conf] if d.ends_with(".d") && conf.ends_with(".conf") => {
+                let unit = d.trim_end_matches(".d");
+                if UNIT_SUFFIXES.iter().any(|s| unit.ends_with(s)) {
+                    return Some((
+                        DisruptionLevel::DaemonReload,
+                        unit.to_string(),
+                        format!(
+                            "a drop-in of {unit}: systemctl daemon-reload, then {unit} is restarted if it runs"
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    if path == "/etc/default/kubelet" || path == "/etc/sysconfig/kubelet" {
+        return Some((
+            DisruptionLevel::Restart,
+            kubelet_unit.to_string(),
+            "KUBELET_EXTRA_ARGS of the kubeadm drop-in: kubelet restart".into(),
+        ));
+    }
+    if path.starts_with("/etc/containerd/") {
+        return Some((
+            DisruptionLevel::Restart,
+            "containerd.service".into(),
+            "containerd configuration: containerd restart".into(),
+        ));
+    }
+    None
+}
+
 /// Reason of a change that resets the kubelet's CPU or memory manager.
 const RESET_REASON: &str = "changes the CPU or memory manager: drain the node first; the kubelet is stopped, its manager checkpoint (/var/lib/kubelet/cpu_manager_state or memory_manager_state) removed, and started again, as the kubelet requires";
 
@@ -376,32 +448,44 @@ impl Planner<'_> {
         self.changes.push(c.build());
     }
 
+    /// Disruption of a file change: the first matching rule of the agent config, else the
+    /// built-in rules (systemd units and drop-ins need a daemon-reload and a try-restart
+    /// of the unit; the kubelet's override files a kubelet restart; containerd's config a
+    /// containerd restart), else none. sysctl.d files are applied live separately.
     fn file_disruption(&self, path: &str) -> (pb::Disruption, String) {
-        match self.config.disruption_for(path) {
-            Some(rule) => {
-                let units: Vec<&str> = rule.units.iter().map(String::as_str).collect();
-                (
-                    disruption(rule.action.level(), &units),
-                    format!(
-                        "written atomically; disruption rule {:?} applies",
-                        rule.path
-                    ),
-                )
-            }
-            None => (
-                disruption(DisruptionLevel::None, &[]),
-                "written atomically; no disruption rule matches the path".into(),
-            ),
+        if let Some(rule) = self.config.disruption_for(path) {
+            let units: Vec<&str> = rule.units.iter().map(String::as_str).collect();
+            return (
+                disruption(rule.action.level(), &units),
+                format!(
+                    "written atomically; disruption rule {:?} applies",
+                    rule.path
+                ),
+            );
         }
+        if let Some((level, unit, why)) = builtin_disruption(path, &self.config.kubelet.unit) {
+            return (
+                disruption(level, &[unit.as_str()]),
+                format!("written atomically; {why}"),
+            );
+        }
+        (
+            disruption(DisruptionLevel::None, &[]),
+            "written atomically; no disruption rule matches the path".into(),
+        )
     }
 
     fn add_disruption_steps(&mut self, d: &pb::Disruption) {
         match DisruptionLevel::try_from(d.level).unwrap_or(DisruptionLevel::None) {
             DisruptionLevel::Reload => self.steps.reloads.extend(d.units.iter().cloned()),
-            DisruptionLevel::Restart => self.steps.restarts.extend(d.units.iter().cloned()),
+            // a drain is the caller's to do first (CAPI does not drain for in-place
+            // updates); the agent then restarts the rule's units
+            DisruptionLevel::Restart | DisruptionLevel::Drain => {
+                self.steps.restarts.extend(d.units.iter().cloned())
+            }
             DisruptionLevel::DaemonReload => {
                 self.steps.daemon_reload = true;
-                self.steps.restarts.extend(d.units.iter().cloned());
+                self.steps.try_restarts.extend(d.units.iter().cloned());
             }
             DisruptionLevel::Reboot => self.steps.reboot = true,
             _ => {}

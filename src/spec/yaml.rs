@@ -90,13 +90,19 @@ pub fn parse_mode(field: &str, v: &Value) -> Result<u32, SpecError> {
             }
             Ok(m)
         }
-        Value::Number(n) => Err(SpecError::new(
-            field,
-            format!(
-                "got the unquoted number {n}; write the mode as a quoted octal string such as \"0{n}\". \
-                 YAML 1.1 reads an unquoted 0644 as octal (420) and YAML 1.2 as decimal 644, so an unquoted mode is ambiguous"
-            ),
-        )),
+        Value::Number(n) => {
+            let shown = match n.as_f64() {
+                Some(f) if f.fract() == 0.0 && f >= 0.0 => format!("{f:.0}"),
+                _ => n.to_string(),
+            };
+            Err(SpecError::new(
+                field,
+                format!(
+                    "got the unquoted number {shown}; write the mode as a quoted octal string such as \"{shown:0>4}\". \
+                     YAML 1.1 reads an unquoted 0644 as octal (420) and YAML 1.2 as decimal 644, so an unquoted mode is ambiguous"
+                ),
+            ))
+        }
         other => Err(SpecError::new(
             field,
             format!("expected a quoted octal string such as \"0644\", got {other}"),

@@ -74,6 +74,8 @@ pub struct Node {
     pub config: PathBuf,
     child: Option<Child>,
     pub umask: Option<u32>,
+    /// INPLACED_RECORD_FAIL for the daemon.
+    pub fail: Option<String>,
 }
 
 impl Node {
@@ -119,6 +121,7 @@ impl Node {
             dir,
             child: None,
             umask: None,
+            fail: None,
         }
     }
 
@@ -160,6 +163,9 @@ impl Node {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        if let Some(f) = &self.fail {
+            cmd.env("INPLACED_RECORD_FAIL", f);
+        }
         let child = cmd.spawn().expect("spawn inplaced");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
