@@ -4,48 +4,14 @@
 
 mod common;
 
-use common::{Node, err, out, snapshot, spec};
+use common::{Node, apply, change, coverage, err, out, snapshot, spec};
 use inplaced::pb::{self, ChangeOperation, DisruptionLevel, Phase};
 use prost::Message;
 
 const SCENARIO_A: &str = include_str!("../examples/specs/kubelet-and-sysctl.yaml");
 
-fn change<'a>(r: &'a pb::CoverageReport, id: &str) -> &'a pb::Change {
-    r.changes
-        .iter()
-        .find(|c| c.id == id)
-        .unwrap_or_else(|| panic!("no change {id} in {:#?}", r.changes))
-}
-
 fn level(d: &Option<pb::Disruption>) -> DisruptionLevel {
     DisruptionLevel::try_from(d.as_ref().unwrap().level).unwrap()
-}
-
-async fn coverage(node: &Node, yaml: &str) -> pb::CoverageReport {
-    node.client()
-        .await
-        .get_coverage(pb::GetCoverageRequest {
-            desired: Some(spec(yaml)),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn apply(node: &Node, yaml: &str, id: &str) -> pb::Operation {
-    let op = node
-        .client()
-        .await
-        .apply(pb::ApplyRequest {
-            desired: Some(spec(yaml)),
-            operation_id: id.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    node.settle(&op.id).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,40 +5,8 @@
 
 mod common;
 
-use common::{Node, spec};
+use common::{Node, apply, apply_with, coverage, spec};
 use inplaced::pb::{self, Phase, RebootPolicy};
-
-async fn coverage(node: &Node, yaml: &str) -> pb::CoverageReport {
-    node.client()
-        .await
-        .get_coverage(pb::GetCoverageRequest {
-            desired: Some(spec(yaml)),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn apply_with(node: &Node, yaml: &str, id: &str, policy: RebootPolicy) -> pb::Operation {
-    let op = node
-        .client()
-        .await
-        .apply(pb::ApplyRequest {
-            desired: Some(spec(yaml)),
-            operation_id: id.into(),
-            reboot_policy: policy as i32,
-            dry_run: false,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("apply {id}: {e:?}"))
-        .into_inner();
-    node.settle(&op.id).await
-}
-
-async fn apply(node: &Node, yaml: &str, id: &str) -> pb::Operation {
-    apply_with(node, yaml, id, RebootPolicy::CallerHandles).await
-}
 
 fn grub_linux(node: &Node) -> String {
     let t = node.read("/etc/default/grub");

@@ -279,3 +279,51 @@ pub fn out(o: &Output) -> String {
 pub fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Coverage of a YAML spec (reboot policy CALLER_HANDLES).
+pub async fn coverage(node: &Node, yaml: &str) -> pb::CoverageReport {
+    node.client()
+        .await
+        .get_coverage(pb::GetCoverageRequest {
+            desired: Some(spec(yaml)),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Applies a YAML spec under `id` with `policy` and waits until the operation settles.
+pub async fn apply_with(
+    node: &Node,
+    yaml: &str,
+    id: &str,
+    policy: pb::RebootPolicy,
+) -> pb::Operation {
+    let op = node
+        .client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(spec(yaml)),
+            operation_id: id.into(),
+            reboot_policy: policy as i32,
+            dry_run: false,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("apply {id}: {e:?}"))
+        .into_inner();
+    node.settle(&op.id).await
+}
+
+/// Applies a YAML spec under `id` (CALLER_HANDLES) and waits until it settles.
+pub async fn apply(node: &Node, yaml: &str, id: &str) -> pb::Operation {
+    apply_with(node, yaml, id, pb::RebootPolicy::CallerHandles).await
+}
+
+/// The change `id` of a report.
+pub fn change<'a>(r: &'a pb::CoverageReport, id: &str) -> &'a pb::Change {
+    r.changes
+        .iter()
+        .find(|c| c.id == id)
+        .unwrap_or_else(|| panic!("no change {id} in {:#?}", r.changes))
+}
