@@ -67,6 +67,12 @@ pub struct KubeletConfig {
     pub extra_args_paths: Vec<String>,
     /// The kubelet's systemd unit.
     pub unit: String,
+    /// Health endpoint checked after a kubelet restart. Unset: the kubelet's default
+    /// `http://127.0.0.1:10248/healthz` with the systemd service manager, no HTTP check
+    /// with `--service-manager record`.
+    pub healthz_url: Option<String>,
+    /// How long the kubelet may take to become healthy after a restart, in seconds.
+    pub health_timeout_secs: u64,
 }
 
 impl Default for KubeletConfig {
@@ -79,6 +85,8 @@ impl Default for KubeletConfig {
                 "/etc/sysconfig/kubelet".into(),
             ],
             unit: "kubelet.service".into(),
+            healthz_url: None,
+            health_timeout_secs: 60,
         }
     }
 }
@@ -202,6 +210,20 @@ impl Default for HistoryConfig {
     }
 }
 
+/// Drift detection.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriftConfig {
+    /// Seconds between periodic scans (inotify triggers scans in between).
+    pub interval_secs: u64,
+}
+
+impl Default for DriftConfig {
+    fn default() -> Self {
+        DriftConfig { interval_secs: 300 }
+    }
+}
+
 /// The whole agent config.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -218,6 +240,8 @@ pub struct Config {
     pub preservation: PreservationConfig,
     /// History retention.
     pub history: HistoryConfig,
+    /// Drift detection.
+    pub drift: DriftConfig,
 }
 
 impl Config {

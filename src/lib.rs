@@ -18,6 +18,7 @@ pub mod cli;
 pub mod client;
 pub mod cmdline;
 pub mod config;
+pub mod failpoint;
 pub mod kubelet;
 pub mod node;
 pub mod pb;

@@ -5,6 +5,11 @@
 //! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
 //! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
 //! actions.log                  unit actions and reboots, with --service-manager record
+//! journal/<op>/intent.json     write-ahead intent of the running operation (see crate::apply)
+//! journal/<op>/pre/<n>         pre-image of each file it writes or removes
+//! journal/<op>/progress        the last step it completed
+//! journal/<op>/record.json     the applied record it commits, then
+//! journal/<op>/committed       the commit point: present = roll forward, absent = roll back
 //! ```
 //!
 //! Every file is written atomically and durably through [`Sysroot::write_atomic`] with mode
@@ -142,6 +147,68 @@ impl AppliedRecord {
     }
 }
 
+/// The pre-image of a file an operation writes or removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreImage {
+    /// File name under `journal/<op>/pre/`.
+    pub file: String,
+    /// Mode (0o7777 mask).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// One path an operation changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IntentEntry {
+    /// Node path.
+    pub path: String,
+    /// What it was before (None = absent).
+    pub pre: Option<PreImage>,
+    /// Directories that did not exist and a write creates, outermost first.
+    #[serde(default)]
+    pub missing_dirs: Vec<String>,
+}
+
+/// The write-ahead intent of an operation, written and fsynced before its first change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Intent {
+    /// Operation id.
+    pub operation: String,
+    /// Paths changed, in commit order.
+    pub entries: Vec<IntentEntry>,
+    /// Live sysctls changed: key, prior value.
+    pub sysctls: Vec<(String, String)>,
+    /// Units the operation restarts or reloads (restarted again after a rollback).
+    pub units: Vec<String>,
+}
+
+/// What the journal of an interrupted operation says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalState {
+    /// The intent (None when the crash came before it was complete).
+    pub intent: Option<Intent>,
+    /// The last completed step (`staged`, `written`, `acted`...).
+    pub progress: String,
+    /// The committed record and the phase to end in, when the commit point was reached.
+    pub committed: Option<(AppliedRecord, i32)>,
+}
+
+/// Drift bookkeeping, kept across restarts (`drift.json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DriftBook {
+    /// Drift detections since the state directory was created.
+    pub detections: u64,
+    /// Items drifting now: id → Unix seconds when first seen.
+    pub seen: BTreeMap<String, i64>,
+}
+
 /// The state directory.
 #[derive(Debug)]
 pub struct StateDir {
@@ -268,6 +335,156 @@ impl StateDir {
     pub fn drop_original(&self, name: &str) -> Result<(), StateError> {
         self.dir.remove(&format!("/originals/{name}"))?;
         Ok(())
+    }
+
+    /// Writes (and fsyncs) the pre-image `n` of operation `op`; returns its file name.
+    pub fn journal_pre_image(
+        &self,
+        op: &str,
+        n: usize,
+        content: &[u8],
+    ) -> Result<String, StateError> {
+        let file = format!("{n}");
+        self.write(&format!("/journal/{op}/pre/{file}"), content)?;
+        Ok(file)
+    }
+
+    /// Writes the intent; from here on a crash is rolled back at the next start.
+    pub fn journal_intent(&self, intent: &Intent) -> Result<(), StateError> {
+        let rel = format!("/journal/{}/intent.json", intent.operation);
+        let b = serde_json::to_vec_pretty(intent).map_err(|e| self.corrupt(&rel, e))?;
+        self.write(&rel, &b)
+    }
+
+    /// Records the last step operation `op` completed.
+    pub fn journal_progress(&self, op: &str, step: &str) -> Result<(), StateError> {
+        self.write(&format!("/journal/{op}/progress"), step.as_bytes())
+    }
+
+    /// The commit point: the record to install and the phase to end in, then the marker.
+    pub fn journal_commit(
+        &self,
+        op: &str,
+        record: &AppliedRecord,
+        phase: i32,
+    ) -> Result<(), StateError> {
+        let rel = format!("/journal/{op}/record.json");
+        let b = serde_json::to_vec_pretty(&serde_json::json!({"phase": phase, "record": record}))
+            .map_err(|e| self.corrupt(&rel, e))?;
+        self.write(&rel, &b)?;
+        self.write(&format!("/journal/{op}/committed"), b"")
+    }
+
+    /// Reads a pre-image.
+    pub fn journal_read_pre(&self, op: &str, file: &str) -> Result<Option<Vec<u8>>, StateError> {
+        Ok(self.dir.read(&format!("/journal/{op}/pre/{file}"))?)
+    }
+
+    /// The journals left by interrupted operations, by operation id.
+    pub fn journals(&self) -> Result<Vec<(String, JournalState)>, StateError> {
+        let mut out = Vec::new();
+        for op in self.dir.list_dir("/journal")?.unwrap_or_default() {
+            let base = format!("/journal/{op}");
+            let intent = match self.dir.read(&format!("{base}/intent.json"))? {
+                Some(b) => serde_json::from_slice(&b).ok(),
+                None => None,
+            };
+            let progress = self
+                .dir
+                .read_string(&format!("{base}/progress"))
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| "begun".into());
+            let committed = if self.dir.stat(&format!("{base}/committed"))?.is_some() {
+                self.dir
+                    .read(&format!("{base}/record.json"))?
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|v| {
+                        let phase = v.get("phase")?.as_i64()? as i32;
+                        let record = serde_json::from_value(v.get("record")?.clone()).ok()?;
+                        Some((record, phase))
+                    })
+            } else {
+                None
+            };
+            out.push((
+                op,
+                JournalState {
+                    intent,
+                    progress,
+                    committed,
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Removes the journal of `op` (the operation is settled).
+    pub fn journal_remove(&self, op: &str) -> Result<(), StateError> {
+        let p = self.path.join("journal").join(op);
+        match std::fs::remove_dir_all(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(SysrootError::Io {
+                    path: p.display().to_string(),
+                    op: "remove journal",
+                    error: e,
+                }
+                .into());
+            }
+        }
+        if let Ok(d) = std::fs::File::open(self.path.join("journal")) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Loads the applied record; a record that does not parse is moved aside to
+    /// `applied.json.corrupt-<unix seconds>` and an empty record is returned with a
+    /// description of what happened (shown in status).
+    pub fn load_record_or_quarantine(&self) -> Result<(AppliedRecord, Option<String>), StateError> {
+        match self.load_record() {
+            Ok(r) => Ok((r, None)),
+            Err(StateError::Corrupt { message, .. }) => {
+                let ts = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let from = self.path.join("applied.json");
+                let to = self.path.join(format!("applied.json.corrupt-{ts}"));
+                std::fs::rename(&from, &to).map_err(|e| SysrootError::Io {
+                    path: from.display().to_string(),
+                    op: "move corrupt state aside",
+                    error: e,
+                })?;
+                Ok((
+                    AppliedRecord::default(),
+                    Some(format!(
+                        "{} did not parse ({message}); moved to {} and started from an empty applied record: items applied before are no longer managed until applied again",
+                        from.display(),
+                        to.display()
+                    )),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The drift book (empty if absent or unreadable).
+    pub fn load_drift(&self) -> DriftBook {
+        self.dir
+            .read("/drift.json")
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Persists the drift book.
+    pub fn save_drift(&self, book: &DriftBook) -> Result<(), StateError> {
+        let b = serde_json::to_vec_pretty(book).map_err(|e| self.corrupt("/drift.json", e))?;
+        self.write("/drift.json", &b)
     }
 
     /// Persists an operation.

@@ -36,6 +36,48 @@ pub trait ServiceManager: Send + Sync + std::fmt::Debug {
     fn stop(&self, unit: &str) -> Result<(), SystemError>;
     /// Starts `unit`.
     fn start(&self, unit: &str) -> Result<(), SystemError>;
+    /// Waits until `unit` is active (`systemctl is-active`), up to `timeout`. Implementations
+    /// with no unit state to check (the recorder) return `Ok(false)`: "not checked".
+    fn wait_active(&self, unit: &str, timeout: std::time::Duration) -> Result<bool, SystemError>;
+}
+
+/// Checks an HTTP health endpoint (the kubelet's `healthz`): `GET url` must answer 2xx
+/// within `timeout`, polling every 500 ms. An unreachable endpoint is a failure, never a
+/// pass. Errors name the URL, the last status or connection error and the time waited.
+pub fn http_health(url: &str, timeout: std::time::Duration) -> Result<(), String> {
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e| format!("health check URL {url:?} is not valid: {e}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("health check runtime: {e}"))?;
+    rt.block_on(async {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let start = std::time::Instant::now();
+        let mut last;
+        loop {
+            let attempt =
+                tokio::time::timeout(std::time::Duration::from_secs(5), client.get(uri.clone()))
+                    .await;
+            last = match attempt {
+                Ok(Ok(resp)) if resp.status().is_success() => return Ok(()),
+                Ok(Ok(resp)) => format!("answered {}", resp.status()),
+                Ok(Err(e)) => format!("unreachable ({e})"),
+                Err(_) => "did not answer within 5s".to_string(),
+            };
+            if start.elapsed() >= timeout {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        Err(format!(
+            "GET {url} {last} (checked for {:.1}s)",
+            start.elapsed().as_secs_f64()
+        ))
+    })
 }
 
 /// Reboots the node.
@@ -102,6 +144,26 @@ impl ServiceManager for Systemd {
     }
     fn start(&self, unit: &str) -> Result<(), SystemError> {
         run_command(&["systemctl".into(), "start".into(), unit.into()]).map(|_| ())
+    }
+    fn wait_active(&self, unit: &str, timeout: std::time::Duration) -> Result<bool, SystemError> {
+        let start = std::time::Instant::now();
+        loop {
+            let out = run_command(&["systemctl".into(), "is-active".into(), unit.into()]);
+            match out {
+                Ok(_) => return Ok(true),
+                Err(e) if start.elapsed() >= timeout => {
+                    return Err(SystemError {
+                        action: format!("systemctl is-active {unit}"),
+                        detail: format!(
+                            "not active after {:.0}s: {}",
+                            timeout.as_secs_f64(),
+                            e.detail
+                        ),
+                    });
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(500)),
+            }
+        }
     }
 }
 
@@ -196,6 +258,9 @@ impl ServiceManager for Recorder {
     }
     fn start(&self, unit: &str) -> Result<(), SystemError> {
         self.record(format!("start {unit}"))
+    }
+    fn wait_active(&self, _unit: &str, _timeout: std::time::Duration) -> Result<bool, SystemError> {
+        Ok(false)
     }
 }
 

@@ -24,6 +24,8 @@
 //! retried `UpdateMachine`), except that an operation interrupted by a stop of the agent
 //! is run again.
 
+pub mod watch;
+
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -120,6 +122,9 @@ pub struct AgentParts {
     pub rebooter: Arc<dyn Rebooter>,
     /// Host commands.
     pub runner: Arc<dyn CommandRunner>,
+    /// Kubelet health endpoint used when the config names none (the systemd deployment's
+    /// `http://127.0.0.1:10248/healthz`; none for the recorder).
+    pub default_healthz: Option<String>,
 }
 
 /// An operation of this run: every state it went through, and a channel for watchers.
@@ -149,6 +154,9 @@ pub struct Agent {
     services: Arc<dyn ServiceManager>,
     rebooter: Arc<dyn Rebooter>,
     runner: Arc<dyn CommandRunner>,
+    default_healthz: Option<String>,
+    problems: Vec<String>,
+    drift_lock: Mutex<()>,
     inner: Mutex<Inner>,
 }
 
@@ -240,6 +248,7 @@ impl Agent {
             "/etc/inplaced".to_string(),
             "inplaced itself (its configuration)".to_string(),
         ));
+        let (_, problem) = state.load_record_or_quarantine()?;
         let agent = Arc::new(Agent {
             root,
             state,
@@ -251,8 +260,12 @@ impl Agent {
             services: parts.services,
             rebooter: parts.rebooter,
             runner: parts.runner,
+            default_healthz: parts.default_healthz,
+            problems: problem.into_iter().collect(),
+            drift_lock: Mutex::new(()),
             inner: Mutex::new(Inner::default()),
         });
+        agent.recover_journals()?;
         agent.recover()?;
         Ok(agent)
     }
@@ -444,9 +457,31 @@ impl Agent {
                 return Err(AgentError::Busy(r.clone()));
             }
             inner.running = Some(id.clone());
+            // concurrent calls with the same id and spec get this operation
+            let t = now();
+            let (tx, _) = broadcast::channel(64);
+            inner.live.insert(
+                id.clone(),
+                LiveOp {
+                    events: vec![pb::Operation {
+                        id: id.clone(),
+                        phase: Phase::Validating as i32,
+                        message: "planning".into(),
+                        spec_hash: hash.clone(),
+                        reboot_policy: policy as i32,
+                        created: Some(t),
+                        updated: Some(t),
+                        boot_id: self.boot_id(),
+                        ..Default::default()
+                    }],
+                    tx,
+                },
+            );
         }
         let release = |e: AgentError| {
-            self.lock().running = None;
+            let mut inner = self.lock();
+            inner.running = None;
+            inner.live.remove(&id);
             e
         };
         let plan = self.plan_for(&spec, opts.clone()).map_err(release)?;
@@ -480,14 +515,10 @@ impl Agent {
             .map_err(|e| release(e.into()))?;
         {
             let mut inner = self.lock();
-            let (tx, _) = broadcast::channel(64);
-            inner.live.insert(
-                id.clone(),
-                LiveOp {
-                    events: vec![op.clone()],
-                    tx,
-                },
-            );
+            if let Some(live) = inner.live.get_mut(&id) {
+                live.events = vec![op.clone()];
+                let _ = live.tx.send(op.clone());
+            }
             inner.order.retain(|o| o != &id);
             inner.order.push_back(id.clone());
             while inner.order.len() > self.config.history.keep.max(1) {
@@ -551,6 +582,9 @@ impl Agent {
             } else {
                 Phase::RolledBack
             };
+            if phase != Phase::Failed || !msg.contains("installed at the next start") {
+                let _ = self.state.journal_remove(&op.id);
+            }
             self.publish(&mut op, phase, msg);
         }
         if let Err(e) = self.state.prune(self.config.history.keep) {
@@ -572,16 +606,28 @@ impl Agent {
         self.publish(
             op,
             Phase::Staging,
-            "saving originals of files overwritten for the first time",
+            "writing the journal: pre-images and intent",
         );
+        let staging = |e: String| (Phase::Failed, format!("staging: {e}"));
+        if crate::failpoint::triggered("stage-enospc") {
+            return Err(staging("No space left on device (os error 28)".into()));
+        }
         for w in &steps.writes {
             if let Some(orig) = &w.save_original {
                 self.state
                     .save_original(&w.path, orig)
-                    .map_err(|e| (Phase::Failed, format!("staging: {e}")))?;
+                    .map_err(|e| staging(e.to_string()))?;
                 op.actions.push(format!("saved original of {}", w.path));
             }
         }
+        let intent = self.intent(op, steps).map_err(staging)?;
+        self.state
+            .journal_intent(&intent)
+            .map_err(|e| staging(e.to_string()))?;
+        self.state
+            .journal_progress(&op.id, "staged")
+            .map_err(|e| staging(e.to_string()))?;
+        crate::failpoint::hit("stage");
         self.publish(
             op,
             Phase::Committing,
@@ -603,6 +649,7 @@ impl Agent {
                 op.actions.push(format!("created directory {d} (0755)"));
             }
             undo.push(Undo::File(w.path.clone(), before));
+            crate::failpoint::hit("write");
             if w.managed_file
                 && !created.is_empty()
                 && let Some(m) = record.files.get_mut(&w.path)
@@ -652,6 +699,8 @@ impl Agent {
             }
             op.actions.push(format!("set sysctl {k} = {v}"));
         }
+        crate::failpoint::hit("sysctl");
+        let _ = self.state.journal_progress(&op.id, "written");
         self.publish(op, Phase::Acting, "running commands and unit actions");
         let act = (|| -> Result<(), String> {
             for cmd in &steps.commands {
@@ -698,7 +747,36 @@ impl Agent {
             Ok(())
         })();
         act.map_err(|e| fail(format!("acting: {e}")))?;
-        self.publish(op, Phase::Verifying, "re-reading the node");
+        let _ = self.state.journal_progress(&op.id, "acted");
+        crate::failpoint::hit("act");
+        let kubelet_restarted = !steps.reboot && steps.restarts.contains(&self.config.kubelet.unit);
+        self.publish(
+            op,
+            Phase::Verifying,
+            if kubelet_restarted {
+                "waiting for the kubelet to be healthy, then re-reading the node"
+            } else {
+                "re-reading the node"
+            },
+        );
+        if kubelet_restarted {
+            if let Err(cause) = self.kubelet_health() {
+                let restored = self.undo(undo);
+                undo.clear();
+                let again = self.restart_units(&intent.units);
+                let after = match self.kubelet_health() {
+                    Ok(()) => "healthy again".to_string(),
+                    Err(e) => format!("still unhealthy: {e}"),
+                };
+                return Err((
+                    Phase::RolledBack,
+                    format!(
+                        "kubelet health check failed: {cause}; {restored}; {again}; the kubelet is {after}"
+                    ),
+                ));
+            }
+            op.actions.push("kubelet healthy".into());
+        }
         let check = self
             .plan_with(spec, opts, record.clone())
             .map_err(|e| fail(format!("verifying: {e}")))?;
@@ -716,13 +794,33 @@ impl Agent {
                 left.join(", ")
             )));
         }
+        let needs_reboot = steps.reboot || check.steps.reboot;
+        let final_phase = if needs_reboot {
+            Phase::RebootRequired
+        } else {
+            Phase::Succeeded
+        };
+        // the commit point: once the journal holds the record, a crash rolls forward
         self.state
-            .save_record(&record)
+            .journal_commit(&op.id, &record, final_phase as i32)
             .map_err(|e| fail(format!("recording the applied state: {e}")))?;
+        crate::failpoint::hit("record");
+        undo.clear();
+        if let Err(e) = self.state.save_record(&record) {
+            // the journal still holds the record: the next start installs it
+            return Err((
+                Phase::Failed,
+                format!(
+                    "installing the applied record failed ({e}); the changes are committed in the journal and the record is installed at the next start"
+                ),
+            ));
+        }
+        crate::failpoint::hit("applied");
+        let _ = self.state.journal_remove(&op.id);
         for b in &steps.drop_originals {
             let _ = self.state.drop_original(b);
         }
-        if steps.reboot || check.steps.reboot {
+        if needs_reboot {
             let policy =
                 RebootPolicy::try_from(op.reboot_policy).unwrap_or(RebootPolicy::CallerHandles);
             if policy == RebootPolicy::AgentHandles {
@@ -748,6 +846,7 @@ impl Agent {
                     Phase::RebootRequired,
                     "changes staged; they take effect after a reboot: drain the node, then call Reboot",
                 );
+                crate::failpoint::hit("reboot-required");
             }
         } else {
             self.publish(
@@ -755,6 +854,195 @@ impl Agent {
                 Phase::Succeeded,
                 format!("{} change(s) applied", op.changes.len()),
             );
+        }
+        Ok(())
+    }
+
+    /// The write-ahead intent of `steps`: a pre-image of every path (written to the
+    /// journal), the directories writes will create, the prior value of every sysctl.
+    fn intent(
+        &self,
+        op: &pb::Operation,
+        steps: &plan::Steps,
+    ) -> Result<crate::state::Intent, String> {
+        use crate::node::sysroot::Parents;
+        use crate::state::{IntentEntry, PreImage};
+        let mut entries = Vec::new();
+        let paths = steps
+            .writes
+            .iter()
+            .map(|w| w.path.as_str())
+            .chain(steps.removes.iter().map(|r| r.path.as_str()));
+        for (n, path) in paths.enumerate() {
+            let pre =
+                match plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())? {
+                    FileObs::File { content, entry } => {
+                        let file = self
+                            .state
+                            .journal_pre_image(&op.id, n, &content)
+                            .map_err(|e| e.to_string())?;
+                        Some(PreImage {
+                            file,
+                            mode: entry.mode,
+                            uid: entry.uid,
+                            gid: entry.gid,
+                        })
+                    }
+                    _ => None,
+                };
+            let mut missing_dirs = Vec::new();
+            if let Ok(Parents::Missing(first)) = self.root.parents(path) {
+                let mut d = String::new();
+                for c in crate::node::sysroot::components(path).map_err(|e| e.to_string())? {
+                    d.push('/');
+                    d.push_str(c);
+                    if d.len() >= first.len() && d.as_str() != path {
+                        missing_dirs.push(d.clone());
+                    }
+                }
+            }
+            entries.push(IntentEntry {
+                path: path.to_string(),
+                pre,
+                missing_dirs,
+            });
+        }
+        let mut sysctls = Vec::new();
+        for (k, _) in &steps.sysctls {
+            let prior = self
+                .root
+                .read_string(&plan::observe::sysctl_path(k))
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .trim_end_matches('\n')
+                .to_string();
+            sysctls.push((k.clone(), prior));
+        }
+        let units = steps
+            .restarts
+            .iter()
+            .chain(steps.try_restarts.iter())
+            .chain(steps.reloads.iter())
+            .cloned()
+            .collect();
+        Ok(crate::state::Intent {
+            operation: op.id.clone(),
+            entries,
+            sysctls,
+            units,
+        })
+    }
+
+    /// The kubelet is active (as far as the service manager can tell) and its health
+    /// endpoint answers 2xx within the configured timeout.
+    fn kubelet_health(&self) -> Result<(), String> {
+        let timeout = std::time::Duration::from_secs(self.config.kubelet.health_timeout_secs);
+        self.services
+            .wait_active(&self.config.kubelet.unit, timeout)
+            .map_err(|e| e.to_string())?;
+        let url = self
+            .config
+            .kubelet
+            .healthz_url
+            .clone()
+            .or_else(|| self.default_healthz.clone());
+        match url {
+            Some(u) => crate::system::http_health(&u, timeout),
+            None => Ok(()),
+        }
+    }
+
+    /// Restarts `units` after a rollback so they run with the restored files.
+    fn restart_units(&self, units: &[String]) -> String {
+        let mut done = Vec::new();
+        for u in units {
+            match self.services.restart(u) {
+                Ok(()) => done.push(format!("{u} restarted")),
+                Err(e) => done.push(format!("{u} restart failed: {e}")),
+            }
+        }
+        if done.is_empty() {
+            "no unit to restart".into()
+        } else {
+            done.join(", ")
+        }
+    }
+
+    /// Settles the journal of every operation a crash interrupted: a committed one is
+    /// rolled forward (its record installed), any other rolled back from its pre-images
+    /// (temporary files removed, created directories removed, sysctls restored, units
+    /// restarted again if it had acted).
+    fn recover_journals(&self) -> Result<(), AgentError> {
+        for (id, j) in self.state.journals()? {
+            let mut op = self.state.get_operation(&id)?;
+            if let Some((record, phase)) = &j.committed {
+                self.state.save_record(record)?;
+                if let Some(op) = op.as_mut() {
+                    op.phase = *phase;
+                    op.message = if *phase == Phase::RebootRequired as i32 {
+                        "changes committed (completed after an agent restart); they take effect after a reboot: drain the node, then call Reboot".into()
+                    } else {
+                        "changes committed; completed after an agent restart".into()
+                    };
+                    op.updated = Some(now());
+                    self.state.save_operation(op)?;
+                }
+                self.state.journal_remove(&id)?;
+                continue;
+            }
+            let mut restored = 0;
+            let mut problems = Vec::new();
+            if let Some(intent) = &j.intent {
+                for e in intent.entries.iter().rev() {
+                    let _ = self.root.remove_stale_temps(&e.path);
+                    let r = match &e.pre {
+                        Some(pre) => match self.state.journal_read_pre(&id, &pre.file)? {
+                            Some(bytes) => self
+                                .root
+                                .write_atomic(&e.path, &bytes, pre.mode, pre.uid, pre.gid)
+                                .map(|_| ()),
+                            None => {
+                                problems.push(format!("{}: pre-image missing", e.path));
+                                Ok(())
+                            }
+                        },
+                        None => self.root.remove(&e.path).map(|_| ()),
+                    };
+                    match r {
+                        Ok(()) => restored += 1,
+                        Err(err) => problems.push(format!("{}: {err}", e.path)),
+                    }
+                    for d in e.missing_dirs.iter().rev() {
+                        let _ = self.root.remove_dir_if_empty(d);
+                    }
+                }
+                for (k, v) in &intent.sysctls {
+                    let _ = self.root.write_in_place(
+                        &plan::observe::sysctl_path(k),
+                        format!("{v}\n").as_bytes(),
+                    );
+                }
+                if j.progress == "written" || j.progress == "acted" {
+                    let _ = self.restart_units(&intent.units);
+                }
+            }
+            if let Some(op) = op.as_mut() {
+                op.phase = Phase::Failed as i32;
+                op.message = format!(
+                    "{INTERRUPTED} the agent stopped (last step: {}); rolled back from the write-ahead journal, {restored} file(s) restored{}; re-apply with the same operation id to converge",
+                    j.progress,
+                    if problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", problems: {}", problems.join("; "))
+                    }
+                );
+                op.updated = Some(now());
+                self.state.save_operation(op)?;
+            }
+            tracing::warn!(operation = %id, restored, "rolled back an interrupted operation");
+            self.state.journal_remove(&id)?;
         }
         Ok(())
     }
@@ -901,6 +1189,7 @@ impl Agent {
                 .and_then(|id| inner.live.get(id))
                 .and_then(|l| l.events.last().cloned())
         };
+        let (drift, drift_detections) = self.scan_drift_with(&record);
         let ops = self.state.list_operations()?;
         let pending = ops
             .iter()
@@ -915,11 +1204,94 @@ impl Agent {
             applied_spec_hash: record.spec_hash.clone(),
             current_operation: current,
             pending_reboot_operation: pending,
-            drift: self.drift(&record),
+            drift,
             managed_items: record.len() as u32,
             preservation: Some(self.preservation.clone()),
             root: self.root.path().display().to_string(),
+            problems: self.problems.clone(),
+            drift_detections,
         })
+    }
+
+    /// Scans for drift now, records new detections (with the time first seen) in
+    /// `drift.json`, and returns the drift list and the total count of detections. Drift is
+    /// only reported: the agent never repairs it by itself.
+    pub fn scan_drift(&self) -> (Vec<pb::Drift>, u64) {
+        match self.state.load_record() {
+            Ok(r) => self.scan_drift_with(&r),
+            Err(_) => (Vec::new(), 0),
+        }
+    }
+
+    fn scan_drift_with(&self, record: &AppliedRecord) -> (Vec<pb::Drift>, u64) {
+        let _guard = self.drift_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut drift = self.drift(record);
+        let mut book = self.state.load_drift();
+        let now_s = now().seconds;
+        let mut changed = false;
+        for d in &drift {
+            if !book.seen.contains_key(&d.id) {
+                book.seen.insert(d.id.clone(), now_s);
+                book.detections += 1;
+                changed = true;
+                tracing::warn!(item = %d.id, expected = %d.expected, observed = %d.observed, "drift detected");
+            }
+        }
+        let before = book.seen.len();
+        book.seen.retain(|id, _| drift.iter().any(|d| &d.id == id));
+        changed |= before != book.seen.len();
+        if changed {
+            let _ = self.state.save_drift(&book);
+        }
+        for d in &mut drift {
+            d.since = book.seen.get(&d.id).map(|s| pbjson_types::Timestamp {
+                seconds: *s,
+                nanos: 0,
+            });
+        }
+        (drift, book.detections)
+    }
+
+    /// Directories holding managed items, for the drift watcher (inotify).
+    pub fn watched_dirs(&self) -> Vec<String> {
+        let mut dirs = std::collections::BTreeSet::new();
+        let parent = |p: &str| {
+            p.rsplit_once('/').map(|(d, _)| {
+                if d.is_empty() {
+                    "/".to_string()
+                } else {
+                    d.to_string()
+                }
+            })
+        };
+        if let Ok(r) = self.state.load_record() {
+            for p in r.files.keys() {
+                dirs.extend(parent(p));
+            }
+            if !r.kubelet_config.is_empty() || !r.kubelet_flags.is_empty() {
+                dirs.extend(parent(&self.config.kubelet.config_path));
+                dirs.extend(parent(&self.config.kubelet.flags_path));
+            }
+            if !r.kernel_args.is_empty()
+                && let Ok(b) =
+                    crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
+            {
+                for s in b.sources() {
+                    dirs.extend(parent(&s.path));
+                }
+            }
+        }
+        dirs.into_iter().collect()
+    }
+
+    /// True while an operation runs.
+    pub fn is_busy(&self) -> bool {
+        self.lock().running.is_some()
+    }
+
+    /// The sysroot.
+    pub fn root(&self) -> &Sysroot {
+        &self.root
     }
 
     /// Managed items whose observed state differs from the applied record.
@@ -947,6 +1319,7 @@ impl Agent {
             };
             if want != seen {
                 out.push(pb::Drift {
+                    since: None,
                     id: format!("files[{path}]"),
                     expected: want,
                     observed: seen,
@@ -961,6 +1334,7 @@ impl Agent {
                 let seen = crate::kubelet::config::get(&doc, &f.path).cloned();
                 if seen.as_ref() != Some(&f.value.value) {
                     out.push(pb::Drift {
+                        since: None,
                         id: id.clone(),
                         expected: f.value.value.to_string(),
                         observed: seen
@@ -989,6 +1363,7 @@ impl Agent {
                     .map(|f| f.value.clone().unwrap_or_default());
                 if seen.as_deref() != Some(m.value.as_str()) {
                     out.push(pb::Drift {
+                        since: None,
                         id: format!("kubelet.flags[{name}]"),
                         expected: m.value.clone(),
                         observed: seen.unwrap_or_else(|| "absent".into()),
@@ -1002,6 +1377,7 @@ impl Agent {
             let missing = missing_args(&record.kernel_args, &b.next_boot().render());
             if !missing.is_empty() {
                 out.push(pb::Drift {
+                    since: None,
                     id: "kernelArgs".into(),
                     expected: record.kernel_args.join(" "),
                     observed: format!("next boot lacks {}", missing.join(" ")),
@@ -1018,6 +1394,7 @@ impl Agent {
             let want = m.value.split_whitespace().collect::<Vec<_>>().join(" ");
             if seen.as_deref() != Some(want.as_str()) {
                 out.push(pb::Drift {
+                    since: None,
                     id: format!("sysctls[{key}]"),
                     expected: want,
                     observed: seen.unwrap_or_else(|| "absent".into()),

@@ -77,6 +77,7 @@ pub fn main() -> ExitCode {
 fn run(args: Args) -> anyhow::Result<()> {
     let required = args.config != std::path::Path::new("/etc/inplaced/config.toml");
     let config = Config::load(&args.config, required)?;
+    let config_drift_interval = config.drift.interval_secs;
     let (services, rebooter, runner): (
         Arc<dyn ServiceManager>,
         Arc<dyn Rebooter>,
@@ -101,8 +102,20 @@ fn run(args: Args) -> anyhow::Result<()> {
         services,
         rebooter,
         runner,
+        default_healthz: (args.service_manager == ServiceManagerKind::Systemd)
+            .then(|| "http://127.0.0.1:10248/healthz".to_string()),
     })
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let agent = agent.clone();
+        let stop = stop.clone();
+        let interval = std::time::Duration::from_secs(config_drift_interval.max(1));
+        std::thread::Builder::new()
+            .name("drift".into())
+            .spawn(move || crate::apply::watch::run(agent, interval, stop))
+            .context("starting the drift watcher")?;
+    }
     let facts = agent.facts();
     tracing::info!(
         root = %args.root.display(),
@@ -150,14 +163,16 @@ fn run(args: Args) -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
             tokio::time::sleep(GRACE).await;
         };
-        tokio::select! {
+        let r = tokio::select! {
             r = serve => r,
             _ = deadline => {
                 tracing::warn!("open calls did not finish within {GRACE:?}; exiting");
                 let _ = std::fs::remove_file(&args.socket);
                 Ok(())
             }
-        }
+        };
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
     })
 }
 

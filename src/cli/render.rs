@@ -245,6 +245,9 @@ pub fn status(s: &pb::NodeStatus) -> String {
     if !s.pending_reboot_operation.is_empty() {
         let _ = writeln!(out, "pending reboot:  {}", s.pending_reboot_operation);
     }
+    for p in &s.problems {
+        let _ = writeln!(out, "problem:         {p}");
+    }
     if s.drift.is_empty() {
         let _ = writeln!(out, "drift:           none");
     } else {

@@ -408,6 +408,32 @@ impl Sysroot {
         }
     }
 
+    /// Removes the temporary files [`Sysroot::write_atomic`] leaves in the directory of
+    /// `path` when the process dies between writing and renaming
+    /// (`.<name>.inplaced-<pid>-<n>.tmp`). Returns the names removed.
+    pub fn remove_stale_temps(&self, path: &str) -> Result<Vec<String>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(Vec::new());
+        };
+        let dir_path = join(parents);
+        let prefix = format!(".{name}.inplaced-");
+        let mut removed = Vec::new();
+        for n in self.list_dir(&dir_path)?.unwrap_or_default() {
+            if n.starts_with(&prefix) && n.ends_with(".tmp") {
+                let p = if parents.is_empty() {
+                    format!("/{n}")
+                } else {
+                    format!("{dir_path}/{n}")
+                };
+                if self.remove(&p)? {
+                    removed.push(p);
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// Sorted names in a directory; `Ok(None)` if it is absent.
     pub fn list_dir(&self, path: &str) -> Result<Option<Vec<String>>> {
         let parts = components(path)?;

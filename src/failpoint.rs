@@ -1,0 +1,67 @@
+//! Failpoints: named places where the agent can be made to die, to test crash recovery.
+//!
+//! `INPLACED_FAILPOINTS="write:3,act"` makes the process SIGKILL itself the 3rd time it
+//! reaches `write` and the first time it reaches `act` (the same as a power cut at that
+//! instant: no destructor runs, no buffer is flushed). The variable is read once; when it
+//! is unset every failpoint is a no-op load of an empty list.
+//!
+//! The failpoints, in the order an operation meets them:
+//!
+//! | name | where |
+//! | --- | --- |
+//! | `stage` | pre-images and the intent are in the journal; nothing written yet |
+//! | `write-temp` | a temporary file is written and fsynced, not yet renamed over its target |
+//! | `write` | after each file write (rename and directory fsync done) |
+//! | `sysctl` | after the live sysctl writes |
+//! | `act` | after the unit actions, before the health check and verification |
+//! | `record` | the new applied record and the commit marker are in the journal |
+//! | `applied` | the applied record is installed; the journal is not yet removed |
+//! | `reboot-required` | the operation is persisted as RebootRequired, before any reboot |
+//!
+//! `INPLACED_FAILPOINTS="stage-enospc"` instead makes staging fail with ENOSPC, as a
+//! full state directory would.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+fn table() -> &'static Mutex<HashMap<String, u32>> {
+    static T: OnceLock<Mutex<HashMap<String, u32>>> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut m = HashMap::new();
+        if let Ok(v) = std::env::var("INPLACED_FAILPOINTS") {
+            for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let (name, n) = match item.split_once(':') {
+                    Some((a, b)) => (a, b.parse().unwrap_or(1)),
+                    None => (item, 1),
+                };
+                m.insert(name.to_string(), n);
+            }
+        }
+        Mutex::new(m)
+    })
+}
+
+/// True once the failpoint `name` is reached its configured number of times.
+pub fn triggered(name: &str) -> bool {
+    let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
+    match t.get_mut(name) {
+        Some(n) if *n <= 1 => {
+            t.remove(name);
+            true
+        }
+        Some(n) => {
+            *n -= 1;
+            false
+        }
+        None => false,
+    }
+}
+
+/// Dies by SIGKILL if the failpoint `name` triggers.
+pub fn hit(name: &str) {
+    if triggered(name) {
+        tracing::warn!(failpoint = name, "failpoint reached: killing the process");
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        std::process::abort();
+    }
+}
