@@ -242,7 +242,7 @@ impl StateDir {
         })?;
         Ok(StateDir {
             path: path.to_path_buf(),
-            dir: Sysroot::open(path)?,
+            dir: Sysroot::open(path)?.without_failpoints(),
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
             _lock: None,
@@ -282,6 +282,24 @@ impl StateDir {
         f.rewind().map_err(|e| io("seek", e))?;
         writeln!(f, "{}", std::process::id()).map_err(|e| io("write", e))?;
         self._lock = Some(f);
+        Ok(())
+    }
+
+    /// Removes temporary files a crash left in the state directory (see
+    /// [`Sysroot::write_atomic`]).
+    pub fn remove_stale_temps(&self) -> Result<(), StateError> {
+        for dir in ["/", "/operations", "/originals"] {
+            for n in self.dir.list_dir(dir)?.unwrap_or_default() {
+                if n.starts_with('.') && n.contains(".inplaced-") && n.ends_with(".tmp") {
+                    let p = if dir == "/" {
+                        format!("/{n}")
+                    } else {
+                        format!("{dir}/{n}")
+                    };
+                    self.dir.remove(&p)?;
+                }
+            }
+        }
         Ok(())
     }
 

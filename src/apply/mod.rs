@@ -226,6 +226,7 @@ impl Agent {
         let root = Sysroot::open(&parts.root).map_err(|e| AgentError::Internal(e.to_string()))?;
         let mut state = StateDir::open(&parts.state_dir)?;
         state.lock()?;
+        state.remove_stale_temps()?;
         let mut node_facts = facts::detect(&root, &parts.config.preservation.bindings);
         node_facts.kernel_args_backend =
             match crate::bootloader::detect(&root, parts.config.kernel_args.backend) {
@@ -669,10 +670,14 @@ impl Agent {
                 undo.push(Undo::File(r.path.clone(), before));
                 op.actions.push(format!("removed {}", r.path));
             }
-            for d in &r.dirs {
-                if self.root.remove_dir_if_empty(d).unwrap_or(false) {
-                    op.actions.push(format!("removed empty directory {d}"));
-                }
+        }
+        // directories the agent created, deepest first, once every file in them is gone
+        let mut dirs: Vec<&String> = steps.removes.iter().flat_map(|r| r.dirs.iter()).collect();
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+        dirs.dedup();
+        for d in dirs {
+            if self.root.remove_dir_if_empty(d).unwrap_or(false) {
+                op.actions.push(format!("removed empty directory {d}"));
             }
         }
         for (k, v) in &steps.sysctls {

@@ -192,6 +192,7 @@ fn join(parts: &[&str]) -> String {
 pub struct Sysroot {
     path: PathBuf,
     root: OwnedFd,
+    failpoints: bool,
 }
 
 impl Sysroot {
@@ -204,7 +205,18 @@ impl Sysroot {
             Mode::empty(),
         )
         .map_err(|e| io_err(&path.display().to_string(), "open sysroot", e))?;
-        Ok(Sysroot { path, root })
+        Ok(Sysroot {
+            path,
+            root,
+            failpoints: true,
+        })
+    }
+
+    /// The same, without the `write-temp` failpoint (for the agent's own state files, so
+    /// that failpoints name steps on the node).
+    pub fn without_failpoints(mut self) -> Self {
+        self.failpoints = false;
+        self
     }
 
     /// The sysroot's host path.
@@ -553,6 +565,9 @@ impl Sysroot {
         f.sync_all()
             .map_err(|e| cleanup(io_err(path, "fsync", e)))?;
         drop(f);
+        if self.failpoints {
+            crate::failpoint::hit("write-temp");
+        }
         rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, name)
             .map_err(|e| cleanup(io_err(path, "rename", e)))?;
         rustix::fs::fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;

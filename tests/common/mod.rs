@@ -76,6 +76,8 @@ pub struct Node {
     pub umask: Option<u32>,
     /// INPLACED_RECORD_FAIL for the daemon.
     pub fail: Option<String>,
+    /// INPLACED_FAILPOINTS for the daemon.
+    pub failpoints: Option<String>,
 }
 
 impl Node {
@@ -122,6 +124,7 @@ impl Node {
             child: None,
             umask: None,
             fail: None,
+            failpoints: None,
         }
     }
 
@@ -166,6 +169,9 @@ impl Node {
         if let Some(f) = &self.fail {
             cmd.env("INPLACED_RECORD_FAIL", f);
         }
+        if let Some(f) = &self.failpoints {
+            cmd.env("INPLACED_FAILPOINTS", f);
+        }
         let child = cmd.spawn().expect("spawn inplaced");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -185,6 +191,22 @@ impl Node {
             "inplaced did not start listening on {}",
             self.socket.display()
         );
+    }
+
+    /// Waits for the daemon to exit by itself (e.g. at a failpoint); None on timeout.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let c = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                self.child = None;
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Stops the daemon with SIGTERM and waits for it.
