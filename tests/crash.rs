@@ -424,3 +424,41 @@ async fn quick_successive_kubelet_changes_restart_after_the_last_write() {
             .contains("--max-pods=210")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_applies_with_different_ids_run_one_and_abort_the_rest() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let yaml = workload();
+    let mut calls = Vec::new();
+    for i in 0..10 {
+        let mut c = node.client().await;
+        let s = spec(&yaml);
+        calls.push(tokio::spawn(async move {
+            c.apply(pb::ApplyRequest {
+                desired: Some(s),
+                operation_id: format!("op-{i}"),
+                ..Default::default()
+            })
+            .await
+        }));
+    }
+    let mut started = Vec::new();
+    let mut aborted = 0;
+    for c in calls {
+        match c.await.unwrap() {
+            Ok(op) => started.push(op.into_inner().id),
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Aborted, "{e:?}");
+                assert!(e.message().contains("is running"), "{}", e.message());
+                aborted += 1;
+            }
+        }
+    }
+    // the first runs; a later one may start after it finished (then it finds nothing to do)
+    assert!(!started.is_empty() && aborted + started.len() == 10);
+    for id in &started {
+        assert_eq!(node.settle(id).await.phase, Phase::Succeeded as i32);
+    }
+    assert_eq!(node.actions(), vec!["restart kubelet.service"]);
+}

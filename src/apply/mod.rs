@@ -19,7 +19,32 @@
 //!   The applied record is persisted only then.
 //!
 //! A failure at any step after the first write undoes the list in reverse and ends
-//! `RolledBack` with the cause. One operation runs at a time; an `Apply` with the id of an
+//! `RolledBack` with the cause.
+//!
+//! ## Write-ahead journal and the order of fsyncs
+//!
+//! A crash (power cut, SIGKILL) at any instant leaves every managed file entirely old or
+//! entirely new, and the next start settles the operation:
+//!
+//! 1. `originals/<hash>` for first overwrites, then `journal/<op>/pre/<n>` (the pre-image of
+//!    every path the operation writes or removes), then `journal/<op>/intent.json` (paths,
+//!    pre-image metadata, directories to be created, prior sysctl values, units): each
+//!    written to a temporary file, fsynced, renamed, directory fsynced. Failpoint `stage`.
+//! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename, fsync of the
+//!    directory (failpoints `write-temp`, `write`); then live sysctls (`sysctl`);
+//!    `journal/<op>/progress` = `written`.
+//! 3. Commands and unit actions; `progress` = `acted` (failpoint `act`); the kubelet's
+//!    health gate; verification by re-planning.
+//! 4. The commit point: `journal/<op>/record.json` then the empty `journal/<op>/committed`,
+//!    each fsynced (failpoint `record`); then `applied.json` (failpoint `applied`); then the
+//!    journal is removed and the final phase persisted (failpoint `reboot-required`).
+//!
+//! At start: a journal with `committed` is rolled forward (its record installed, the
+//! operation ends in the phase it recorded); any other is rolled back (pre-images
+//! restored, files that were absent removed with the directories created for them,
+//! temporary files removed, sysctls restored, units restarted again if `progress` says it
+//! had written) and the operation ends `Failed` (`interrupted`); re-applying it with the
+//! same id runs it again. One operation runs at a time; an `Apply` with the id of an
 //! existing operation and the same spec returns that operation (idempotency for CAPI's
 //! retried `UpdateMachine`), except that an operation interrupted by a stop of the agent
 //! is run again.
