@@ -224,6 +224,107 @@ impl Default for DriftConfig {
     }
 }
 
+/// Local API access.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Group (name or gid, of the host) whose members may use the local socket as readers
+    /// (coverage, status, operations, watch). Empty: the socket is root-only (0600); set:
+    /// it is 0660 owned by root and that group. uid 0 is always admin.
+    pub socket_group: String,
+}
+
+/// What the `files` section may write, and size limits (DESIGN §3.6).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Path prefixes files may be written under.
+    pub allowed_prefixes: Vec<String>,
+    /// Paths (globs; `*` within a component, `**` across) that are never written; they
+    /// win over `allowed_prefixes`. A path under a listed directory is denied too.
+    pub denied_paths: Vec<String>,
+    /// Most files in one spec.
+    pub max_files: usize,
+    /// Largest file content, in bytes.
+    pub max_file_bytes: u64,
+    /// Largest spec (sum of file contents and settings), in bytes; also bounds gRPC
+    /// messages.
+    pub max_spec_bytes: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            allowed_prefixes: ["/etc", "/var/lib/kubelet", "/usr/local", "/opt", "/srv"]
+                .map(String::from)
+                .to_vec(),
+            denied_paths: [
+                "/etc/shadow*",
+                "/etc/gshadow*",
+                "/etc/passwd*",
+                "/etc/group*",
+                "/etc/sudoers*",
+                "/etc/sudoers.d",
+                "/etc/inplaced",
+                "/etc/pam.d",
+                "/etc/security",
+                "/etc/ssh/ssh_host_*",
+            ]
+            .map(String::from)
+            .to_vec(),
+            max_files: 1000,
+            max_file_bytes: 16 << 20,
+            max_spec_bytes: 64 << 20,
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Why `path` may not be written, naming the rule; None when allowed.
+    pub fn refuses(&self, path: &str) -> Option<String> {
+        for d in &self.denied_paths {
+            let glob = globset::GlobBuilder::new(d)
+                .literal_separator(true)
+                .build()
+                .map(|g| g.compile_matcher());
+            let hit = match glob {
+                Ok(m) => {
+                    m.is_match(path) || {
+                        // a path below a denied entry is denied too
+                        let mut p = path;
+                        let mut found = false;
+                        while let Some((parent, _)) = p.rsplit_once('/') {
+                            if !parent.is_empty() && m.is_match(parent) {
+                                found = true;
+                                break;
+                            }
+                            p = parent;
+                        }
+                        found
+                    }
+                }
+                Err(_) => path == d,
+            };
+            if hit {
+                return Some(format!(
+                    "policy: {path} matches denied path {d:?} (policy.denied_paths)"
+                ));
+            }
+        }
+        let allowed = self
+            .allowed_prefixes
+            .iter()
+            .any(|a| path == a || path.starts_with(&format!("{}/", a.trim_end_matches('/'))));
+        if !allowed {
+            return Some(format!(
+                "policy: {path} is not under an allowed prefix ({}; policy.allowed_prefixes)",
+                self.allowed_prefixes.join(", ")
+            ));
+        }
+        None
+    }
+}
+
 /// The whole agent config.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -242,6 +343,10 @@ pub struct Config {
     pub history: HistoryConfig,
     /// Drift detection.
     pub drift: DriftConfig,
+    /// Local API access.
+    pub api: ApiConfig,
+    /// Write policy and limits.
+    pub policy: PolicyConfig,
 }
 
 impl Config {

@@ -20,6 +20,7 @@ pub mod cmdline;
 pub mod config;
 pub mod failpoint;
 pub mod kubelet;
+pub mod logging;
 pub mod node;
 pub mod pb;
 pub mod plan;

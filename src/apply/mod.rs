@@ -94,6 +94,9 @@ pub enum AgentError {
     /// The spec is not fully covered (FAILED_PRECONDITION).
     #[error("not covered, nothing was changed: {0}")]
     NotCovered(String),
+    /// The write policy or a limit refuses the spec (PERMISSION_DENIED).
+    #[error("refused by policy, nothing was changed: {0}")]
+    PermissionDenied(String),
     /// Another operation runs (ABORTED).
     #[error("operation {0:?} is running; wait for it to finish (inplacectl watch {0})")]
     Busy(String),
@@ -407,6 +410,36 @@ impl Agent {
         Ok(p)
     }
 
+    /// Checks the spec against the size limits of the policy.
+    fn check_limits(&self, spec: &NodeSpec) -> Result<(), AgentError> {
+        let p = &self.config.policy;
+        if spec.files.len() > p.max_files {
+            return Err(AgentError::PermissionDenied(format!(
+                "files: {} files, over the limit of {} (policy.max_files)",
+                spec.files.len(),
+                p.max_files
+            )));
+        }
+        let total: u64 = spec
+            .files
+            .iter()
+            .map(|f| f.content.len() as u64 + f.path.len() as u64)
+            .sum::<u64>()
+            + spec.kernel_args.iter().map(|a| a.len() as u64).sum::<u64>();
+        if total > p.max_spec_bytes {
+            return Err(AgentError::PermissionDenied(format!(
+                "spec: {total} bytes, over the limit of {} (policy.max_spec_bytes)",
+                p.max_spec_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The agent config.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// Coverage of `desired` under `policy` (no side effects).
     pub fn coverage(
         &self,
@@ -414,6 +447,7 @@ impl Agent {
         policy: RebootPolicy,
     ) -> Result<pb::CoverageReport, AgentError> {
         let spec = NodeSpec::from_pb(desired)?;
+        self.check_limits(&spec)?;
         Ok(self.plan_for(&spec, self.options(policy))?.report)
     }
 
@@ -421,6 +455,7 @@ impl Agent {
     pub fn apply(self: &Arc<Self>, req: pb::ApplyRequest) -> Result<pb::Operation, AgentError> {
         let desired = req.desired.unwrap_or_default();
         let spec = NodeSpec::from_pb(&desired)?;
+        self.check_limits(&spec)?;
         let id = if req.operation_id.is_empty() {
             uuid::Uuid::new_v4().to_string()
         } else {
@@ -512,13 +547,15 @@ impl Agent {
         };
         let plan = self.plan_for(&spec, opts.clone()).map_err(release)?;
         if !plan.report.fully_covered {
-            let list: Vec<String> = plan
-                .report
-                .changes
+            let refused: Vec<&pb::Change> =
+                plan.report.changes.iter().filter(|c| !c.covered).collect();
+            let list: Vec<String> = refused
                 .iter()
-                .filter(|c| !c.covered)
                 .map(|c| format!("{}: {}", c.id, c.reason))
                 .collect();
+            if refused.iter().any(|c| c.reason.starts_with("policy:")) {
+                return Err(release(AgentError::PermissionDenied(list.join("; "))));
+            }
             return Err(release(AgentError::NotCovered(list.join("; "))));
         }
         self.supersede_waiting(&id);
@@ -592,6 +629,13 @@ impl Agent {
             live.events.push(op.clone());
             let _ = live.tx.send(op.clone());
         }
+        // systemctl status shows the current operation (a no-op outside systemd)
+        let status = if is_settled(op.phase) {
+            format!("idle; last operation {} {}", op.id, phase_name(phase))
+        } else {
+            format!("operation {}: {}", op.id, phase_name(phase))
+        };
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&status)]);
     }
 
     fn run(self: Arc<Self>, mut op: pb::Operation, spec: NodeSpec, plan: Plan, opts: Options) {

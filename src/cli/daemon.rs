@@ -57,14 +57,7 @@ pub struct Args {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&args.log)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    crate::logging::init(&args.log);
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -116,6 +109,9 @@ fn run(args: Args) -> anyhow::Result<()> {
             .spawn(move || crate::apply::watch::run(agent, interval, stop))
             .context("starting the drift watcher")?;
     }
+    // WatchdogSec=: ping at half the interval from the runtime, so a wedged runtime is
+    // restarted by systemd
+    let watchdog = sd_notify::watchdog_enabled();
     let facts = agent.facts();
     tracing::info!(
         root = %args.root.display(),
@@ -129,6 +125,15 @@ fn run(args: Args) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
+        if let Some(every) = watchdog {
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every / 2);
+                loop {
+                    tick.tick().await;
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                }
+            });
+        }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             let Ok(mut term) =
@@ -154,7 +159,10 @@ fn run(args: Args) -> anyhow::Result<()> {
             agent,
             &args.socket,
             || {
-                let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+                let _ = sd_notify::notify(&[
+                    sd_notify::NotifyState::Ready,
+                    sd_notify::NotifyState::Status("idle"),
+                ]);
             },
             graceful,
         );
@@ -172,6 +180,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
         };
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         r
     })
 }

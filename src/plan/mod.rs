@@ -530,6 +530,14 @@ impl Planner<'_> {
                 Some(e.clone())
             } else if let Err(e) = &gid {
                 Some(e.clone())
+            } else if let Some(p) = self.config.policy.refuses(&f.path) {
+                Some(p)
+            } else if f.content.len() as u64 > self.config.policy.max_file_bytes {
+                Some(format!(
+                    "policy: content is {} bytes, over the limit of {} (policy.max_file_bytes)",
+                    f.content.len(),
+                    self.config.policy.max_file_bytes
+                ))
             } else {
                 None
             };

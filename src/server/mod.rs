@@ -28,6 +28,7 @@ impl From<AgentError> for Status {
                 Status::failed_precondition(msg)
             }
             AgentError::Busy(_) => Status::aborted(msg),
+            AgentError::PermissionDenied(_) => Status::permission_denied(msg),
             AgentError::AlreadyExists { .. } => Status::already_exists(msg),
             AgentError::NotFound(_) => Status::not_found(msg),
             AgentError::Internal(_) => Status::internal(msg),
@@ -35,16 +36,94 @@ impl From<AgentError> for Status {
     }
 }
 
+/// What a caller may do: readers see (coverage, status, operations, watch), admins also
+/// change (apply, reboot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Read-only calls.
+    Reader,
+    /// Every call.
+    Admin,
+}
+
+/// The host group of `api.socket_group` (name or gid), if configured and existing.
+pub fn resolve_group(spec: &str) -> anyhow::Result<Option<u32>> {
+    if spec.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(gid) = spec.parse::<u32>() {
+        return Ok(Some(gid));
+    }
+    match nix::unistd::Group::from_name(spec)? {
+        Some(g) => Ok(Some(g.gid.as_raw())),
+        None => anyhow::bail!("api.socket_group: group {spec:?} does not exist on this host"),
+    }
+}
+
 /// The tonic service.
 #[derive(Debug, Clone)]
 pub struct Service {
     agent: Arc<Agent>,
+    reader_gid: Option<u32>,
 }
 
 impl Service {
-    /// Wraps an agent.
-    pub fn new(agent: Arc<Agent>) -> Self {
-        Service { agent }
+    /// Wraps an agent; members of `reader_gid` are readers on the Unix socket.
+    pub fn new(agent: Arc<Agent>, reader_gid: Option<u32>) -> Self {
+        Service { agent, reader_gid }
+    }
+
+    /// The caller's role from the Unix socket's peer credentials (`SO_PEERCRED`): uid 0
+    /// (or the agent's own uid) is admin; a member of `api.socket_group` (primary or
+    /// supplementary, per the host's group database) is a reader; anyone else is refused.
+    pub fn role_of<T>(&self, req: &Request<T>) -> Result<Role, Status> {
+        let Some(info) = req
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+        else {
+            return Err(Status::permission_denied(
+                "unknown transport: no peer identity",
+            ));
+        };
+        let Some(cred) = info.peer_cred else {
+            return Err(Status::permission_denied(
+                "the socket gave no peer credentials",
+            ));
+        };
+        let uid = cred.uid();
+        if uid == 0 || uid == rustix::process::geteuid().as_raw() {
+            return Ok(Role::Admin);
+        }
+        if let Some(g) = self.reader_gid {
+            if cred.gid() == g {
+                return Ok(Role::Reader);
+            }
+            let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name);
+            let members = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(g))
+                .ok()
+                .flatten()
+                .map(|g| g.mem)
+                .unwrap_or_default();
+            if name.is_some_and(|n| members.contains(&n)) {
+                return Ok(Role::Reader);
+            }
+        }
+        Err(Status::permission_denied(format!(
+            "uid {uid} may not use this API: it is for root and members of api.socket_group"
+        )))
+    }
+
+    fn authorize<T>(&self, req: &Request<T>, need: Role) -> Result<(), Status> {
+        let role = self.role_of(req)?;
+        if role < need {
+            return Err(Status::permission_denied(
+                "this call changes the node and needs the admin role (root); readers may only read",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -65,6 +144,7 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::GetCoverageRequest>,
     ) -> Result<Response<pb::CoverageReport>, Status> {
+        self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
         let r = req.into_inner();
         let desired = r.desired.unwrap_or_default();
@@ -79,6 +159,7 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::ApplyRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
+        self.authorize(&req, Role::Admin)?;
         let a = self.agent.clone();
         let r = req.into_inner();
         blocking(move || a.apply(r)).await.map(Response::new)
@@ -88,6 +169,7 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
+        self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
         let id = req.into_inner().id;
         blocking(move || a.get_operation(&id))
@@ -101,6 +183,7 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
+        self.authorize(&req, Role::Reader)?;
         let id = req.into_inner().id;
         let (events, rx) = self.agent.watch(&id).map_err(Status::from)?;
         let (tx, out) = tokio::sync::mpsc::channel(16);
@@ -150,8 +233,9 @@ impl NodeAgent for Service {
 
     async fn list_operations(
         &self,
-        _req: Request<pb::ListOperationsRequest>,
+        req: Request<pb::ListOperationsRequest>,
     ) -> Result<Response<pb::ListOperationsResponse>, Status> {
+        self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
         blocking(move || a.list_operations())
             .await
@@ -162,6 +246,7 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::RebootRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
+        self.authorize(&req, Role::Admin)?;
         let a = self.agent.clone();
         let id = req.into_inner().operation_id;
         blocking(move || a.reboot(&id)).await.map(Response::new)
@@ -169,8 +254,9 @@ impl NodeAgent for Service {
 
     async fn get_status(
         &self,
-        _req: Request<pb::GetStatusRequest>,
+        req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::NodeStatus>, Status> {
+        self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
         blocking(move || a.status()).await.map(Response::new)
     }
@@ -206,8 +292,15 @@ pub async fn serve_unix(
     }
     let listener = tokio::net::UnixListener::bind(socket)
         .with_context(|| format!("binding {}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("chmod 0600 {}", socket.display()))?;
+    let reader_gid = resolve_group(&agent.config().api.socket_group)?;
+    let mode = if reader_gid.is_some() { 0o660 } else { 0o600 };
+    if let Some(g) = reader_gid {
+        std::os::unix::fs::chown(socket, None, Some(g))
+            .with_context(|| format!("chgrp {g} {}", socket.display()))?;
+    }
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("chmod {mode:o} {}", socket.display()))?;
+    let max_message = agent.config().policy.max_spec_bytes as usize + (1 << 20);
 
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<NodeAgentServer<Service>>().await;
@@ -221,7 +314,11 @@ pub async fn serve_unix(
     tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection)
-        .add_service(NodeAgentServer::new(Service::new(agent)))
+        .add_service(
+            NodeAgentServer::new(Service::new(agent, reader_gid))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+        )
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
             shutdown,
