@@ -28,3 +28,57 @@ pub async fn channel(socket: &Path) -> Result<Channel, tonic::transport::Error> 
         }))
         .await
 }
+
+/// Client identity and trust for the remote API (PEM bytes).
+#[derive(Debug, Clone)]
+pub struct TlsIdentity {
+    /// CA bundle that signs the agent's server certificate.
+    pub ca: Vec<u8>,
+    /// Client certificate chain.
+    pub cert: Vec<u8>,
+    /// Client private key.
+    pub key: Vec<u8>,
+    /// Name to verify in the server certificate (DNS name or IP address).
+    pub server_name: String,
+}
+
+/// Connects to the agent's TCP API with mutual TLS (rustls, ALPN h2), as the CAPI
+/// extension does. Errors name what is wrong with the identity or the connection.
+pub async fn connect_tls(addr: &str, id: &TlsIdentity) -> anyhow::Result<NodeAgentClient<Channel>> {
+    use anyhow::Context;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&id.ca) {
+        roots
+            .add(c.context("CA bundle is not PEM")?)
+            .context("CA bundle")?;
+    }
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&id.cert)
+        .collect::<Result<_, _>>()
+        .context("client certificate is not PEM")?;
+    let key = PrivateKeyDer::from_pem_slice(&id.key).context("client key is not PEM")?;
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .context("client certificate and key do not match")?;
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
+    let name = ServerName::try_from(id.server_name.clone())
+        .with_context(|| format!("server name {:?}", id.server_name))?;
+    let addr = addr.to_string();
+    let channel = Endpoint::try_from(format!("http://{addr}"))?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let (addr, name, connector) = (addr.clone(), name.clone(), connector.clone());
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&addr).await?;
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(tls))
+            }
+        }))
+        .await
+        .context("connecting with mutual TLS")?;
+    Ok(NodeAgentClient::new(channel))
+}

@@ -224,7 +224,48 @@ impl Default for DriftConfig {
     }
 }
 
-/// Local API access.
+/// A role of a remote client.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientRole {
+    /// Coverage, status, operations, watch.
+    #[default]
+    Reader,
+    /// Also apply and reboot.
+    Admin,
+}
+
+/// One allowlisted client identity.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientEntry {
+    /// A URI SAN (`spiffe://...`), DNS SAN or subject CN of the client certificate.
+    pub identity: String,
+    /// Its role.
+    pub role: ClientRole,
+}
+
+/// The remote API over TCP with mutual TLS.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpConfig {
+    /// Address to listen on (`0.0.0.0:9443`); empty = no TCP listener.
+    pub listen: String,
+    /// Server certificate chain (PEM).
+    pub cert: String,
+    /// Server private key (PEM).
+    pub key: String,
+    /// CA bundle that signs client certificates (PEM).
+    pub client_ca: String,
+    /// Allowlist of client identities and their roles.
+    pub clients: Vec<ClientEntry>,
+    /// Plain TCP without TLS, allowed only on a loopback address (local testing).
+    pub insecure_loopback: bool,
+    /// Role of plain loopback callers.
+    pub insecure_loopback_role: ClientRole,
+}
+
+/// API access.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
@@ -232,6 +273,8 @@ pub struct ApiConfig {
     /// (coverage, status, operations, watch). Empty: the socket is root-only (0600); set:
     /// it is 0660 owned by root and that group. uid 0 is always admin.
     pub socket_group: String,
+    /// The remote API.
+    pub tcp: TcpConfig,
 }
 
 /// What the `files` section may write, and size limits (DESIGN §3.6).

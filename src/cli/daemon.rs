@@ -149,13 +149,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             tracing::info!("shutting down: no new requests; open calls get {GRACE:?}");
             let _ = stop_tx.send(true);
         });
-        let graceful = {
-            let mut rx = stop_rx.clone();
-            async move {
-                let _ = rx.wait_for(|s| *s).await;
-            }
-        };
-        let serve = crate::server::serve_unix(
+        let serve = crate::server::serve(
             agent,
             &args.socket,
             || {
@@ -164,7 +158,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                     sd_notify::NotifyState::Status("idle"),
                 ]);
             },
-            graceful,
+            stop_rx.clone(),
         );
         let mut rx = stop_rx;
         let deadline = async move {

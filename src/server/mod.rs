@@ -5,6 +5,8 @@
 //! apply that is not fully covered `FAILED_PRECONDITION`, a concurrent operation `ABORTED`,
 //! an id reused with another spec `ALREADY_EXISTS`, an unknown operation `NOT_FOUND`.
 
+pub mod tls;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::pin::Pin;
@@ -77,6 +79,14 @@ impl Service {
     /// (or the agent's own uid) is admin; a member of `api.socket_group` (primary or
     /// supplementary, per the host's group database) is a reader; anyone else is refused.
     pub fn role_of<T>(&self, req: &Request<T>) -> Result<Role, Status> {
+        if let Some(peer) = req.extensions().get::<tls::TlsPeer>() {
+            return peer.role.ok_or_else(|| {
+                Status::permission_denied(format!(
+                    "client certificate identities {:?} are not on the allowlist (api.tcp.clients)",
+                    peer.identities
+                ))
+            });
+        }
         let Some(info) = req
             .extensions()
             .get::<tonic::transport::server::UdsConnectInfo>()
@@ -262,13 +272,15 @@ impl NodeAgent for Service {
     }
 }
 
-/// Binds `socket` (replacing a stale socket file, creating its directory 0755, socket mode
-/// 0600) and serves the API, health and reflection until `shutdown` resolves.
-pub async fn serve_unix(
+/// Serves the API, health and reflection on the Unix socket `socket` (replacing a stale
+/// socket file, creating its directory; mode 0600, or 0660 with `api.socket_group`) and, when
+/// `api.tcp.listen` is set, on TCP with mutual TLS; calls `ready` once every listener is
+/// bound, and stops when `stop` turns true.
+pub async fn serve(
     agent: Arc<Agent>,
     socket: &Path,
     ready: impl FnOnce(),
-    shutdown: impl std::future::Future<Output = ()> + Send,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     if let Some(dir) = socket.parent() {
@@ -300,8 +312,37 @@ pub async fn serve_unix(
     }
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("chmod {mode:o} {}", socket.display()))?;
-    let max_message = agent.config().policy.max_spec_bytes as usize + (1 << 20);
 
+    let tcp_cfg = agent.config().api.tcp.clone();
+    let tcp = if tcp_cfg.listen.is_empty() {
+        None
+    } else {
+        let addr: std::net::SocketAddr = tcp_cfg.listen.parse().with_context(|| {
+            format!("api.tcp.listen {:?} is not an address:port", tcp_cfg.listen)
+        })?;
+        let acceptor = if tcp_cfg.insecure_loopback {
+            if !addr.ip().is_loopback() {
+                anyhow::bail!(
+                    "api.tcp.insecure_loopback is only allowed on a loopback address, not {addr}; configure cert, key and client_ca for mutual TLS"
+                );
+            }
+            None
+        } else {
+            if tcp_cfg.cert.is_empty() || tcp_cfg.key.is_empty() || tcp_cfg.client_ca.is_empty() {
+                anyhow::bail!(
+                    "api.tcp.listen needs cert, key and client_ca: the remote API is mutual TLS only"
+                );
+            }
+            Some(Arc::new(tls::Acceptor::new(&tcp_cfg)?))
+        };
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        tracing::info!(address = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), mtls = acceptor.is_some(), "serving TCP");
+        Some(tls::incoming(l, tcp_cfg, acceptor))
+    };
+
+    let max_message = agent.config().policy.max_spec_bytes as usize + (1 << 20);
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<NodeAgentServer<Service>>().await;
     let reflection = tonic_reflection::server::Builder::configure()
@@ -309,22 +350,35 @@ pub async fn serve_unix(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building the reflection service")?;
+    let api = NodeAgentServer::new(Service::new(agent, reader_gid))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
     tracing::info!(socket = %socket.display(), "serving");
     ready();
-    tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(
-            NodeAgentServer::new(Service::new(agent, reader_gid))
-                .max_decoding_message_size(max_message)
-                .max_encoding_message_size(max_message),
-        )
+    let unix = tonic::transport::Server::builder()
+        .add_service(health.clone())
+        .add_service(reflection.clone())
+        .add_service(api.clone())
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
-            shutdown,
-        )
-        .await
-        .context("serving gRPC")?;
+            stopped(stop.clone()),
+        );
+    match tcp {
+        None => unix.await.context("serving gRPC")?,
+        Some(incoming) => {
+            let remote = tonic::transport::Server::builder()
+                .add_service(health)
+                .add_service(reflection)
+                .add_service(api)
+                .serve_with_incoming_shutdown(incoming, stopped(stop));
+            let (a, b) = tokio::join!(unix, remote);
+            a.context("serving gRPC on the socket")?;
+            b.context("serving gRPC on TCP")?;
+        }
+    }
     let _ = std::fs::remove_file(socket);
     Ok(())
 }
