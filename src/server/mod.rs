@@ -345,11 +345,18 @@ pub async fn serve(
     let max_message = agent.config().policy.max_spec_bytes as usize + (1 << 20);
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<NodeAgentServer<Service>>().await;
+    // reflection v1, and v1alpha for clients that only know it (grpcio-reflection's
+    // ProtoReflectionDescriptorDatabase, older grpcurl)
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building the reflection service")?;
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .context("building the reflection service (v1alpha)")?;
     let api = NodeAgentServer::new(Service::new(agent, reader_gid))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
@@ -361,6 +368,7 @@ pub async fn serve(
     let unix = tonic::transport::Server::builder()
         .add_service(health.clone())
         .add_service(reflection.clone())
+        .add_service(reflection_alpha.clone())
         .add_service(api.clone())
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
@@ -372,6 +380,7 @@ pub async fn serve(
             let remote = tonic::transport::Server::builder()
                 .add_service(health)
                 .add_service(reflection)
+                .add_service(reflection_alpha)
                 .add_service(api)
                 .serve_with_incoming_shutdown(incoming, stopped(stop));
             let (a, b) = tokio::join!(unix, remote);

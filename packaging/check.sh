@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Builds the release binaries, the .deb (cargo-deb) and the .rpm (cargo-generate-rpm), and
+# checks their contents, maintainer scripts and the systemd unit.
+#
+#   bash packaging/check.sh            # packages land in <target-dir>/packages/
+#
+# Installs what it lacks itself (as root, on Debian/Ubuntu): dpkg-deb, rpm and
+# systemd-analyze through apt-get; cargo-deb and cargo-generate-rpm through
+# `cargo install --locked` at pinned versions. Prints `packaging: N passed, M failed` last
+# and exits non-zero when anything failed.
+set -euo pipefail
+shopt -s inherit_errexit 2>/dev/null || true
+cd "$(dirname "$0")/.."
+
+CARGO_DEB_VERSION=3.8.0
+CARGO_GENERATE_RPM_VERSION=0.21.1
+
+say() { printf 'packaging: %s\n' "$*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+
+# ---------------------------------------------------------------------------------------
+# tools
+
+apt_updated=
+apt_install() {
+    command -v apt-get >/dev/null || die "need $* but apt-get is not available: install it by hand"
+    [ "$(id -u)" -eq 0 ] || die "need $* : run as root (apt-get install)"
+    if [ -z "$apt_updated" ]; then
+        say "apt-get update"
+        apt-get update -qq || die "apt-get update failed"
+        apt_updated=1
+    fi
+    say "apt-get install $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
+        die "apt-get install $* failed"
+}
+need_cmd() { # command package
+    command -v "$1" >/dev/null || apt_install "$2"
+    command -v "$1" >/dev/null || die "$1 still missing after installing $2"
+}
+need_cmd dpkg-deb dpkg
+need_cmd rpm rpm
+need_cmd systemd-analyze systemd
+
+command -v cargo >/dev/null || die "cargo is required (Rust 1.95 or newer)"
+need_cargo_tool() { # subcommand crate version
+    if ! cargo "$1" --version >/dev/null 2>&1; then
+        say "cargo install --locked $2@$3"
+        local t0=$SECONDS
+        cargo install --locked --quiet "$2@$3" || die "cargo install $2 failed"
+        say "installed $2 in $((SECONDS - t0)) s"
+    fi
+}
+need_cargo_tool deb cargo-deb "$CARGO_DEB_VERSION"
+need_cargo_tool generate-rpm cargo-generate-rpm "$CARGO_GENERATE_RPM_VERSION"
+
+# ---------------------------------------------------------------------------------------
+# build
+
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+[ -n "$target_dir" ] || die "cannot find the cargo target directory"
+out=$target_dir/packages
+rm -rf "$out"
+mkdir -p "$out"
+
+t0=$SECONDS
+say "cargo build --release --locked"
+cargo build --release --locked
+say "release build: $((SECONDS - t0)) s"
+
+t0=$SECONDS
+cargo deb --no-build --locked --output "$out/" >/dev/null || die "cargo deb failed"
+cargo generate-rpm --target-dir "$target_dir" --output "$out/" || die "cargo generate-rpm failed"
+say "packages: $((SECONDS - t0)) s"
+
+debs=("$out"/*.deb)
+rpms=("$out"/*.rpm)
+[ ${#debs[@]} -eq 1 ] && [ -f "${debs[0]}" ] || die "expected one .deb in $out"
+[ ${#rpms[@]} -eq 1 ] && [ -f "${rpms[0]}" ] || die "expected one .rpm in $out"
+deb=${debs[0]}
+rpmf=${rpms[0]}
+say "built $deb"
+say "built $rpmf"
+
+# ---------------------------------------------------------------------------------------
+# checks
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); printf 'ok   %s\n' "$1"; }
+fail() { failed=$((failed + 1)); printf 'FAIL %s\n' "$1"; [ -z "${2:-}" ] || printf '%s\n' "$2" | sed 's/^/     /'; }
+# expect NAME TEXT REGEX: TEXT has a line matching the extended REGEX
+expect() {
+    if grep -Eq -- "$3" <<<"$2"; then ok "$1"; else fail "$1" "no line matches /$3/ in:
+$2"; fi
+}
+# refuse NAME TEXT REGEX: no line of TEXT matches
+refuse() {
+    local hit
+    if hit=$(grep -E -- "$3" <<<"$2"); then fail "$1" "unexpected: $hit"; else ok "$1"; fi
+}
+
+tmp=$(mktemp -d -t inplaced-packaging.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# --- .deb
+deb_list=$(dpkg-deb -c "$deb")
+for f in usr/bin/inplaced usr/bin/inplacectl; do
+    expect "deb: $f, mode 0755" "$deb_list" "^-rwxr-xr-x (root/root|0/0) .* \./$f\$"
+done
+expect "deb: unit under usr/lib/systemd/system/" "$deb_list" ' \./usr/lib/systemd/system/inplaced\.service$'
+expect "deb: tmpfiles.d entry" "$deb_list" ' \./usr/lib/tmpfiles\.d/inplaced\.conf$'
+expect "deb: etc/inplaced/config.toml" "$deb_list" '^-rw-r--r-- (root/root|0/0) .* \./etc/inplaced/config\.toml$'
+expect "deb: README" "$deb_list" ' \./usr/share/doc/inplaced/README\.md$'
+
+conffiles=$(dpkg-deb -I "$deb" conffiles 2>/dev/null || true)
+expect "deb: conffiles lists /etc/inplaced/config.toml" "$conffiles" '^/etc/inplaced/config\.toml$'
+control=$(dpkg-deb -f "$deb")
+expect "deb: Section admin" "$control" '^Section: admin$'
+expect "deb: Depends on systemd" "$control" '^Depends: .*\bsystemd\b'
+expect "deb: Maintainer" "$control" '^Maintainer: inplaced developers <inplaced@example\.invalid>$'
+
+postinst=$(dpkg-deb -I "$deb" postinst 2>/dev/null || true)
+prerm=$(dpkg-deb -I "$deb" prerm 2>/dev/null || true)
+expect "deb: postinst enables inplaced.service" "$postinst" 'deb-systemd-helper enable inplaced\.service'
+expect "deb: postinst applies tmpfiles.d" "$postinst" 'systemd-tmpfiles .*--create .*inplaced\.conf'
+refuse "deb: postinst never starts or restarts the agent" "$postinst" 'deb-systemd-invoke .*(start|restart|try-restart)'
+expect "deb: prerm stops the agent on remove" "$prerm" 'deb-systemd-invoke stop .*inplaced\.service'
+expect "deb: prerm stops only on remove (not on upgrade)" "$prerm" '"\$1" = remove'
+
+dpkg-deb -x "$deb" "$tmp/deb"
+if cmp -s systemd/inplaced.service "$tmp/deb/usr/lib/systemd/system/inplaced.service"; then
+    ok "deb: unit is systemd/inplaced.service"
+else
+    fail "deb: unit is systemd/inplaced.service"
+fi
+if cmp -s packaging/config.toml "$tmp/deb/etc/inplaced/config.toml"; then
+    ok "deb: config is packaging/config.toml"
+else
+    fail "deb: config is packaging/config.toml"
+fi
+if "$tmp/deb/usr/bin/inplaced" --version >/dev/null && "$tmp/deb/usr/bin/inplacectl" --version >/dev/null; then
+    ok "deb: packaged binaries run (--version)"
+else
+    fail "deb: packaged binaries run (--version)"
+fi
+
+# --- .rpm
+rpm_list=$(rpm -qlp "$rpmf" 2>/dev/null)
+for f in /usr/bin/inplaced /usr/bin/inplacectl /usr/lib/systemd/system/inplaced.service \
+    /usr/lib/tmpfiles.d/inplaced.conf /etc/inplaced/config.toml \
+    /usr/share/doc/inplaced/README.md; do
+    expect "rpm: $f" "$rpm_list" "^${f//./\\.}\$"
+done
+# fflags: c = %config, n = noreplace, d = %doc
+rpm_files=$(rpm -qp --qf '[%{FILEMODES:perms} %{FILEFLAGS:fflags} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\n]' "$rpmf" 2>/dev/null)
+expect "rpm: config.toml is %config(noreplace)" "$rpm_files" '^-rw-r--r-- [a-z]*c[a-z]*n[a-z]* root:root /etc/inplaced/config\.toml$|^-rw-r--r-- [a-z]*n[a-z]*c[a-z]* root:root /etc/inplaced/config\.toml$'
+for f in /usr/bin/inplaced /usr/bin/inplacectl; do
+    expect "rpm: $f, mode 0755" "$rpm_files" "^-rwxr-xr-x [a-z]* root:root ${f//./\\.}\$"
+done
+expect "rpm: unit mode 0644" "$rpm_files" '^-rw-r--r-- [a-z]* root:root /usr/lib/systemd/system/inplaced\.service$'
+expect "rpm: README is %doc" "$rpm_files" '^-rw-r--r-- [a-z]*d[a-z]* root:root /usr/share/doc/inplaced/README\.md$'
+expect "rpm: requires systemd" "$(rpm -qRp "$rpmf" 2>/dev/null)" '^systemd\b'
+
+scripts=$(rpm -qp --scripts "$rpmf" 2>/dev/null)
+# one scriptlet's body, comment lines dropped ("postinstall scriptlet[ (using ...)]:")
+scriptlet() { awk -v want="$1" '/^[a-z]+ scriptlet( \(using [^)]*\))?:$/ { p = ($1 == want); next } p && !/^[[:space:]]*#/' <<<"$scripts"; }
+post=$(scriptlet postinstall)
+preun=$(scriptlet preuninstall)
+postun=$(scriptlet postuninstall)
+expect "rpm: %post daemon-reload" "$post" 'systemctl daemon-reload'
+expect "rpm: %post enables on first install" "$post" 'systemctl .*enable inplaced\.service'
+expect "rpm: %post enable is guarded by \$1 -eq 1" "$post" '"\$1" -eq 1'
+refuse "rpm: %post never starts or restarts the agent" "$post" 'systemctl .*(start|restart)|--now'
+expect "rpm: %preun disable --now on final erase" "$preun" 'systemctl .*disable --now inplaced\.service'
+expect "rpm: %preun guarded by \$1 -eq 0" "$preun" '"\$1" -eq 0'
+expect "rpm: %postun daemon-reload" "$postun" 'systemctl daemon-reload'
+refuse "rpm: %postun never restarts the agent" "$postun" 'systemctl .*(start|restart)'
+
+# Install into an empty root (no scripts, no dependencies): proves rpm accepts the
+# package and lays the files out. (rpm2cpio is no use here: cargo-generate-rpm writes no
+# archive-size tag, so rpm 4.18's rpm2cpio exits 1 after a complete extraction.)
+mkdir -p "$tmp/rpm"
+if inst=$(rpm --root "$tmp/rpm" --initdb 2>&1 &&
+    rpm --root "$tmp/rpm" -i --nodeps --noscripts "$rpmf" 2>&1 | grep -v -e 'should not be used directly' -e 'assuming you know'); [ -f "$tmp/rpm/usr/bin/inplaced" ]; then
+    ok "rpm: installs into an empty root"
+else
+    fail "rpm: installs into an empty root" "$inst"
+fi
+if cmp -s systemd/inplaced.service "$tmp/rpm/usr/lib/systemd/system/inplaced.service"; then
+    ok "rpm: unit is systemd/inplaced.service"
+else
+    fail "rpm: unit is systemd/inplaced.service"
+fi
+# the state directory: cargo-generate-rpm cannot package a directory, so tmpfiles.d
+# (applied in %post and at boot) and StateDirectory= create it 0700
+expect "rpm: tmpfiles.d makes /var/lib/inplaced 0700 root" \
+    "$(cat "$tmp/rpm/usr/lib/tmpfiles.d/inplaced.conf" 2>/dev/null)" '^d /var/lib/inplaced 0700 root root'
+expect "rpm: %post applies tmpfiles.d" "$post" 'systemd-tmpfiles --create inplaced\.conf'
+if "$tmp/rpm/usr/bin/inplaced" --version >/dev/null; then
+    ok "rpm: packaged inplaced runs (--version)"
+else
+    fail "rpm: packaged inplaced runs (--version)"
+fi
+
+# --- the unit, as packaged, in a root where /usr/bin/inplaced is the packaged binary.
+# verify needs the unit tree it references (sysinit.target, multi-user.target, ...): take
+# the host's. Any output (warnings such as an unknown key exit 0) counts as a failure.
+root=$tmp/verify-root
+mkdir -p "$root/usr/lib/systemd" "$root/usr/bin" "$root/etc"
+cp -a /usr/lib/systemd/system "$root/usr/lib/systemd/"
+cp "$tmp/deb/usr/lib/systemd/system/inplaced.service" "$root/usr/lib/systemd/system/"
+cp "$tmp/deb/usr/bin/inplaced" "$root/usr/bin/"
+if verify=$(systemd-analyze verify --man=no --root="$root" \
+    "$root/usr/lib/systemd/system/inplaced.service" 2>&1) && [ -z "$verify" ]; then
+    ok "unit: systemd-analyze verify"
+else
+    fail "unit: systemd-analyze verify" "$verify"
+fi
+unit=$(cat systemd/inplaced.service)
+expect "unit: Type=notify" "$unit" '^Type=notify$'
+expect "unit: StateDirectory=inplaced" "$unit" '^StateDirectory=inplaced$'
+expect "unit: StateDirectoryMode=0700" "$unit" '^StateDirectoryMode=0700$'
+expect "unit: RuntimeDirectory=inplaced" "$unit" '^RuntimeDirectory=inplaced$'
+expect "unit: NoNewPrivileges" "$unit" '^NoNewPrivileges=yes$'
+expect "unit: PrivateTmp" "$unit" '^PrivateTmp=yes$'
+expect "unit: CapabilityBoundingSet" "$unit" '^CapabilityBoundingSet=CAP_'
+refuse "unit: /proc/sys stays writable (no ProtectKernelTunables)" "$unit" '^ProtectKernelTunables=(yes|true|on|1)'
+refuse "unit: managed paths stay writable (no ProtectSystem, ReadOnlyPaths)" "$unit" '^(ProtectSystem=(yes|true|on|1|full|strict)|ReadOnlyPaths=)'
+refuse "unit: block devices reachable for grub-probe (no ProtectClock, PrivateDevices, DeviceAllow)" "$unit" '^(ProtectClock=(yes|true|on|1)|PrivateDevices=(yes|true|on|1)|DeviceAllow=|DevicePolicy=(closed|strict))'
+
+echo "packaging: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
