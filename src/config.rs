@@ -224,6 +224,29 @@ impl Default for DriftConfig {
     }
 }
 
+/// A compiled glob (`*` within a path component, `**` across), cached: building the
+/// regex automaton costs far more than matching, and the same few patterns are matched
+/// against every file of every spec.
+fn glob_matcher(pattern: &str) -> Option<globset::GlobMatcher> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<globset::GlobMatcher>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    cache
+        .entry(pattern.to_string())
+        .or_insert_with(|| {
+            globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .ok()
+                .map(|g| g.compile_matcher())
+        })
+        .clone()
+}
+
 /// A role of a remote client.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -326,12 +349,8 @@ impl PolicyConfig {
     /// Why `path` may not be written, naming the rule; None when allowed.
     pub fn refuses(&self, path: &str) -> Option<String> {
         for d in &self.denied_paths {
-            let glob = globset::GlobBuilder::new(d)
-                .literal_separator(true)
-                .build()
-                .map(|g| g.compile_matcher());
-            let hit = match glob {
-                Ok(m) => {
+            let hit = match glob_matcher(d) {
+                Some(m) => {
                     m.is_match(path) || {
                         // a path below a denied entry is denied too
                         let mut p = path;
@@ -346,7 +365,7 @@ impl PolicyConfig {
                         found
                     }
                 }
-                Err(_) => path == d,
+                None => path == d,
             };
             if hit {
                 return Some(format!(
@@ -433,13 +452,9 @@ impl Config {
 
     /// The first disruption rule matching `path`.
     pub fn disruption_for(&self, path: &str) -> Option<&DisruptionRule> {
-        self.disruption.iter().find(|r| {
-            globset::GlobBuilder::new(&r.path)
-                .literal_separator(true)
-                .build()
-                .map(|g| g.compile_matcher().is_match(path))
-                .unwrap_or(false)
-        })
+        self.disruption
+            .iter()
+            .find(|r| glob_matcher(&r.path).is_some_and(|m| m.is_match(path)))
     }
 }
 

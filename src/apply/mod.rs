@@ -621,6 +621,11 @@ impl Agent {
         op.message = message.into();
         op.updated = Some(now());
         let mut inner = self.lock();
+        // the slot is free as soon as the operation settles: a caller that sees the final
+        // phase may start the next operation at once
+        if is_settled(op.phase) && inner.running.as_deref() == Some(op.id.as_str()) {
+            inner.running = None;
+        }
         if let Err(e) = self.state.save_operation(op) {
             tracing::error!(operation = %op.id, error = %e, "persisting operation");
         }
@@ -660,7 +665,10 @@ impl Agent {
         if let Err(e) = self.state.prune(self.config.history.keep) {
             tracing::warn!(error = %e, "pruning history");
         }
-        self.lock().running = None;
+        let mut inner = self.lock();
+        if inner.running.as_deref() == Some(op.id.as_str()) {
+            inner.running = None;
+        }
     }
 
     fn execute(

@@ -354,6 +354,7 @@ pub fn plan(
     config: &Config,
     opts: Options,
 ) -> Plan {
+    let spec_hash = desired.hash();
     let mut reserved = BTreeMap::new();
     reserved.insert(
         config.kubelet.config_path.clone(),
@@ -384,7 +385,7 @@ pub fn plan(
         changes: Vec::new(),
         steps: Steps::default(),
         next: AppliedRecord {
-            spec_hash: desired.hash(),
+            spec_hash: spec_hash.clone(),
             ..Default::default()
         },
         reserved,
@@ -434,7 +435,7 @@ pub fn plan(
         reboot_required,
         facts: None,
         preservation: None,
-        spec_hash: desired.hash(),
+        spec_hash,
     };
     Plan {
         report,

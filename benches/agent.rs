@@ -1,0 +1,850 @@
+//! Benchmarks of the real `inplaced` daemon (release build) on temp copies of
+//! `examples/node`, started with `--service-manager record`.
+//!
+//! Run: `cargo bench --bench agent` (full, ~3 minutes) or `BENCH_QUICK=1 cargo bench --bench
+//! agent` (smoke run: 5 s idle window, fewer calls). Every figure is printed on stdout as one
+//! line `name value unit`; the floors and the ratios come last. Progress goes to stderr.
+//! This is a benchmark, not a test: nothing here asserts on timing. See BENCHMARKS.md.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use inplaced::pb;
+use inplaced::pb::node_agent_client::NodeAgentClient;
+use sha2::{Digest, Sha256};
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+// ------------------------------------------------------------------------------------------
+// Output
+
+/// Figures printed at the end (floors and ratios), after the measured figures.
+#[derive(Default)]
+struct Report {
+    tail: Vec<String>,
+}
+
+impl Report {
+    fn fig(&self, name: &str, value: f64, unit: &str) {
+        println!("{name} {} {unit}", fmt(value));
+    }
+    fn floor(&mut self, name: &str, value: f64, unit: &str) {
+        self.tail.push(format!("{name} {} {unit}", fmt(value)));
+    }
+    fn ratio(&mut self, name: &str, num: f64, den: f64) {
+        self.tail.push(format!(
+            "{name} {:.2} x",
+            if den > 0.0 { num / den } else { 0.0 }
+        ));
+    }
+}
+
+fn fmt(v: f64) -> String {
+    if v.abs() >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn note(msg: impl AsRef<str>) {
+    eprintln!("[bench] {}", msg.as_ref());
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Nearest-rank percentile of `xs` (sorted here), p in 0..=100.
+fn pct(xs: &[Duration], p: f64) -> Duration {
+    let mut v = xs.to_vec();
+    v.sort();
+    let n = v.len();
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * n as f64).ceil() as usize;
+    v[rank.clamp(1, n) - 1]
+}
+
+// ------------------------------------------------------------------------------------------
+// Node copies and the daemon
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let ft = e.file_type().unwrap();
+        let dst = to.join(e.file_name());
+        if ft.is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            let mut p = std::fs::metadata(&dst).unwrap().permissions();
+            p.set_mode(p.mode() | 0o200);
+            std::fs::set_permissions(&dst, p).unwrap();
+        }
+    }
+}
+
+fn example(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(rel)
+}
+
+/// A temp copy of examples/node and a daemon on it.
+struct Daemon {
+    dir: tempfile::TempDir,
+    root: PathBuf,
+    socket: PathBuf,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// Copies examples/node into a new temp dir (nothing started yet).
+    fn new(tag: &str) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("inplaced-bench-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let root = dir.path().join("root");
+        copy_tree(&example("node"), &root);
+        std::fs::copy(example("config.toml"), dir.path().join("config.toml")).unwrap();
+        Daemon {
+            socket: dir.path().join("run/inplaced.sock"),
+            root,
+            dir,
+            child: None,
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.root.join(p.trim_start_matches('/'))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Spawns the daemon; returns the time from spawn until a Health Check answers SERVING.
+    async fn start(&mut self) -> Duration {
+        let bin = env!("CARGO_BIN_EXE_inplaced");
+        let mut cmd = Command::new(bin);
+        cmd.arg("--root")
+            .arg(&self.root)
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .arg("--service-manager")
+            .arg("record")
+            .arg("--log")
+            .arg("warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let t0 = Instant::now();
+        self.child = Some(cmd.spawn().expect("spawn inplaced"));
+        let deadline = t0 + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(s)) = self.child.as_mut().unwrap().try_wait() {
+                panic!("inplaced exited early: {s}");
+            }
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+                && let Ok(ch) = inplaced::client::channel(&self.socket).await
+                && health(&ch).await
+            {
+                return t0.elapsed();
+            }
+            assert!(Instant::now() < deadline, "inplaced did not become ready");
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+    }
+
+    /// SIGTERM, then waits (yielding to the client runtime, so that the client's
+    /// connections can answer the server's GOAWAY and close).
+    async fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        note("inplaced did not stop within 10 s of SIGTERM; killing it");
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    fn kill(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn health(ch: &Channel) -> bool {
+    HealthClient::new(ch.clone())
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .map(|r| r.into_inner().status == ServingStatus::Serving as i32)
+        .unwrap_or(false)
+}
+
+// ------------------------------------------------------------------------------------------
+// /proc
+
+/// VmRSS of `pid`, KiB.
+fn rss_kib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// utime + stime of `pid` (all threads), in ms (from clock ticks).
+fn cpu_ms(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &s[s.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // fields 14 and 15 of stat(5); `rest` starts at field 3
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    ticks * 1000.0 / hz
+}
+
+/// Per thread of `pid`: CPU time from schedstat (ns precision) and context switches
+/// (voluntary + involuntary), by thread id.
+type Sched = std::collections::HashMap<String, (u64, u64)>;
+
+fn sched(pid: u32) -> Sched {
+    let mut out = Sched::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in rd.flatten() {
+            let ns = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+            let mut switches = 0;
+            if let Ok(s) = std::fs::read_to_string(t.path().join("status")) {
+                for l in s.lines() {
+                    if let Some(v) = l
+                        .strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                    {
+                        switches += v.trim().parse::<u64>().unwrap_or(0);
+                    }
+                }
+            }
+            out.insert(t.file_name().to_string_lossy().into_owned(), (ns, switches));
+        }
+    }
+    out
+}
+
+/// CPU ms and context switches between two samples: threads alive at the end, minus what
+/// they had at the start (threads that exited in between, e.g. idle blocking-pool threads,
+/// are left out; their work in the window is lost, which for idle threads is nothing).
+fn sched_delta(a: &Sched, b: &Sched) -> (f64, u64) {
+    let mut ns = 0u64;
+    let mut sw = 0u64;
+    for (tid, (n1, s1)) in b {
+        let (n0, s0) = a.get(tid).copied().unwrap_or((0, 0));
+        ns += n1.saturating_sub(n0);
+        sw += s1.saturating_sub(s0);
+    }
+    (ns as f64 / 1e6, sw)
+}
+
+// ------------------------------------------------------------------------------------------
+// Specs
+
+const FILE_DIR: &str = "/etc/bench";
+
+fn file_path(i: usize) -> String {
+    format!("{FILE_DIR}/d{:02}/f{i:04}.conf", i / 100)
+}
+
+/// Content of bench file `i` (~256 bytes); `changed` gives a different content.
+fn file_content(i: usize, changed: bool) -> Vec<u8> {
+    let mut s = format!(
+        "# bench file {i}{}\n",
+        if changed { " (changed)" } else { "" }
+    );
+    let mut k = 0;
+    while s.len() < 256 {
+        s.push_str(&format!("key{k}.{i} = value-{}\n", (i * 31 + k) % 997));
+        k += 1;
+    }
+    s.into_bytes()
+}
+
+/// Creates bench files 0..n in the node copy, as a previous apply would have left them.
+fn create_files(root: &Path, n: usize) {
+    for i in 0..n {
+        let p = root.join(file_path(i).trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, file_content(i, false)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+}
+
+/// A spec of files 0..n, the first `changed` of them with a new content.
+fn files_spec(n: usize, changed: usize) -> pb::NodeSpec {
+    pb::NodeSpec {
+        files: (0..n)
+            .map(|i| pb::File {
+                path: file_path(i),
+                content: file_content(i, i < changed),
+                mode: Some(0o644),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A spec of `n` new small files `/etc/bench-apply/<tag>-NNN.conf`.
+fn new_files_spec(tag: &str, n: usize) -> pb::NodeSpec {
+    pb::NodeSpec {
+        files: (0..n)
+            .map(|i| pb::File {
+                path: format!("/etc/bench-apply/{tag}-{i:03}.conf"),
+                content: file_content(i, false),
+                mode: Some(0o644),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A partial KubeletConfiguration of `n` featureGates (none set on the node yet).
+fn kubelet_spec(n: usize) -> pb::NodeSpec {
+    let mut y = String::from("kubelet:\n  config:\n    featureGates:\n");
+    for i in 0..n {
+        y.push_str(&format!("      BenchGate{i:04}: {}\n", i % 2 == 0));
+    }
+    inplaced::spec::yaml::parse(&y).unwrap()
+}
+
+// ------------------------------------------------------------------------------------------
+// Calls
+
+async fn coverage(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec) -> pb::CoverageReport {
+    c.get_coverage(pb::GetCoverageRequest {
+        desired: Some(spec.clone()),
+        reboot_policy: 0,
+    })
+    .await
+    .expect("GetCoverage")
+    .into_inner()
+}
+
+/// Time of one GetCoverage call; the request is built before the clock starts.
+async fn timed_coverage(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec) -> Duration {
+    let req = pb::GetCoverageRequest {
+        desired: Some(spec.clone()),
+        reboot_policy: 0,
+    };
+    let t = Instant::now();
+    let r = c.get_coverage(req).await.expect("GetCoverage");
+    let d = t.elapsed();
+    drop(r);
+    d
+}
+
+async fn timed_health(h: &mut HealthClient<Channel>) -> Duration {
+    let t = Instant::now();
+    let r = h
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("Health/Check");
+    let d = t.elapsed();
+    assert_eq!(r.into_inner().status, ServingStatus::Serving as i32);
+    d
+}
+
+/// Apply calls refused ABORTED right after the previous operation settled.
+static ABORTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Applies `spec` as operation `id` and waits (WatchOperation) until it settles; the time
+/// from the Apply call to the settled event.
+async fn timed_apply(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec, id: &str) -> Duration {
+    let req = pb::ApplyRequest {
+        desired: Some(spec.clone()),
+        operation_id: id.into(),
+        reboot_policy: 0,
+        dry_run: false,
+    };
+    let t = Instant::now();
+    // An Apply right after the previous operation's settled event can be refused ABORTED
+    // (the daemon frees its operation slot after publishing the final phase): retry, and
+    // count it (see BENCHMARKS.md).
+    let first = loop {
+        match c.apply(req.clone()).await {
+            Ok(r) => break r.into_inner(),
+            Err(e) if e.code() == tonic::Code::Aborted => {
+                ABORTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            Err(e) => panic!("apply {id}: {e:?}"),
+        }
+    };
+    let mut last = first;
+    if !inplaced::apply::is_settled(last.phase) {
+        let mut s = c
+            .watch_operation(pb::WatchOperationRequest { id: id.into() })
+            .await
+            .expect("WatchOperation")
+            .into_inner();
+        while let Some(ev) = s.message().await.expect("WatchOperation stream") {
+            if let Some(op) = ev.operation {
+                let settled = inplaced::apply::is_settled(op.phase);
+                last = op;
+                if settled {
+                    break;
+                }
+            }
+        }
+    }
+    let d = t.elapsed();
+    assert_eq!(
+        last.phase,
+        pb::Phase::Succeeded as i32,
+        "operation {id} did not succeed: {}",
+        last.message
+    );
+    d
+}
+
+// ------------------------------------------------------------------------------------------
+// Floors
+
+/// The durable work of writing `files` in `dir`, plainly: a temporary file in the same
+/// directory, write, fchmod, fsync, rename, fsync of the directory.
+fn plain_durable(dir: &Path, files: &[(String, Vec<u8>)]) -> Duration {
+    let t = Instant::now();
+    let d = File::open(dir).unwrap();
+    for (name, content) in files {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .unwrap();
+        f.write_all(content).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+        d.sync_all().unwrap();
+    }
+    t.elapsed()
+}
+
+fn plain_cleanup(dir: &Path, files: &[(String, Vec<u8>)]) {
+    for (name, _) in files {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    File::open(dir).unwrap().sync_all().unwrap();
+}
+
+/// Reading and hashing `paths` in a plain loop.
+fn plain_hash(paths: &[PathBuf]) -> Duration {
+    let t = Instant::now();
+    let mut acc = 0u8;
+    for p in paths {
+        let b = std::fs::read(p).unwrap();
+        acc ^= Sha256::digest(&b)[0];
+    }
+    std::hint::black_box(acc);
+    t.elapsed()
+}
+
+// ------------------------------------------------------------------------------------------
+
+struct Counts {
+    startups: usize,
+    apply_reps_200: usize,
+    apply_reps_1: usize,
+    idle: Duration,
+    example_calls: usize,
+    memory_calls: usize,
+    big_calls: usize,
+}
+
+fn main() {
+    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
+    let n = if quick {
+        Counts {
+            startups: 3,
+            apply_reps_200: 2,
+            apply_reps_1: 5,
+            idle: Duration::from_secs(5),
+            example_calls: 1000,
+            memory_calls: 2000,
+            big_calls: 50,
+        }
+    } else {
+        Counts {
+            startups: 7,
+            apply_reps_200: 7,
+            apply_reps_1: 25,
+            idle: Duration::from_secs(60),
+            example_calls: 2000,
+            memory_calls: 10_000,
+            big_calls: 50,
+        }
+    };
+    // the client side on one thread: the daemon gets the other core
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run(quick, n));
+}
+
+async fn run(quick: bool, n: Counts) {
+    let mut rep = Report::default();
+    note(format!(
+        "binary {} quick={quick} nproc={}",
+        env!("CARGO_BIN_EXE_inplaced"),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    ));
+
+    // ---- 4b. start-up time to READY (fresh node copy each time)
+    let mut starts = Vec::new();
+    for i in 0..n.startups {
+        let mut d = Daemon::new("start");
+        starts.push(d.start().await);
+        d.stop().await;
+        note(format!("start {i}: {:.1} ms", ms(starts[i])));
+    }
+    rep.fig("startup_ready_first", ms(starts[0]), "ms");
+    rep.fig("startup_ready_p50", ms(pct(&starts, 50.0)), "ms");
+    rep.fig("startup_ready_max", ms(pct(&starts, 100.0)), "ms");
+
+    // ---- the two long-lived daemons: C (coverage) and A (apply)
+    let mut cov = Daemon::new("cov");
+    create_files(&cov.root, 5000);
+    // the default policy.max_files is 1000; the scaling series goes to 5000
+    let mut cfg = OpenOptions::new()
+        .append(true)
+        .open(cov.dir.path().join("config.toml"))
+        .unwrap();
+    writeln!(cfg, "\n[policy]\nmax_files = 10000").unwrap();
+    let mut app = Daemon::new("apply");
+    std::fs::create_dir_all(app.path("/etc/bench-apply")).unwrap();
+    let t_cov = cov.start().await;
+    rep.fig("startup_ready_5000_extra_files", ms(t_cov), "ms");
+    app.start().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_idle_cov = rss_kib(cov.pid());
+    let rss_idle_app = rss_kib(app.pid());
+    rep.fig("rss_idle", rss_idle_cov, "KiB");
+    rep.fig("rss_idle_apply_node", rss_idle_app, "KiB");
+
+    // ---- 2. durable apply throughput (on A), interleaved with the plain loop
+    let plain_dir = app.dir.path().join("plain");
+    std::fs::create_dir_all(&plain_dir).unwrap();
+    let ch_a = inplaced::client::channel(&app.socket).await.unwrap();
+    let mut ca = NodeAgentClient::new(ch_a.clone());
+    let empty = pb::NodeSpec::default();
+    let mut revert = 0usize;
+    // warm-up: one apply and revert
+    timed_apply(&mut ca, &new_files_spec("warm", 10), "warm").await;
+    revert += 1;
+    timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
+    let mut t200 = Vec::new();
+    let mut p200 = Vec::new();
+    for k in 0..n.apply_reps_200 {
+        let spec = new_files_spec(&format!("r{k}"), 200);
+        let plain: Vec<(String, Vec<u8>)> = spec
+            .files
+            .iter()
+            .map(|f| {
+                (
+                    Path::new(&f.path)
+                        .file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                    f.content.clone(),
+                )
+            })
+            .collect();
+        p200.push(plain_durable(&plain_dir, &plain));
+        plain_cleanup(&plain_dir, &plain);
+        t200.push(timed_apply(&mut ca, &spec, &format!("apply200-{k}")).await);
+        revert += 1;
+        timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
+        note(format!(
+            "apply 200 files {k}: {:.1} ms, plain {:.1} ms",
+            ms(t200[k]),
+            ms(p200[k])
+        ));
+    }
+    let mut t1 = Vec::new();
+    let mut p1 = Vec::new();
+    for k in 0..n.apply_reps_1 {
+        let spec = new_files_spec(&format!("one{k}"), 1);
+        let plain = vec![(format!("one{k}.conf"), spec.files[0].content.clone())];
+        p1.push(plain_durable(&plain_dir, &plain));
+        plain_cleanup(&plain_dir, &plain);
+        t1.push(timed_apply(&mut ca, &spec, &format!("apply1-{k}")).await);
+        revert += 1;
+        timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
+    }
+    let (a200, f200) = (pct(&t200, 50.0), pct(&p200, 50.0));
+    let (a1, f1) = (pct(&t1, 50.0), pct(&p1, 50.0));
+    rep.fig("apply_200_files_p50", ms(a200), "ms");
+    rep.fig("apply_200_files_min", ms(pct(&t200, 0.0)), "ms");
+    rep.fig("apply_200_files_per_file", us(a200) / 200.0, "us");
+    rep.fig("apply_1_file_p50", ms(a1), "ms");
+    rep.fig("apply_1_file_min", ms(pct(&t1, 0.0)), "ms");
+    rep.fig("apply_fixed_overhead_p50", ms(a1.saturating_sub(f1)), "ms");
+    rep.floor("floor_durable_200_files_p50", ms(f200), "ms");
+    rep.floor("floor_durable_200_files_min", ms(pct(&p200, 0.0)), "ms");
+    rep.floor("floor_durable_1_file_p50", ms(f1), "ms");
+    rep.ratio("ratio_apply_200_vs_floor_p50", ms(a200), ms(f200));
+    rep.ratio(
+        "ratio_apply_200_vs_floor_min",
+        ms(pct(&t200, 0.0)),
+        ms(pct(&p200, 0.0)),
+    );
+    rep.ratio("ratio_apply_1_vs_floor_p50", ms(a1), ms(f1));
+
+    // leave 200 managed files on A, so its idle window includes the drift watcher's work
+    timed_apply(&mut ca, &new_files_spec("managed", 200), "managed").await;
+    drop(ca);
+    drop(ch_a);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // ---- 4a. idle cost: C (fresh, nothing applied) and A (200 managed files), same window
+    note(format!("idle window {:?}", n.idle));
+    let (c0, a0) = (cpu_ms(cov.pid()), cpu_ms(app.pid()));
+    let (sc0, sa0) = (sched(cov.pid()), sched(app.pid()));
+    let t = Instant::now();
+    tokio::time::sleep(n.idle).await;
+    let secs = t.elapsed().as_secs_f64();
+    let (c1, a1c) = (cpu_ms(cov.pid()), cpu_ms(app.pid()));
+    let (sc1, sa1) = (sched(cov.pid()), sched(app.pid()));
+    let scale = 60.0 / secs;
+    rep.fig("idle_window", secs, "s");
+    rep.fig("idle_cpu_per_60s", (c1 - c0) * scale, "ms");
+    let (dc, dcw) = sched_delta(&sc0, &sc1);
+    let (da, daw) = sched_delta(&sa0, &sa1);
+    rep.fig("idle_cpu_per_60s_schedstat", dc * scale, "ms");
+    rep.fig("idle_wakeups_per_s", dcw as f64 / secs, "1/s");
+    rep.fig("idle_cpu_per_60s_200_managed", (a1c - a0) * scale, "ms");
+    rep.fig("idle_cpu_per_60s_200_managed_schedstat", da * scale, "ms");
+    rep.fig("idle_wakeups_per_s_200_managed", daw as f64 / secs, "1/s");
+    rep.fig("rss_idle_200_managed", rss_kib(app.pid()), "KiB");
+    app.stop().await;
+
+    // ---- 1. coverage latency of the example spec vs an empty call, interleaved
+    let ch = inplaced::client::channel(&cov.socket).await.unwrap();
+    let mut c = NodeAgentClient::new(ch.clone());
+    let mut h = HealthClient::new(ch.clone());
+    let example_spec = inplaced::spec::yaml::parse(
+        &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
+    )
+    .unwrap();
+    let r = coverage(&mut c, &example_spec).await;
+    note(format!(
+        "example: {} change(s), fully covered {}",
+        r.changes.len(),
+        r.fully_covered
+    ));
+    for _ in 0..100 {
+        timed_coverage(&mut c, &example_spec).await;
+        timed_health(&mut h).await;
+    }
+    let mut tc = Vec::new();
+    let mut te = Vec::new();
+    for _ in 0..n.example_calls {
+        te.push(timed_health(&mut h).await);
+        tc.push(timed_coverage(&mut c, &example_spec).await);
+    }
+    let (cp50, cp99) = (pct(&tc, 50.0), pct(&tc, 99.0));
+    let (ep50, ep99) = (pct(&te, 50.0), pct(&te, 99.0));
+    rep.fig("coverage_example_p50", us(cp50), "us");
+    rep.fig("coverage_example_p99", us(cp99), "us");
+    rep.fig("coverage_example_calls", tc.len() as f64, "calls");
+    rep.floor("floor_empty_call_p50", us(ep50), "us");
+    rep.floor("floor_empty_call_p99", us(ep99), "us");
+    rep.ratio("ratio_coverage_example_p50_vs_empty", us(cp50), us(ep50));
+    rep.ratio("ratio_coverage_example_p99_vs_empty", us(cp99), us(ep99));
+
+    // ---- 3. memory after N coverage calls of the example spec
+    let done = 100 + n.example_calls + 1;
+    let rss_warm = rss_kib(cov.pid());
+    for _ in done..n.memory_calls {
+        coverage(&mut c, &example_spec).await;
+    }
+    let rss_after = rss_kib(cov.pid());
+    rep.fig(
+        &format!("rss_after_{}_coverage_calls", n.memory_calls),
+        rss_after,
+        "KiB",
+    );
+    rep.fig(
+        &format!("rss_growth_idle_to_{}_calls", n.memory_calls),
+        rss_after - rss_idle_cov,
+        "KiB",
+    );
+    rep.fig(
+        &format!("rss_growth_{done}_to_{}_calls", n.memory_calls),
+        rss_after - rss_warm,
+        "KiB",
+    );
+
+    // ---- 1b. 1000 files (990 identical, 10 changed) vs reading + hashing them
+    let big = files_spec(1000, 10);
+    let r = coverage(&mut c, &big).await;
+    note(format!(
+        "1000 files: {} change(s), fully covered {}",
+        r.changes.len(),
+        r.fully_covered
+    ));
+    let paths: Vec<PathBuf> = (0..1000).map(|i| cov.path(&file_path(i))).collect();
+    for _ in 0..3 {
+        timed_coverage(&mut c, &big).await;
+        plain_hash(&paths);
+    }
+    let mut tb = Vec::new();
+    let mut fb = Vec::new();
+    for _ in 0..n.big_calls {
+        fb.push(plain_hash(&paths));
+        tb.push(timed_coverage(&mut c, &big).await);
+    }
+    let (bp50, bp99) = (pct(&tb, 50.0), pct(&tb, 99.0));
+    let (fp50, fp99) = (pct(&fb, 50.0), pct(&fb, 99.0));
+    rep.fig("coverage_1000_files_p50", us(bp50), "us");
+    rep.fig("coverage_1000_files_p99", us(bp99), "us");
+    rep.fig("coverage_1000_files_calls", tb.len() as f64, "calls");
+    rep.floor("floor_read_hash_1000_files_p50", us(fp50), "us");
+    rep.floor("floor_read_hash_1000_files_p99", us(fp99), "us");
+    rep.ratio("ratio_coverage_1000_files_p50_vs_floor", us(bp50), us(fp50));
+    rep.ratio("ratio_coverage_1000_files_p99_vs_floor", us(bp99), us(fp99));
+
+    // ---- 5. scaling: files (all identical to the node) and kubelet featureGates
+    for (nf, calls) in [(10usize, 200usize), (100, 100), (1000, 30), (5000, 10)] {
+        let calls = if quick {
+            calls.div_ceil(4).max(3)
+        } else {
+            calls
+        };
+        let spec = files_spec(nf, 0);
+        let r = coverage(&mut c, &spec).await;
+        assert!(r.fully_covered && r.changes.is_empty(), "{nf} files: {r:?}");
+        let mut ts = Vec::new();
+        for _ in 0..calls {
+            ts.push(timed_coverage(&mut c, &spec).await);
+        }
+        let p50 = pct(&ts, 50.0);
+        rep.fig(&format!("coverage_files_{nf}_p50"), us(p50), "us");
+        rep.fig(
+            &format!("coverage_files_{nf}_per_file"),
+            us(p50) / nf as f64,
+            "us",
+        );
+    }
+    for (nk, calls) in [(10usize, 300usize), (300, 100)] {
+        let calls = if quick { calls / 4 } else { calls };
+        let spec = kubelet_spec(nk);
+        let r = coverage(&mut c, &spec).await;
+        note(format!(
+            "kubelet {nk} featureGates: {} change(s), fully covered {}",
+            r.changes.len(),
+            r.fully_covered
+        ));
+        let mut ts = Vec::new();
+        for _ in 0..calls {
+            ts.push(timed_coverage(&mut c, &spec).await);
+        }
+        let p50 = pct(&ts, 50.0);
+        rep.fig(&format!("coverage_kubelet_fields_{nk}_p50"), us(p50), "us");
+        rep.fig(
+            &format!("coverage_kubelet_fields_{nk}_per_field"),
+            us(p50) / nk as f64,
+            "us",
+        );
+        rep.fig(
+            &format!("coverage_kubelet_fields_{nk}_changes"),
+            r.changes.len() as f64,
+            "changes",
+        );
+        rep.fig(
+            &format!("coverage_kubelet_fields_{nk}_covered"),
+            r.fully_covered as u8 as f64,
+            "bool",
+        );
+    }
+    drop(c);
+    drop(h);
+    drop(ch);
+    cov.stop().await;
+    rep.fig(
+        "apply_aborted_retries",
+        ABORTED.load(std::sync::atomic::Ordering::Relaxed) as f64,
+        "calls",
+    );
+
+    for l in &rep.tail {
+        println!("{l}");
+    }
+}
