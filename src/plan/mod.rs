@@ -158,6 +158,10 @@ impl ChangeBuilder<'_> {
     }
 }
 
+fn summary_of(sha_hex: &str, mode: u32, uid: u32, gid: u32) -> String {
+    format!("sha256:{sha_hex} mode={mode:04o} uid={uid} gid={gid}")
+}
+
 fn file_summary(content: &[u8], mode: u32, uid: u32, gid: u32) -> String {
     format!(
         "sha256:{} mode={mode:04o} uid={uid} gid={gid}",
@@ -542,12 +546,27 @@ impl Planner<'_> {
             } else {
                 None
             };
-            let after_summary = file_summary(
-                &f.content,
+            let after_summary = summary_of(
+                &f.sha256,
                 f.mode,
                 *uid.as_ref().unwrap_or(&0),
                 *gid.as_ref().unwrap_or(&0),
             );
+            // the observed content is hashed once, for the summary and the commit check
+            let obs_sha = match &obs {
+                FileObs::File { content, .. } => Some(sha256_hex(content)),
+                _ => None,
+            };
+            let obs_summary = match (&obs, &obs_sha) {
+                (FileObs::File { entry, .. }, Some(h)) => {
+                    summary_of(h, entry.mode, entry.uid, entry.gid)
+                }
+                _ => summary_of_obs(&obs),
+            };
+            let obs_fingerprint = match &obs_sha {
+                Some(h) => format!("sha256:{h}"),
+                None => obs.fingerprint(),
+            };
             if let Some(problem) = problem {
                 self.push(ChangeBuilder {
                     id,
@@ -556,7 +575,7 @@ impl Planner<'_> {
                     } else {
                         ChangeOperation::Update
                     },
-                    before: summary_of_obs(&obs),
+                    before: obs_summary.clone(),
                     after: after_summary,
                     covered: Err(problem),
                     disruption: d,
@@ -565,7 +584,7 @@ impl Planner<'_> {
                 continue;
             }
             let (uid, gid) = (uid.unwrap_or(0), gid.unwrap_or(0));
-            let sha = format!("sha256:{}", sha256_hex(&f.content));
+            let sha = format!("sha256:{}", f.sha256);
             let prior = self.record.files.get(&f.path).map(|m| m.original.clone());
             let (op, original, save) = match &obs {
                 FileObs::Absent => (
@@ -574,7 +593,8 @@ impl Planner<'_> {
                     None,
                 ),
                 FileObs::File { content, entry } => {
-                    let same = content == &f.content
+                    let same = obs_sha.as_deref() == Some(f.sha256.as_str())
+                        && content.len() == f.content.len()
                         && entry.mode == f.mode
                         && entry.uid == uid
                         && entry.gid == gid;
@@ -586,7 +606,10 @@ impl Planner<'_> {
                             Some(ChangeOperation::Update),
                             Original::Saved {
                                 backup: backup_name(&f.path),
-                                sha256: format!("sha256:{}", sha256_hex(content)),
+                                sha256: format!(
+                                    "sha256:{}",
+                                    obs_sha.clone().unwrap_or_else(|| sha256_hex(content))
+                                ),
                                 mode: entry.mode,
                                 uid: entry.uid,
                                 gid: entry.gid,
@@ -623,14 +646,14 @@ impl Planner<'_> {
                     uid,
                     gid,
                     keep_meta: false,
-                    expect: obs.fingerprint(),
+                    expect: obs_fingerprint.clone(),
                     save_original: save,
                     managed_file: true,
                 });
                 self.push(ChangeBuilder {
                     id,
                     op,
-                    before: summary_of_obs(&obs),
+                    before: obs_summary.clone(),
                     after: after_summary,
                     covered: Ok(&reason),
                     disruption: d,

@@ -54,6 +54,8 @@ pub struct FileSpec {
     pub owner: Option<IdRef>,
     /// Owner group (None = root).
     pub group: Option<IdRef>,
+    /// Lower-case hex SHA-256 of `content`, computed once at validation.
+    pub sha256: String,
 }
 
 /// A validated NodeSpec.
@@ -270,6 +272,7 @@ impl NodeSpec {
             let (owner, group) = owner_refs(&field, &f.owner, &f.group)?;
             files.push(FileSpec {
                 path: f.path.clone(),
+                sha256: sha256_hex(&f.content),
                 content: f.content.clone(),
                 mode,
                 owner,
@@ -332,7 +335,7 @@ impl NodeSpec {
             .map(|f| {
                 serde_json::json!({
                     "path": f.path,
-                    "content": sha256_hex(&f.content),
+                    "content": f.sha256,
                     "mode": f.mode,
                     "owner": f.owner.as_ref().map(|o| o.to_string()),
                     "group": f.group.as_ref().map(|o| o.to_string()),
