@@ -141,6 +141,22 @@ impl std::fmt::Display for SysrootConflict {
     }
 }
 
+/// What [`Sysroot::probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// The path or one of its parents is absent.
+    Absent,
+    /// A parent is not a directory (or is a symlink).
+    ParentConflict(SysrootConflict),
+    /// The path exists; `content` is read for regular files within the size limit.
+    Present {
+        /// Metadata (not following a final symlink).
+        entry: Entry,
+        /// The content, for a regular file no larger than the limit.
+        content: Option<Vec<u8>>,
+    },
+}
+
 /// Validates that `path` is absolute and normalized and returns its components.
 ///
 /// Errors: [`SysrootError::BadPath`] for relative paths, `.`/`..`/empty components, a
@@ -275,6 +291,68 @@ impl Sysroot {
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(io_err(path, "stat", e)),
         }
+    }
+
+    /// Looks at `path` in one walk from the root (each parent opened once, `O_NOFOLLOW`):
+    /// whether a parent is missing or in conflict, the path's metadata, and the content of a
+    /// regular file no larger than `max_read` bytes. This is what coverage needs per file,
+    /// at the cost of one `openat` per component.
+    pub fn probe(&self, path: &str, max_read: u64) -> Result<Probe> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
+        for (i, c) in parents.iter().enumerate() {
+            match rustix::fs::openat(
+                &fd,
+                *c,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(next) => fd = next,
+                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
+                    let p = join(&parts[..=i]);
+                    let st = rustix::fs::statat(&fd, *c, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(|e| io_err(&p, "stat", e))?;
+                    return Ok(Probe::ParentConflict(SysrootConflict {
+                        path: p,
+                        kind: kind_of(&st),
+                    }));
+                }
+                Err(e) => return Err(io_err(&join(&parts[..=i]), "open", e)),
+            }
+        }
+        let st = match rustix::fs::statat(&fd, *name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+            Err(e) => return Err(io_err(path, "stat", e)),
+        };
+        let entry = entry_of(&st);
+        if entry.kind != Kind::File || entry.len > max_read {
+            return Ok(Probe::Present {
+                entry,
+                content: None,
+            });
+        }
+        let file = rustix::fs::openat(
+            &fd,
+            *name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(path, "open", e))?;
+        let mut f = std::fs::File::from(file);
+        let mut buf = Vec::with_capacity(entry.len as usize);
+        f.read_to_end(&mut buf)
+            .map_err(|e| io_err(path, "read", e))?;
+        Ok(Probe::Present {
+            entry,
+            content: Some(buf),
+        })
     }
 
     /// Checks the parents of `path` before a write: present, missing from some point, or in

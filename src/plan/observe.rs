@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::bootloader::{self, KernelArgsBackend, NoBackend};
 use crate::config::Config;
 use crate::node::accounts::Accounts;
-use crate::node::sysroot::{Entry, Kind, Parents, Sysroot, SysrootError};
+use crate::node::sysroot::{Entry, Kind, Sysroot, SysrootError};
 use crate::spec::NodeSpec;
 use crate::state::{AppliedRecord, Original, StateDir, StateError};
 
@@ -142,31 +142,29 @@ pub enum ObserveError {
 /// Observes one file path (never following symlinks, never reading more than
 /// [`MAX_FILE_BYTES`]).
 pub fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, SysrootError> {
-    match root.parents(path)? {
-        Parents::Conflict(c) => return Ok(FileObs::Conflict(c.to_string())),
-        Parents::Missing(_) => return Ok(FileObs::Absent),
-        Parents::Present => {}
-    }
-    match root.stat(path)? {
-        None => Ok(FileObs::Absent),
-        Some(e) if e.kind == Kind::File && e.len > MAX_FILE_BYTES => {
-            Ok(FileObs::Conflict(format!(
+    use crate::node::sysroot::Probe;
+    Ok(match root.probe(path, MAX_FILE_BYTES)? {
+        Probe::Absent => FileObs::Absent,
+        Probe::ParentConflict(c) => FileObs::Conflict(c.to_string()),
+        Probe::Present {
+            entry,
+            content: Some(content),
+        } => FileObs::File { content, entry },
+        Probe::Present {
+            entry,
+            content: None,
+        } => FileObs::Conflict(match entry.kind {
+            Kind::File => format!(
                 "{path} is {} bytes, larger than the {} MiB inplaced manages",
-                e.len,
+                entry.len,
                 MAX_FILE_BYTES >> 20
-            )))
-        }
-        Some(e) if e.kind == Kind::File => {
-            let content = root.read(path)?.unwrap_or_default();
-            Ok(FileObs::File { content, entry: e })
-        }
-        Some(e) => Ok(FileObs::Conflict(match e.kind {
+            ),
             Kind::Symlink => format!(
                 "{path} is a symlink; inplaced never follows symlinks in managed paths (manage the file it points to instead)"
             ),
             k => format!("{path} is a {}, not a regular file", k.describe()),
-        })),
-    }
+        }),
+    })
 }
 
 /// Observes a text configuration file.
