@@ -247,6 +247,36 @@ fn glob_matcher(pattern: &str) -> Option<globset::GlobMatcher> {
         .clone()
 }
 
+/// The compiled set of denied-path globs (entry `i` at `2i`, `entry/**` at `2i+1`).
+fn denied_set(patterns: &[String]) -> std::sync::Arc<globset::GlobSet> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<Vec<String>, Arc<globset::GlobSet>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = cache.get(patterns) {
+        return s.clone();
+    }
+    let mut b = globset::GlobSetBuilder::new();
+    let never = "/\0never";
+    for d in patterns {
+        for pat in [d.clone(), format!("{}/**", d.trim_end_matches('/'))] {
+            let g = globset::GlobBuilder::new(&pat)
+                .literal_separator(true)
+                .build()
+                .or_else(|_| globset::Glob::new(never));
+            if let Ok(g) = g {
+                b.add(g);
+            }
+        }
+    }
+    let set = Arc::new(b.build().unwrap_or_else(|_| globset::GlobSet::empty()));
+    cache.insert(patterns.to_vec(), set.clone());
+    set
+}
+
 /// A role of a remote client.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -348,30 +378,14 @@ impl Default for PolicyConfig {
 impl PolicyConfig {
     /// Why `path` may not be written, naming the rule; None when allowed.
     pub fn refuses(&self, path: &str) -> Option<String> {
-        for d in &self.denied_paths {
-            let hit = match glob_matcher(d) {
-                Some(m) => {
-                    m.is_match(path) || {
-                        // a path below a denied entry is denied too
-                        let mut p = path;
-                        let mut found = false;
-                        while let Some((parent, _)) = p.rsplit_once('/') {
-                            if !parent.is_empty() && m.is_match(parent) {
-                                found = true;
-                                break;
-                            }
-                            p = parent;
-                        }
-                        found
-                    }
-                }
-                None => path == d,
-            };
-            if hit {
-                return Some(format!(
-                    "policy: {path} matches denied path {d:?} (policy.denied_paths)"
-                ));
-            }
+        // one automaton for all denied entries, each as itself and as `entry/**` (a path
+        // below a denied directory is denied too), compiled once per distinct list
+        let set = denied_set(&self.denied_paths);
+        if let Some(i) = set.matches(path).into_iter().min() {
+            let d = &self.denied_paths[i / 2];
+            return Some(format!(
+                "policy: {path} matches denied path {d:?} (policy.denied_paths)"
+            ));
         }
         let allowed = self
             .allowed_prefixes
