@@ -212,18 +212,7 @@ async fn plaintext_tcp_only_on_loopback() {
         "[api.tcp]\nlisten = \"0.0.0.0:0\"\ninsecure_loopback = true\n",
     )
     .unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
-        .arg("--root")
-        .arg(&node.root)
-        .arg("--state-dir")
-        .arg(&node.state)
-        .arg("--socket")
-        .arg(&node.socket)
-        .arg("--config")
-        .arg(&node.config)
-        .args(["--service-manager", "record"])
-        .output()
-        .unwrap();
+    let o = node.daemon().output().unwrap();
     assert!(!o.status.success());
     assert!(
         err(&o).contains("only allowed on a loopback address"),
@@ -231,18 +220,7 @@ async fn plaintext_tcp_only_on_loopback() {
         err(&o)
     );
     std::fs::write(&node.config, "[api.tcp]\nlisten = \"0.0.0.0:0\"\n").unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_inplaced"))
-        .arg("--root")
-        .arg(&node.root)
-        .arg("--state-dir")
-        .arg(&node.state)
-        .arg("--socket")
-        .arg(&node.socket)
-        .arg("--config")
-        .arg(&node.config)
-        .args(["--service-manager", "record"])
-        .output()
-        .unwrap();
+    let o = node.daemon().output().unwrap();
     assert!(err(&o).contains("mutual TLS only"), "{}", err(&o));
     let port = free_port();
     std::fs::write(

@@ -282,20 +282,7 @@ async fn ready_is_sent_only_once_the_socket_listens() {
     let sock = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
     sock.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .unwrap();
-    let bin = env!("CARGO_BIN_EXE_inplaced");
-    let mut child = std::process::Command::new(bin)
-        .arg("--root")
-        .arg(&node.root)
-        .arg("--state-dir")
-        .arg(&node.state)
-        .arg("--socket")
-        .arg(&node.socket)
-        .arg("--config")
-        .arg(&node.config)
-        .args(["--service-manager", "record", "--log", "warn"])
-        .env("NOTIFY_SOCKET", &notify)
-        .spawn()
-        .unwrap();
+    let mut child = node.daemon().env("NOTIFY_SOCKET", &notify).spawn().unwrap();
     let mut buf = [0u8; 512];
     let n = sock.recv(&mut buf).unwrap();
     let msg = String::from_utf8_lossy(&buf[..n]).to_string();

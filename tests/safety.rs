@@ -92,17 +92,8 @@ async fn a_new_apply_supersedes_an_operation_waiting_for_reboot() {
 async fn one_agent_per_state_directory_and_socket() {
     let mut node = Node::new("ubuntu-2404-grub");
     node.start();
-    let bin = env!("CARGO_BIN_EXE_inplaced");
-    let second = std::process::Command::new(bin)
-        .args(["--root"])
-        .arg(&node.root)
-        .arg("--state-dir")
-        .arg(&node.state)
-        .arg("--socket")
-        .arg(node.dir.path().join("other.sock"))
-        .arg("--config")
-        .arg(&node.config)
-        .args(["--service-manager", "record"])
+    let second = node
+        .daemon_with(&node.state, &node.dir.path().join("other.sock"))
         .output()
         .unwrap();
     assert!(!second.status.success());
@@ -111,16 +102,8 @@ async fn one_agent_per_state_directory_and_socket() {
         "{}",
         err(&second)
     );
-    let third = std::process::Command::new(bin)
-        .arg("--root")
-        .arg(&node.root)
-        .arg("--state-dir")
-        .arg(node.dir.path().join("other-state"))
-        .arg("--socket")
-        .arg(&node.socket)
-        .arg("--config")
-        .arg(&node.config)
-        .args(["--service-manager", "record"])
+    let third = node
+        .daemon_with(&node.dir.path().join("other-state"), &node.socket)
         .output()
         .unwrap();
     assert!(!third.status.success());

@@ -138,6 +138,27 @@ impl Node {
         std::fs::read_to_string(self.path(p)).unwrap()
     }
 
+    /// `inplaced` with this node's root, state directory, socket and config, recording unit
+    /// actions.
+    pub fn daemon(&self) -> Command {
+        self.daemon_with(&self.state, &self.socket)
+    }
+
+    /// `inplaced` on this node's root and config with another state directory and socket.
+    pub fn daemon_with(&self, state: &Path, socket: &Path) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_inplaced"));
+        c.arg("--root")
+            .arg(&self.root)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--socket")
+            .arg(socket)
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--service-manager", "record", "--log", "warn"]);
+        c
+    }
+
     /// Starts `inplaced` and waits until it answers.
     pub fn start(&mut self) {
         let bin = env!("CARGO_BIN_EXE_inplaced");
