@@ -68,6 +68,9 @@ use crate::spec::{NodeSpec, SpecError};
 use crate::state::{AppliedRecord, StateDir, StateError};
 use crate::system::{CommandRunner, Rebooter, ServiceManager};
 
+/// How many of the newest operations keep every phase for watchers to replay.
+const LIVE_REPLAY: usize = 4;
+
 /// Prefix of the message of an operation the agent stopped in the middle of.
 const INTERRUPTED: &str = "interrupted:";
 
@@ -587,6 +590,24 @@ impl Agent {
             while inner.order.len() > self.config.history.keep.max(1) {
                 if let Some(old) = inner.order.pop_front() {
                     inner.live.remove(&old);
+                }
+            }
+            // every phase is replayed to watchers of the few newest operations; older
+            // settled ones keep their last state only (memory stays flat with history)
+            let n = inner.order.len();
+            let older: Vec<String> = inner
+                .order
+                .iter()
+                .take(n.saturating_sub(LIVE_REPLAY))
+                .cloned()
+                .collect();
+            for o in older {
+                if let Some(live) = inner.live.get_mut(&o)
+                    && live.events.last().is_some_and(|e| is_settled(e.phase))
+                    && live.events.len() > 1
+                {
+                    let last = live.events.pop();
+                    live.events = last.into_iter().collect();
                 }
             }
         }
