@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Node, apply, change, coverage, err, out, snapshot, spec};
+use common::{Node, apply, change, coverage, err, out, snapshot, spec, status};
 use inplaced::pb::{self, ChangeOperation, DisruptionLevel, Phase};
 use prost::Message;
 
@@ -69,13 +69,7 @@ async fn scenario_a_kubelet_flag_and_sysctl_file_on_ubuntu() {
 
     let o = node.ctl(&["status"]);
     assert!(o.status.success(), "{}", err(&o));
-    let s = node
-        .client()
-        .await
-        .get_status(pb::GetStatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(&node).await;
     assert_eq!(s.applied_spec_hash, r.spec_hash);
     assert!(s.drift.is_empty(), "{:?}", s.drift);
     let h = node.ctl(&["history"]);

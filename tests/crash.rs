@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
-use common::{Node, apply, coverage, snapshot, spec};
+use common::{Node, apply, coverage, snapshot, spec, status};
 use inplaced::pb::{self, Phase};
 
 /// 20 files, a kubelet config change and a sysctl (the crash workload).
@@ -264,13 +264,7 @@ async fn a_truncated_record_is_moved_aside_and_named_in_status() {
     let text = std::fs::read(&p).unwrap();
     std::fs::write(&p, &text[..text.len() / 2]).unwrap();
     node.start();
-    let s = node
-        .client()
-        .await
-        .get_status(pb::GetStatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(&node).await;
     assert_eq!(s.problems.len(), 1, "{s:?}");
     assert!(
         s.problems[0].contains("did not parse") && s.problems[0].contains("applied.json.corrupt-"),
@@ -333,23 +327,17 @@ async fn drift_is_reported_counted_across_restarts_and_never_repaired() {
         .replace("--max-pods=250", "--max-pods=120");
     std::fs::write(node.path("/var/lib/kubelet/kubeadm-flags.env"), flags).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let status = loop {
-        let s = node
-            .client()
-            .await
-            .get_status(pb::GetStatusRequest {})
-            .await
-            .unwrap()
-            .into_inner();
+    let seen = loop {
+        let s = status(&node).await;
         if s.drift.len() == 2 || std::time::Instant::now() > deadline {
             break s;
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    let ids: Vec<&str> = status.drift.iter().map(|d| d.id.as_str()).collect();
+    let ids: Vec<&str> = seen.drift.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, ["files[/etc/managed.conf]", "kubelet.flags[max-pods]"]);
-    assert!(status.drift.iter().all(|d| d.since.is_some()));
-    assert_eq!(status.drift_detections, 2);
+    assert!(seen.drift.iter().all(|d| d.since.is_some()));
+    assert_eq!(seen.drift_detections, 2);
     // the watcher saw it and did nothing about it
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     assert_eq!(node.read("/etc/managed.conf"), "b\n");
@@ -360,13 +348,7 @@ async fn drift_is_reported_counted_across_restarts_and_never_repaired() {
     );
     node.stop();
     node.start();
-    let s = node
-        .client()
-        .await
-        .get_status(pb::GetStatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(&node).await;
     assert_eq!(s.drift_detections, 2, "counted across restarts, not again");
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Node, apply, apply_with, coverage, spec};
+use common::{Node, apply, apply_with, coverage, spec, status};
 use inplaced::pb::{self, Phase, RebootPolicy};
 
 fn grub_linux(node: &Node) -> String {
@@ -222,13 +222,7 @@ async fn installer_args_are_never_touched_and_absent_removals_are_no_ops() {
         .read("/etc/default/grub")
         .replace(" crashkernel=auto a=1", "");
     std::fs::write(node.path("/etc/default/grub"), t).unwrap();
-    let s = node
-        .client()
-        .await
-        .get_status(pb::GetStatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(&node).await;
     assert!(
         s.drift.iter().any(|d| d.id == "kernelArgs"),
         "{:?}",

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Node, err, snapshot, spec};
+use common::{Node, err, snapshot};
 use inplaced::pb;
 
 /// (spec, what the refusal must name). Each is refused by validation (INVALID_ARGUMENT),
@@ -295,6 +295,5 @@ async fn ready_is_sent_only_once_the_socket_listens() {
         nix::sys::signal::Signal::SIGTERM,
     );
     let _ = child.wait();
-    let _ = spec("{}");
     node.stop();
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Node, apply, change, coverage, err, out, snapshot, spec};
+use common::{Node, apply, change, coverage, err, out, snapshot, spec, status};
 use inplaced::pb::{self, DisruptionLevel, Phase};
 
 const SCENARIO_A: &str = include_str!("../examples/specs/kubelet-and-sysctl.yaml");
@@ -33,13 +33,7 @@ async fn a_failed_restart_rolls_every_write_and_sysctl_back() {
         before,
         "every file and live sysctl restored"
     );
-    let s = node
-        .client()
-        .await
-        .get_status(pb::GetStatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let s = status(&node).await;
     assert_eq!(s.managed_items, 0, "nothing recorded as applied");
 }
 

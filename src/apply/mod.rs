@@ -678,9 +678,7 @@ impl Agent {
             } else {
                 Phase::RolledBack
             };
-            if phase != Phase::Failed || !msg.contains("installed at the next start") {
-                let _ = self.state.journal_remove(&op.id);
-            }
+            let _ = self.state.journal_remove(&op.id);
             self.publish(&mut op, phase, msg);
         }
         if let Err(e) = self.state.prune(self.config.history.keep) {
@@ -910,13 +908,16 @@ impl Agent {
         crate::failpoint::hit("record");
         undo.clear();
         if let Err(e) = self.state.save_record(&record) {
-            // the journal still holds the record: the next start installs it
-            return Err((
+            // past the commit point: the journal keeps the record and the next start
+            // installs it, so the journal stays and nothing is undone
+            self.publish(
+                op,
                 Phase::Failed,
                 format!(
                     "installing the applied record failed ({e}); the changes are committed in the journal and the record is installed at the next start"
                 ),
-            ));
+            );
+            return Ok(());
         }
         crate::failpoint::hit("applied");
         let _ = self.state.journal_remove(&op.id);

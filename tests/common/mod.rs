@@ -370,3 +370,13 @@ pub fn change<'a>(r: &'a pb::CoverageReport, id: &str) -> &'a pb::Change {
         .find(|c| c.id == id)
         .unwrap_or_else(|| panic!("no change {id} in {:#?}", r.changes))
 }
+
+/// The agent's status.
+pub async fn status(node: &Node) -> pb::NodeStatus {
+    node.client()
+        .await
+        .get_status(pb::GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
