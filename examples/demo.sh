@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --quiet --bins
-bin=target/debug
+bin=${CARGO_TARGET_DIR:-target}/debug
 work=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 cp -r examples/node "$work/root"
