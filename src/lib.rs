@@ -14,6 +14,7 @@
 
 pub mod apply;
 pub mod bootloader;
+pub mod capi;
 pub mod cli;
 pub mod client;
 pub mod cmdline;

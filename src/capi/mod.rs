@@ -1,0 +1,403 @@
+//! The Cluster API side: turn node coverage into exact in-place hook answers.
+//!
+//! - [`types`]: the hook wire types (`hooks.runtime.cluster.x-k8s.io/v1alpha1`).
+//! - [`translate`]: KubeadmConfig / Machine / InfraMachine differences → units and the
+//!   NodeSpec the node is asked about.
+//! - [`patch`]: RFC 6902 patches that copy exactly the covered units.
+//! - this module: [`decide`], which combines the units with a [`NodeCoverage`] (from an
+//!   agent's coverage report, or from declared capabilities for MachineSets), and the
+//!   pure answers of the two CanUpdate hooks ([`can_update_machine`],
+//!   [`can_update_machine_set`]).
+//!
+//! All of it is free of I/O; `crate::extension` does the HTTPS and gRPC.
+
+pub mod patch;
+pub mod translate;
+pub mod types;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::pb;
+use translate::DiffUnit;
+use types::{
+    API_VERSION, CanUpdateMachineResponse, CanUpdateMachineSetResponse, MachineObjects,
+    MachineSetObjects, Patch, Status,
+};
+
+/// What the node (or the capability model) says about each agent change id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeCoverage {
+    /// Change id → `Ok` (covered) or the reason it is not.
+    pub changes: BTreeMap<String, Result<(), String>>,
+    /// The node recommends keeping the Machine rather than replacing it.
+    pub preserve: bool,
+    /// Why (e.g. "bare metal: DMI vendor ...").
+    pub preserve_reasons: Vec<String>,
+    /// Short disruption summary for messages ("restart of kubelet.service").
+    pub disruption: String,
+}
+
+impl NodeCoverage {
+    /// From an agent's coverage report.
+    pub fn from_report(r: &pb::CoverageReport) -> NodeCoverage {
+        let changes = r
+            .changes
+            .iter()
+            .map(|c| {
+                let v = if c.covered {
+                    Ok(())
+                } else {
+                    Err(c.reason.clone())
+                };
+                (c.id.clone(), v)
+            })
+            .collect();
+        let disruption = r
+            .max_disruption
+            .as_ref()
+            .map(|d| {
+                let level = pb::DisruptionLevel::try_from(d.level)
+                    .map(|l| {
+                        l.as_str_name()
+                            .trim_start_matches("DISRUPTION_LEVEL_")
+                            .to_lowercase()
+                    })
+                    .unwrap_or_default();
+                if d.units.is_empty() {
+                    level
+                } else {
+                    format!("{level} of {}", d.units.join(", "))
+                }
+            })
+            .unwrap_or_default();
+        let (preserve, preserve_reasons) = r
+            .preservation
+            .as_ref()
+            .map(|p| (p.preserve, p.reasons.clone()))
+            .unwrap_or_default();
+        NodeCoverage {
+            changes,
+            preserve,
+            preserve_reasons,
+            disruption,
+        }
+    }
+}
+
+/// Change families a MachineSet's agents declare they handle (the static capability model
+/// of `CanUpdateMachineSet`, which must answer for every Machine without node state).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Capability {
+    /// `files` items (and drop-ins).
+    Files,
+    /// kubelet flags from `kubeletExtraArgs`.
+    KubeletExtraArgs,
+    /// `ntp`.
+    Ntp,
+}
+
+/// The coverage the declared capabilities give to `ids`.
+pub fn capability_coverage(caps: &[Capability], units: &[DiffUnit]) -> NodeCoverage {
+    let mut changes = BTreeMap::new();
+    for id in units.iter().flat_map(|u| &u.ids) {
+        let family = if id.starts_with("kubelet.flags[") {
+            Capability::KubeletExtraArgs
+        } else if id == "ntp" {
+            Capability::Ntp
+        } else {
+            Capability::Files
+        };
+        let v = if caps.contains(&family) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the agents do not declare the {family:?} capability (machineSet.capabilities)"
+            ))
+        };
+        changes.insert(id.clone(), v);
+    }
+    NodeCoverage {
+        changes,
+        ..Default::default()
+    }
+}
+
+/// Units split by coverage.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    /// Units the patch copies from desired.
+    pub covered: Vec<DiffUnit>,
+    /// Units left different: (dotted path, reason).
+    pub uncovered: Vec<(String, String)>,
+}
+
+/// Splits `units` by coverage: a unit is covered when it is not blocked and the node
+/// covers every change id it needs (an id the report does not list needs no change).
+/// Uncovered ids no unit names go to the units that claim unknown ids (drop-ins), or
+/// block everything if none does (never claim coverage the node did not give).
+pub fn decide(units: Vec<DiffUnit>, cov: &NodeCoverage) -> Decision {
+    let named: std::collections::BTreeSet<&String> = units.iter().flat_map(|u| &u.ids).collect();
+    let orphans: Vec<String> = cov
+        .changes
+        .iter()
+        .filter(|(id, v)| v.is_err() && !named.contains(id))
+        .map(|(id, v)| format!("{id}: {}", v.clone().err().unwrap_or_default()))
+        .collect();
+    let claimed = units.iter().any(|u| u.claims_unknown);
+    let mut d = Decision::default();
+    for u in units {
+        let mut reasons: Vec<String> = u.blocked.iter().cloned().collect();
+        for id in &u.ids {
+            if let Some(Err(r)) = cov.changes.get(id) {
+                reasons.push(format!("{id}: {r}"));
+            }
+        }
+        if !orphans.is_empty() && (u.claims_unknown || !claimed) {
+            reasons.extend(orphans.iter().cloned());
+        }
+        if reasons.is_empty() {
+            d.covered.push(u);
+        } else {
+            d.uncovered.push((u.path.clone(), reasons.join("; ")));
+        }
+    }
+    d
+}
+
+/// How an ExtensionConfig asks for preservation (`settings.preserveOnInsufficientCoverage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreserveMode {
+    /// Follow the node's recommendation (CanUpdateMachine) or the infrastructure kind
+    /// (CanUpdateMachineSet).
+    Auto,
+    /// Always ask CAPI to keep a Machine that is not fully covered.
+    Always,
+    /// Never ask (CAPI replaces, as today).
+    Never,
+}
+
+impl PreserveMode {
+    /// Parses `auto`, `true`/`always`, `false`/`never` (case-insensitive). Errors name the
+    /// setting and the values.
+    pub fn parse(s: &str) -> Result<PreserveMode, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(PreserveMode::Auto),
+            "true" | "always" => Ok(PreserveMode::Always),
+            "false" | "never" => Ok(PreserveMode::Never),
+            other => Err(format!(
+                "settings.preserveOnInsufficientCoverage: {other:?} is not one of auto, true, false"
+            )),
+        }
+    }
+}
+
+fn bootstrap_is_v1beta1(obj: &Value) -> bool {
+    obj.get("apiVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.ends_with("/v1beta1"))
+}
+
+/// The units of a CanUpdateMachine request: Machine, InfraMachine and bootstrap config
+/// differences, plus the NodeSpec of the changed node items. Objects must be redacted.
+pub fn machine_units(
+    current: &MachineObjects,
+    desired: &MachineObjects,
+) -> (Vec<DiffUnit>, translate::Analysis) {
+    let mut blocked = translate::machine(&current.machine, &desired.machine, &["spec"]);
+    blocked.extend(translate::infrastructure(
+        &current.infrastructure_machine,
+        &desired.infrastructure_machine,
+        &["spec"],
+    ));
+    let analysis = match (&current.bootstrap_config, &desired.bootstrap_config) {
+        (Some(c), Some(d)) => translate::kubeadm(c, d, &["spec"], bootstrap_is_v1beta1(d)),
+        (None, None) => translate::Analysis::default(),
+        _ => translate::Analysis {
+            units: vec![DiffUnit {
+                unit: patch::Unit::whole(&["spec"]),
+                path: "bootstrapConfig".into(),
+                blocked: Some("the bootstrap config exists on one side only".into()),
+                ids: vec![],
+                claims_unknown: false,
+            }],
+            ..Default::default()
+        },
+    };
+    (blocked, analysis)
+}
+
+fn message(subject: &str, d: &Decision, disruption: &str, preserve: Option<&[String]>) -> String {
+    let mut parts = Vec::new();
+    if !d.covered.is_empty() {
+        let paths: Vec<&str> = d.covered.iter().map(|u| u.path.as_str()).collect();
+        let mut s = format!("in place: {}", paths.join(", "));
+        if !disruption.is_empty() {
+            s.push_str(&format!(" (node disruption: {disruption})"));
+        }
+        parts.push(s);
+    }
+    if !d.uncovered.is_empty() {
+        let list: Vec<String> = d
+            .uncovered
+            .iter()
+            .map(|(p, r)| format!("{p} ({r})"))
+            .collect();
+        parts.push(format!("not covered: {}", list.join("; ")));
+    }
+    if parts.is_empty() {
+        parts.push("no spec changes".into());
+    }
+    if let Some(reasons) = preserve {
+        let why = if reasons.is_empty() {
+            "requested by settings".to_string()
+        } else {
+            reasons.join("; ")
+        };
+        parts.push(format!("asking CAPI to keep the Machine: {why}"));
+    }
+    format!("{subject}: {}", parts.join("; "))
+}
+
+fn patch_of(current: &Value, desired: &Value, units: &[DiffUnit]) -> Option<Patch> {
+    let us: Vec<patch::Unit> = units.iter().map(|u| u.unit.clone()).collect();
+    let ops = patch::operations(current, desired, &us);
+    (!ops.is_empty()).then(|| Patch::json_patch(&ops))
+}
+
+/// The CanUpdateMachine answer from the units and the node's coverage. `cov` is `None`
+/// when the node was not asked (nothing to apply on it and no preservation question).
+pub fn can_update_machine(
+    current: &MachineObjects,
+    desired: &MachineObjects,
+    cov: Option<&NodeCoverage>,
+    mode: PreserveMode,
+) -> CanUpdateMachineResponse {
+    let (mut units, analysis) = machine_units(current, desired);
+    units.extend(analysis.units);
+    let empty = NodeCoverage::default();
+    let cov = cov.unwrap_or(&empty);
+    let d = decide(units, cov);
+    // Machine and InfraMachine units are always blocked: every covered unit is the
+    // bootstrap config's.
+    let bootstrap_config_patch = match (&current.bootstrap_config, &desired.bootstrap_config) {
+        (Some(c), Some(dd)) => patch_of(c, dd, &d.covered),
+        _ => None,
+    };
+    let preserve = !d.uncovered.is_empty()
+        && match mode {
+            PreserveMode::Always => true,
+            PreserveMode::Never => false,
+            PreserveMode::Auto => cov.preserve,
+        };
+    let name = desired
+        .machine
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("machine");
+    let reasons = if mode == PreserveMode::Auto {
+        cov.preserve_reasons.clone()
+    } else {
+        vec![]
+    };
+    CanUpdateMachineResponse {
+        api_version: API_VERSION.into(),
+        kind: "CanUpdateMachineResponse".into(),
+        status: Status::Success,
+        message: message(name, &d, &cov.disruption, preserve.then_some(&reasons[..])),
+        machine_patch: None,
+        infrastructure_machine_patch: None,
+        bootstrap_config_patch,
+        preserve_on_insufficient_coverage: preserve.then_some(true),
+    }
+}
+
+/// The units of a CanUpdateMachineSet request (templates rooted at `spec.template.spec`).
+pub fn machine_set_units(
+    current: &MachineSetObjects,
+    desired: &MachineSetObjects,
+) -> (Vec<DiffUnit>, translate::Analysis) {
+    let root = ["spec", "template", "spec"];
+    let mut blocked = translate::machine(&current.machine_set, &desired.machine_set, &root);
+    blocked.extend(translate::infrastructure(
+        &current.infrastructure_machine_template,
+        &desired.infrastructure_machine_template,
+        &root,
+    ));
+    let analysis = match (
+        &current.bootstrap_config_template,
+        &desired.bootstrap_config_template,
+    ) {
+        (Some(c), Some(d)) => translate::kubeadm(c, d, &root, bootstrap_is_v1beta1(d)),
+        _ => translate::Analysis::default(),
+    };
+    (blocked, analysis)
+}
+
+/// The CanUpdateMachineSet answer: deterministic, from the translation and the declared
+/// capabilities only; preservation from `mode`, or in `Auto` mode from whether the
+/// infrastructure template kind is one of `hardware_bound_kinds`.
+pub fn can_update_machine_set(
+    current: &MachineSetObjects,
+    desired: &MachineSetObjects,
+    caps: &[Capability],
+    mode: PreserveMode,
+    hardware_bound_kinds: &[String],
+) -> CanUpdateMachineSetResponse {
+    let (mut units, analysis) = machine_set_units(current, desired);
+    units.extend(analysis.units);
+    let cov = capability_coverage(caps, &units);
+    let d = decide(units, &cov);
+    let bootstrap_config_template_patch = match (
+        &current.bootstrap_config_template,
+        &desired.bootstrap_config_template,
+    ) {
+        (Some(c), Some(dd)) => patch_of(c, dd, &d.covered),
+        _ => None,
+    };
+    let kind = desired
+        .infrastructure_machine_template
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let bound = hardware_bound_kinds.contains(&kind);
+    let preserve = !d.uncovered.is_empty()
+        && match mode {
+            PreserveMode::Always => true,
+            PreserveMode::Never => false,
+            PreserveMode::Auto => bound,
+        };
+    let reasons = if mode == PreserveMode::Auto {
+        vec![format!(
+            "{kind} machines are hardware-bound (preservation.hardwareBoundKinds)"
+        )]
+    } else {
+        vec![]
+    };
+    let name = current
+        .machine_set
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("machineset");
+    let replicas = current
+        .machine_set
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64);
+    let subject = match replicas {
+        Some(n) => format!("{name} ({n} machines)"),
+        None => name.to_string(),
+    };
+    CanUpdateMachineSetResponse {
+        api_version: API_VERSION.into(),
+        kind: "CanUpdateMachineSetResponse".into(),
+        status: Status::Success,
+        message: message(&subject, &d, "", preserve.then_some(&reasons[..])),
+        machine_set_patch: None,
+        infrastructure_machine_template_patch: None,
+        bootstrap_config_template_patch,
+        preserve_on_insufficient_coverage: preserve.then_some(true),
+    }
+}

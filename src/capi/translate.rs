@@ -1,0 +1,728 @@
+//! KubeadmConfig (and Machine / InfraMachine) specs → NodeSpec, unit by unit.
+//!
+//! The spec of a KubeadmConfig (`bootstrap.cluster.x-k8s.io` v1beta2, or v1beta1 where
+//! the shapes differ) is read as raw JSON. Every difference between current and desired
+//! becomes a [`DiffUnit`]: the JSON location CAPI's patch would copy (lists are atomic, so
+//! `spec.files` is one unit; a v1beta1 map gives one unit per key), the node changes it
+//! needs (agent change ids such as `files[/etc/x]`, `kubelet.flags[max-pods]`, `ntp`), or
+//! the reason it can not be applied in place at all. The NodeSpec sent to the node holds
+//! only what the KubeadmConfig says, decoded the way cloud-init's `write_files` would.
+//!
+//! Rules beyond cloud-init's:
+//! - Values holding cloud-init Jinja (`{{ ds.meta_data.uuid }}`) are rendered on the node
+//!   only: they are never sent to the agent, and a change to one is not covered.
+//! - Removing a file or a kubelet argument is not covered: kubeadm and cloud-init only
+//!   ever add them, and the node would keep the old one.
+//! - `joinConfiguration.discovery` and `initConfiguration.bootstrapTokens` (bootstrap
+//!   tokens) are never read: see [`redact`].
+//! - A file at `/etc/inplaced/node.d/<name>.yaml` is a NodeSpec drop-in: it is sent as a
+//!   [`pb::DropIn`], which the agent parses and merges (see README, "NodeSpec drop-ins").
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+
+use base64::Engine;
+use serde_json::Value;
+
+use super::patch::{Unit, get};
+use crate::pb;
+
+/// Where NodeSpec drop-ins live on the node.
+pub const DROPIN_DIR: &str = "/etc/inplaced/node.d/";
+
+/// One difference between current and desired, and whether it can be applied in place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiffUnit {
+    /// The location CAPI's patch copies from desired when the unit is covered.
+    pub unit: Unit,
+    /// Dotted path for messages (`spec.diskSetup`, `spec.files`).
+    pub path: String,
+    /// Not covered whatever the node says, with the reason.
+    pub blocked: Option<String>,
+    /// Agent change ids this unit needs; all must be covered. Empty = no node change.
+    pub ids: Vec<String>,
+    /// Also answers for agent change ids no unit names (the items of a drop-in).
+    pub claims_unknown: bool,
+}
+
+impl DiffUnit {
+    fn blocked(tokens: &[String], reason: impl Into<String>) -> DiffUnit {
+        DiffUnit {
+            path: dotted(tokens),
+            unit: Unit::whole(tokens),
+            blocked: Some(reason.into()),
+            ids: vec![],
+            claims_unknown: false,
+        }
+    }
+}
+
+/// The differences of one object pair and the node changes they need.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Analysis {
+    /// Differing units, in spec order.
+    pub units: Vec<DiffUnit>,
+    /// The changed node items (what the node's coverage is asked about).
+    pub delta: pb::NodeSpec,
+}
+
+fn dotted(tokens: &[String]) -> String {
+    let mut s = String::new();
+    for t in tokens {
+        if t.parse::<usize>().is_ok() {
+            s.push_str(&format!("[{t}]"));
+        } else {
+            if !s.is_empty() {
+                s.push('.');
+            }
+            s.push_str(t);
+        }
+    }
+    s
+}
+
+fn toks(root: &[&str], rest: &[&str]) -> Vec<String> {
+    root.iter().chain(rest).map(|s| s.to_string()).collect()
+}
+
+/// True if `s` holds cloud-init Jinja, which only the node can render.
+pub fn has_jinja(s: &str) -> bool {
+    s.contains("{{") || s.contains("{%")
+}
+
+/// Removes bootstrap secrets from a KubeadmConfig(-Template) object in place:
+/// `joinConfiguration.discovery` (bootstrap token, CA hashes, kubeconfig) and
+/// `initConfiguration.bootstrapTokens`, under `spec` or `spec.template.spec`. Called on
+/// every request before anything reads, logs or forwards the object.
+pub fn redact(obj: &mut Value) {
+    for root in ["/spec", "/spec/template/spec"] {
+        let Some(spec) = obj.pointer_mut(root) else {
+            continue;
+        };
+        if let Some(j) = spec
+            .get_mut("joinConfiguration")
+            .and_then(Value::as_object_mut)
+        {
+            j.remove("discovery");
+        }
+        if let Some(i) = spec
+            .get_mut("initConfiguration")
+            .and_then(Value::as_object_mut)
+        {
+            i.remove("bootstrapTokens");
+        }
+    }
+}
+
+/// Why a top-level KubeadmConfigSpec field is never applied in place.
+fn field_reason(field: &str) -> &'static str {
+    match field {
+        "diskSetup" => "partitioning and formatting are destructive and never applied in place",
+        "mounts" => {
+            "mounts are set up by cloud-init at provisioning; changing them in place is not supported"
+        }
+        "format" | "ignition" => {
+            "changes how the machine is provisioned (bootstrap format), which only a new machine can use"
+        }
+        "bootCommands" => {
+            "boot commands are arbitrary commands run by cloud-init; inplaced does not run them"
+        }
+        "preKubeadmCommands" | "postKubeadmCommands" => {
+            "commands that ran once around kubeadm join; inplaced does not re-run arbitrary commands"
+        }
+        "users" => "users and SSH keys are not applied in place yet",
+        "clusterConfiguration" => {
+            "control-plane and cluster settings are applied by kubeadm (init/upgrade), not by inplaced"
+        }
+        "initConfiguration" => "kubeadm reads it only at init",
+        "joinConfiguration" => {
+            "kubeadm reads it only at join; a running node keeps what join set up"
+        }
+        _ => "no in-place handler for this field",
+    }
+}
+
+/// The differing locations under `tokens` (objects recurse; anything else is one unit).
+fn diff_paths(
+    c: Option<&Value>,
+    d: Option<&Value>,
+    tokens: &mut Vec<String>,
+    out: &mut Vec<Vec<String>>,
+) {
+    match (c, d) {
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            // Keep spec order: desired's keys first, then current-only ones.
+            let mut ordered: Vec<&String> = b.keys().collect();
+            ordered.extend(a.keys().filter(|k| !b.contains_key(*k)));
+            debug_assert_eq!(ordered.len(), keys.len());
+            for k in ordered {
+                tokens.push(k.clone());
+                diff_paths(a.get(k), b.get(k), tokens, out);
+                tokens.pop();
+            }
+        }
+        (a, b) if a == b => {}
+        _ => out.push(tokens.clone()),
+    }
+}
+
+/// Analyses a KubeadmConfig spec pair rooted at `root` (`["spec"]`, or
+/// `["spec","template","spec"]` for a KubeadmConfigTemplate). `v1beta1` selects the map
+/// shape of `kubeletExtraArgs`.
+pub fn kubeadm(current: &Value, desired: &Value, root: &[&str], v1beta1: bool) -> Analysis {
+    let mut out = Analysis::default();
+    let cs = get(current, root);
+    let ds = get(desired, root);
+    // Units with handlers; everything else differing is blocked by field.
+    let handled: [&[&str]; 4] = [
+        &["files"],
+        &["joinConfiguration", "nodeRegistration", "kubeletExtraArgs"],
+        &["ntp"],
+        &["verbosity"],
+    ];
+    let mut paths = Vec::new();
+    diff_paths(
+        cs,
+        ds,
+        &mut root.iter().map(|s| s.to_string()).collect(),
+        &mut paths,
+    );
+    let mut seen_handled = BTreeSet::new();
+    let mut blocked_top = BTreeSet::new();
+    for p in paths {
+        let rel: Vec<&str> = p[root.len()..].iter().map(String::as_str).collect();
+        if let Some(h) = handled.iter().find(|h| rel.starts_with(h)) {
+            if seen_handled.insert(h.to_vec()) {
+                match h[0] {
+                    "files" => files(current, desired, root, &mut out),
+                    "ntp" => ntp(current, desired, root, &mut out),
+                    "verbosity" => out.units.push(DiffUnit {
+                        unit: Unit::whole(&toks(root, h)),
+                        path: dotted(&toks(root, h)),
+                        blocked: None,
+                        ids: vec![],
+                        claims_unknown: false,
+                    }),
+                    _ => kubelet_args(current, desired, root, v1beta1, &mut out),
+                }
+            }
+            continue;
+        }
+        let Some(top) = rel.first() else {
+            out.units.push(DiffUnit::blocked(
+                &p,
+                "the bootstrap config spec was added or removed",
+            ));
+            continue;
+        };
+        // Whole-field reasons for top-level fields; join/init/cluster configuration are
+        // reported at the deepest differing member so the message is precise.
+        if matches!(
+            *top,
+            "joinConfiguration" | "initConfiguration" | "clusterConfiguration"
+        ) {
+            out.units.push(DiffUnit::blocked(&p, field_reason(top)));
+        } else if blocked_top.insert(top.to_string()) {
+            out.units
+                .push(DiffUnit::blocked(&toks(root, &[top]), field_reason(top)));
+        }
+    }
+    out
+}
+
+fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+/// A KubeadmConfig `files` entry decoded for the node, or why it can not be.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeFile {
+    /// An ordinary file.
+    File(pb::File),
+    /// A NodeSpec drop-in (`/etc/inplaced/node.d/*.yaml`).
+    DropIn(pb::DropIn),
+}
+
+/// Decodes one `files` entry the way cloud-init's `write_files` would: `encoding`
+/// `base64`, `gzip`/`gz`, `gzip+base64`/`gz+base64`/`gz+b64`; `permissions` an octal
+/// string (default 0644); `owner` `user[:group]` (default root). Errors are the reason the
+/// entry is not applied in place.
+pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
+    let path = str_of(f, "path").ok_or("path is missing")?.to_string();
+    if let Some(cf) = f.get("contentFrom") {
+        let s = cf.get("secret").unwrap_or(cf);
+        return Err(format!(
+            "content comes from Secret {}/{}, which only the management cluster can read; this extension does not resolve Secrets",
+            str_of(s, "name").unwrap_or("?"),
+            str_of(s, "key").unwrap_or("?")
+        ));
+    }
+    if str_of(f, "contentFormat").is_some_and(|s| s != "Raw" && !s.is_empty()) {
+        return Err(
+            "contentFormat Template is rendered by the bootstrap provider, not in place".into(),
+        );
+    }
+    if f.get("append").and_then(Value::as_bool) == Some(true) {
+        return Err("append: cloud-init appended this content at provisioning; a rewrite in place can not reproduce that".into());
+    }
+    let raw = str_of(f, "content").unwrap_or("");
+    let b64 = |s: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s.split_whitespace().collect::<String>())
+            .map_err(|e| format!("content is not valid base64 ({e})"))
+    };
+    let gunzip = |b: &[u8]| {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(b)
+            .read_to_end(&mut out)
+            .map(|_| out)
+            .map_err(|e| format!("content is not valid gzip ({e})"))
+    };
+    let content = match str_of(f, "encoding").unwrap_or("") {
+        "" | "text/plain" => raw.as_bytes().to_vec(),
+        "base64" | "b64" => b64(raw)?,
+        "gzip" | "gz" => gunzip(raw.as_bytes())?,
+        "gzip+base64" | "gz+base64" | "gz+b64" | "gzip+b64" => gunzip(&b64(raw)?)?,
+        other => {
+            return Err(format!(
+                "encoding {other:?} is not one cloud-init knows (base64, gzip, gzip+base64)"
+            ));
+        }
+    };
+    if has_jinja(&String::from_utf8_lossy(&content)) {
+        return Err("content holds cloud-init Jinja ({{ ... }}), which only the node renders at provisioning".into());
+    }
+    let mode = match str_of(f, "permissions") {
+        None | Some("") => None,
+        Some(p) => Some(
+            u32::from_str_radix(p.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o7777)
+                .ok_or_else(|| {
+                    format!("permissions {p:?} is not an octal mode such as \"0644\"")
+                })?,
+        ),
+    };
+    if let Some(name) = path
+        .strip_prefix(DROPIN_DIR)
+        .filter(|n| n.ends_with(".yaml") && !n.contains('/'))
+    {
+        let content = String::from_utf8(content)
+            .map_err(|_| "a NodeSpec drop-in must be UTF-8 YAML".to_string())?;
+        return Ok(NodeFile::DropIn(pb::DropIn {
+            name: name.to_string(),
+            content,
+        }));
+    }
+    let owner = str_of(f, "owner").unwrap_or("").to_string();
+    Ok(NodeFile::File(pb::File {
+        path,
+        content,
+        mode,
+        owner,
+        group: String::new(),
+    }))
+}
+
+/// Agent change ids a drop-in's items produce (best effort; unknown ids are claimed by
+/// the `files` unit anyway).
+fn dropin_ids(d: &pb::DropIn) -> Vec<String> {
+    let mut ids = vec![format!("dropins[{}]", d.name)];
+    if let Ok(s) = crate::spec::yaml::parse(&d.content) {
+        ids.extend(s.files.iter().map(|f| format!("files[{}]", f.path)));
+        ids.extend(s.sysctls.keys().map(|k| format!("sysctls[{k}]")));
+        if let Some(k) = &s.kubelet {
+            ids.extend(k.flags.keys().map(|n| format!("kubelet.flags[{n}]")));
+        }
+        if s.ntp.is_some() {
+            ids.push("ntp".into());
+        }
+    }
+    ids
+}
+
+fn files(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
+    let tokens = toks(root, &["files"]);
+    let list = |v: &Value| {
+        get(v, &tokens)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (cur, des) = (list(current), list(desired));
+    let mut u = DiffUnit {
+        path: dotted(&tokens),
+        unit: Unit::whole(&tokens),
+        blocked: None,
+        ids: vec![],
+        claims_unknown: false,
+    };
+    let mut reasons = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, f) in des.iter().enumerate() {
+        let path = str_of(f, "path").unwrap_or("");
+        if !seen.insert(path.to_string()) {
+            reasons.push(format!("spec.files[{i}] repeats path {path}"));
+            continue;
+        }
+        let before = cur.iter().find(|c| str_of(c, "path") == Some(path));
+        if before == Some(f) {
+            continue;
+        }
+        match decode_file(f) {
+            Ok(NodeFile::File(pf)) => {
+                u.ids.push(format!("files[{}]", pf.path));
+                out.delta.files.push(pf);
+            }
+            Ok(NodeFile::DropIn(d)) => {
+                u.ids.extend(dropin_ids(&d));
+                u.claims_unknown = true;
+                out.delta.dropins.push(d);
+            }
+            Err(e) => reasons.push(format!("{path}: {e}")),
+        }
+    }
+    for c in &cur {
+        let path = str_of(c, "path").unwrap_or("");
+        if !des.iter().any(|d| str_of(d, "path") == Some(path)) {
+            reasons.push(format!("{path} is no longer listed, but removing a file is not applied in place (the node would keep it)"));
+        }
+    }
+    if !reasons.is_empty() {
+        u.blocked = Some(reasons.join("; "));
+    }
+    out.units.push(u);
+}
+
+/// `kubeletExtraArgs` as name → value: v1beta2 list of `{name, value}`, v1beta1 map.
+/// Errors name a repeated argument.
+pub fn kubelet_args_of(v: Option<&Value>) -> Result<BTreeMap<String, String>, String> {
+    let mut m = BTreeMap::new();
+    match v {
+        Some(Value::Array(a)) => {
+            for e in a {
+                let name = str_of(e, "name").unwrap_or("").to_string();
+                let value = str_of(e, "value").unwrap_or("").to_string();
+                if m.insert(name.clone(), value).is_some() {
+                    return Err(format!("kubeletExtraArgs lists {name} twice"));
+                }
+            }
+        }
+        Some(Value::Object(o)) => {
+            for (k, v) in o {
+                m.insert(k.clone(), v.as_str().unwrap_or("").to_string());
+            }
+        }
+        _ => {}
+    }
+    Ok(m)
+}
+
+fn kubelet_args(
+    current: &Value,
+    desired: &Value,
+    root: &[&str],
+    v1beta1: bool,
+    out: &mut Analysis,
+) {
+    let tokens = toks(
+        root,
+        &["joinConfiguration", "nodeRegistration", "kubeletExtraArgs"],
+    );
+    let (c, d) = (
+        kubelet_args_of(get(current, &tokens)),
+        kubelet_args_of(get(desired, &tokens)),
+    );
+    let (c, d) = match (c, d) {
+        (Ok(c), Ok(d)) => (c, d),
+        (Err(e), _) | (_, Err(e)) => {
+            out.units.push(DiffUnit::blocked(&tokens, e));
+            return;
+        }
+    };
+    let names: BTreeSet<&String> = c.keys().chain(d.keys()).collect();
+    let mut whole = DiffUnit {
+        path: dotted(&tokens),
+        unit: Unit::whole(&tokens),
+        blocked: None,
+        ids: vec![],
+        claims_unknown: false,
+    };
+    let mut reasons = Vec::new();
+    let flags = &mut out.delta.kubelet.get_or_insert_with(Default::default).flags;
+    for n in names {
+        let (before, after) = (c.get(n), d.get(n));
+        if before == after {
+            continue;
+        }
+        let reason = match (before, after) {
+            (Some(_), None) => Some(format!(
+                "removing kubelet argument {n} is not applied in place (kubeadm-flags.env would keep it)"
+            )),
+            (_, Some(v)) if has_jinja(v) || before.is_some_and(|b| has_jinja(b)) => Some(format!(
+                "kubelet argument {n} holds cloud-init Jinja, which only the node renders at provisioning"
+            )),
+            _ => None,
+        };
+        let id = format!("kubelet.flags[{n}]");
+        if reason.is_none() {
+            flags.insert(n.clone(), after.cloned().unwrap_or_default());
+        }
+        if v1beta1 {
+            let mut t = tokens.clone();
+            t.push(n.clone());
+            out.units.push(DiffUnit {
+                path: format!("{}[{n}]", dotted(&tokens)),
+                unit: Unit::key(&t),
+                blocked: reason,
+                ids: vec![id],
+                claims_unknown: false,
+            });
+        } else {
+            whole.ids.push(id);
+            reasons.extend(reason);
+        }
+    }
+    if out
+        .delta
+        .kubelet
+        .as_ref()
+        .is_some_and(|k| k.flags.is_empty() && k.config.is_none())
+    {
+        out.delta.kubelet = None;
+    }
+    if !v1beta1 {
+        if !reasons.is_empty() {
+            whole.blocked = Some(reasons.join("; "));
+        }
+        out.units.push(whole);
+    }
+}
+
+/// The NodeSpec `ntp` for a KubeadmConfig `ntp` value, or why it can not be applied.
+/// `None` = nothing to manage (ntp absent or disabled).
+fn ntp_of(v: Option<&Value>) -> Result<Option<pb::Ntp>, String> {
+    let Some(v) = v else { return Ok(None) };
+    if v.get("enabled").and_then(Value::as_bool) == Some(false) {
+        return Ok(None);
+    }
+    let servers: Vec<String> = v
+        .get("servers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if servers.is_empty() {
+        return Err("ntp without servers means the distribution's default pools, which the agent does not know".into());
+    }
+    Ok(Some(pb::Ntp { servers }))
+}
+
+fn ntp(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
+    let tokens = toks(root, &["ntp"]);
+    let mut u = DiffUnit {
+        path: dotted(&tokens),
+        unit: Unit::whole(&tokens),
+        blocked: None,
+        ids: vec!["ntp".into()],
+        claims_unknown: false,
+    };
+    let before = ntp_of(get(current, &tokens)).ok().flatten();
+    match ntp_of(get(desired, &tokens)) {
+        Ok(Some(n)) => out.delta.ntp = Some(n),
+        Ok(None) if before.is_some() => {
+            u.blocked = Some("turning ntp off would leave the configured servers in place; the agent can not restore the image's defaults".into())
+        }
+        Ok(None) => u.ids.clear(),
+        Err(e) => u.blocked = Some(e),
+    }
+    out.units.push(u);
+}
+
+/// The full NodeSpec a desired KubeadmConfig asks for (for UpdateMachine, which has no
+/// current): every file and kubelet argument and ntp, minus what only the node can render
+/// (Jinja) or what was never in-place material (append, contentFrom, Template). Those are
+/// returned as skipped notes; CanUpdate already refused any change to them.
+pub fn node_spec(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>) {
+    let mut spec = pb::NodeSpec::default();
+    let mut skipped = Vec::new();
+    if let Some(list) = get(desired, &toks(root, &["files"])).and_then(Value::as_array) {
+        for f in list {
+            match decode_file(f) {
+                Ok(NodeFile::File(pf)) => spec.files.push(pf),
+                Ok(NodeFile::DropIn(d)) => spec.dropins.push(d),
+                Err(e) => skipped.push(format!("{}: {e}", str_of(f, "path").unwrap_or("?"))),
+            }
+        }
+    }
+    let args_t = toks(
+        root,
+        &["joinConfiguration", "nodeRegistration", "kubeletExtraArgs"],
+    );
+    match kubelet_args_of(get(desired, &args_t)) {
+        Ok(args) => {
+            let mut flags = BTreeMap::new();
+            for (n, v) in args {
+                if has_jinja(&v) {
+                    skipped.push(format!("kubelet argument {n}: rendered on the node"));
+                } else {
+                    flags.insert(n, v);
+                }
+            }
+            if !flags.is_empty() {
+                spec.kubelet = Some(pb::Kubelet {
+                    config: None,
+                    flags,
+                });
+            }
+        }
+        Err(e) => skipped.push(e),
+    }
+    match ntp_of(get(desired, &toks(root, &["ntp"]))) {
+        Ok(n) => spec.ntp = n,
+        Err(e) => skipped.push(format!("ntp: {e}")),
+    }
+    (spec, skipped)
+}
+
+/// Machine spec fields CAPI zeroes before comparing (`CleanupMachineSpecForDiff`).
+const MACHINE_IGNORED: [&str; 8] = [
+    "clusterName",
+    "bootstrap",
+    "infrastructureRef",
+    "providerID",
+    "minReadySeconds",
+    "readinessGates",
+    "deletion",
+    "taints",
+];
+
+/// Differences of a Machine spec (`root` = `["spec"]`) or a MachineSet's machine
+/// template (`["spec","template","spec"]`), after CAPI's clean-up. None can be applied in
+/// place by inplaced.
+pub fn machine(current: &Value, desired: &Value, root: &[&str]) -> Vec<DiffUnit> {
+    let clean = |v: &Value| {
+        let mut s = get(v, root).cloned().unwrap_or(Value::Null);
+        if let Some(m) = s.as_object_mut() {
+            for k in MACHINE_IGNORED {
+                m.remove(k);
+            }
+        }
+        s
+    };
+    let mut paths = Vec::new();
+    diff_paths(
+        Some(&clean(current)),
+        Some(&clean(desired)),
+        &mut vec![],
+        &mut paths,
+    );
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for p in paths {
+        let top = p.first().cloned().unwrap_or_default();
+        if !seen.insert(top.clone()) {
+            continue;
+        }
+        let reason = match top.as_str() {
+            "version" => "Kubernetes version upgrades are not applied in place by inplaced",
+            "failureDomain" => "moving the Machine to another failure domain needs another host",
+            _ => "no in-place handler for this Machine field",
+        };
+        out.push(DiffUnit::blocked(&toks(root, &[&top]), reason));
+    }
+    out
+}
+
+/// Differences of an InfraMachine spec (or template spec): re-provisioning material
+/// (image, host selection, network data), never applied in place.
+pub fn infrastructure(current: &Value, desired: &Value, root: &[&str]) -> Vec<DiffUnit> {
+    let kind = str_of(desired, "kind")
+        .unwrap_or("InfraMachine")
+        .to_string();
+    let mut paths = Vec::new();
+    diff_paths(
+        get(current, root),
+        get(desired, root),
+        &mut root.iter().map(|s| s.to_string()).collect(),
+        &mut paths,
+    );
+    paths
+        .into_iter()
+        .map(|p| {
+            DiffUnit::blocked(
+                &p,
+                format!("{kind} changes (image, host, network) need re-provisioning"),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn v1beta1_map_and_v1beta2_list_give_the_same_node_spec() {
+        let v2 = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
+            {"name": "max-pods", "value": "160"}, {"name": "serialize-image-pulls", "value": "false"}]}}}});
+        let v1 = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": {
+            "serialize-image-pulls": "false", "max-pods": "160"}}}}});
+        assert_eq!(node_spec(&v2, &["spec"]), node_spec(&v1, &["spec"]));
+        assert_eq!(node_spec(&v2, &["spec"]).0.kubelet.unwrap().flags.len(), 2);
+    }
+
+    #[test]
+    fn redact_drops_discovery_and_tokens() {
+        let mut v = json!({"spec": {"joinConfiguration": {"discovery": {"bootstrapToken": {"token": "abcdef.0123456789abcdef"}}, "nodeRegistration": {}},
+            "initConfiguration": {"bootstrapTokens": [{"token": "x"}]}}});
+        redact(&mut v);
+        assert_eq!(
+            v,
+            json!({"spec": {"joinConfiguration": {"nodeRegistration": {}}, "initConfiguration": {}}})
+        );
+    }
+
+    #[test]
+    fn removed_arg_and_jinja_change_are_blocked() {
+        let c = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
+            {"name": "a", "value": "1"}, {"name": "node-labels", "value": "x={{ ds.meta_data.uuid }}"}]}}}});
+        let d = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
+            {"name": "node-labels", "value": "y={{ ds.meta_data.uuid }}"}]}}}});
+        let a = kubeadm(&c, &d, &["spec"], false);
+        let r = a.units[0].blocked.as_deref().unwrap();
+        assert!(r.contains("removing kubelet argument a"), "{r}");
+        assert!(r.contains("node-labels holds cloud-init Jinja"), "{r}");
+        assert!(a.delta.kubelet.is_none());
+    }
+
+    #[test]
+    fn file_decoding_follows_write_files() {
+        let f = json!({"path": "/etc/x", "permissions": "0600", "owner": "etcd:etcd", "encoding": "base64", "content": "aGk="});
+        let NodeFile::File(pf) = decode_file(&f).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (pf.content.as_slice(), pf.mode, pf.owner.as_str()),
+            (&b"hi"[..], Some(0o600), "etcd:etcd")
+        );
+        let bad = json!({"path": "/etc/x", "permissions": "rw"});
+        assert!(
+            decode_file(&bad)
+                .unwrap_err()
+                .contains("permissions \"rw\"")
+        );
+        let sec = json!({"path": "/etc/x", "contentFrom": {"secret": {"name": "s", "key": "k"}}});
+        assert!(decode_file(&sec).unwrap_err().contains("Secret s/k"));
+        let d =
+            json!({"path": "/etc/inplaced/node.d/10-a.yaml", "content": "sysctls:\n  vm.x: '1'\n"});
+        assert!(
+            matches!(decode_file(&d).unwrap(), NodeFile::DropIn(pb::DropIn { ref name, .. }) if name == "10-a.yaml")
+        );
+    }
+}
