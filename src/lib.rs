@@ -19,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod cmdline;
 pub mod config;
+pub mod extension;
 pub mod failpoint;
 pub mod kubelet;
 pub mod logging;

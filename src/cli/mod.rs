@@ -3,4 +3,5 @@
 //! here with their full context chain and no backtrace.
 pub mod ctl;
 pub mod daemon;
+pub mod extension;
 pub mod render;

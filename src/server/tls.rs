@@ -168,9 +168,15 @@ struct Loaded {
     stamps: Vec<Option<SystemTime>>,
 }
 
-/// The TLS acceptor with reload on change.
+/// Builds a rustls server config from the files an [`Acceptor`] watches.
+pub type Builder = fn(&[PathBuf]) -> anyhow::Result<ServerConfig>;
+
+/// The TLS acceptor with reload on change: the config is rebuilt when a watched file's
+/// mtime changes (cert-manager and similar rotate files in place), and a rebuild that
+/// fails keeps the previous config.
 pub struct Acceptor {
-    files: [PathBuf; 3],
+    files: Vec<PathBuf>,
+    build: Builder,
     loaded: Mutex<Loaded>,
 }
 
@@ -192,18 +198,24 @@ fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
 impl Acceptor {
     /// Loads the certificates; errors name the config key and the file.
     pub fn new(cfg: &TcpConfig) -> anyhow::Result<Acceptor> {
-        let files = [
+        let files = vec![
             PathBuf::from(&cfg.cert),
             PathBuf::from(&cfg.key),
             PathBuf::from(&cfg.client_ca),
         ];
-        let config = Arc::new(server_config(&files[0], &files[1], &files[2])?);
+        Acceptor::with_builder(files, |f| server_config(&f[0], &f[1], &f[2]))
+    }
+
+    /// An acceptor over `files`, built (and rebuilt on change) by `build`.
+    pub fn with_builder(files: Vec<PathBuf>, build: Builder) -> anyhow::Result<Acceptor> {
+        let config = Arc::new(build(&files)?);
         Ok(Acceptor {
             loaded: Mutex::new(Loaded {
                 config,
                 stamps: stamps(&files),
             }),
             files,
+            build,
         })
     }
 
@@ -212,7 +224,7 @@ impl Acceptor {
         let mut l = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         let now = stamps(&self.files);
         if now != l.stamps {
-            match server_config(&self.files[0], &self.files[1], &self.files[2]) {
+            match (self.build)(&self.files) {
                 Ok(c) => {
                     tracing::info!("TLS certificates reloaded");
                     l.config = Arc::new(c);

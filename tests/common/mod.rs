@@ -3,6 +3,8 @@
 //! client against it.
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -78,6 +80,8 @@ pub struct Node {
     pub fail: Option<String>,
     /// INPLACED_FAILPOINTS for the daemon.
     pub failpoints: Option<String>,
+    /// Send the daemon's log here (at debug level) instead of the test's stderr.
+    pub log_file: Option<PathBuf>,
 }
 
 impl Node {
@@ -125,6 +129,7 @@ impl Node {
             umask: None,
             fail: None,
             failpoints: None,
+            log_file: None,
         }
     }
 
@@ -182,11 +187,17 @@ impl Node {
             .arg(&self.config)
             .arg("--service-manager")
             .arg("record")
-            .arg("--log")
-            .arg("warn")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stdout(Stdio::null());
+        match &self.log_file {
+            Some(f) => {
+                let file = std::fs::File::create(f).unwrap();
+                cmd.args(["--log", "debug"]).stderr(file);
+            }
+            None => {
+                cmd.args(["--log", "warn"]).stderr(Stdio::inherit());
+            }
+        }
         if let Some(f) = &self.fail {
             cmd.env("INPLACED_RECORD_FAIL", f);
         }

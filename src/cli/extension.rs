@@ -1,0 +1,74 @@
+//! `inplace-extension`: the CAPI Runtime Extension serving the in-place update hooks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::extension::{Extension, config::Config, serve, tls_config};
+use crate::server::tls::Acceptor;
+
+/// Cluster API Runtime Extension for in-place updates, backed by inplaced node agents.
+#[derive(Debug, Parser)]
+#[command(name = "inplace-extension", version, about)]
+pub struct Args {
+    /// Configuration (TOML): server certificate, agent client identity, resolver, policy.
+    #[arg(
+        long,
+        default_value = "/etc/inplace-extension/config.toml",
+        env = "INPLACE_EXTENSION_CONFIG"
+    )]
+    pub config: PathBuf,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "inplaced=debug".
+    #[arg(long, default_value = "info", env = "INPLACE_EXTENSION_LOG")]
+    pub log: String,
+}
+
+/// Runs the extension until SIGTERM or SIGINT.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    crate::logging::init(&args.log);
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    let acceptor = Arc::new(Acceptor::with_builder(
+        vec![config.server.cert.clone(), config.server.key.clone()],
+        tls_config,
+    )?);
+    let listen = config.server.listen.clone();
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("server.listen {listen}"))?;
+        tracing::info!(listen = %listener.local_addr()?, "inplace-extension serving the CAPI in-place update hooks");
+        let ext = Arc::new(Extension::new(config));
+        serve(ext, listener, acceptor, shutdown_signal()).await;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

@@ -1,0 +1,390 @@
+//! `inplace-extension` configuration: a TOML file (default
+//! `/etc/inplace-extension/config.toml`), overridden per request by the ExtensionConfig
+//! `settings` map CAPI merges into every hook request.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::capi::{Capability, PreserveMode};
+use crate::pb::RebootPolicy;
+
+/// A configuration that can not be used, naming the key and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or a key has the wrong type.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// toml's message (names the key, line and column).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("{path}: {key}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Dotted key.
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+/// `[server]`: the HTTPS endpoint CAPI calls.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address, e.g. `0.0.0.0:9443`.
+    pub listen: String,
+    /// PEM certificate chain (the ExtensionConfig `caBundle` must sign it).
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// Handler timeout advertised in discovery, seconds (CAPI's default is 10).
+    #[serde(default = "default_handler_timeout")]
+    pub handler_timeout_seconds: i32,
+}
+
+fn default_handler_timeout() -> i32 {
+    10
+}
+
+/// `[agent]`: how the extension reaches node agents (mutual TLS gRPC).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// PEM CA bundle that signs the agents' server certificates.
+    pub ca: PathBuf,
+    /// PEM client certificate the agents allow (role `admin`; `api.tcp.clients`).
+    pub cert: PathBuf,
+    /// PEM client key.
+    pub key: PathBuf,
+    /// Per-call timeout, seconds (settings `agentTimeout`, e.g. "5s", override it).
+    #[serde(default = "default_agent_timeout")]
+    pub timeout_seconds: u64,
+    /// Name verified in the agent's certificate; `{host}` (default) is the host part of
+    /// the resolved address. Placeholders as in `resolver.template`.
+    #[serde(default = "default_server_name")]
+    pub server_name: String,
+}
+
+fn default_agent_timeout() -> u64 {
+    5
+}
+
+fn default_server_name() -> String {
+    "{host}".into()
+}
+
+/// `[resolver]`: where a Machine's agent listens.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolverConfig {
+    /// `host:port` template with `{name}`, `{namespace}`, `{annotation:<key>}` and
+    /// `{label:<key>}` placeholders, e.g. `{name}.{namespace}.nodes.example.com:7443`.
+    pub template: Option<String>,
+    /// `namespace/name` → `host:port`; consulted before the template.
+    #[serde(default, rename = "static")]
+    pub fixed: BTreeMap<String, String>,
+}
+
+/// `[update]`: how UpdateMachine drives the agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateConfig {
+    /// `retryAfterSeconds` while an operation runs (settings `retryAfterSeconds`).
+    #[serde(default = "default_retry")]
+    pub retry_after_seconds: i32,
+    /// `agent-handles` (the agent reboots by itself once staged) or `forbidden` (changes
+    /// that need a reboot are not covered). Settings `rebootPolicy`.
+    #[serde(default = "default_reboot")]
+    pub reboot_policy: String,
+}
+
+fn default_retry() -> i32 {
+    30
+}
+
+fn default_reboot() -> String {
+    "agent-handles".into()
+}
+
+impl Default for UpdateConfig {
+    fn default() -> Self {
+        UpdateConfig {
+            retry_after_seconds: default_retry(),
+            reboot_policy: default_reboot(),
+        }
+    }
+}
+
+/// `[preservation]`: when to set `preserveOnInsufficientCoverage`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreservationConfig {
+    /// `auto` (the node's recommendation; for MachineSets the infrastructure kind),
+    /// `always` or `never`. Settings `preserveOnInsufficientCoverage` override it.
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    /// Infrastructure (template) kinds whose Machines are hardware-bound: in `auto` mode a
+    /// MachineSet of these kinds is preserved.
+    #[serde(default = "default_kinds")]
+    pub hardware_bound_kinds: Vec<String>,
+}
+
+fn default_mode() -> String {
+    "auto".into()
+}
+
+fn default_kinds() -> Vec<String> {
+    [
+        "Metal3MachineTemplate",
+        "ByoMachineTemplate",
+        "TinkerbellMachineTemplate",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+impl Default for PreservationConfig {
+    fn default() -> Self {
+        PreservationConfig {
+            mode: default_mode(),
+            hardware_bound_kinds: default_kinds(),
+        }
+    }
+}
+
+/// `[machine_set]`: the static capability model CanUpdateMachineSet answers from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineSetConfig {
+    /// Change families every agent of a MachineSet handles: `files`, `kubeletExtraArgs`,
+    /// `ntp`.
+    #[serde(default = "default_caps")]
+    pub capabilities: Vec<Capability>,
+}
+
+fn default_caps() -> Vec<Capability> {
+    vec![
+        Capability::Files,
+        Capability::KubeletExtraArgs,
+        Capability::Ntp,
+    ]
+}
+
+impl Default for MachineSetConfig {
+    fn default() -> Self {
+        MachineSetConfig {
+            capabilities: default_caps(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// HTTPS endpoint.
+    pub server: ServerConfig,
+    /// Agent client identity.
+    pub agent: AgentConfig,
+    /// Agent addresses.
+    #[serde(default)]
+    pub resolver: ResolverConfig,
+    /// UpdateMachine behaviour.
+    #[serde(default)]
+    pub update: UpdateConfig,
+    /// Preservation policy.
+    #[serde(default)]
+    pub preservation: PreservationConfig,
+    /// MachineSet capability model.
+    #[serde(default)]
+    pub machine_set: MachineSetConfig,
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        Config::parse(&text, &p)
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.into(),
+            message: e.to_string(),
+        })?;
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: origin.into(),
+            key: key.into(),
+            message,
+        };
+        PreserveMode::parse(&c.preservation.mode).map_err(|m| {
+            invalid(
+                "preservation.mode",
+                m.replace("settings.preserveOnInsufficientCoverage: ", ""),
+            )
+        })?;
+        parse_reboot_policy(&c.update.reboot_policy)
+            .map_err(|m| invalid("update.reboot_policy", m))?;
+        if c.update.retry_after_seconds < 1 {
+            return Err(invalid(
+                "update.retry_after_seconds",
+                "must be at least 1 (0 would mean done to CAPI)".into(),
+            ));
+        }
+        if c.resolver.template.is_none() && c.resolver.fixed.is_empty() {
+            return Err(invalid(
+                "resolver",
+                "give resolver.template (e.g. \"{name}.{namespace}.nodes.example.com:7443\") or resolver.static entries".into(),
+            ));
+        }
+        Ok(c)
+    }
+}
+
+/// Parses `agent-handles` / `forbidden`.
+pub fn parse_reboot_policy(s: &str) -> Result<RebootPolicy, String> {
+    match s {
+        "agent-handles" => Ok(RebootPolicy::AgentHandles),
+        "forbidden" => Ok(RebootPolicy::Forbidden),
+        other => Err(format!("{other:?} is not one of agent-handles, forbidden")),
+    }
+}
+
+/// Parses a Go-style duration as CAPI users write them in settings: `500ms`, `5s`, `2m`,
+/// or bare seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as \"5s\""))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!(
+            "{s:?} is not a duration such as \"5s\" (units ms, s, m)"
+        )),
+    }
+}
+
+/// The per-request view: the file config with the ExtensionConfig `settings` applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effective {
+    /// Preservation mode.
+    pub preserve: PreserveMode,
+    /// Agent call timeout.
+    pub agent_timeout: Duration,
+    /// UpdateMachine retry interval, seconds.
+    pub retry_after_seconds: i32,
+    /// Reboot policy for coverage and apply.
+    pub reboot_policy: RebootPolicy,
+}
+
+impl Config {
+    /// Applies `settings` (`preserveOnInsufficientCoverage`, `agentTimeout` or
+    /// `agentCoverageTimeout`, `retryAfterSeconds`, `rebootPolicy`); unknown keys are
+    /// ignored. Errors name the setting and the accepted values.
+    pub fn effective(&self, settings: &BTreeMap<String, String>) -> Result<Effective, String> {
+        let preserve = PreserveMode::parse(
+            settings
+                .get("preserveOnInsufficientCoverage")
+                .unwrap_or(&self.preservation.mode),
+        )?;
+        let agent_timeout = match settings
+            .get("agentTimeout")
+            .or_else(|| settings.get("agentCoverageTimeout"))
+        {
+            Some(v) => parse_duration(v).map_err(|e| format!("settings.agentTimeout: {e}"))?,
+            None => Duration::from_secs(self.agent.timeout_seconds),
+        };
+        let retry_after_seconds = match settings.get("retryAfterSeconds") {
+            Some(v) => v.parse::<i32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                format!("settings.retryAfterSeconds: {v:?} is not a whole number of seconds >= 1")
+            })?,
+            None => self.update.retry_after_seconds,
+        };
+        let reboot_policy = parse_reboot_policy(
+            settings
+                .get("rebootPolicy")
+                .unwrap_or(&self.update.reboot_policy),
+        )
+        .map_err(|e| format!("settings.rebootPolicy: {e}"))?;
+        Ok(Effective {
+            preserve,
+            agent_timeout,
+            retry_after_seconds,
+            reboot_policy,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = "[server]\nlisten = \"127.0.0.1:9443\"\ncert = \"c\"\nkey = \"k\"\n[agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n[resolver]\ntemplate = \"{name}:7443\"\n";
+
+    #[test]
+    fn defaults_and_settings() {
+        let c = Config::parse(MIN, "t").unwrap();
+        let e = c.effective(&BTreeMap::new()).unwrap();
+        assert_eq!(e.preserve, PreserveMode::Auto);
+        assert_eq!(e.retry_after_seconds, 30);
+        assert_eq!(e.agent_timeout, Duration::from_secs(5));
+        let s: BTreeMap<String, String> = [
+            ("agentCoverageTimeout", "1500ms"),
+            ("preserveOnInsufficientCoverage", "false"),
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .into();
+        let e = c.effective(&s).unwrap();
+        assert_eq!(
+            (e.agent_timeout, e.preserve),
+            (Duration::from_millis(1500), PreserveMode::Never)
+        );
+        let bad: BTreeMap<String, String> =
+            [("retryAfterSeconds".to_string(), "0".to_string())].into();
+        assert!(
+            c.effective(&bad)
+                .unwrap_err()
+                .contains("settings.retryAfterSeconds")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Config::parse(
+            &MIN.replace("[resolver]\ntemplate = \"{name}:7443\"\n", ""),
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("resolver: give resolver.template"),
+            "{e}"
+        );
+        let e =
+            Config::parse(&format!("{MIN}[update]\nreboot_policy = \"yes\"\n"), "t").unwrap_err();
+        assert!(e.to_string().contains("update.reboot_policy"), "{e}");
+    }
+}

@@ -1,0 +1,653 @@
+//! `inplace-extension`: the CAPI Runtime Extension that answers the in-place update hooks
+//! from node coverage (HTTPS with rustls; agents over mutual-TLS gRPC).
+//!
+//! Routes (Runtime SDK, `POST`, JSON): `/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery`,
+//! `.../canupdatemachine/can-update-machine`, `.../canupdatemachineset/can-update-machineset`,
+//! `.../updatemachine/update-machine`; `GET /healthz`.
+//!
+//! Secrets: every bootstrap config is redacted ([`crate::capi::translate::redact`]) right
+//! after parsing, before anything is logged or sent; request bodies are never logged; file
+//! contents go to the agent only, never into messages.
+
+pub mod config;
+pub mod resolve;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prost::Message;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tonic::transport::Channel;
+
+use crate::capi::types::{
+    API_VERSION, CanUpdateMachineRequest, CanUpdateMachineSetRequest, Status, UpdateMachineRequest,
+    UpdateMachineResponse, discovery, failure,
+};
+use crate::capi::{self, NodeCoverage, PreserveMode, translate};
+use crate::client::TlsIdentity;
+use crate::pb::{self, Phase, node_agent_client::NodeAgentClient};
+use crate::server::tls::Acceptor;
+use config::{Config, Effective};
+use resolve::{AgentResolver, Chain, MachineRef, StaticResolver, TemplateResolver};
+
+/// Largest request body accepted, bytes (a KubeadmConfig holds at most 200 files of 10 KiB,
+/// and a request carries up to six objects).
+pub const MAX_BODY: usize = 16 << 20;
+
+/// The extension: configuration and agent resolver.
+#[derive(Debug)]
+pub struct Extension {
+    config: Config,
+    resolver: Box<dyn AgentResolver>,
+}
+
+/// Why an agent could not be asked.
+#[derive(Debug)]
+struct AgentError(String);
+
+fn hook_prefix() -> String {
+    format!("/{API_VERSION}/")
+}
+
+impl Extension {
+    /// An extension with the resolvers the config names (`resolver.static` first, then
+    /// `resolver.template`).
+    pub fn new(config: Config) -> Extension {
+        let mut chain: Vec<Box<dyn AgentResolver>> = Vec::new();
+        if !config.resolver.fixed.is_empty() {
+            chain.push(Box::new(StaticResolver(config.resolver.fixed.clone())));
+        }
+        if let Some(t) = &config.resolver.template {
+            chain.push(Box::new(TemplateResolver(t.clone())));
+        }
+        Extension {
+            config,
+            resolver: Box::new(Chain(chain)),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    async fn agent(
+        &self,
+        m: &MachineRef,
+        eff: &Effective,
+    ) -> Result<(String, NodeAgentClient<Channel>), AgentError> {
+        let addr = self.resolver.resolve(m).map_err(AgentError)?;
+        let a = &self.config.agent;
+        let read = |p: &std::path::Path, key: &str| {
+            std::fs::read(p).map_err(|e| AgentError(format!("agent.{key} {}: {e}", p.display())))
+        };
+        let server_name = resolve::expand(&a.server_name, m, &[("host", resolve::host_of(&addr))])
+            .map_err(|e| AgentError(format!("agent.server_name: {e}")))?;
+        let id = TlsIdentity {
+            ca: read(&a.ca, "ca")?,
+            cert: read(&a.cert, "cert")?,
+            key: read(&a.key, "key")?,
+            server_name,
+        };
+        let client =
+            tokio::time::timeout(eff.agent_timeout, crate::client::connect_tls(&addr, &id))
+                .await
+                .map_err(|_| {
+                    AgentError(format!(
+                        "agent at {addr} did not answer within {:?}",
+                        eff.agent_timeout
+                    ))
+                })?
+                .map_err(|e| AgentError(format!("agent at {addr}: {e:#}")))?;
+        Ok((addr, client))
+    }
+
+    /// CanUpdateMachine: translate, ask the node about the changed items, answer patches.
+    /// An unreachable agent is a `Failure` (CAPI retries), never an empty success.
+    pub async fn can_update_machine(&self, mut req: CanUpdateMachineRequest) -> Value {
+        const KIND: &str = "CanUpdateMachineResponse";
+        for o in [
+            &mut req.current.bootstrap_config,
+            &mut req.desired.bootstrap_config,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            translate::redact(o);
+        }
+        let eff = match self.config.effective(&req.settings) {
+            Ok(e) => e,
+            Err(e) => return failure(KIND, &e),
+        };
+        let m = MachineRef::of(&req.desired.machine);
+        let (blocked, analysis) = capi::machine_units(&req.current, &req.desired);
+        let any_blocked = !blocked.is_empty() || analysis.units.iter().any(|u| u.blocked.is_some());
+        let ask = analysis.delta != pb::NodeSpec::default()
+            || (eff.preserve == PreserveMode::Auto && any_blocked);
+        let cov = if ask {
+            match self.coverage(&m, &eff, analysis.delta.clone()).await {
+                Ok(c) => Some(c),
+                Err(AgentError(e)) => {
+                    tracing::warn!(machine = %m.key(), error = %e, "CanUpdateMachine: agent unreachable");
+                    return failure(
+                        KIND,
+                        &format!(
+                            "{}: can not ask the node agent ({e}); CAPI will retry",
+                            m.name
+                        ),
+                    );
+                }
+            }
+        } else {
+            None
+        };
+        let resp = capi::can_update_machine(&req.current, &req.desired, cov.as_ref(), eff.preserve);
+        tracing::info!(
+            machine = %m.key(),
+            covered = resp.bootstrap_config_patch.is_some(),
+            preserve = resp.preserve_on_insufficient_coverage.unwrap_or(false),
+            "CanUpdateMachine: {}",
+            resp.message
+        );
+        serde_json::to_value(resp).unwrap_or_else(|e| failure(KIND, &e.to_string()))
+    }
+
+    async fn coverage(
+        &self,
+        m: &MachineRef,
+        eff: &Effective,
+        desired: pb::NodeSpec,
+    ) -> Result<NodeCoverage, AgentError> {
+        let (addr, mut c) = self.agent(m, eff).await?;
+        let req = pb::GetCoverageRequest {
+            desired: Some(desired),
+            reboot_policy: eff.reboot_policy as i32,
+        };
+        let r = tokio::time::timeout(eff.agent_timeout, c.get_coverage(req))
+            .await
+            .map_err(|_| AgentError(format!("agent at {addr}: GetCoverage timed out")))?
+            .map_err(|s| AgentError(format!("agent at {addr}: GetCoverage: {}", s.message())))?;
+        Ok(NodeCoverage::from_report(&r.into_inner()))
+    }
+
+    /// CanUpdateMachineSet: deterministic, from the translation and the declared
+    /// capabilities (no node is asked; CAPI caches the answer for 24 h).
+    pub fn can_update_machine_set(&self, mut req: CanUpdateMachineSetRequest) -> Value {
+        const KIND: &str = "CanUpdateMachineSetResponse";
+        for o in [
+            &mut req.current.bootstrap_config_template,
+            &mut req.desired.bootstrap_config_template,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            translate::redact(o);
+        }
+        let eff = match self.config.effective(&req.settings) {
+            Ok(e) => e,
+            Err(e) => return failure(KIND, &e),
+        };
+        let resp = capi::can_update_machine_set(
+            &req.current,
+            &req.desired,
+            &self.config.machine_set.capabilities,
+            eff.preserve,
+            &self.config.preservation.hardware_bound_kinds,
+        );
+        tracing::info!(
+            preserve = resp.preserve_on_insufficient_coverage.unwrap_or(false),
+            "CanUpdateMachineSet: {}",
+            resp.message
+        );
+        serde_json::to_value(resp).unwrap_or_else(|e| failure(KIND, &e.to_string()))
+    }
+
+    /// UpdateMachine: idempotent. The operation id is derived from the Machine and the
+    /// desired NodeSpec, so every call of one update maps to the same agent operation.
+    pub async fn update_machine(&self, mut req: UpdateMachineRequest) -> UpdateMachineResponse {
+        if let Some(b) = req.desired.bootstrap_config.as_mut() {
+            translate::redact(b);
+        }
+        let eff = match self.config.effective(&req.settings) {
+            Ok(e) => e,
+            Err(e) => return UpdateMachineResponse::new(Status::Failure, e, 0),
+        };
+        let m = MachineRef::of(&req.desired.machine);
+        let spec = req
+            .desired
+            .bootstrap_config
+            .as_ref()
+            .map(|b| translate::node_spec(b, &["spec"]).0)
+            .unwrap_or_default();
+        let id = operation_id(&m, &spec);
+        let resp = self.drive(&m, &eff, spec, &id).await;
+        tracing::info!(machine = %m.key(), operation = %id, status = ?resp.status, retry = resp.retry_after_seconds, "UpdateMachine: {}", resp.message);
+        resp
+    }
+
+    async fn drive(
+        &self,
+        m: &MachineRef,
+        eff: &Effective,
+        spec: pb::NodeSpec,
+        id: &str,
+    ) -> UpdateMachineResponse {
+        let wait =
+            |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
+        let (addr, mut c) = match self.agent(m, eff).await {
+            Ok(x) => x,
+            // During a reboot the agent is down: keep CAPI polling.
+            Err(AgentError(e)) => return wait(format!("waiting for the node agent: {e}")),
+        };
+        let t = eff.agent_timeout;
+        let op = match tokio::time::timeout(
+            t,
+            c.get_operation(pb::GetOperationRequest { id: id.into() }),
+        )
+        .await
+        {
+            Ok(Ok(op)) => op.into_inner(),
+            Ok(Err(s)) if s.code() == tonic::Code::NotFound => {
+                match self.start(&mut c, eff, spec, id).await {
+                    Ok(op) => op,
+                    Err(r) => return r,
+                }
+            }
+            Ok(Err(s)) => return wait(format!("agent at {addr}: {}", s.message())),
+            Err(_) => {
+                return wait(format!(
+                    "agent at {addr} did not answer within {:?}",
+                    eff.agent_timeout
+                ));
+            }
+        };
+        let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
+        match phase {
+            Phase::Succeeded => {
+                let done = if op.actions.is_empty() {
+                    "nothing to change".to_string()
+                } else {
+                    op.actions.join(", ")
+                };
+                UpdateMachineResponse::new(
+                    Status::Success,
+                    format!("in-place update done: {done}"),
+                    0,
+                )
+            }
+            Phase::Failed | Phase::RolledBack => UpdateMachineResponse::new(
+                Status::Failure,
+                format!(
+                    "in-place update {}: {}",
+                    crate::apply::phase_name(phase),
+                    op.message
+                ),
+                0,
+            ),
+            Phase::RebootRequired => {
+                // Caller-handled reboot (an operation started by someone else's policy):
+                // ask the agent to reboot now, as the update can not finish otherwise.
+                match tokio::time::timeout(
+                    t,
+                    c.reboot(pb::RebootRequest {
+                        operation_id: id.into(),
+                    }),
+                )
+                .await
+                {
+                    Ok(Ok(_)) => wait("rebooting the node to finish the update".into()),
+                    Ok(Err(s)) => wait(format!(
+                        "reboot required; the agent refused the reboot: {}",
+                        s.message()
+                    )),
+                    Err(_) => wait("rebooting the node to finish the update".into()),
+                }
+            }
+            _ => {
+                let detail = if op.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", op.message)
+                };
+                wait(format!("{}{detail}", crate::apply::phase_name(phase)))
+            }
+        }
+    }
+
+    /// Starts the operation: items the node does not cover but already has as desired are
+    /// left out (unchanged since provisioning); any other uncovered item is a Failure.
+    async fn start(
+        &self,
+        c: &mut NodeAgentClient<Channel>,
+        eff: &Effective,
+        mut spec: pb::NodeSpec,
+        id: &str,
+    ) -> Result<pb::Operation, UpdateMachineResponse> {
+        let wait =
+            |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
+        let fail = |msg: String| UpdateMachineResponse::new(Status::Failure, msg, 0);
+        let t = eff.agent_timeout;
+        let report = match tokio::time::timeout(
+            t,
+            c.get_coverage(pb::GetCoverageRequest {
+                desired: Some(spec.clone()),
+                reboot_policy: eff.reboot_policy as i32,
+            }),
+        )
+        .await
+        {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
+                return Err(fail(format!("the node refuses the spec: {}", s.message())));
+            }
+            Ok(Err(s)) => return Err(wait(format!("coverage: {}", s.message()))),
+            Err(_) => return Err(wait("coverage timed out".into())),
+        };
+        let mut refused = Vec::new();
+        for ch in report.changes.iter().filter(|c| !c.covered) {
+            if ch.before == ch.after && !ch.before.is_empty() && drop_item(&mut spec, &ch.id) {
+                continue;
+            }
+            refused.push(format!("{}: {}", ch.id, ch.reason));
+        }
+        if !refused.is_empty() {
+            return Err(fail(format!(
+                "not applicable in place on this node: {}",
+                refused.join("; ")
+            )));
+        }
+        let req = pb::ApplyRequest {
+            desired: Some(spec),
+            operation_id: id.into(),
+            reboot_policy: eff.reboot_policy as i32,
+            dry_run: false,
+        };
+        match tokio::time::timeout(t, c.apply(req)).await {
+            Ok(Ok(op)) => Ok(op.into_inner()),
+            Ok(Err(s)) if s.code() == tonic::Code::Aborted => {
+                Err(wait(format!("waiting: {}", s.message())))
+            }
+            Ok(Err(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+                ) =>
+            {
+                Err(fail(format!(
+                    "the node refuses the update: {}",
+                    s.message()
+                )))
+            }
+            Ok(Err(s)) => Err(wait(format!("apply: {}", s.message()))),
+            Err(_) => Err(wait("apply timed out; will check again".into())),
+        }
+    }
+
+    /// Routes one request: (HTTP status, JSON body).
+    pub async fn handle(&self, method: &str, path: &str, body: &[u8]) -> (StatusCode, Value) {
+        if method == "GET" && path == "/healthz" {
+            return (StatusCode::OK, serde_json::json!({"status": "ok"}));
+        }
+        let Some(rest) = path.strip_prefix(&hook_prefix()) else {
+            return (
+                StatusCode::NOT_FOUND,
+                serde_json::json!({"message": format!("no route {path}")}),
+            );
+        };
+        if method != "POST" {
+            return (
+                StatusCode::METHOD_NOT_ALLOWED,
+                serde_json::json!({"message": "use POST"}),
+            );
+        }
+        macro_rules! parse {
+            ($t:ty, $kind:expr) => {
+                match serde_path_to_error::deserialize::<_, $t>(
+                    &mut serde_json::Deserializer::from_slice(body),
+                ) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return (
+                            StatusCode::BAD_REQUEST,
+                            failure(
+                                $kind,
+                                &format!(
+                                    "malformed {} request: {e}",
+                                    $kind.trim_end_matches("Response")
+                                ),
+                            ),
+                        );
+                    }
+                }
+            };
+        }
+        let v = match rest {
+            "discovery" => {
+                serde_json::to_value(discovery(self.config.server.handler_timeout_seconds))
+                    .unwrap_or_default()
+            }
+            "canupdatemachine/can-update-machine" => {
+                self.can_update_machine(parse!(CanUpdateMachineRequest, "CanUpdateMachineResponse"))
+                    .await
+            }
+            "canupdatemachineset/can-update-machineset" => self.can_update_machine_set(parse!(
+                CanUpdateMachineSetRequest,
+                "CanUpdateMachineSetResponse"
+            )),
+            "updatemachine/update-machine" => {
+                let r = self
+                    .update_machine(parse!(UpdateMachineRequest, "UpdateMachineResponse"))
+                    .await;
+                serde_json::to_value(r).unwrap_or_default()
+            }
+            _ => {
+                return (
+                    StatusCode::NOT_FOUND,
+                    serde_json::json!({"message": format!("no handler {path}")}),
+                );
+            }
+        };
+        (StatusCode::OK, v)
+    }
+}
+
+/// Removes the item a change id names (`files[p]`, `kubelet.flags[n]`, `ntp`,
+/// `dropins[n]`); false if the id names no single item of the spec.
+fn drop_item(spec: &mut pb::NodeSpec, id: &str) -> bool {
+    let inner = |p: &str| {
+        id.strip_prefix(p)
+            .and_then(|r| r.strip_suffix(']'))
+            .map(String::from)
+    };
+    if let Some(p) = inner("files[") {
+        let n = spec.files.len();
+        spec.files.retain(|f| f.path != p);
+        return spec.files.len() < n;
+    }
+    if let Some(n) = inner("kubelet.flags[") {
+        return spec
+            .kubelet
+            .as_mut()
+            .is_some_and(|k| k.flags.remove(&n).is_some());
+    }
+    if let Some(n) = inner("dropins[") {
+        let before = spec.dropins.len();
+        spec.dropins.retain(|d| d.name != n);
+        return spec.dropins.len() < before;
+    }
+    if id == "ntp" {
+        return spec.ntp.take().is_some();
+    }
+    false
+}
+
+/// The operation id of an update: `capi-<namespace>-<name>-<16 hex of SHA-256 of the
+/// NodeSpec's protobuf encoding>`, sanitised to `[A-Za-z0-9._-]` and at most 128 bytes.
+pub fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
+    let hash = hex::encode(Sha256::digest(spec.encode_to_vec()));
+    let clean: String = format!("{}-{}", m.namespace, m.name)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let budget = 128 - "capi--".len() - 16;
+    let clean = &clean[..clean.len().min(budget)];
+    format!("capi-{clean}-{}", &hash[..16])
+}
+
+/// The server config for the HTTPS endpoint: `[cert, key]`, no client certificates (CAPI's
+/// runtime client verifies us with the ExtensionConfig `caBundle`), ALPN `http/1.1`.
+pub fn tls_config(files: &[std::path::PathBuf]) -> anyhow::Result<rustls::ServerConfig> {
+    use anyhow::Context;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files[0])
+        .with_context(|| format!("server.cert {}", files[0].display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("server.cert {}: not PEM certificates", files[0].display()))?;
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "server.cert {}: no certificate in the file",
+        files[0].display()
+    );
+    let key = PrivateKeyDer::from_pem_file(&files[1])
+        .with_context(|| format!("server.key {}: no PEM private key", files[1].display()))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .context("TLS versions")?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .context("server.cert and server.key do not match")?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Serves HTTPS on `listener` until `shutdown` resolves. Each connection gets the current
+/// certificates (reloaded when the files change).
+pub async fn serve(
+    ext: Arc<Extension>,
+    listener: tokio::net::TcpListener,
+    acceptor: Arc<Acceptor>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+        };
+        let (ext, acceptor) = (ext.clone(), acceptor.clone());
+        tokio::spawn(async move {
+            let tls = match tokio_rustls::TlsAcceptor::from(acceptor.current())
+                .accept(tcp)
+                .await
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let ext = ext.clone();
+                async move { Ok::<_, Infallible>(respond(&ext, req).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), svc)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn respond(ext: &Extension, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let (status, v) = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => ext.handle(&method, &path, &b.to_bytes()).await,
+        Err(e) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            serde_json::json!({"status": "Failure", "message": format!("request body: {e} (limit {MAX_BODY} bytes)")}),
+        ),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(
+        serde_json::to_vec(&v).unwrap_or_default(),
+    )));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_ids_are_stable_and_valid() {
+        let m = MachineRef {
+            name: "edge-1-md-0-5f8c7d9b4x-k2v9w".into(),
+            namespace: "site-a".into(),
+            ..Default::default()
+        };
+        let spec = pb::NodeSpec {
+            sysctls: [("vm.x".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        };
+        let a = operation_id(&m, &spec);
+        assert_eq!(a, operation_id(&m, &spec));
+        assert!(
+            a.starts_with("capi-site-a-edge-1-md-0-5f8c7d9b4x-k2v9w-") && a.len() == 59,
+            "{a}"
+        );
+        assert_ne!(a, operation_id(&m, &pb::NodeSpec::default()));
+        let long = MachineRef {
+            name: "x".repeat(300),
+            ..m
+        };
+        let id = operation_id(&long, &spec);
+        assert!(id.len() <= 128);
+        crate::apply::validate_operation_id(&id).unwrap();
+    }
+
+    #[test]
+    fn drop_item_names_single_items() {
+        let mut s = pb::NodeSpec {
+            files: vec![pb::File {
+                path: "/etc/a".into(),
+                ..Default::default()
+            }],
+            ntp: Some(pb::Ntp {
+                servers: vec!["n".into()],
+            }),
+            ..Default::default()
+        };
+        assert!(drop_item(&mut s, "files[/etc/a]"));
+        assert!(s.files.is_empty());
+        assert!(drop_item(&mut s, "ntp"));
+        assert!(!drop_item(&mut s, "sysctls[vm.x]"));
+    }
+}

@@ -1,0 +1,680 @@
+//! The CAPI Runtime Extension, black box: the real `inplace-extension` binary over HTTPS,
+//! real `inplaced` agents on copies of the fixture nodes over mutual TLS, and the fixture
+//! hook requests of `tests/fixtures/capi`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Node;
+use common::pki::{Ca, ca, free_port, leaf, write};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use inplaced::capi::types::Patch;
+use rcgen::SanType;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "2llldv.b7bn3izenrsfazb2";
+const TOKEN_SECRET: &str = "b7bn3izenrsfazb2";
+
+fn fixture(rel: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/capi")
+        .join(rel);
+    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+}
+
+/// CAs and certificates for one test: agents' server certs, the extension's client cert
+/// (allowed as admin by the agents) and the extension's own server cert.
+struct Pki {
+    dir: tempfile::TempDir,
+    agent_ca: Ca,
+    ext_ca: Ca,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        Pki {
+            dir: tempfile::tempdir().unwrap(),
+            agent_ca: ca("agents CA"),
+            ext_ca: ca("extension CA"),
+        }
+    }
+
+    fn localhost(ca: &Ca, cn: &str) -> (String, String) {
+        leaf(
+            ca,
+            cn,
+            vec![
+                SanType::DnsName("localhost".try_into().unwrap()),
+                SanType::IpAddress("127.0.0.1".parse().unwrap()),
+            ],
+        )
+    }
+
+    /// Configures `node` to serve mTLS on a free port; returns the address.
+    fn agent(&self, node: &Node) -> String {
+        let d = node.dir.path();
+        let server = Pki::localhost(&self.agent_ca, "node");
+        let addr = format!("127.0.0.1:{}", free_port());
+        std::fs::write(
+            &node.config,
+            format!(
+                "[api.tcp]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
+                 [[api.tcp.clients]]\nidentity = \"spiffe://edge/capi/extension\"\nrole = \"admin\"\n",
+                write(d, "server.crt", &server.0),
+                write(d, "server.key", &server.1),
+                write(d, "clients-ca.crt", &self.ext_ca.pem),
+            ),
+        )
+        .unwrap();
+        addr
+    }
+}
+
+/// A running `inplace-extension`.
+struct Extension {
+    child: Child,
+    addr: String,
+    ca: String,
+    log: PathBuf,
+}
+
+impl Drop for Extension {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Extension {
+    /// Starts the extension with `resolver.static` = `agents` (`namespace/name` → addr)
+    /// and extra TOML.
+    fn start(pki: &Pki, agents: &[(&str, &str)], extra: &str) -> Extension {
+        let d = pki.dir.path();
+        let client = leaf(
+            &pki.ext_ca,
+            "capi-extension",
+            vec![SanType::URI(
+                "spiffe://edge/capi/extension".try_into().unwrap(),
+            )],
+        );
+        let server = Pki::localhost(&pki.ext_ca, "inplace-extension");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cfg = format!(
+            "[server]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\n\
+             [agent]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\ntimeout_seconds = 5\n\
+             [update]\nretry_after_seconds = 30\n{extra}\n\
+             [resolver]\ntemplate = \"{{name}}.{{namespace}}.nodes.invalid:7443\"\n[resolver.static]\n",
+            write(d, "ext.crt", &server.0),
+            write(d, "ext.key", &server.1),
+            write(d, "agents-ca.crt", &pki.agent_ca.pem),
+            write(d, "client.crt", &client.0),
+            write(d, "client.key", &client.1),
+        );
+        for (k, v) in agents {
+            cfg.push_str(&format!("\"{k}\" = \"{v}\"\n"));
+        }
+        let config = write(d, "extension.toml", &cfg);
+        let log = d.join(format!("extension-{}.log", free_port()));
+        let child = Command::new(env!("CARGO_BIN_EXE_inplace-extension"))
+            .args(["--config", &config, "--log", "debug"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut ext = Extension {
+            child,
+            addr,
+            ca: pki.ext_ca.pem.clone(),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&ext.addr).is_err() {
+            if let Ok(Some(s)) = ext.child.try_wait() {
+                panic!(
+                    "inplace-extension exited: {s}: {}",
+                    std::fs::read_to_string(&ext.log).unwrap()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "inplace-extension did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ext
+    }
+
+    /// POSTs `body` to the hook path over HTTPS (verifying the extension's certificate).
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pki_types::CertificateDer::pem_slice_iter(self.ca.as_bytes()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .unwrap();
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = hyper::Request::post(format!("https://localhost{path}"))
+            .header("content-type", "application/json")
+            .body(Full::new(bytes::Bytes::from(
+                serde_json::to_vec(body).unwrap(),
+            )))
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let b = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&b).unwrap())
+    }
+
+    async fn hook(&self, hook: &str, handler: &str, body: &Value) -> Value {
+        let (status, v) = self
+            .post(
+                &format!("/hooks.runtime.cluster.x-k8s.io/v1alpha1/{hook}/{handler}"),
+                body,
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    async fn can_update_machine(&self, body: &Value) -> Value {
+        self.hook("canupdatemachine", "can-update-machine", body)
+            .await
+    }
+
+    async fn update_machine(&self, body: &Value) -> Value {
+        self.hook("updatemachine", "update-machine", body).await
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap()
+    }
+}
+
+fn ops(resp: &Value, key: &str) -> Value {
+    match resp.get(key) {
+        None => json!([]),
+        Some(p) => serde_json::from_value::<Patch>(p.clone())
+            .unwrap()
+            .operations()
+            .unwrap(),
+    }
+}
+
+/// The UpdateMachine request for the desired objects of a CanUpdateMachine request.
+fn update_request(can: &Value) -> Value {
+    json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "UpdateMachineRequest",
+        "settings": can["settings"],
+        "desired": can["desired"],
+    })
+}
+
+/// Calls UpdateMachine until it answers done or failed; returns every response.
+async fn poll_update(ext: &Extension, req: &Value) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = ext.update_machine(req).await;
+        let done = r["retryAfterSeconds"] == 0;
+        seen.push(r);
+        if done {
+            return seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "UpdateMachine never finished: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn mode_of(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_lists_the_three_in_place_handlers() {
+    let pki = Pki::new();
+    let ext = Extension::start(&pki, &[], "");
+    let (status, v) = ext
+        .post("/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery", &json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "DiscoveryRequest"}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(v["kind"], "DiscoveryResponse");
+    assert_eq!(v["status"], "Success");
+    let hooks: Vec<(String, String, String)> = v["handlers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["requestHook"]["hook"].as_str().unwrap().to_string(),
+                h["name"].as_str().unwrap().to_string(),
+                h["failurePolicy"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            ("CanUpdateMachine", "can-update-machine"),
+            ("CanUpdateMachineSet", "can-update-machineset"),
+            ("UpdateMachine", "update-machine")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string(), "Fail".to_string()))
+    );
+    // A malformed request names what is missing and is a Failure, not a success.
+    let (status, v) = ext
+        .post(
+            "/hooks.runtime.cluster.x-k8s.io/v1alpha1/canupdatemachine/can-update-machine",
+            &json!({"desired": {}}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(v["status"], "Failure");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("request: desired: missing field `machine`"),
+        "{v}"
+    );
+}
+
+/// Scenario a end to end: CanUpdateMachine answers the fixture's patch from the ubuntu
+/// node's coverage; UpdateMachine polled repeatedly is in progress, then done, and the
+/// node holds the new kubelet flag and sysctl file; repeating it changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_a_covered_then_applied_by_update_machine() {
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+
+    let req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let want = fixture("a-kubelet-args-and-sysctl/canupdatemachine-response.json");
+    let resp = ext.can_update_machine(&req).await;
+    assert_eq!(resp["status"], "Success", "{resp}");
+    assert_eq!(
+        ops(&resp, "bootstrapConfigPatch"),
+        ops(&want, "bootstrapConfigPatch")
+    );
+    assert!(resp.get("machinePatch").is_none() && resp.get("infrastructureMachinePatch").is_none());
+    assert!(
+        resp.get("preserveOnInsufficientCoverage").is_none(),
+        "{resp}"
+    );
+    let msg = resp["message"].as_str().unwrap();
+    assert!(msg.starts_with("edge-1-cp-7xk2p: in place: spec.joinConfiguration.nodeRegistration.kubeletExtraArgs, spec.files"), "{msg}");
+    assert!(msg.contains("kubelet.service"), "{msg}");
+
+    let upd = update_request(&req);
+    let seen = poll_update(&ext, &upd).await;
+    assert!(
+        seen.len() >= 2,
+        "the first answer must be in progress: {seen:?}"
+    );
+    assert_eq!(seen[0]["status"], "Success");
+    assert_eq!(seen[0]["retryAfterSeconds"], 30);
+    let done = seen.last().unwrap();
+    assert_eq!(done["status"], "Success", "{done}");
+    assert!(
+        done["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("in-place update done: "),
+        "{done}"
+    );
+
+    let flags = node.read("/var/lib/kubelet/kubeadm-flags.env");
+    assert!(flags.contains("--max-pods=250"), "{flags}");
+    assert!(
+        flags.contains("--node-labels=metal3.io/uuid=7a710f31-7879-4f17-bf4d-646881d6af6a"),
+        "rendered value kept: {flags}"
+    );
+    assert_eq!(
+        node.read("/etc/sysctl.d/90-tuning.conf"),
+        "vm.max_map_count = 262144\n"
+    );
+    // Done is stable: the same request again answers done from the node's record.
+    let again = ext.update_machine(&upd).await;
+    assert_eq!(
+        (again["status"].clone(), again["retryAfterSeconds"].clone()),
+        (json!("Success"), json!(0))
+    );
+    assert_eq!(
+        node.actions()
+            .iter()
+            .filter(|a| a.contains("restart kubelet.service"))
+            .count(),
+        1,
+        "{:?}",
+        node.actions()
+    );
+    node.stop();
+}
+
+/// Scenario b: ntp covered, diskSetup never; on bare metal the node recommends
+/// preservation, on a virtual machine it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_b_disksetup_preserves_bare_metal_only() {
+    let pki = Pki::new();
+    let mut metal = Node::new("rhel8-grubenv");
+    let metal_addr = pki.agent(&metal);
+    metal.start();
+    let mut vm = Node::new("rhel8-grubenv");
+    std::fs::write(vm.path("/sys/class/dmi/id/sys_vendor"), "QEMU\n").unwrap();
+    std::fs::write(
+        vm.path("/sys/class/dmi/id/product_name"),
+        "Standard PC (Q35 + ICH9, 2009)\n",
+    )
+    .unwrap();
+    let vm_addr = pki.agent(&vm);
+    vm.start();
+
+    let req = fixture("b-disksetup-not-coverable/canupdatemachine-request.json");
+    let want = fixture("b-disksetup-not-coverable/canupdatemachine-response.json");
+    let ext = Extension::start(&pki, &[("site-b/edge-2-cp-q4m8d", &metal_addr)], "");
+    let resp = ext.can_update_machine(&req).await;
+    assert_eq!(resp["status"], "Success", "{resp}");
+    assert_eq!(
+        ops(&resp, "bootstrapConfigPatch"),
+        ops(&want, "bootstrapConfigPatch")
+    );
+    assert_eq!(resp["preserveOnInsufficientCoverage"], true, "{resp}");
+    let msg = resp["message"].as_str().unwrap();
+    assert!(
+        msg.contains("not covered: spec.diskSetup (partitioning and formatting are destructive"),
+        "{msg}"
+    );
+    assert!(msg.contains("asking CAPI to keep the Machine: "), "{msg}");
+
+    let ext_vm = Extension::start(&pki, &[("site-b/edge-2-cp-q4m8d", &vm_addr)], "");
+    let resp = ext_vm.can_update_machine(&req).await;
+    assert_eq!(
+        ops(&resp, "bootstrapConfigPatch"),
+        ops(&want, "bootstrapConfigPatch")
+    );
+    assert!(
+        resp.get("preserveOnInsufficientCoverage").is_none(),
+        "{resp}"
+    );
+    assert!(resp["message"].as_str().unwrap().contains("spec.diskSetup"));
+    // Settings force it on the VM too.
+    let mut forced = req.clone();
+    forced["settings"]["preserveOnInsufficientCoverage"] = json!("true");
+    let resp = ext_vm.can_update_machine(&forced).await;
+    assert_eq!(resp["preserveOnInsufficientCoverage"], true, "{resp}");
+    metal.stop();
+    vm.stop();
+}
+
+/// Scenarios c and d: the v1beta1 map gives per-key pointers; the gzip+base64 file is
+/// covered, and UpdateMachine lands it decoded with mode 0600 and owner etcd:etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenarios_c_and_d() {
+    let pki = Pki::new();
+    let mut rhel = Node::new("rhel8-grubenv");
+    let rhel_addr = pki.agent(&rhel);
+    rhel.start();
+    let mut ubuntu = Node::new("ubuntu-2404-grub");
+    let ubuntu_addr = pki.agent(&ubuntu);
+    ubuntu.start();
+    let ext = Extension::start(
+        &pki,
+        &[
+            ("site-b/edge-2-cp-w7n2c", &rhel_addr),
+            ("site-a/edge-1-cp-7xk2p", &ubuntu_addr),
+        ],
+        "",
+    );
+
+    let c = fixture("c-v1beta1-kubeletextraargs-map/canupdatemachine-request.json");
+    let want = fixture("c-v1beta1-kubeletextraargs-map/canupdatemachine-response.json");
+    let resp = ext.can_update_machine(&c).await;
+    assert_eq!(
+        ops(&resp, "bootstrapConfigPatch"),
+        ops(&want, "bootstrapConfigPatch"),
+        "{resp}"
+    );
+
+    let d = fixture("d-gzip-file-etcd-owner/canupdatemachine-request.json");
+    let resp = ext.can_update_machine(&d).await;
+    assert_eq!(resp["status"], "Success");
+    // Our patch replaces the atomic list where the fixture addresses files[1]: compare
+    // what CAPI would compute from each.
+    let want = fixture("d-gzip-file-etcd-owner/canupdatemachine-response.json");
+    let cur = &d["current"]["bootstrapConfig"];
+    let apply = |o: Value| {
+        inplaced::capi::patch::apply(cur, o.as_array().unwrap()).unwrap()["spec"].clone()
+    };
+    assert_eq!(
+        apply(ops(&resp, "bootstrapConfigPatch")),
+        apply(ops(&want, "bootstrapConfigPatch"))
+    );
+    assert_eq!(
+        apply(ops(&resp, "bootstrapConfigPatch")),
+        d["desired"]["bootstrapConfig"]["spec"]
+    );
+    assert!(
+        resp.get("preserveOnInsufficientCoverage").is_none(),
+        "{resp}"
+    );
+
+    let seen = poll_update(&ext, &update_request(&d)).await;
+    assert_eq!(seen.last().unwrap()["status"], "Success", "{seen:?}");
+    let path = ubuntu.path("/etc/etcd-defrag/defrag.env");
+    let desired = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/capi/d-gzip-file-etcd-owner/defrag.env.desired.decoded"),
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), desired);
+    assert_eq!(mode_of(&path), 0o600);
+    // Ownership: the agent resolved etcd:etcd through the node's own passwd/group.
+    let mut client = ubuntu.client().await;
+    let ops_list = client
+        .list_operations(inplaced::pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let change = ops_list.operations[0]
+        .changes
+        .iter()
+        .find(|c| c.id == "files[/etc/etcd-defrag/defrag.env]")
+        .expect("the defrag.env change");
+    assert!(
+        change.after.ends_with("mode=0600 uid=997 gid=997"),
+        "{change:?}"
+    );
+    rhel.stop();
+    ubuntu.stop();
+}
+
+/// Scenario e: the MachineSet answer is the fixture's, without asking any node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_e_machineset_from_capabilities() {
+    let pki = Pki::new();
+    let ext = Extension::start(&pki, &[], "");
+    let req = fixture("e-machineset-worker-template/canupdatemachineset-request.json");
+    let want = fixture("e-machineset-worker-template/canupdatemachineset-response.json");
+    let resp = ext
+        .hook("canupdatemachineset", "can-update-machineset", &req)
+        .await;
+    assert_eq!(resp["status"], "Success", "{resp}");
+    assert_eq!(
+        ops(&resp, "bootstrapConfigTemplatePatch"),
+        ops(&want, "bootstrapConfigTemplatePatch")
+    );
+    assert!(
+        resp.get("machineSetPatch").is_none()
+            && resp.get("preserveOnInsufficientCoverage").is_none()
+    );
+    // Without the kubelet capability the args stay different and the Metal3 template
+    // makes the MachineSet hardware-bound: preserve.
+    let ext = Extension::start(&pki, &[], "[machine_set]\ncapabilities = [\"files\"]\n");
+    let resp = ext
+        .hook("canupdatemachineset", "can-update-machineset", &req)
+        .await;
+    assert_eq!(resp["preserveOnInsufficientCoverage"], true, "{resp}");
+    assert!(
+        resp["message"]
+            .as_str()
+            .unwrap()
+            .contains("Metal3MachineTemplate machines are hardware-bound"),
+        "{resp}"
+    );
+}
+
+/// Scenario f: UpdateMachine on the static-CPU-manager worker: in progress, then done;
+/// the kubelet is stopped, cpu_manager_state removed and the kubelet started; the
+/// bootstrap token appears in no log line, no agent state or node file, no response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_f_update_machine_and_the_token_never_leaks() {
+    let pki = Pki::new();
+    let mut node = Node::new("systemd-boot");
+    node.log_file = Some(node.dir.path().join("agent.log"));
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-md-0-5f8c7d9b4x-k2v9w", &addr)], "");
+    let req = fixture("f-updatemachine-bootstrap-token/updatemachine-request.json");
+    assert!(
+        serde_json::to_string(&req).unwrap().contains(TOKEN),
+        "the fixture carries the token"
+    );
+    assert!(node.path("/var/lib/kubelet/cpu_manager_state").exists());
+
+    let seen = poll_update(&ext, &req).await;
+    assert_eq!(seen[0]["retryAfterSeconds"], 30, "{seen:?}");
+    let done = seen.last().unwrap();
+    assert_eq!(done["status"], "Success", "{done}");
+    assert_eq!(done["retryAfterSeconds"], 0);
+    let actions = node.actions();
+    let pos = |s: &str| {
+        actions
+            .iter()
+            .position(|a| a.contains(s))
+            .unwrap_or_else(|| panic!("{s} not in {actions:?}"))
+    };
+    assert!(
+        pos("stop kubelet.service") < pos("start kubelet.service"),
+        "{actions:?}"
+    );
+    assert!(!node.path("/var/lib/kubelet/cpu_manager_state").exists());
+    assert!(
+        node.read("/var/lib/kubelet/kubeadm-flags.env")
+            .contains("--reserved-cpus=0-3")
+    );
+    assert_eq!(
+        node.read("/etc/sysctl.d/90-worker.conf"),
+        "fs.inotify.max_user_instances = 8192\nfs.inotify.max_user_watches = 524288\n"
+    );
+    node.stop();
+
+    // The token: not in any response, log, agent state or node file.
+    for r in &seen {
+        let s = r.to_string();
+        assert!(!s.contains(TOKEN_SECRET), "response leaks the token: {s}");
+    }
+    let logs = format!(
+        "{}\n{}",
+        ext.log(),
+        std::fs::read_to_string(node.dir.path().join("agent.log")).unwrap()
+    );
+    assert!(
+        logs.contains("UpdateMachine"),
+        "the extension logs the hook: {logs}"
+    );
+    assert!(!logs.contains(TOKEN_SECRET), "a log leaks the token");
+    for (path, content, _) in common::snapshot(node.dir.path()) {
+        assert!(
+            !String::from_utf8_lossy(&content).contains(TOKEN_SECRET),
+            "{} holds the token",
+            path.display()
+        );
+    }
+}
+
+/// A terminal node failure is `Failure` + 0 with the cause; an unreachable agent is a
+/// `Failure` for CanUpdateMachine (never an empty success) and "waiting" for UpdateMachine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_and_unreachable_agents() {
+    let pki = Pki::new();
+    let mut node = Node::new("systemd-boot");
+    node.fail = Some("start kubelet.service".into());
+    let addr = pki.agent(&node);
+    node.start();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let ext = Extension::start(
+        &pki,
+        &[
+            ("site-a/edge-1-md-0-5f8c7d9b4x-k2v9w", &addr),
+            ("site-a/edge-1-cp-7xk2p", &dead),
+        ],
+        "",
+    );
+    let req = fixture("f-updatemachine-bootstrap-token/updatemachine-request.json");
+    let seen = poll_update(&ext, &req).await;
+    let last = seen.last().unwrap();
+    assert_eq!(last["status"], "Failure", "{seen:?}");
+    assert_eq!(last["retryAfterSeconds"], 0);
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("kubelet.service"),
+        "{last}"
+    );
+    // Idempotent: the failed operation is reported again, not restarted.
+    let again = ext.update_machine(&req).await;
+    assert_eq!(again, *last);
+    node.stop();
+
+    let a = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let resp = ext.can_update_machine(&a).await;
+    assert_eq!(resp["status"], "Failure", "{resp}");
+    assert!(resp.get("bootstrapConfigPatch").is_none());
+    assert!(
+        resp["message"]
+            .as_str()
+            .unwrap()
+            .contains("can not ask the node agent"),
+        "{resp}"
+    );
+    let upd = ext.update_machine(&update_request(&a)).await;
+    assert_eq!(
+        (upd["status"].clone(), upd["retryAfterSeconds"].clone()),
+        (json!("Success"), json!(30)),
+        "{upd}"
+    );
+    assert!(
+        upd["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("waiting for the node agent"),
+        "{upd}"
+    );
+}
