@@ -9,7 +9,9 @@
 //! facts), [`plan`] (coverage: pure diff of desired, observed and applied), [`bootloader`],
 //! [`kubelet`] and [`cmdline`] (format editors), [`apply`] (the agent and its operation
 //! engine), [`system`] (ServiceManager / Rebooter / CommandRunner traits), [`state`] (the
-//! state directory), [`server`] and [`client`] (gRPC), [`cli`] (the binaries).
+//! state directory), [`server`] and [`client`] (gRPC), [`cli`] (the binaries); [`capi`] (CAPI in-place hook
+//! answers from coverage, no I/O) and [`extension`] (the `inplace-extension` Runtime
+//! Extension server).
 #![warn(missing_docs)]
 
 pub mod apply;

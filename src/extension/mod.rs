@@ -270,10 +270,17 @@ impl Extension {
         let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
         match phase {
             Phase::Succeeded => {
-                let done = if op.actions.is_empty() {
+                // What changed on the node, without the bookkeeping (saved originals).
+                let acts: Vec<&str> = op
+                    .actions
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|a| !a.starts_with("saved original"))
+                    .collect();
+                let done = if acts.is_empty() {
                     "nothing to change".to_string()
                 } else {
-                    op.actions.join(", ")
+                    acts.join(", ")
                 };
                 UpdateMachineResponse::new(
                     Status::Success,

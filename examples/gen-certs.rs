@@ -1,0 +1,78 @@
+//! Generates the demo PKI for `examples/extension-demo.sh` into a directory:
+//!
+//! - `agents-ca.crt`, `agent.crt`, `agent.key`: the agents' server identity (SANs
+//!   `localhost`, `127.0.0.1`);
+//! - `clients-ca.crt`, `client.crt`, `client.key`: the extension's client identity (URI SAN
+//!   `spiffe://mgmt/ns/capi-system/sa/inplace-extension`, role admin on the agents);
+//! - `extension-ca.crt`, `extension.crt`, `extension.key`: the extension's HTTPS identity
+//!   (SANs `localhost`, `127.0.0.1`, `inplace-extension.capi-system.svc`); the CA is what
+//!   an ExtensionConfig's `caBundle` holds.
+//!
+//! On real clusters these come from cert-manager (extension) and the node PKI (agents).
+//! Usage: `cargo run --example gen-certs -- <dir>`.
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+
+fn ca(name: &str) -> (CertificateParams, KeyPair, String) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    let key = KeyPair::generate().expect("key");
+    let pem = params.self_signed(&key).expect("self-signed").pem();
+    (params, key, pem)
+}
+
+fn leaf(
+    ca: &(CertificateParams, KeyPair, String),
+    cn: &str,
+    sans: Vec<SanType>,
+) -> (String, String) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.subject_alt_names = sans;
+    let key = KeyPair::generate().expect("key");
+    let cert = params
+        .signed_by(&key, &Issuer::from_params(&ca.0, &ca.1))
+        .expect("sign");
+    (cert.pem(), key.serialize_pem())
+}
+
+fn main() -> std::io::Result<()> {
+    let dir = std::path::PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| ".".into()));
+    std::fs::create_dir_all(&dir)?;
+    let dns = |s: &str| SanType::DnsName(s.try_into().expect("dns name"));
+    let local = || {
+        vec![
+            dns("localhost"),
+            SanType::IpAddress("127.0.0.1".parse().expect("ip")),
+        ]
+    };
+    let write = |name: &str, text: &str| std::fs::write(dir.join(name), text);
+
+    let agents = ca("inplaced agents CA");
+    let (c, k) = leaf(&agents, "inplaced", local());
+    write("agents-ca.crt", &agents.2)?;
+    write("agent.crt", &c)?;
+    write("agent.key", &k)?;
+
+    let clients = ca("inplaced clients CA");
+    let uri = "spiffe://mgmt/ns/capi-system/sa/inplace-extension";
+    let (c, k) = leaf(
+        &clients,
+        "inplace-extension",
+        vec![SanType::URI(uri.try_into().expect("uri"))],
+    );
+    write("clients-ca.crt", &clients.2)?;
+    write("client.crt", &c)?;
+    write("client.key", &k)?;
+
+    let ext = ca("inplace-extension CA");
+    let mut sans = local();
+    sans.push(dns("inplace-extension.capi-system.svc"));
+    let (c, k) = leaf(&ext, "inplace-extension", sans);
+    write("extension-ca.crt", &ext.2)?;
+    write("extension.crt", &c)?;
+    write("extension.key", &k)?;
+    println!("wrote the demo PKI to {}", dir.display());
+    Ok(())
+}
