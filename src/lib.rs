@@ -7,7 +7,7 @@
 //!
 //! Layout (DESIGN §5): [`spec`] (NodeSpec model and YAML form), [`node`] (sysroot access and
 //! facts), [`plan`] (coverage: pure diff of desired, observed and applied), [`bootloader`],
-//! [`kubelet`] and [`cmdline`] (format editors), [`apply`] (the agent and its operation
+//! [`kubelet`], [`cmdline`] and [`ntp`] (format editors), [`apply`] (the agent and its operation
 //! engine), [`system`] (ServiceManager / Rebooter / CommandRunner traits), [`state`] (the
 //! state directory), [`server`] and [`client`] (gRPC), [`cli`] (the binaries).
 #![warn(missing_docs)]
@@ -22,6 +22,7 @@ pub mod failpoint;
 pub mod kubelet;
 pub mod logging;
 pub mod node;
+pub mod ntp;
 pub mod pb;
 pub mod plan;
 pub mod server;
