@@ -1,6 +1,6 @@
 //! Black-box tests of the node-side sections the CAPI extension needs: `ntp` (chrony or
 //! systemd-timesyncd, detected on the node) and the NodeSpec drop-ins kept in
-//! `/etc/inplaced/node.d`.
+//! `/etc/inplaced/node.d`, including the start-up convergence to them.
 
 mod common;
 
@@ -182,4 +182,98 @@ async fn files_under_etc_inplaced_stay_refused() {
     assert!(!c.covered, "{c:?}");
     assert!(c.reason.contains("inplaced itself"), "{}", c.reason);
     assert!(!node.path("/etc/inplaced/node.d").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_converges_to_the_node_d_drop_ins() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let dir = node.path("/etc/inplaced/node.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("50-maps.yaml"),
+        "sysctls:\n  vm.max_map_count: \"262144\"\n",
+    )
+    .unwrap();
+    // one that does not parse: logged, reported, not applied
+    std::fs::write(dir.join("60-bad.yaml"), "sysctls:\n  vm.swappiness: \"\"\n").unwrap();
+    node.start();
+    let mut client = node.client().await;
+    let ops = client
+        .list_operations(pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .operations;
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert!(ops[0].id.starts_with("startup-"), "{}", ops[0].id);
+    assert_eq!(ops[0].id.len(), "startup-".len() + 8);
+    let op = node.settle(&ops[0].id).await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert!(
+        op.changes
+            .iter()
+            .any(|c| c.id == "sysctls[vm.max_map_count]"),
+        "{:?}",
+        op.changes
+    );
+    assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "262144");
+    assert!(
+        node.read("/etc/sysctl.d/99-zz-inplaced.conf")
+            .contains("vm.max_map_count = 262144")
+    );
+    assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "60");
+    let problems = status(&node).await.problems;
+    assert!(
+        problems.iter().any(|p| p.contains("60-bad.yaml")
+            && p.contains("sysctls[vm.swappiness]")
+            && p.contains("not applied")),
+        "{problems:?}"
+    );
+
+    // a restart finds nothing new: no second operation
+    node.stop();
+    node.start();
+    let ops = node
+        .client()
+        .await
+        .list_operations(pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .operations;
+    assert_eq!(ops.len(), 1, "{ops:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_keeps_the_applied_spec_and_replaces_only_its_drop_ins() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(&node, "sysctls:\n  vm.swappiness: \"10\"\n", "first").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    node.stop();
+    let dir = node.path("/etc/inplaced/node.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("50-maps.yaml"),
+        "sysctls:\n  vm.max_map_count: \"262144\"\n",
+    )
+    .unwrap();
+    node.start();
+    let ops = node
+        .client()
+        .await
+        .list_operations(pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .operations;
+    let startup = ops
+        .iter()
+        .find(|o| o.id.starts_with("startup-"))
+        .unwrap_or_else(|| panic!("no start-up operation in {ops:?}"));
+    let op = node.settle(&startup.id).await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    // the spec applied before stays: swappiness kept, max_map_count added
+    assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "10");
+    assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "262144");
 }

@@ -638,6 +638,149 @@ impl Agent {
         Ok(first)
     }
 
+    /// Start-up convergence to the NodeSpec drop-ins in `/etc/inplaced/node.d` (called
+    /// after journal recovery, before serving). Reads the `*.yaml` files there, sorted by
+    /// name; when there are any and they differ from the drop-ins of the last applied spec
+    /// (`applied-spec.pb`), starts operation `startup-<first 8 hex digits of the spec
+    /// hash>` (reboot policy CALLER_HANDLES) applying the last applied spec with its
+    /// drop-ins replaced by those on disk. A drop-in that can not be read or does not parse
+    /// is not applied: it is logged with the file and the field and listed in
+    /// `NodeStatus.problems`; a last applied version of it stays in effect and its file is
+    /// left as it is. Returns the operation started (or the existing one of that id), if
+    /// any; every reason not to converge is logged and listed in the problems.
+    pub fn converge_node_d(self: &Arc<Self>) -> Option<pb::Operation> {
+        use crate::spec::{DROPIN_DIR, parse_dropin, validate_dropin_name};
+        let note = |msg: String| {
+            self.problems
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(msg);
+        };
+        let problem = |msg: String| {
+            tracing::warn!("{msg}");
+            note(msg);
+        };
+        let names = match self.root.list_dir(DROPIN_DIR) {
+            Ok(Some(n)) => n,
+            Ok(None) => return None,
+            Err(e) => {
+                problem(format!("node.d drop-ins not read: {e}"));
+                return None;
+            }
+        };
+        let mut good = Vec::new();
+        let mut broken = Vec::new();
+        for name in names {
+            if !name.ends_with(".yaml") || name.starts_with('.') {
+                continue;
+            }
+            let path = format!("{DROPIN_DIR}/{name}");
+            let parsed = validate_dropin_name("name", &name)
+                .map_err(|e| e.to_string())
+                .and_then(|()| match self.root.read_string(&path) {
+                    Ok(Some(text)) => Ok(text),
+                    Ok(None) => Err("vanished while reading".to_string()),
+                    Err(e) => Err(e.to_string()),
+                })
+                .and_then(|text| {
+                    parse_dropin(&name, &text)
+                        .map(|_| text)
+                        .map_err(|e| e.to_string())
+                });
+            match parsed {
+                Ok(content) => good.push(pb::DropIn { name, content }),
+                Err(e) => {
+                    tracing::warn!(file = %path, error = %e, "node.d drop-in not applied");
+                    broken.push((name, path, e));
+                }
+            }
+        }
+        if good.is_empty() && broken.is_empty() {
+            return None;
+        }
+        let applied = match self.state.load_applied_spec() {
+            Ok(Some(s)) => s,
+            Ok(None)
+                if self
+                    .state
+                    .load_record()
+                    .map(|r| r.is_empty())
+                    .unwrap_or(false) =>
+            {
+                pb::NodeSpec::default()
+            }
+            Ok(None) => {
+                problem(
+                    "node.d drop-ins not applied at start-up: the last applied spec is not known (applied by an older inplaced), so converging would revert it; they are applied with the next Apply that carries them"
+                        .to_string(),
+                );
+                return None;
+            }
+            Err(e) => {
+                problem(format!("node.d drop-ins not applied at start-up: {e}"));
+                return None;
+            }
+        };
+        let mut leave = Vec::new();
+        for (name, path, e) in &broken {
+            let kept = applied.dropins.iter().find(|d| &d.name == name);
+            if let Some(d) = kept {
+                good.push(d.clone());
+                leave.push(path.clone());
+            }
+            // logged with the file above
+            note(format!(
+                "{path}: {e}; not applied{}",
+                if kept.is_some() {
+                    " (its last applied version stays in effect)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        good.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut before = applied.dropins.clone();
+        before.sort_by(|a, b| a.name.cmp(&b.name));
+        if good == before {
+            return None;
+        }
+        let desired = pb::NodeSpec {
+            dropins: good,
+            ..applied
+        };
+        let hash = match NodeSpec::from_pb(&desired) {
+            Ok(s) => s.hash(),
+            Err(e) => {
+                problem(format!(
+                    "node.d drop-ins not applied at start-up: {e} (merged with the last applied spec)"
+                ));
+                return None;
+            }
+        };
+        let hex = hash.trim_start_matches("sha256:");
+        let id = format!("startup-{}", &hex[..hex.len().min(8)]);
+        match self.apply_leaving(
+            pb::ApplyRequest {
+                desired: Some(desired),
+                operation_id: id.clone(),
+                reboot_policy: RebootPolicy::CallerHandles as i32,
+                dry_run: false,
+            },
+            leave,
+        ) {
+            Ok(op) => {
+                tracing::info!(operation = %id, "converging to the node.d drop-ins");
+                Some(op)
+            }
+            Err(e) => {
+                problem(format!(
+                    "node.d drop-ins not applied at start-up (operation {id}): {e}"
+                ));
+                None
+            }
+        }
+    }
+
     /// Operations waiting for a reboot are superseded by a new operation: their staged
     /// changes are replaced, so a later reboot must not be read as theirs.
     fn supersede_waiting(&self, new_id: &str) {
