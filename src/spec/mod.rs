@@ -195,8 +195,10 @@ impl Sources {
         }
         if let Some(cfg) = part.kubelet_config {
             let src = format!("{prefix}kubelet.config");
-            let leaves = crate::kubelet::config::leaves(&serde_json::Value::Object(cfg));
-            for (path, value) in &leaves {
+            let leaves = crate::kubelet::config::leaves(&serde_json::Value::Object(cfg.clone()));
+            // leaves of one document never clash with each other: only earlier sources
+            // are checked, so a spec without drop-ins costs no quadratic scan
+            for (path, value) in leaves.iter().filter(|_| !self.leaves.is_empty()) {
                 let clash = self.leaves.iter().find(|(p, v, _)| {
                     let n = p.len().min(path.len());
                     p[..n] == path[..n] && (p.len() != path.len() || v != value)
@@ -211,11 +213,16 @@ impl Sources {
                     ));
                 }
             }
-            let map = spec.kubelet_config.get_or_insert_with(Default::default);
-            for (path, value) in leaves {
-                set_leaf(map, &path, value.clone());
-                self.leaves.push((path, value, src.clone()));
+            match &mut spec.kubelet_config {
+                None => spec.kubelet_config = Some(cfg),
+                Some(map) => {
+                    for (path, value) in &leaves {
+                        set_leaf(map, path, value.clone());
+                    }
+                }
             }
+            self.leaves
+                .extend(leaves.into_iter().map(|(p, v)| (p, v, src.clone())));
         }
         for (name, value) in part.kubelet_flags {
             let src = format!("{prefix}kubelet.flags[{name}]");
