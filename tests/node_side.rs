@@ -277,3 +277,69 @@ async fn start_up_keeps_the_applied_spec_and_replaces_only_its_drop_ins() {
     assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "10");
     assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "262144");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_edit_of_an_applied_drop_in_changes_nothing() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let desired = pb::NodeSpec {
+        dropins: vec![dropin(
+            "10-tuning.yaml",
+            "sysctls:\n  vm.swappiness: \"10\"\n",
+        )],
+        ..Default::default()
+    };
+    let op = node
+        .client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(desired),
+            operation_id: "dropin".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(node.settle(&op.id).await.phase, Phase::Succeeded as i32);
+    node.stop();
+    // the operator breaks the applied drop-in and adds a good one
+    let dir = node.path("/etc/inplaced/node.d");
+    let broken = "sysctls:\n  vm.swappiness: [10\n";
+    std::fs::write(dir.join("10-tuning.yaml"), broken).unwrap();
+    std::fs::write(
+        dir.join("20-maps.yaml"),
+        "sysctls:\n  vm.max_map_count: \"262144\"\n",
+    )
+    .unwrap();
+    node.start();
+    let ops = node
+        .client()
+        .await
+        .list_operations(pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .operations;
+    let startup = ops
+        .iter()
+        .find(|o| o.id.starts_with("startup-"))
+        .unwrap_or_else(|| panic!("no start-up operation in {ops:?}"));
+    let op = node.settle(&startup.id).await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    // the applied version stays in effect, the operator's file is left as it is
+    assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "10");
+    assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "262144");
+    assert_eq!(node.read("/etc/inplaced/node.d/10-tuning.yaml"), broken);
+    assert!(
+        !op.changes.iter().any(|c| c.id == "dropins[10-tuning.yaml]"),
+        "{:?}",
+        op.changes
+    );
+    let problems = status(&node).await.problems;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("10-tuning.yaml") && p.contains("stays in effect")),
+        "{problems:?}"
+    );
+}
