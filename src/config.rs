@@ -490,6 +490,15 @@ mod tests {
     }
 
     #[test]
+    fn the_agents_own_directory_is_denied() {
+        // node.d is written by the agent itself, never through the files section
+        let why = PolicyConfig::default()
+            .refuses("/etc/inplaced/node.d/10-x.yaml")
+            .unwrap();
+        assert!(why.contains("\"/etc/inplaced\""), "{why}");
+    }
+
+    #[test]
     fn unknown_key_is_an_error() {
         let e = Config::parse(
             "[kubelet]\nconfigpath = \"x\"\n",

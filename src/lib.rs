@@ -7,7 +7,7 @@
 //!
 //! Layout (DESIGN §5): [`spec`] (NodeSpec model and YAML form), [`node`] (sysroot access and
 //! facts), [`plan`] (coverage: pure diff of desired, observed and applied), [`bootloader`],
-//! [`kubelet`] and [`cmdline`] (format editors), [`apply`] (the agent and its operation
+//! [`kubelet`], [`cmdline`] and [`ntp`] (format editors), [`apply`] (the agent and its operation
 //! engine), [`system`] (ServiceManager / Rebooter / CommandRunner traits), [`state`] (the
 //! state directory), [`server`] and [`client`] (gRPC), [`cli`] (the binaries); [`capi`] (CAPI in-place hook
 //! answers from coverage, no I/O) and [`extension`] (the `inplace-extension` Runtime
@@ -26,6 +26,7 @@ pub mod failpoint;
 pub mod kubelet;
 pub mod logging;
 pub mod node;
+pub mod ntp;
 pub mod pb;
 pub mod plan;
 pub mod server;

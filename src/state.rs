@@ -2,18 +2,21 @@
 //!
 //! ```text
 //! applied.json                 the applied record: what the agent manages and what was there before
+//! applied-spec.pb              the NodeSpec (protobuf) applied last, drop-ins unmerged
 //! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
 //! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
 //! actions.log                  unit actions and reboots, with --service-manager record
 //! journal/<op>/intent.json     write-ahead intent of the running operation (see crate::apply)
 //! journal/<op>/pre/<n>         pre-image of each file it writes or removes
 //! journal/<op>/progress        the last step it completed
+//! journal/<op>/spec.pb         the NodeSpec it applies, then
 //! journal/<op>/record.json     the applied record it commits, then
 //! journal/<op>/committed       the commit point: present = roll forward, absent = roll back
 //! ```
 //!
 //! Every file is written atomically and durably through [`Sysroot::write_atomic`] with mode
-//! 0600. The applied record holds hashes and non-secret settings, never file content.
+//! 0600. The applied record holds hashes and non-secret settings, never file content;
+//! `applied-spec.pb` holds file content (secrets), which is why every file is 0600.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -90,6 +93,10 @@ pub struct ManagedFile {
     /// with the file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_dirs: Vec<String>,
+    /// Change id of a file the agent writes for a section other than `files` (`ntp`,
+    /// `dropins[10-x.yaml]`); None for a `files` item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<String>,
 }
 
 /// A managed setting (kubelet config field, kubelet flag, sysctl) and its prior value.
@@ -197,6 +204,8 @@ pub struct JournalState {
     pub progress: String,
     /// The committed record and the phase to end in, when the commit point was reached.
     pub committed: Option<(AppliedRecord, i32)>,
+    /// The NodeSpec (protobuf bytes) the committed operation applied, if journaled.
+    pub spec: Option<Vec<u8>>,
 }
 
 /// Drift bookkeeping, kept across restarts (`drift.json`).
@@ -335,6 +344,24 @@ impl StateDir {
         self.write("/applied.json", &b)
     }
 
+    /// The NodeSpec applied last (None before the first apply that recorded it, e.g. when
+    /// an older inplaced applied the record). Bytes that do not decode are
+    /// [`StateError::Corrupt`].
+    pub fn load_applied_spec(&self) -> Result<Option<pb::NodeSpec>, StateError> {
+        match self.dir.read("/applied-spec.pb")? {
+            None => Ok(None),
+            Some(b) => <pb::NodeSpec as prost::Message>::decode(b.as_slice())
+                .map(Some)
+                .map_err(|e| self.corrupt("/applied-spec.pb", e)),
+        }
+    }
+
+    /// Persists the NodeSpec applied last (protobuf bytes, mode 0600: it holds file
+    /// content).
+    pub fn save_applied_spec(&self, spec: &[u8]) -> Result<(), StateError> {
+        self.write("/applied-spec.pb", spec)
+    }
+
     /// Saves the original bytes of `path`. Called only before the first overwrite of a
     /// file the record does not manage yet, so a leftover backup of a failed operation is
     /// replaced by the current content.
@@ -379,13 +406,16 @@ impl StateDir {
         self.write(&format!("/journal/{op}/progress"), step.as_bytes())
     }
 
-    /// The commit point: the record to install and the phase to end in, then the marker.
+    /// The commit point: the spec applied (protobuf bytes), the record to install and the
+    /// phase to end in, then the marker.
     pub fn journal_commit(
         &self,
         op: &str,
+        spec: &[u8],
         record: &AppliedRecord,
         phase: i32,
     ) -> Result<(), StateError> {
+        self.write(&format!("/journal/{op}/spec.pb"), spec)?;
         let rel = format!("/journal/{op}/record.json");
         let b = serde_json::to_vec_pretty(&serde_json::json!({"phase": phase, "record": record}))
             .map_err(|e| self.corrupt(&rel, e))?;
@@ -425,12 +455,14 @@ impl StateDir {
             } else {
                 None
             };
+            let spec = self.dir.read(&format!("{base}/spec.pb"))?;
             out.push((
                 op,
                 JournalState {
                     intent,
                     progress,
                     committed,
+                    spec,
                 },
             ));
         }

@@ -160,6 +160,51 @@ async fn cpu_manager_changes_drain_and_reset_the_checkpoint() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_manager_changes_drain_and_reset_both_checkpoints() {
+    // the topology manager aligns the CPU and memory managers' assignments: a change of
+    // its policy, scope or options invalidates both checkpoints
+    for (yaml, id) in [
+        (
+            "kubelet:\n  flags:\n    topology-manager-policy: single-numa-node\n",
+            "kubelet.flags[topology-manager-policy]",
+        ),
+        (
+            "kubelet:\n  config:\n    topologyManagerScope: pod\n",
+            "kubelet.config.topologyManagerScope",
+        ),
+    ] {
+        let mut node = Node::new("systemd-boot");
+        std::fs::write(node.path("/var/lib/kubelet/memory_manager_state"), "{}\n").unwrap();
+        node.start();
+        let r = coverage(&node, yaml).await;
+        let c = change(&r, id);
+        assert!(c.covered, "{c:?}");
+        let d = c.disruption.as_ref().unwrap();
+        assert_eq!(d.level, DisruptionLevel::Drain as i32, "{id}");
+        assert_eq!(d.units, vec!["kubelet.service".to_string()]);
+        assert!(c.reason.contains("topology manager"), "{}", c.reason);
+        let op = apply(&node, yaml, "topology").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+        assert_eq!(
+            node.actions(),
+            vec!["stop kubelet.service", "start kubelet.service"],
+            "{id}"
+        );
+        for f in [
+            "/var/lib/kubelet/cpu_manager_state",
+            "/var/lib/kubelet/memory_manager_state",
+        ] {
+            assert!(!node.path(f).exists(), "{id}: {f} left");
+            assert!(
+                op.actions.contains(&format!("removed {f}")),
+                "{id}: {:?}",
+                op.actions
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_fields_overridden_by_flags_or_unknown_are_not_covered() {
     let mut node = Node::new("fedora-41-bls");
     let flags = node.read("/var/lib/kubelet/kubeadm-flags.env").replace(

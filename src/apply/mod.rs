@@ -186,7 +186,7 @@ pub struct Agent {
     rebooter: Arc<dyn Rebooter>,
     runner: Arc<dyn CommandRunner>,
     default_healthz: Option<String>,
-    problems: Vec<String>,
+    problems: Mutex<Vec<String>>,
     drift_lock: Mutex<()>,
     inner: Mutex<Inner>,
 }
@@ -293,7 +293,7 @@ impl Agent {
             rebooter: parts.rebooter,
             runner: parts.runner,
             default_healthz: parts.default_healthz,
-            problems: problem.into_iter().collect(),
+            problems: Mutex::new(problem.into_iter().collect()),
             drift_lock: Mutex::new(()),
             inner: Mutex::new(Inner::default()),
         });
@@ -392,6 +392,7 @@ impl Agent {
         Options {
             reboot_forbidden: policy == RebootPolicy::Forbidden,
             reserved: self.reserved.clone(),
+            leave_files: Vec::new(),
         }
     }
 
@@ -428,7 +429,12 @@ impl Agent {
             .iter()
             .map(|f| f.content.len() as u64 + f.path.len() as u64)
             .sum::<u64>()
-            + spec.kernel_args.iter().map(|a| a.len() as u64).sum::<u64>();
+            + spec.kernel_args.iter().map(|a| a.len() as u64).sum::<u64>()
+            + spec
+                .dropins
+                .iter()
+                .map(|d| d.content.len() as u64 + d.name.len() as u64)
+                .sum::<u64>();
         if total > p.max_spec_bytes {
             return Err(AgentError::PermissionDenied(format!(
                 "spec: {total} bytes, over the limit of {} (policy.max_spec_bytes)",
@@ -456,6 +462,16 @@ impl Agent {
 
     /// Starts an operation (see the module docs); returns its first state.
     pub fn apply(self: &Arc<Self>, req: pb::ApplyRequest) -> Result<pb::Operation, AgentError> {
+        self.apply_leaving(req, Vec::new())
+    }
+
+    /// [`Agent::apply`], leaving the node.d files `leave` as they are
+    /// ([`Options::leave_files`]).
+    fn apply_leaving(
+        self: &Arc<Self>,
+        req: pb::ApplyRequest,
+        leave: Vec<String>,
+    ) -> Result<pb::Operation, AgentError> {
         let desired = req.desired.unwrap_or_default();
         let spec = NodeSpec::from_pb(&desired)?;
         self.check_limits(&spec)?;
@@ -471,7 +487,9 @@ impl Agent {
                 p => p,
             };
         let hash = spec.hash();
-        let opts = self.options(policy);
+        let spec_pb = prost::Message::encode_to_vec(&desired);
+        let mut opts = self.options(policy);
+        opts.leave_files = leave;
         if req.dry_run {
             let plan = self.plan_for(&spec, opts)?;
             let t = now();
@@ -615,9 +633,152 @@ impl Agent {
         let first = op.clone();
         std::thread::Builder::new()
             .name(format!("op-{id}"))
-            .spawn(move || agent.run(op, spec, plan, opts))
+            .spawn(move || agent.run(op, spec, spec_pb, plan, opts))
             .map_err(|e| release(AgentError::Internal(format!("spawn operation thread: {e}"))))?;
         Ok(first)
+    }
+
+    /// Start-up convergence to the NodeSpec drop-ins in `/etc/inplaced/node.d` (called
+    /// after journal recovery, before serving). Reads the `*.yaml` files there, sorted by
+    /// name; when there are any and they differ from the drop-ins of the last applied spec
+    /// (`applied-spec.pb`), starts operation `startup-<first 8 hex digits of the spec
+    /// hash>` (reboot policy CALLER_HANDLES) applying the last applied spec with its
+    /// drop-ins replaced by those on disk. A drop-in that can not be read or does not parse
+    /// is not applied: it is logged with the file and the field and listed in
+    /// `NodeStatus.problems`; a last applied version of it stays in effect and its file is
+    /// left as it is. Returns the operation started (or the existing one of that id), if
+    /// any; every reason not to converge is logged and listed in the problems.
+    pub fn converge_node_d(self: &Arc<Self>) -> Option<pb::Operation> {
+        use crate::spec::{DROPIN_DIR, parse_dropin, validate_dropin_name};
+        let note = |msg: String| {
+            self.problems
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(msg);
+        };
+        let problem = |msg: String| {
+            tracing::warn!("{msg}");
+            note(msg);
+        };
+        let names = match self.root.list_dir(DROPIN_DIR) {
+            Ok(Some(n)) => n,
+            Ok(None) => return None,
+            Err(e) => {
+                problem(format!("node.d drop-ins not read: {e}"));
+                return None;
+            }
+        };
+        let mut good = Vec::new();
+        let mut broken = Vec::new();
+        for name in names {
+            if !name.ends_with(".yaml") || name.starts_with('.') {
+                continue;
+            }
+            let path = format!("{DROPIN_DIR}/{name}");
+            let parsed = validate_dropin_name("name", &name)
+                .map_err(|e| e.to_string())
+                .and_then(|()| match self.root.read_string(&path) {
+                    Ok(Some(text)) => Ok(text),
+                    Ok(None) => Err("vanished while reading".to_string()),
+                    Err(e) => Err(e.to_string()),
+                })
+                .and_then(|text| {
+                    parse_dropin(&name, &text)
+                        .map(|_| text)
+                        .map_err(|e| e.to_string())
+                });
+            match parsed {
+                Ok(content) => good.push(pb::DropIn { name, content }),
+                Err(e) => {
+                    tracing::warn!(file = %path, error = %e, "node.d drop-in not applied");
+                    broken.push((name, path, e));
+                }
+            }
+        }
+        if good.is_empty() && broken.is_empty() {
+            return None;
+        }
+        let applied = match self.state.load_applied_spec() {
+            Ok(Some(s)) => s,
+            Ok(None)
+                if self
+                    .state
+                    .load_record()
+                    .map(|r| r.is_empty())
+                    .unwrap_or(false) =>
+            {
+                pb::NodeSpec::default()
+            }
+            Ok(None) => {
+                problem(
+                    "node.d drop-ins not applied at start-up: the last applied spec is not known (applied by an older inplaced), so converging would revert it; they are applied with the next Apply that carries them"
+                        .to_string(),
+                );
+                return None;
+            }
+            Err(e) => {
+                problem(format!("node.d drop-ins not applied at start-up: {e}"));
+                return None;
+            }
+        };
+        let mut leave = Vec::new();
+        for (name, path, e) in &broken {
+            let kept = applied.dropins.iter().find(|d| &d.name == name);
+            if let Some(d) = kept {
+                good.push(d.clone());
+                leave.push(path.clone());
+            }
+            // logged with the file above
+            note(format!(
+                "{path}: {e}; not applied{}",
+                if kept.is_some() {
+                    " (its last applied version stays in effect)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        good.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut before = applied.dropins.clone();
+        before.sort_by(|a, b| a.name.cmp(&b.name));
+        if good == before {
+            return None;
+        }
+        let desired = pb::NodeSpec {
+            dropins: good,
+            ..applied
+        };
+        let hash = match NodeSpec::from_pb(&desired) {
+            Ok(s) => s.hash(),
+            Err(e) => {
+                problem(format!(
+                    "node.d drop-ins not applied at start-up: {e} (merged with the last applied spec)"
+                ));
+                return None;
+            }
+        };
+        let hex = hash.trim_start_matches("sha256:");
+        let id = format!("startup-{}", &hex[..hex.len().min(8)]);
+        match self.apply_leaving(
+            pb::ApplyRequest {
+                desired: Some(desired),
+                operation_id: id.clone(),
+                reboot_policy: RebootPolicy::CallerHandles as i32,
+                dry_run: false,
+            },
+            leave,
+        ) {
+            Ok(op) => {
+                tracing::info!(operation = %id, "converging to the node.d drop-ins");
+                Some(op)
+            }
+            Err(e) => {
+                problem(format!(
+                    "node.d drop-ins not applied at start-up (operation {id}): {e}"
+                ));
+                None
+            }
+        }
     }
 
     /// Operations waiting for a reboot are superseded by a new operation: their staged
@@ -664,9 +825,16 @@ impl Agent {
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&status)]);
     }
 
-    fn run(self: Arc<Self>, mut op: pb::Operation, spec: NodeSpec, plan: Plan, opts: Options) {
+    fn run(
+        self: Arc<Self>,
+        mut op: pb::Operation,
+        spec: NodeSpec,
+        spec_pb: Vec<u8>,
+        plan: Plan,
+        opts: Options,
+    ) {
         let mut undo = Vec::new();
-        let result = self.execute(&mut op, &spec, &plan, opts, &mut undo);
+        let result = self.execute(&mut op, &spec, &spec_pb, &plan, opts, &mut undo);
         if let Err((phase, msg)) = result {
             let msg = if undo.is_empty() {
                 format!("{msg}; nothing was changed")
@@ -694,6 +862,7 @@ impl Agent {
         &self,
         op: &mut pb::Operation,
         spec: &NodeSpec,
+        spec_pb: &[u8],
         plan: &Plan,
         opts: Options,
         undo: &mut Vec<Undo>,
@@ -903,11 +1072,15 @@ impl Agent {
         };
         // the commit point: once the journal holds the record, a crash rolls forward
         self.state
-            .journal_commit(&op.id, &record, final_phase as i32)
+            .journal_commit(&op.id, spec_pb, &record, final_phase as i32)
             .map_err(|e| fail(format!("recording the applied state: {e}")))?;
         crate::failpoint::hit("record");
         undo.clear();
-        if let Err(e) = self.state.save_record(&record) {
+        if let Err(e) = self
+            .state
+            .save_record(&record)
+            .and_then(|()| self.state.save_applied_spec(spec_pb))
+        {
             // past the commit point: the journal keeps the record and the next start
             // installs it, so the journal stays and nothing is undone
             self.publish(
@@ -1082,6 +1255,9 @@ impl Agent {
             let mut op = self.state.get_operation(&id)?;
             if let Some((record, phase)) = &j.committed {
                 self.state.save_record(record)?;
+                if let Some(spec) = &j.spec {
+                    self.state.save_applied_spec(spec)?;
+                }
                 if let Some(op) = op.as_mut() {
                     op.phase = *phase;
                     op.message = if *phase == Phase::RebootRequired as i32 {
@@ -1312,7 +1488,11 @@ impl Agent {
             managed_items: record.len() as u32,
             preservation: Some(self.preservation.clone()),
             root: self.root.path().display().to_string(),
-            problems: self.problems.clone(),
+            problems: self
+                .problems
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             drift_detections,
         })
     }
@@ -1424,7 +1604,7 @@ impl Agent {
             if want != seen {
                 out.push(pb::Drift {
                     since: None,
-                    id: format!("files[{path}]"),
+                    id: m.item.clone().unwrap_or_else(|| format!("files[{path}]")),
                     expected: want,
                     observed: seen,
                 });

@@ -99,6 +99,8 @@ fn run(args: Args) -> anyhow::Result<()> {
             .then(|| "http://127.0.0.1:10248/healthz".to_string()),
     })
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // journals are settled (Agent::new); converge to node.d before serving
+    agent.converge_node_d();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
         let agent = agent.clone();

@@ -4,7 +4,14 @@
 //! [`plan`] is a pure function of its inputs (no I/O, no clock), so the same inputs give a
 //! byte-identical report. Each change has a stable id (`files[/etc/x]`,
 //! `kubelet.config.maxPods`, `kubelet.flags[max-pods]`, `kernelArgs[isolcpus]`,
-//! `sysctls[vm.max_map_count]`), and changes are sorted by id.
+//! `sysctls[vm.max_map_count]`, `ntp`, `dropins[10-x.yaml]`), and changes are sorted by id.
+//!
+//! The `ntp` section and the node.d drop-ins are written through the same file machinery
+//! as `files` (atomic write, ownership record, revert when dropped), each as one file item
+//! with its own change id: `ntp` edits chrony's config or writes the timesyncd drop-in
+//! (restart of the daemon's unit); `dropins[<name>]` writes
+//! `/etc/inplaced/node.d/<name>` (no disruption; the agent's own area, so the write
+//! policy does not apply; dropping it deletes the file).
 //!
 //! Ownership rules (DESIGN §2): an item dropped from the spec is reverted to what was there
 //! before the agent changed it (a created file is deleted, an overwritten one restored from
@@ -13,6 +20,7 @@
 
 pub mod observe;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
@@ -22,9 +30,10 @@ use crate::config::Config;
 use crate::kubelet::config::{self as kcfg, LeafEdit};
 use crate::kubelet::fields as kcfg_fields;
 use crate::kubelet::flags::{self as kflags};
+use crate::node::accounts::IdRef;
 use crate::node::sysroot::Entry;
 use crate::pb::{self, ChangeOperation, DisruptionLevel};
-use crate::spec::{NodeSpec, sha256_hex};
+use crate::spec::{FileSpec, NodeSpec, sha256_hex};
 use crate::state::{AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, backup_name};
 pub use observe::{FileObs, Observed, observe};
 
@@ -114,6 +123,182 @@ pub struct Options {
     /// Node paths the `files` section may not write, with the owner to name (the agent's
     /// own state directory when it lies inside the sysroot).
     pub reserved: Vec<(String, String)>,
+    /// node.d drop-in paths to leave as they are on the node (a drop-in file that does not
+    /// parse, whose last applied version stays in effect): neither written nor removed,
+    /// their record entries carried over.
+    pub leave_files: Vec<String>,
+}
+
+/// A file the plan writes: an item of the `files` section, or of a section that reuses
+/// the file machinery (`ntp`, `dropins`).
+struct FileItem<'a> {
+    file: Cow<'a, FileSpec>,
+    /// Change id.
+    id: String,
+    /// Marker kept in the record ([`ManagedFile::item`]); None for `files`.
+    item: Option<String>,
+    /// Disruption and reason instead of the path rules.
+    disruption: Option<(pb::Disruption, String)>,
+    /// Before and after summaries instead of the content hashes (server lists for ntp).
+    summary: Option<(String, String)>,
+    /// The agent's own area (node.d): reserved paths and the write policy do not apply,
+    /// no original is saved, and dropping the item deletes the file.
+    agent_owned: bool,
+}
+
+/// Disruption of a file written for `item` (a record marker) at `path`, when it is not
+/// a `files` item: a restart of the time daemon for `ntp`, none for a drop-in.
+fn item_disruption(item: &str, path: &str) -> Option<pb::Disruption> {
+    if item == "ntp" {
+        let unit = crate::ntp::unit_for_path(path)?;
+        return Some(disruption(DisruptionLevel::Restart, &[unit]));
+    }
+    item.starts_with("dropins[")
+        .then(|| disruption(DisruptionLevel::None, &[]))
+}
+
+/// Server list summary of an ntp file's content (`none` when it names no server).
+fn ntp_summary(path: &str, content: &[u8]) -> String {
+    let servers = crate::ntp::servers_in(path, &String::from_utf8_lossy(content));
+    if servers.is_empty() {
+        "none".into()
+    } else {
+        servers.join(" ")
+    }
+}
+
+/// The file items of `desired`: its `files`, the ntp file and the drop-ins. A section
+/// that can not be written at all (no time daemon, an unreadable chrony.conf) gives a
+/// change that is not covered instead.
+fn file_items<'a>(desired: &'a NodeSpec, obs: &Observed) -> (Vec<FileItem<'a>>, Vec<pb::Change>) {
+    let mut items: Vec<FileItem<'a>> = desired
+        .files
+        .iter()
+        .map(|f| FileItem {
+            id: format!("files[{}]", f.path),
+            file: Cow::Borrowed(f),
+            item: None,
+            disruption: None,
+            summary: None,
+            agent_owned: false,
+        })
+        .collect();
+    let mut refused = Vec::new();
+    if let (Some(ntp), Some(found)) = (&desired.ntp, &obs.ntp) {
+        let after = ntp.servers.join(" ");
+        let not_covered = |reason: String, targets: Vec<String>, d: pb::Disruption| {
+            ChangeBuilder {
+                id: "ntp".into(),
+                op: ChangeOperation::Update,
+                before: String::new(),
+                after: after.clone(),
+                covered: Err(reason),
+                disruption: d,
+                targets,
+            }
+            .build()
+        };
+        match found {
+            Err(why) => refused.push(not_covered(
+                why.clone(),
+                vec![],
+                disruption(DisruptionLevel::None, &[]),
+            )),
+            Ok(daemon) => {
+                let restart = disruption(DisruptionLevel::Restart, &[daemon.unit]);
+                let obs_file = obs
+                    .files
+                    .get(daemon.path)
+                    .cloned()
+                    .unwrap_or(FileObs::Absent);
+                let current = match &obs_file {
+                    FileObs::File { content, entry } => Ok(Some((content.clone(), *entry))),
+                    FileObs::Absent => Ok(None),
+                    FileObs::Conflict(c) => Err(c.clone()),
+                };
+                let built = current.and_then(|cur| {
+                    let before = cur
+                        .as_ref()
+                        .map(|(c, _)| ntp_summary(daemon.path, c))
+                        .unwrap_or_else(|| "absent".into());
+                    if !daemon.edits_in_place() {
+                        let content = crate::ntp::timesyncd_dropin(&ntp.servers).into_bytes();
+                        return Ok((content, 0o644, None, before));
+                    }
+                    let (text, meta) = match &cur {
+                        Some((c, e)) => (
+                            String::from_utf8(c.clone()).map_err(|_| {
+                                format!(
+                                    "{} is not UTF-8 text; inplaced edits only text it can keep byte for byte",
+                                    daemon.path
+                                )
+                            })?,
+                            Some((e.uid, e.gid)),
+                        ),
+                        None => (String::new(), None),
+                    };
+                    let mode = cur.as_ref().map(|(_, e)| e.mode).unwrap_or(0o644);
+                    let content = crate::ntp::chrony_edit(&text, &ntp.servers).into_bytes();
+                    Ok((content, mode, meta, before))
+                });
+                match built {
+                    Err(why) => {
+                        refused.push(not_covered(why, vec![daemon.path.to_string()], restart))
+                    }
+                    Ok((content, mode, owner, before)) => {
+                        let reason = if daemon.edits_in_place() {
+                            format!(
+                                "{}: its server and pool lines are replaced, every other line kept; {} restart",
+                                daemon.evidence, daemon.unit
+                            )
+                        } else {
+                            format!(
+                                "{}: the drop-in {} sets NTP=; {} restart",
+                                daemon.evidence, daemon.path, daemon.unit
+                            )
+                        };
+                        items.push(FileItem {
+                            file: Cow::Owned(FileSpec {
+                                path: daemon.path.to_string(),
+                                sha256: sha256_hex(&content),
+                                content,
+                                mode,
+                                owner: owner.map(|(u, _)| IdRef::Id(u)),
+                                group: owner.map(|(_, g)| IdRef::Id(g)),
+                            }),
+                            id: "ntp".into(),
+                            item: Some("ntp".into()),
+                            disruption: Some((restart, reason)),
+                            summary: Some((before, after)),
+                            agent_owned: false,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for d in &desired.dropins {
+        let id = format!("dropins[{}]", d.name);
+        items.push(FileItem {
+            file: Cow::Owned(FileSpec {
+                path: d.path(),
+                content: d.content.clone().into_bytes(),
+                mode: 0o644,
+                owner: None,
+                group: None,
+                sha256: d.sha256.clone(),
+            }),
+            item: Some(id.clone()),
+            id,
+            disruption: Some((
+                disruption(DisruptionLevel::None, &[]),
+                "the NodeSpec drop-in is kept in /etc/inplaced/node.d (its items are merged into the spec); no disruption".into(),
+            )),
+            summary: None,
+            agent_owned: true,
+        });
+    }
+    (items, refused)
 }
 
 fn disruption(level: DisruptionLevel, units: &[&str]) -> pb::Disruption {
@@ -283,29 +468,46 @@ pub fn builtin_disruption(
 }
 
 /// Reason of a change that resets the kubelet's CPU or memory manager.
-const RESET_REASON: &str = "changes the CPU or memory manager: drain the node first; the kubelet is stopped, its manager checkpoint (/var/lib/kubelet/cpu_manager_state or memory_manager_state) removed, and started again, as the kubelet requires";
+const RESET_REASON: &str = "changes the CPU, memory or topology manager: drain the node first; the kubelet is stopped, its manager checkpoint (/var/lib/kubelet/cpu_manager_state or memory_manager_state) removed, and started again, as the kubelet requires";
 
 /// Kubelet checkpoints invalidated by a change of these fields (`flags` = kubelet flag
 /// names, else KubeletConfiguration field names): the kubelet refuses to start when the
-/// CPU or memory manager policy or its reserved set no longer matches its checkpoint.
+/// CPU or memory manager policy or its reserved set no longer matches its checkpoint. The
+/// topology manager's policy, scope and options decide how both managers align their
+/// assignments, so a change of them invalidates both checkpoints.
+///
+/// Returns node paths under `/var/lib/kubelet`, in the order the names ask for them (a
+/// path may repeat; callers collect them into a set).
 pub fn kubelet_state_files(names: &[&str], flags: bool) -> Vec<String> {
     let mut out = Vec::new();
     for n in names {
         let (cpu, mem) = if flags {
+            let topology = matches!(
+                *n,
+                "topology-manager-policy"
+                    | "topology-manager-scope"
+                    | "topology-manager-policy-options"
+            );
             (
-                matches!(
-                    *n,
-                    "cpu-manager-policy" | "cpu-manager-policy-options" | "reserved-cpus"
-                ),
-                matches!(*n, "memory-manager-policy" | "reserved-memory"),
+                topology
+                    || matches!(
+                        *n,
+                        "cpu-manager-policy" | "cpu-manager-policy-options" | "reserved-cpus"
+                    ),
+                topology || matches!(*n, "memory-manager-policy" | "reserved-memory"),
             )
         } else {
+            let topology = matches!(
+                *n,
+                "topologyManagerPolicy" | "topologyManagerScope" | "topologyManagerPolicyOptions"
+            );
             (
-                matches!(
-                    *n,
-                    "cpuManagerPolicy" | "cpuManagerPolicyOptions" | "reservedSystemCPUs"
-                ),
-                matches!(*n, "memoryManagerPolicy" | "reservedMemory"),
+                topology
+                    || matches!(
+                        *n,
+                        "cpuManagerPolicy" | "cpuManagerPolicyOptions" | "reservedSystemCPUs"
+                    ),
+                topology || matches!(*n, "memoryManagerPolicy" | "reservedMemory"),
             )
         };
         if cpu {
@@ -339,6 +541,8 @@ pub fn config_id(path: &[String]) -> String {
 
 struct Planner<'a> {
     desired: &'a NodeSpec,
+    /// Files to write, from every section that writes whole files.
+    items: Vec<FileItem<'a>>,
     obs: &'a Observed,
     record: &'a AppliedRecord,
     config: &'a Config,
@@ -380,13 +584,15 @@ pub fn plan(
     for (p, what) in &opts.reserved {
         reserved.insert(p.clone(), what.clone());
     }
+    let (items, refused) = file_items(desired, obs);
     let mut p = Planner {
         desired,
+        items,
         obs,
         record,
         config,
         opts,
-        changes: Vec::new(),
+        changes: refused,
         steps: Steps::default(),
         next: AppliedRecord {
             spec_hash: spec_hash.clone(),
@@ -498,8 +704,16 @@ impl Planner<'_> {
     }
 
     fn files(&mut self) {
-        for f in &self.desired.files {
-            let id = format!("files[{}]", f.path);
+        let items = std::mem::take(&mut self.items);
+        for it in &items {
+            let f: &FileSpec = &it.file;
+            if it.agent_owned && self.opts.leave_files.contains(&f.path) {
+                if let Some(m) = self.record.files.get(&f.path) {
+                    self.next.files.insert(f.path.clone(), m.clone());
+                }
+                continue;
+            }
+            let id = it.id.clone();
             let obs = self
                 .obs
                 .files
@@ -514,10 +728,14 @@ impl Planner<'_> {
                 (Some(g), _) => self.obs.accounts.gid(g),
                 (None, _) => Ok(0),
             };
-            let (d, reason) = self.file_disruption(&f.path);
+            let (d, reason) = it
+                .disruption
+                .clone()
+                .unwrap_or_else(|| self.file_disruption(&f.path));
             let reserved = self
                 .reserved
                 .iter()
+                .filter(|_| !it.agent_owned)
                 .find(|(p, _)| f.path == **p || f.path.starts_with(&format!("{p}/")));
             let problem = if let Some((_, owner)) = reserved {
                 Some(format!(
@@ -535,7 +753,12 @@ impl Planner<'_> {
                 Some(e.clone())
             } else if let Err(e) = &gid {
                 Some(e.clone())
-            } else if let Some(p) = self.config.policy.refuses(&f.path) {
+            } else if let Some(p) = self
+                .config
+                .policy
+                .refuses(&f.path)
+                .filter(|_| !it.agent_owned)
+            {
                 Some(p)
             } else if f.content.len() as u64 > self.config.policy.max_file_bytes {
                 Some(format!(
@@ -567,6 +790,8 @@ impl Planner<'_> {
                 Some(h) => format!("sha256:{h}"),
                 None => obs.fingerprint(),
             };
+            let (obs_summary, after_summary) =
+                it.summary.clone().unwrap_or((obs_summary, after_summary));
             if let Some(problem) = problem {
                 self.push(ChangeBuilder {
                     id,
@@ -620,6 +845,12 @@ impl Planner<'_> {
                 }
                 FileObs::Conflict(_) => (None, Original::Absent, None),
             };
+            // node.d mirrors the spec's drop-ins: nothing to restore, a dropped one goes
+            let (original, save) = if it.agent_owned {
+                (Original::Absent, None)
+            } else {
+                (original, save)
+            };
             let created_dirs = self
                 .record
                 .files
@@ -635,6 +866,7 @@ impl Planner<'_> {
                     gid,
                     original,
                     created_dirs,
+                    item: it.item.clone(),
                 },
             );
             if let Some(op) = op {
@@ -662,14 +894,22 @@ impl Planner<'_> {
             }
         }
         // files dropped from the spec
-        let desired: BTreeSet<&str> = self.desired.files.iter().map(|f| f.path.as_str()).collect();
+        let desired: BTreeSet<&str> = items.iter().map(|it| it.file.path.as_str()).collect();
         for (path, m) in &self.record.files {
             if desired.contains(path.as_str()) {
                 continue;
             }
-            let id = format!("files[{path}]");
+            let id = m.item.clone().unwrap_or_else(|| format!("files[{path}]"));
             let obs = self.obs.files.get(path).cloned().unwrap_or(FileObs::Absent);
-            let (d, _) = self.file_disruption(path);
+            let d = match m.item.as_deref().and_then(|i| item_disruption(i, path)) {
+                Some(d) => d,
+                None => self.file_disruption(path).0,
+            };
+            let is_ntp = m.item.as_deref() == Some("ntp");
+            let obs_content = match &obs {
+                FileObs::File { content, .. } => Some(content.as_slice()),
+                _ => None,
+            };
             match &m.original {
                 Original::Unchanged => {}
                 Original::Absent => {
@@ -683,7 +923,10 @@ impl Planner<'_> {
                         self.push(ChangeBuilder {
                             id,
                             op: ChangeOperation::Delete,
-                            before: summary_of_obs(&obs),
+                            before: match obs_content {
+                                Some(c) if is_ntp => ntp_summary(path, c),
+                                _ => summary_of_obs(&obs),
+                            },
                             after: "absent".into(),
                             covered: Ok("created by inplaced and dropped from the spec: deleted"),
                             disruption: d,
@@ -730,11 +973,15 @@ impl Planner<'_> {
                         managed_file: false,
                     });
                     self.steps.drop_originals.push(backup.clone());
+                    let (before, after) = match obs_content {
+                        Some(c) if is_ntp => (ntp_summary(path, c), ntp_summary(path, bytes)),
+                        _ => (summary_of_obs(&obs), file_summary(bytes, *mode, *uid, *gid)),
+                    };
                     self.push(ChangeBuilder {
                         id,
                         op: ChangeOperation::Update,
-                        before: summary_of_obs(&obs),
-                        after: file_summary(bytes, *mode, *uid, *gid),
+                        before,
+                        after,
                         covered: Ok("dropped from the spec: the original saved before the first overwrite is restored"),
                         disruption: d,
                         targets: vec![path.clone()],

@@ -126,6 +126,9 @@ pub struct Observed {
     pub sysctls: SysctlObs,
     /// Whether kernel arguments are in play (desired or recorded).
     pub kernel_args_managed: bool,
+    /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked
+    /// for ([`crate::ntp::detect`]); its file is in `files`.
+    pub ntp: Option<Result<crate::ntp::Daemon, String>>,
 }
 
 /// Errors observing the node (I/O failures other than "absent").
@@ -254,6 +257,21 @@ pub fn observe(
     for f in &desired.files {
         files.insert(f.path.clone(), observe_file(root, &f.path)?);
     }
+    for d in &desired.dropins {
+        let path = d.path();
+        let obs = observe_file(root, &path)?;
+        files.insert(path, obs);
+    }
+    let ntp = desired.ntp.as_ref().map(|_| {
+        // a path that can not be looked at (a symlinked /lib) counts as absent; the other
+        // candidates are tried
+        crate::ntp::detect(|p| matches!(root.stat(p), Ok(Some(_))))
+    });
+    if let Some(Ok(d)) = &ntp
+        && !files.contains_key(d.path)
+    {
+        files.insert(d.path.to_string(), observe_file(root, d.path)?);
+    }
     for (path, m) in &record.files {
         if !files.contains_key(path) {
             files.insert(path.clone(), observe_file(root, path)?);
@@ -364,5 +382,6 @@ pub fn observe(
         proc_cmdline,
         sysctls,
         kernel_args_managed: !desired.kernel_args.is_empty() || !record.kernel_args.is_empty(),
+        ntp,
     })
 }

@@ -71,6 +71,246 @@ pub struct NodeSpec {
     pub kernel_args: Vec<String>,
     /// Sysctls, dotted key → value.
     pub sysctls: BTreeMap<String, String>,
+    /// Time sources for the node's time daemon; None = not managed.
+    pub ntp: Option<NtpSpec>,
+    /// The node.d drop-ins, sorted by name. Their items are already merged into the
+    /// fields above; each is also kept as `/etc/inplaced/node.d/<name>`.
+    pub dropins: Vec<DropInSpec>,
+}
+
+/// Validated time sources (`ntp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NtpSpec {
+    /// NTP servers in order of preference, at least one.
+    pub servers: Vec<String>,
+}
+
+/// A validated NodeSpec drop-in (`dropins[i]`), kept in [`DROPIN_DIR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropInSpec {
+    /// File name (`[A-Za-z0-9._-]`, ending in `.yaml`).
+    pub name: String,
+    /// The YAML document, as given.
+    pub content: String,
+    /// Lower-case hex SHA-256 of `content`.
+    pub sha256: String,
+}
+
+impl DropInSpec {
+    /// Node path of the drop-in: `/etc/inplaced/node.d/<name>`.
+    pub fn path(&self) -> String {
+        format!("{DROPIN_DIR}/{}", self.name)
+    }
+}
+
+/// The directory of NodeSpec drop-ins on the node.
+pub const DROPIN_DIR: &str = "/etc/inplaced/node.d";
+
+/// Validates a drop-in file name: 1-255 bytes of `[A-Za-z0-9._-]`, not starting with `.`,
+/// ending in `.yaml` after a non-empty stem.
+pub fn validate_dropin_name(field: &str, name: &str) -> Result<(), SpecError> {
+    let ok = name.len() <= 255
+        && name.len() > ".yaml".len()
+        && name.ends_with(".yaml")
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            field,
+            format!(
+                "{name:?} is not a valid drop-in name; use A-Z a-z 0-9 . _ -, not starting with '.', ending in .yaml (e.g. 10-tuning.yaml)"
+            ),
+        ))
+    }
+}
+
+/// Parses and validates one drop-in document (a NodeSpec in the YAML file form) on its
+/// own, before merging. Errors name the field prefixed with `dropins[<name>].`
+/// (`dropins[10-x.yaml].sysctls[vm.x]`; a YAML syntax error is `dropins[<name>].spec`);
+/// a drop-in that has drop-ins of its own is refused.
+pub fn parse_dropin(name: &str, content: &str) -> Result<NodeSpec, SpecError> {
+    let prefix = |e: SpecError| SpecError::new(format!("dropins[{name}].{}", e.field), e.message);
+    let p = yaml::parse(content).map_err(prefix)?;
+    if !p.dropins.is_empty() {
+        return Err(SpecError::new(
+            format!("dropins[{name}].dropins"),
+            "a drop-in can not hold drop-ins; put each document in /etc/inplaced/node.d itself",
+        ));
+    }
+    NodeSpec::from_pb_items(&p).map_err(prefix)
+}
+
+fn validate_ntp_server(field: &str, s: &str) -> Result<(), SpecError> {
+    if s.is_empty() {
+        return Err(SpecError::new(
+            field,
+            "server is empty; give a host name or address such as ntp1.example.com",
+        ));
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{s:?} contains whitespace or a control character; give one host name or address"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Where each item of a merged spec comes from, for errors naming both sources.
+#[derive(Default)]
+struct Sources {
+    files: BTreeMap<String, String>,
+    leaves: Vec<(Vec<String>, serde_json::Value, String)>,
+    flags: BTreeMap<String, String>,
+    sysctls: BTreeMap<String, (String, String)>,
+    ntp: Option<String>,
+}
+
+impl Sources {
+    /// Records the items of `part`, found under `prefix` (`""` for the spec itself,
+    /// `dropins[x].` for a drop-in), and merges them into `spec`; an item that is set
+    /// differently by an earlier source is an error naming both.
+    fn merge(
+        &mut self,
+        spec: &mut NodeSpec,
+        part: NodeSpec,
+        prefix: &str,
+    ) -> Result<(), SpecError> {
+        for (j, f) in part.files.into_iter().enumerate() {
+            let src = format!("{prefix}files[{j}]");
+            if let Some(other) = self.files.get(&f.path) {
+                return Err(SpecError::new(
+                    format!("{src}.path"),
+                    format!("{} is also written by {other}; give each path once", f.path),
+                ));
+            }
+            self.files.insert(f.path.clone(), src);
+            spec.files.push(f);
+        }
+        if let Some(cfg) = part.kubelet_config {
+            let src = format!("{prefix}kubelet.config");
+            let leaves = crate::kubelet::config::leaves(&serde_json::Value::Object(cfg.clone()));
+            // leaves of one document never clash with each other: only earlier sources
+            // are checked, so a spec without drop-ins costs no quadratic scan
+            for (path, value) in leaves.iter().filter(|_| !self.leaves.is_empty()) {
+                let clash = self.leaves.iter().find(|(p, v, _)| {
+                    let n = p.len().min(path.len());
+                    p[..n] == path[..n] && (p.len() != path.len() || v != value)
+                });
+                if let Some((p, v, other)) = clash {
+                    return Err(SpecError::new(
+                        format!("{src}.{}", path.join(".")),
+                        format!(
+                            "{other}.{} is already set to {v}; a field may be set by several sources only with the same value",
+                            p.join(".")
+                        ),
+                    ));
+                }
+            }
+            match &mut spec.kubelet_config {
+                None => spec.kubelet_config = Some(cfg),
+                Some(map) => {
+                    for (path, value) in &leaves {
+                        set_leaf(map, path, value.clone());
+                    }
+                }
+            }
+            self.leaves
+                .extend(leaves.into_iter().map(|(p, v)| (p, v, src.clone())));
+        }
+        for (name, value) in part.kubelet_flags {
+            let src = format!("{prefix}kubelet.flags[{name}]");
+            match spec.kubelet_flags.get(&name) {
+                Some(v) if *v != value => {
+                    return Err(SpecError::new(
+                        src,
+                        format!(
+                            "{} sets it to {v:?}, this source to {value:?}; set it once",
+                            self.flags.get(&name).cloned().unwrap_or_default()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.flags.insert(name.clone(), src);
+                    spec.kubelet_flags.insert(name, value);
+                }
+            }
+        }
+        if prefix.is_empty() {
+            // the spec's own list is kept as written, duplicates included
+            spec.kernel_args.extend(part.kernel_args);
+        } else {
+            for a in part.kernel_args {
+                if !spec.kernel_args.contains(&a) {
+                    spec.kernel_args.push(a);
+                }
+            }
+        }
+        for (key, value) in part.sysctls {
+            let src = format!("{prefix}sysctls[{key}]");
+            let canonical = crate::plan::observe::sysctl_path(&key);
+            match self.sysctls.get(&canonical) {
+                Some((k, other)) if *k != key || spec.sysctls.get(k) != Some(&value) => {
+                    return Err(SpecError::new(
+                        src,
+                        format!(
+                            "{other} sets the same kernel parameter ({canonical}) to {:?}; set it once, with one spelling",
+                            spec.sysctls.get(k).cloned().unwrap_or_default()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.sysctls.insert(canonical, (key.clone(), src));
+                    spec.sysctls.insert(key, value);
+                }
+            }
+        }
+        if let Some(ntp) = part.ntp {
+            let src = format!("{prefix}ntp");
+            if let Some(other) = &self.ntp {
+                return Err(SpecError::new(
+                    src,
+                    format!("ntp is already set by {other}; set it once"),
+                ));
+            }
+            self.ntp = Some(src);
+            spec.ntp = Some(ntp);
+        }
+        Ok(())
+    }
+}
+
+/// Sets `value` at `path` in `map`, creating the objects on the way.
+fn set_leaf(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    path: &[String],
+    value: serde_json::Value,
+) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = map;
+    for k in parents {
+        let next = cur
+            .entry(k.clone())
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if !next.is_object() {
+            *next = serde_json::Value::Object(Default::default());
+        }
+        let serde_json::Value::Object(m) = next else {
+            return;
+        };
+        cur = m;
+    }
+    cur.insert(last.clone(), value);
 }
 
 fn validate_path(field: &str, path: &str) -> Result<(), SpecError> {
@@ -247,8 +487,56 @@ fn validate_kernel_arg(field: &str, arg: &str) -> Result<(), SpecError> {
 }
 
 impl NodeSpec {
-    /// Validates a wire spec. Errors name the first offending field.
+    /// Validates a wire spec and merges its drop-ins into it. Errors name the first
+    /// offending field: `files[2].path`, `ntp.servers[0]`, `dropins[1].name`, or inside a
+    /// drop-in `dropins[<name>].<field>`. An item set by two sources (the spec and a
+    /// drop-in, or two drop-ins) with different values is an error naming both; the same
+    /// value twice is accepted, kernel arguments are added once. A `files` item at a path
+    /// the `ntp` section writes ([`crate::ntp::PATHS`]) is an error naming both.
     pub fn from_pb(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
+        let own = NodeSpec::from_pb_items(p)?;
+        let mut names = BTreeMap::new();
+        for (i, d) in p.dropins.iter().enumerate() {
+            let field = format!("dropins[{i}].name");
+            validate_dropin_name(&field, &d.name)?;
+            if let Some(j) = names.insert(d.name.as_str(), i) {
+                return Err(SpecError::new(
+                    field,
+                    format!("{} is also dropins[{j}]; give each name once", d.name),
+                ));
+            }
+        }
+        let mut spec = NodeSpec::default();
+        let mut sources = Sources::default();
+        sources.merge(&mut spec, own, "")?;
+        let mut dropins: Vec<&pb::DropIn> = p.dropins.iter().collect();
+        dropins.sort_by(|a, b| a.name.cmp(&b.name));
+        for d in dropins {
+            let part = parse_dropin(&d.name, &d.content)?;
+            sources.merge(&mut spec, part, &format!("dropins[{}].", d.name))?;
+            spec.dropins.push(DropInSpec {
+                name: d.name.clone(),
+                sha256: sha256_hex(d.content.as_bytes()),
+                content: d.content.clone(),
+            });
+        }
+        if let Some(ntp_src) = &sources.ntp {
+            for path in crate::ntp::PATHS {
+                if let Some(src) = sources.files.get(*path) {
+                    return Err(SpecError::new(
+                        format!("{src}.path"),
+                        format!(
+                            "{path} is written by the ntp section ({ntp_src}); drop the file item or the ntp section"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Validates the items of one document (no drop-ins).
+    fn from_pb_items(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
         let mut files = Vec::with_capacity(p.files.len());
         let mut seen = BTreeMap::new();
         for (i, f) in p.files.iter().enumerate() {
@@ -323,6 +611,16 @@ impl NodeSpec {
             }
             spec.sysctls.insert(k.clone(), v.clone());
         }
+        if let Some(ntp) = &p.ntp
+            && !ntp.servers.is_empty()
+        {
+            for (i, s) in ntp.servers.iter().enumerate() {
+                validate_ntp_server(&format!("ntp.servers[{i}]"), s)?;
+            }
+            spec.ntp = Some(NtpSpec {
+                servers: ntp.servers.clone(),
+            });
+        }
         Ok(spec)
     }
 
@@ -342,13 +640,24 @@ impl NodeSpec {
                 })
             })
             .collect();
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "files": files,
             "kubeletConfig": self.kubelet_config.clone().map(serde_json::Value::Object).map(canonical),
             "kubeletFlags": self.kubelet_flags,
             "kernelArgs": self.kernel_args,
             "sysctls": self.sysctls,
         });
+        // only when set, so the hash of a spec without them is what it always was
+        if let Some(ntp) = &self.ntp {
+            v["ntp"] = serde_json::json!(ntp.servers);
+        }
+        if !self.dropins.is_empty() {
+            v["dropins"] = self
+                .dropins
+                .iter()
+                .map(|d| serde_json::json!({"name": d.name, "content": d.sha256}))
+                .collect();
+        }
         let text = serde_json::to_string(&canonical(v)).unwrap_or_default();
         format!("sha256:{}", sha256_hex(text.as_bytes()))
     }
@@ -492,6 +801,170 @@ mod tests {
         assert_ne!(h1, NodeSpec::from_pb(&b).unwrap().hash());
         assert_eq!(h1, NodeSpec::from_pb(&a.clone()).unwrap().hash());
         assert!(h1.starts_with("sha256:"));
+    }
+
+    fn with_dropins(main: &str, dropins: &[(&str, &str)]) -> Result<NodeSpec, SpecError> {
+        let mut p = yaml::parse(main).unwrap();
+        p.dropins = dropins
+            .iter()
+            .map(|(n, c)| pb::DropIn {
+                name: n.to_string(),
+                content: c.to_string(),
+            })
+            .collect();
+        NodeSpec::from_pb(&p)
+    }
+
+    #[test]
+    fn ntp_servers_are_validated() {
+        let e = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: [a, \"b c\"]\n").unwrap())
+            .unwrap_err();
+        assert_eq!(e.field, "ntp.servers[1]");
+        let e = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: [\"\"]\n").unwrap()).unwrap_err();
+        assert_eq!(e.field, "ntp.servers[0]");
+        let empty = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: []\n").unwrap()).unwrap();
+        assert_eq!(empty.ntp, None);
+        assert_eq!(empty.hash(), NodeSpec::default().hash());
+    }
+
+    #[test]
+    fn a_file_at_the_ntp_path_names_both() {
+        let e = NodeSpec::from_pb(
+            &yaml::parse("ntp:\n  servers: [a]\nfiles:\n- path: /etc/chrony.conf\n").unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "files[0].path");
+        assert!(e.message.contains("ntp"), "{e}");
+        let e = with_dropins(
+            "ntp:\n  servers: [a]\n",
+            &[(
+                "10-t.yaml",
+                "files:\n- path: /etc/systemd/timesyncd.conf.d/inplaced-ntp.conf\n",
+            )],
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "dropins[10-t.yaml].files[0].path");
+        assert!(e.message.contains("(ntp)"), "{e}");
+    }
+
+    #[test]
+    fn dropin_names_are_validated() {
+        for (bad, field) in [
+            ("x.yml", "dropins[0].name"),
+            ("../x.yaml", "dropins[0].name"),
+            (".yaml", "dropins[0].name"),
+            ("a b.yaml", "dropins[0].name"),
+        ] {
+            let e = with_dropins("", &[(bad, "")]).unwrap_err();
+            assert_eq!(e.field, field, "{bad}: {e}");
+        }
+        let e = with_dropins("", &[("a.yaml", ""), ("a.yaml", "")]).unwrap_err();
+        assert_eq!(e.field, "dropins[1].name");
+        assert!(e.message.contains("dropins[0]"), "{e}");
+    }
+
+    #[test]
+    fn dropins_merge_into_the_spec() {
+        let s = with_dropins(
+            "sysctls: {vm.swappiness: \"10\"}\nkernelArgs: [a=1]\nkubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
+            &[
+                (
+                    "20-b.yaml",
+                    "kernelArgs: [a=1, b=2]\nkubelet:\n  config:\n    systemReserved: {memory: 1Gi}\n  flags: {max-pods: \"250\"}\n",
+                ),
+                (
+                    "10-a.yaml",
+                    "sysctls: {vm.swappiness: \"10\", vm.max_map_count: \"262144\"}\nfiles:\n- path: /etc/x\nntp:\n  servers: [n1]\n",
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.kernel_args, vec!["a=1", "b=2"]);
+        assert_eq!(s.sysctls.len(), 2);
+        assert_eq!(s.files[0].path, "/etc/x");
+        assert_eq!(s.kubelet_flags["max-pods"], "250");
+        assert_eq!(
+            serde_json::Value::Object(s.kubelet_config.clone().unwrap()),
+            serde_json::json!({"systemReserved": {"cpu": "500m", "memory": "1Gi"}})
+        );
+        assert_eq!(s.ntp.as_ref().unwrap().servers, vec!["n1"]);
+        // sorted by name
+        let names: Vec<&str> = s.dropins.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, vec!["10-a.yaml", "20-b.yaml"]);
+        assert_eq!(s.dropins[0].path(), "/etc/inplaced/node.d/10-a.yaml");
+    }
+
+    #[test]
+    fn conflicts_between_sources_name_both() {
+        // main spec, drop-ins, field of the error, source its message names
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case] = &[
+            (
+                "files:\n- path: /etc/x\n",
+                &[("a.yaml", "files:\n- path: /etc/x\n")],
+                "dropins[a.yaml].files[0].path",
+                "files[0]",
+            ),
+            (
+                "kubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
+                &[(
+                    "a.yaml",
+                    "kubelet:\n  config:\n    systemReserved: {cpu: 1}\n",
+                )],
+                "dropins[a.yaml].kubelet.config.systemReserved.cpu",
+                "kubelet.config.systemReserved.cpu",
+            ),
+            (
+                "",
+                &[
+                    ("a.yaml", "kubelet:\n  flags: {max-pods: \"1\"}\n"),
+                    ("b.yaml", "kubelet:\n  flags: {max-pods: \"2\"}\n"),
+                ],
+                "dropins[b.yaml].kubelet.flags[max-pods]",
+                "dropins[a.yaml].kubelet.flags[max-pods]",
+            ),
+            (
+                "sysctls: {vm.swappiness: \"1\"}\n",
+                &[("a.yaml", "sysctls: {vm.swappiness: \"2\"}\n")],
+                "dropins[a.yaml].sysctls[vm.swappiness]",
+                "sysctls[vm.swappiness]",
+            ),
+            (
+                "ntp:\n  servers: [a]\n",
+                &[("a.yaml", "ntp:\n  servers: [a]\n")],
+                "dropins[a.yaml].ntp",
+                "ntp",
+            ),
+            (
+                "",
+                &[("a.yaml", "dropins:\n- name: b.yaml\n")],
+                "dropins[a.yaml].dropins",
+                "can not hold drop-ins",
+            ),
+            (
+                "",
+                &[("a.yaml", "sysctls: {vm.swappiness: \"\"}\n")],
+                "dropins[a.yaml].sysctls[vm.swappiness]",
+                "non-empty",
+            ),
+            (
+                "",
+                &[("a.yaml", "filez: []\n")],
+                "dropins[a.yaml].spec",
+                "filez",
+            ),
+        ];
+        for (main, dropins, field, names) in cases {
+            let e = with_dropins(main, dropins).unwrap_err();
+            assert_eq!(&e.field, field, "{e}");
+            assert!(e.message.contains(names), "{e}");
+        }
+        // the same value from two sources is fine
+        with_dropins(
+            "kubelet:\n  flags: {max-pods: \"1\"}\n",
+            &[("a.yaml", "kubelet:\n  flags: {max-pods: \"1\"}\n")],
+        )
+        .unwrap();
     }
 
     #[test]

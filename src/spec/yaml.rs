@@ -12,6 +12,12 @@
 //!   flags: {max-pods: "250"}
 //! kernelArgs: [isolcpus=2-7, nohz_full=2-7]
 //! sysctls: {vm.max_map_count: "262144"}
+//! ntp:
+//!   servers: [ntp1.example.com, ntp2.example.com]
+//! dropins:                  # NodeSpec drop-ins kept in /etc/inplaced/node.d
+//!   - name: 10-tuning.yaml
+//!     content: |
+//!       sysctls: {vm.swappiness: "10"}
 //! ```
 //!
 //! Unknown keys are refused (a misspelt section must not be silently ignored). `mode` must
@@ -39,6 +45,26 @@ struct YamlSpec {
     kernel_args: Vec<String>,
     #[serde(default)]
     sysctls: BTreeMap<String, Value>,
+    #[serde(default)]
+    ntp: Option<YamlNtp>,
+    #[serde(default)]
+    dropins: Vec<YamlDropIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlNtp {
+    #[serde(default)]
+    servers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlDropIn {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    content: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -140,6 +166,8 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
             kubelet: None,
             kernel_args: vec![],
             sysctls: BTreeMap::new(),
+            ntp: None,
+            dropins: vec![],
         }
     } else {
         serde_saphyr::from_str(text).map_err(|e| SpecError::new("spec", e.to_string()))?
@@ -223,6 +251,15 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
         let value = scalar_string(&format!("sysctls[{k}]"), &v)?;
         out.sysctls.insert(k, value);
     }
+    out.ntp = y.ntp.map(|n| pb::Ntp { servers: n.servers });
+    out.dropins = y
+        .dropins
+        .into_iter()
+        .map(|d| pb::DropIn {
+            name: d.name,
+            content: d.content,
+        })
+        .collect();
     Ok(out)
 }
 
@@ -264,6 +301,16 @@ mod tests {
         let p = parse("sysctls:\n  vm.max_map_count: 262144\nkubelet:\n  flags:\n    max-pods: 250\n  config:\n    maxPods: 250\n").unwrap();
         assert_eq!(p.sysctls["vm.max_map_count"], "262144");
         assert_eq!(p.kubelet.as_ref().unwrap().flags["max-pods"], "250");
+    }
+
+    #[test]
+    fn ntp_and_dropins() {
+        let p = parse("ntp:\n  servers: [a.example, b.example]\ndropins:\n- name: 10-x.yaml\n  content: \"sysctls: {vm.swappiness: 10}\"\n").unwrap();
+        assert_eq!(p.ntp.unwrap().servers, vec!["a.example", "b.example"]);
+        assert_eq!(p.dropins[0].name, "10-x.yaml");
+        assert_eq!(p.dropins[0].content, "sysctls: {vm.swappiness: 10}");
+        let e = parse("ntp:\n  server: [a]\n").unwrap_err();
+        assert!(e.to_string().contains("server"), "{e}");
     }
 
     #[test]
