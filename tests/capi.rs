@@ -678,3 +678,63 @@ async fn failures_and_unreachable_agents() {
         "{upd}"
     );
 }
+
+/// A NodeSpec drop-in carried as a KubeadmConfig file: the agent merges it (not written
+/// blindly as a file), UpdateMachine leaves exactly that document in node.d and applies
+/// its sysctl; a drop-in item the node can not apply (a kernel argument under reboot policy
+/// `forbidden`) keeps `spec.files` uncovered, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_d_dropin_from_a_kubeadm_config() {
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let doc = "sysctls:\n  vm.swappiness: \"10\"\n";
+    let mut req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    req["desired"]["bootstrapConfig"]["spec"]["files"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"path": "/etc/inplaced/node.d/20-tuning.yaml", "owner": "root:root", "permissions": "0644", "content": doc}));
+    let resp = ext.can_update_machine(&req).await;
+    assert_eq!(resp["status"], "Success", "{resp}");
+    let patch = ops(&resp, "bootstrapConfigPatch");
+    let out = inplaced::capi::patch::apply(
+        &req["current"]["bootstrapConfig"],
+        patch.as_array().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        out["spec"], req["desired"]["bootstrapConfig"]["spec"],
+        "fully covered: {resp}"
+    );
+
+    let seen = poll_update(&ext, &update_request(&req)).await;
+    assert_eq!(seen.last().unwrap()["status"], "Success", "{seen:?}");
+    assert_eq!(node.read("/etc/inplaced/node.d/20-tuning.yaml"), doc);
+    assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "10");
+
+    // A kernel argument in a drop-in, with reboots forbidden by settings.
+    let mut req2 = req.clone();
+    req2["settings"]["rebootPolicy"] = json!("forbidden");
+    req2["settings"]["preserveOnInsufficientCoverage"] = json!("false");
+    req2["desired"]["bootstrapConfig"]["spec"]["files"][2]["content"] =
+        json!("sysctls:\n  vm.swappiness: \"10\"\nkernelArgs: [isolcpus=2-7]\n");
+    let resp = ext.can_update_machine(&req2).await;
+    let msg = resp["message"].as_str().unwrap();
+    assert!(msg.contains("not covered: spec.files (kernelArgs"), "{msg}");
+    assert!(
+        resp.get("preserveOnInsufficientCoverage").is_none(),
+        "{resp}"
+    );
+    let patch = ops(&resp, "bootstrapConfigPatch");
+    assert!(
+        patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["path"] != "/spec/files"),
+        "{patch}"
+    );
+    node.stop();
+}
