@@ -738,3 +738,67 @@ async fn node_d_dropin_from_a_kubeadm_config() {
     );
     node.stop();
 }
+
+/// A file the KubeadmConfig provisioned under a path the agent's policy never writes
+/// (`/etc/passwd`), unchanged and already as desired on the node, neither blocks coverage
+/// nor the update; the same file drifted on the node blocks both, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_provisioned_file_outside_policy() {
+    use std::os::unix::fs::MetadataExt;
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let md = std::fs::metadata(node.path("/etc/passwd")).unwrap();
+    let entry = json!({
+        "path": "/etc/passwd",
+        "owner": format!("{}:{}", md.uid(), md.gid()),
+        "permissions": format!("{:04o}", md.mode() & 0o7777),
+        "content": node.read("/etc/passwd"),
+    });
+    let mut req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    for side in ["current", "desired"] {
+        req[side]["bootstrapConfig"]["spec"]["files"]
+            .as_array_mut()
+            .unwrap()
+            .push(entry.clone());
+    }
+    let resp = ext.can_update_machine(&req).await;
+    let patch = ops(&resp, "bootstrapConfigPatch");
+    let out = inplaced::capi::patch::apply(
+        &req["current"]["bootstrapConfig"],
+        patch.as_array().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        out["spec"], req["desired"]["bootstrapConfig"]["spec"],
+        "fully covered: {resp}"
+    );
+    let seen = poll_update(&ext, &update_request(&req)).await;
+    assert_eq!(seen.last().unwrap()["status"], "Success", "{seen:?}");
+    assert_eq!(
+        node.read("/var/lib/kubelet/kubeadm-flags.env")
+            .matches("--max-pods=250")
+            .count(),
+        1
+    );
+
+    // Drifted: the node's /etc/passwd is no longer what the KubeadmConfig provisioned.
+    std::fs::write(
+        node.path("/etc/passwd"),
+        format!("{}intruder:x:0:0::/:/bin/sh\n", node.read("/etc/passwd")),
+    )
+    .unwrap();
+    let mut req2 = req.clone();
+    req2["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["nodeRegistration"]["kubeletExtraArgs"]
+        [0]["value"] = json!("300");
+    let resp = ext.can_update_machine(&req2).await;
+    let msg = resp["message"].as_str().unwrap();
+    assert!(msg.contains("files[/etc/passwd]"), "{msg}");
+    assert!(
+        resp.get("bootstrapConfigPatch").is_none(),
+        "nothing covered when drift can not be fixed: {resp}"
+    );
+    node.stop();
+}

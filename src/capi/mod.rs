@@ -41,12 +41,16 @@ pub struct NodeCoverage {
 
 impl NodeCoverage {
     /// From an agent's coverage report.
+    ///
+    /// A change the node does not cover but already has as desired (same before and
+    /// after summary, e.g. a provisioned file under a path the agent's policy does not
+    /// write) counts as covered: UpdateMachine leaves such items out of the apply.
     pub fn from_report(r: &pb::CoverageReport) -> NodeCoverage {
         let changes = r
             .changes
             .iter()
             .map(|c| {
-                let v = if c.covered {
+                let v = if c.covered || already_in_place(c) {
                     Ok(())
                 } else {
                     Err(c.reason.clone())
@@ -84,6 +88,11 @@ impl NodeCoverage {
             disruption,
         }
     }
+}
+
+/// True if the node already has what the change asks for (before == after, known).
+pub fn already_in_place(c: &pb::Change) -> bool {
+    !c.before.is_empty() && c.before == c.after
 }
 
 /// Change families a MachineSet's agents declare they handle (the static capability model
@@ -227,6 +236,16 @@ pub fn machine_units(
         },
     };
     (blocked, analysis)
+}
+
+/// The whole NodeSpec the desired bootstrap config asks for (see
+/// [`translate::node_spec`]); empty without a bootstrap config.
+pub fn desired_node_spec(desired: &MachineObjects) -> pb::NodeSpec {
+    desired
+        .bootstrap_config
+        .as_ref()
+        .map(|b| translate::node_spec(b, &["spec"]).0)
+        .unwrap_or_default()
 }
 
 fn message(subject: &str, d: &Decision, disruption: &str, preserve: Option<&[String]>) -> String {

@@ -108,7 +108,7 @@ impl Extension {
         Ok((addr, client))
     }
 
-    /// CanUpdateMachine: translate, ask the node about the changed items, answer patches.
+    /// CanUpdateMachine: translate, ask the node about the desired NodeSpec, answer patches.
     /// An unreachable agent is a `Failure` (CAPI retries), never an empty success.
     pub async fn can_update_machine(&self, mut req: CanUpdateMachineRequest) -> Value {
         const KIND: &str = "CanUpdateMachineResponse";
@@ -130,8 +130,12 @@ impl Extension {
         let any_blocked = !blocked.is_empty() || analysis.units.iter().any(|u| u.blocked.is_some());
         let ask = analysis.delta != pb::NodeSpec::default()
             || (eff.preserve == PreserveMode::Auto && any_blocked);
+        // The node is asked about the whole desired NodeSpec, exactly what UpdateMachine
+        // will apply: an earlier apply makes the agent revert items a partial spec would
+        // leave out, and drift on an unchanged item must block too.
+        let full = capi::desired_node_spec(&req.desired);
         let cov = if ask {
-            match self.coverage(&m, &eff, analysis.delta.clone()).await {
+            match self.coverage(&m, &eff, full).await {
                 Ok(c) => Some(c),
                 Err(AgentError(e)) => {
                     tracing::warn!(machine = %m.key(), error = %e, "CanUpdateMachine: agent unreachable");
@@ -219,12 +223,7 @@ impl Extension {
             Err(e) => return UpdateMachineResponse::new(Status::Failure, e, 0),
         };
         let m = MachineRef::of(&req.desired.machine);
-        let spec = req
-            .desired
-            .bootstrap_config
-            .as_ref()
-            .map(|b| translate::node_spec(b, &["spec"]).0)
-            .unwrap_or_default();
+        let spec = capi::desired_node_spec(&req.desired);
         let id = operation_id(&m, &spec);
         let resp = self.drive(&m, &eff, spec, &id).await;
         tracing::info!(machine = %m.key(), operation = %id, status = ?resp.status, retry = resp.retry_after_seconds, "UpdateMachine: {}", resp.message);
@@ -358,7 +357,7 @@ impl Extension {
         };
         let mut refused = Vec::new();
         for ch in report.changes.iter().filter(|c| !c.covered) {
-            if ch.before == ch.after && !ch.before.is_empty() && drop_item(&mut spec, &ch.id) {
+            if capi::already_in_place(ch) && drop_item(&mut spec, &ch.id) {
                 continue;
             }
             refused.push(format!("{}: {}", ch.id, ch.reason));
