@@ -13,12 +13,20 @@ use inplaced::capi::{self, NodeCoverage, PreserveMode};
 use serde_json::{Value, json};
 
 fn fixture(rel: &str) -> Vec<u8> {
-    std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/capi").join(rel)).unwrap()
+    std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/capi")
+            .join(rel),
+    )
+    .unwrap()
 }
 
 /// The largest KubeadmConfig CAPI allows: 200 files of 10 KiB (CRD limits), all changed.
 fn big_request() -> Vec<u8> {
-    let mut req: Value = serde_json::from_slice(&fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json")).unwrap();
+    let mut req: Value = serde_json::from_slice(&fixture(
+        "a-kubelet-args-and-sysctl/canupdatemachine-request.json",
+    ))
+    .unwrap();
     for (side, tag) in [("current", 'a'), ("desired", 'b')] {
         let files: Vec<Value> = (0..200)
             .map(|i| json!({"path": format!("/etc/bench/f{i:03}.conf"), "owner": "root:root", "permissions": "0644",
@@ -31,7 +39,13 @@ fn big_request() -> Vec<u8> {
 
 fn answer(body: &[u8], cov: &NodeCoverage) -> Vec<u8> {
     let mut req: CanUpdateMachineRequest = serde_json::from_slice(body).unwrap();
-    for o in [&mut req.current.bootstrap_config, &mut req.desired.bootstrap_config].into_iter().flatten() {
+    for o in [
+        &mut req.current.bootstrap_config,
+        &mut req.desired.bootstrap_config,
+    ]
+    .into_iter()
+    .flatten()
+    {
         capi::translate::redact(o);
     }
     let _spec = capi::desired_node_spec(&req.desired);
@@ -53,7 +67,13 @@ fn main() {
     let quick = std::env::var_os("BENCH_QUICK").is_some();
     let rounds = if quick { 50 } else { 500 };
     let cov = NodeCoverage::default();
-    for (name, body) in [("fixture_a", fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json")), ("files_200x10KiB", big_request())] {
+    for (name, body) in [
+        (
+            "fixture_a",
+            fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json"),
+        ),
+        ("files_200x10KiB", big_request()),
+    ] {
         let (mut ours, mut base) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let t = Instant::now();

@@ -648,9 +648,23 @@ async fn failures_and_unreachable_agents() {
             .contains("kubelet.service"),
         "{last}"
     );
-    // Idempotent: the failed operation is reported again, not restarted.
+    // Idempotent: the failed operation is reported again, not restarted, even once the
+    // node is fixed...
     let again = ext.update_machine(&req).await;
     assert_eq!(again, *last);
+    node.stop();
+    node.fail = None;
+    node.start();
+    assert_eq!(ext.update_machine(&req).await, *last);
+    // ...until the operator asks for a new attempt with the retry annotation.
+    let mut retry = req.clone();
+    retry["desired"]["machine"]["metadata"]["annotations"]["inplaced.io/retry"] = json!("1");
+    let seen = poll_update(&ext, &retry).await;
+    assert_eq!(seen.last().unwrap()["status"], "Success", "{seen:?}");
+    assert!(
+        node.read("/var/lib/kubelet/kubeadm-flags.env")
+            .contains("--reserved-cpus=0-3")
+    );
     node.stop();
 
     let a = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");

@@ -493,10 +493,22 @@ fn drop_item(spec: &mut pb::NodeSpec, id: &str) -> bool {
     false
 }
 
+/// Machine annotation whose value is mixed into the operation id: after a failed update
+/// (which UpdateMachine keeps reporting for the same desired spec), an operator fixes the
+/// node and sets a new value to make the next UpdateMachine call start a new attempt.
+pub const RETRY_ANNOTATION: &str = "inplaced.io/retry";
+
 /// The operation id of an update: `capi-<namespace>-<name>-<16 hex of SHA-256 of the
-/// NodeSpec's protobuf encoding>`, sanitised to `[A-Za-z0-9._-]` and at most 128 bytes.
+/// NodeSpec's protobuf encoding and the [`RETRY_ANNOTATION`] value>`, sanitised to
+/// `[A-Za-z0-9._-]` and at most 128 bytes.
 pub fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
-    let hash = hex::encode(Sha256::digest(spec.encode_to_vec()));
+    let mut h = Sha256::new();
+    h.update(spec.encode_to_vec());
+    if let Some(attempt) = m.annotations.get(RETRY_ANNOTATION) {
+        h.update(b"\0retry\0");
+        h.update(attempt.as_bytes());
+    }
+    let hash = hex::encode(h.finalize());
     let clean: String = format!("{}-{}", m.namespace, m.name)
         .chars()
         .map(|c| {
@@ -628,6 +640,11 @@ mod tests {
         let prefix = "capi-site-a-edge-1-md-0-5f8c7d9b4x-k2v9w-";
         assert!(a.starts_with(prefix) && a.len() == prefix.len() + 16, "{a}");
         assert_ne!(a, operation_id(&m, &pb::NodeSpec::default()));
+        let mut retried = m.clone();
+        retried
+            .annotations
+            .insert(RETRY_ANNOTATION.into(), "1".into());
+        assert_ne!(a, operation_id(&retried, &spec));
         let long = MachineRef {
             name: "x".repeat(300),
             ..m
