@@ -290,7 +290,7 @@ impl Extension {
             Phase::Failed | Phase::RolledBack => UpdateMachineResponse::new(
                 Status::Failure,
                 format!(
-                    "in-place update {}: {}",
+                    "in-place update {}: {} (operation {id}; fix the node, then set a new value of the Machine annotation {RETRY_ANNOTATION} to try again)",
                     crate::apply::phase_name(phase),
                     op.message
                 ),
