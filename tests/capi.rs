@@ -816,3 +816,49 @@ async fn unchanged_provisioned_file_outside_policy() {
     );
     node.stop();
 }
+
+/// A desired KubeadmConfig the node refuses as invalid (a kubelet argument that would
+/// inject a second flag into kubeadm-flags.env) is "not covered" with the node's reason,
+/// never a `Failure` that would make CAPI retry forever; UpdateMachine fails with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_desired_spec_is_not_covered() {
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let before = node.read("/var/lib/kubelet/kubeadm-flags.env");
+    for bad in [
+        "250 --authorization-mode=AlwaysAllow",
+        "250\n--anonymous-auth=true",
+    ] {
+        let mut req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+        req["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["nodeRegistration"]["kubeletExtraArgs"]
+            [0]["value"] = json!(bad);
+        let resp = ext.can_update_machine(&req).await;
+        assert_eq!(resp["status"], "Success", "{resp}");
+        let msg = resp["message"].as_str().unwrap();
+        assert!(msg.contains("not covered: spec.joinConfiguration.nodeRegistration.kubeletExtraArgs (kubelet.flags[max-pods]: the node refuses the spec"), "{msg}");
+        assert_eq!(
+            resp["preserveOnInsufficientCoverage"], true,
+            "bare metal: {resp}"
+        );
+        let patch = ops(&resp, "bootstrapConfigPatch");
+        assert!(
+            patch
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|o| o["path"] != "/spec/joinConfiguration/nodeRegistration/kubeletExtraArgs"),
+            "{patch}"
+        );
+        let upd = ext.update_machine(&update_request(&req)).await;
+        assert_eq!(
+            (upd["status"].clone(), upd["retryAfterSeconds"].clone()),
+            (json!("Failure"), json!(0)),
+            "{upd}"
+        );
+    }
+    assert_eq!(node.read("/var/lib/kubelet/kubeadm-flags.env"), before);
+    node.stop();
+}

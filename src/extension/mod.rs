@@ -51,6 +51,22 @@ pub struct Extension {
 #[derive(Debug)]
 struct AgentError(String);
 
+/// Why a coverage question got no report.
+#[derive(Debug)]
+enum CoverageError {
+    /// The agent could not be asked (CAPI should retry).
+    Unreachable(AgentError),
+    /// The agent refused the spec as invalid (`INVALID_ARGUMENT`): a property of the
+    /// desired KubeadmConfig, so "not covered", not a reason to retry.
+    Invalid(String),
+}
+
+impl From<AgentError> for CoverageError {
+    fn from(e: AgentError) -> Self {
+        CoverageError::Unreachable(e)
+    }
+}
+
 fn hook_prefix() -> String {
     format!("/{API_VERSION}/")
 }
@@ -135,9 +151,26 @@ impl Extension {
         // leave out, and drift on an unchanged item must block too.
         let full = capi::desired_node_spec(&req.desired);
         let cov = if ask {
-            match self.coverage(&m, &eff, full).await {
+            let asked = match self.coverage(&m, &eff, full).await {
+                // The spec itself is refused: every node change is not covered; the
+                // preservation recommendation comes from a report of the empty spec.
+                Err(CoverageError::Invalid(why)) => self
+                    .coverage(&m, &eff, pb::NodeSpec::default())
+                    .await
+                    .map(|mut c| {
+                        for id in analysis.units.iter().flat_map(|u| &u.ids) {
+                            c.changes.insert(
+                                id.clone(),
+                                Err(format!("the node refuses the spec: {why}")),
+                            );
+                        }
+                        c
+                    }),
+                other => other,
+            };
+            match asked {
                 Ok(c) => Some(c),
-                Err(AgentError(e)) => {
+                Err(CoverageError::Invalid(e)) | Err(CoverageError::Unreachable(AgentError(e))) => {
                     tracing::warn!(machine = %m.key(), error = %e, "CanUpdateMachine: agent unreachable");
                     return failure(
                         KIND,
@@ -167,7 +200,7 @@ impl Extension {
         m: &MachineRef,
         eff: &Effective,
         desired: pb::NodeSpec,
-    ) -> Result<NodeCoverage, AgentError> {
+    ) -> Result<NodeCoverage, CoverageError> {
         let (addr, mut c) = self.agent(m, eff).await?;
         let req = pb::GetCoverageRequest {
             desired: Some(desired),
@@ -176,7 +209,13 @@ impl Extension {
         let r = tokio::time::timeout(eff.agent_timeout, c.get_coverage(req))
             .await
             .map_err(|_| AgentError(format!("agent at {addr}: GetCoverage timed out")))?
-            .map_err(|s| AgentError(format!("agent at {addr}: GetCoverage: {}", s.message())))?;
+            .map_err(|s| {
+                if s.code() == tonic::Code::InvalidArgument {
+                    CoverageError::Invalid(s.message().to_string())
+                } else {
+                    AgentError(format!("agent at {addr}: GetCoverage: {}", s.message())).into()
+                }
+            })?;
         Ok(NodeCoverage::from_report(&r.into_inner()))
     }
 
