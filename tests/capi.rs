@@ -862,3 +862,117 @@ async fn invalid_desired_spec_is_not_covered() {
     assert_eq!(node.read("/var/lib/kubelet/kubeadm-flags.env"), before);
     node.stop();
 }
+
+/// An update reverted to an earlier desired spec (A → B → A) is applied again, not
+/// answered "done" from A's old operation; polls of each attempt stay idempotent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reverted_update_is_applied_again() {
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let a = update_request(&fixture(
+        "a-kubelet-args-and-sysctl/canupdatemachine-request.json",
+    ));
+    let mut b = a.clone();
+    b["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["nodeRegistration"]["kubeletExtraArgs"]
+        [0]["value"] = json!("300");
+    let flags = |n: &Node| n.read("/var/lib/kubelet/kubeadm-flags.env");
+    for (req, want) in [
+        (&a, "--max-pods=250"),
+        (&b, "--max-pods=300"),
+        (&a, "--max-pods=250"),
+        (&b, "--max-pods=300"),
+    ] {
+        let seen = poll_update(&ext, req).await;
+        assert_eq!(seen.last().unwrap()["status"], "Success", "{seen:?}");
+        assert!(flags(&node).contains(want), "{want}: {}", flags(&node));
+        // Done stays done without another operation.
+        let n = node.actions().len();
+        assert_eq!(ext.update_machine(req).await["retryAfterSeconds"], 0);
+        assert_eq!(node.actions().len(), n);
+    }
+    let mut c = node.client().await;
+    let ids: Vec<String> = c
+        .list_operations(inplaced::pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .operations
+        .into_iter()
+        .map(|o| o.id)
+        .collect();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert!(
+        ids[0].ends_with("-r1") && ids[1].ends_with("-r1"),
+        "newest first: {ids:?}"
+    );
+    node.stop();
+}
+
+/// The agent dies in the middle of an UpdateMachine (failpoint after the second file
+/// write): while it is down the extension keeps CAPI waiting; once it is back, the
+/// interrupted operation (rolled back from the journal) is run again and converges,
+/// never a sticky Failure and never a false "done". A request without a bootstrap config
+/// changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_crash_mid_update_converges() {
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.failpoints = Some("write:2".into());
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let req = update_request(&fixture(
+        "a-kubelet-args-and-sysctl/canupdatemachine-request.json",
+    ));
+    let first = ext.update_machine(&req).await;
+    assert_eq!(
+        (first["status"].clone(), first["retryAfterSeconds"].clone()),
+        (json!("Success"), json!(30)),
+        "{first}"
+    );
+    assert!(
+        node.wait_exit(Duration::from_secs(20)).is_some(),
+        "the failpoint kills the agent"
+    );
+    let down = ext.update_machine(&req).await;
+    assert_eq!(down["retryAfterSeconds"], 30, "{down}");
+    assert!(
+        down["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("waiting for the node agent"),
+        "{down}"
+    );
+    node.failpoints = None;
+    node.start();
+    let seen = poll_update(&ext, &req).await;
+    assert_eq!(seen.last().unwrap()["status"], "Success", "{seen:?}");
+    assert!(
+        node.read("/var/lib/kubelet/kubeadm-flags.env")
+            .contains("--max-pods=250")
+    );
+    assert_eq!(
+        node.read("/etc/sysctl.d/90-tuning.conf"),
+        "vm.max_map_count = 262144\n"
+    );
+
+    let mut none = req.clone();
+    none["desired"]["bootstrapConfig"] = Value::Null;
+    let n = node.actions().len();
+    let r = ext.update_machine(&none).await;
+    assert_eq!(
+        (r["status"].clone(), r["retryAfterSeconds"].clone()),
+        (json!("Success"), json!(0)),
+        "{r}"
+    );
+    assert_eq!(node.actions().len(), n);
+    assert!(
+        node.read("/var/lib/kubelet/kubeadm-flags.env")
+            .contains("--max-pods=250"),
+        "nothing reverted"
+    );
+    node.stop();
+}

@@ -242,6 +242,32 @@ async fn start_up_converges_to_the_node_d_drop_ins() {
         .into_inner()
         .operations;
     assert_eq!(ops.len(), 1, "{ops:?}");
+
+    // An apply without the drop-in removes it; put back on the node, the same drop-in is
+    // converged to again at the next start, as a new operation (not the old one's answer).
+    let first = ops[0].id.clone();
+    let op = apply(&node, "{}", "without-drop-ins").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert!(!dir.join("50-maps.yaml").exists());
+    assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "65530");
+    std::fs::write(
+        dir.join("50-maps.yaml"),
+        "sysctls:\n  vm.max_map_count: \"262144\"\n",
+    )
+    .unwrap();
+    node.stop();
+    node.start();
+    let ops = node
+        .client()
+        .await
+        .list_operations(pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .operations;
+    assert_eq!(ops[0].id, format!("{first}-2"), "{ops:?}");
+    assert_eq!(node.settle(&ops[0].id).await.phase, Phase::Succeeded as i32);
+    assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "262144");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,8 +71,15 @@ use crate::system::{CommandRunner, Rebooter, ServiceManager};
 /// How many of the newest operations keep every phase for watchers to replay.
 const LIVE_REPLAY: usize = 4;
 
-/// Prefix of the message of an operation the agent stopped in the middle of.
-const INTERRUPTED: &str = "interrupted:";
+/// Prefix of the message of an operation the agent stopped in the middle of; an `Apply`
+/// with its id runs it again.
+pub const INTERRUPTED: &str = "interrupted:";
+
+/// True for an operation the agent stopped in the middle of (phase Failed, message
+/// starting with [`INTERRUPTED`]): re-applying it with the same id runs it again.
+pub fn is_interrupted(op: &pb::Operation) -> bool {
+    op.phase == Phase::Failed as i32 && op.message.starts_with(INTERRUPTED)
+}
 
 /// One completed step and how to undo it.
 #[derive(Debug)]
@@ -529,9 +536,7 @@ impl Agent {
                         requested: hash,
                     });
                 }
-                let interrupted = existing.phase == Phase::Failed as i32
-                    && existing.message.starts_with(INTERRUPTED);
-                if !interrupted {
+                if !is_interrupted(&existing) {
                     return Ok(existing);
                 }
             }
@@ -642,7 +647,8 @@ impl Agent {
     /// after journal recovery, before serving). Reads the `*.yaml` files there, sorted by
     /// name; when there are any and they differ from the drop-ins of the last applied spec
     /// (`applied-spec.pb`), starts operation `startup-<first 8 hex digits of the spec
-    /// hash>` (reboot policy CALLER_HANDLES) applying the last applied spec with its
+    /// hash>`, or `-2`, `-3`... when that id is in the history (reboot policy
+    /// CALLER_HANDLES) applying the last applied spec with its
     /// drop-ins replaced by those on disk. A drop-in that can not be read or does not parse
     /// is not applied: it is logged with the file and the field and listed in
     /// `NodeStatus.problems`; a last applied version of it stays in effect and its file is
@@ -758,7 +764,20 @@ impl Agent {
             }
         };
         let hex = hash.trim_start_matches("sha256:");
-        let id = format!("startup-{}", &hex[..hex.len().min(8)]);
+        // A new id each time this state is converged to: an earlier operation of the same
+        // spec (applied, then replaced by another apply) must not answer for this one.
+        let base = format!("startup-{}", &hex[..hex.len().min(8)]);
+        let taken: std::collections::HashSet<String> = self
+            .state
+            .list_operations()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|o| o.id)
+            .collect();
+        let id = std::iter::once(base.clone())
+            .chain((2..).map(|n| format!("{base}-{n}")))
+            .find(|c| !taken.contains(c))
+            .unwrap_or(base);
         match self.apply_leaving(
             pb::ApplyRequest {
                 desired: Some(desired),

@@ -262,6 +262,15 @@ impl Extension {
             Err(e) => return UpdateMachineResponse::new(Status::Failure, e, 0),
         };
         let m = MachineRef::of(&req.desired.machine);
+        if req.desired.bootstrap_config.is_none() {
+            // Nothing of the node is described; applying an empty NodeSpec would revert
+            // everything the agent manages.
+            return UpdateMachineResponse::new(
+                Status::Success,
+                "no bootstrap config: nothing to apply on the node",
+                0,
+            );
+        }
         let spec = capi::desired_node_spec(&req.desired);
         let id = operation_id(&m, &spec);
         let resp = self.drive(&m, &eff, spec, &id).await;
@@ -284,26 +293,55 @@ impl Extension {
             Err(AgentError(e)) => return wait(format!("waiting for the node agent: {e}")),
         };
         let t = eff.agent_timeout;
-        let op = match tokio::time::timeout(
-            t,
-            c.get_operation(pb::GetOperationRequest { id: id.into() }),
-        )
-        .await
-        {
-            Ok(Ok(op)) => op.into_inner(),
-            Ok(Err(s)) if s.code() == tonic::Code::NotFound => {
-                match self.start(&mut c, eff, spec, id).await {
+        let timeout = || wait(format!("agent at {addr} did not answer within {t:?}"));
+        // The newest attempt of this update in the node's history: `id`, or `id-rN`.
+        let history =
+            match tokio::time::timeout(t, c.list_operations(pb::ListOperationsRequest {})).await {
+                Ok(Ok(r)) => r.into_inner().operations,
+                Ok(Err(s)) => return wait(format!("agent at {addr}: {}", s.message())),
+                Err(_) => return timeout(),
+            };
+        let attempt = |o: &pb::Operation| -> Option<u32> {
+            if o.id == id {
+                return Some(0);
+            }
+            o.id.strip_prefix(id)?.strip_prefix("-r")?.parse().ok()
+        };
+        let newest = history.iter().find(|o| attempt(o).is_some()).cloned();
+        let next = history.iter().filter_map(attempt).max().map(|n| n + 1);
+        let op = match newest {
+            // Done once, but the node has applied something else since (the update was
+            // reverted to an earlier spec, or its node.d changed): apply it again.
+            Some(op) if op.phase == Phase::Succeeded as i32 => {
+                let applied =
+                    match tokio::time::timeout(t, c.get_status(pb::GetStatusRequest {})).await {
+                        Ok(Ok(st)) => st.into_inner().applied_spec_hash,
+                        Ok(Err(s)) => return wait(format!("agent at {addr}: {}", s.message())),
+                        Err(_) => return timeout(),
+                    };
+                if applied == op.spec_hash {
+                    op
+                } else {
+                    let again = format!("{id}-r{}", next.unwrap_or(1));
+                    match self.start(&mut c, eff, spec, &again).await {
+                        Ok(op) => op,
+                        Err(r) => return r,
+                    }
+                }
+            }
+            // Stopped mid-way by a crash or stop of the agent (and rolled back from its
+            // journal): the agent runs it again when applied with the same id.
+            Some(op) if crate::apply::is_interrupted(&op) => {
+                match self.start(&mut c, eff, spec, &op.id).await {
                     Ok(op) => op,
                     Err(r) => return r,
                 }
             }
-            Ok(Err(s)) => return wait(format!("agent at {addr}: {}", s.message())),
-            Err(_) => {
-                return wait(format!(
-                    "agent at {addr} did not answer within {:?}",
-                    eff.agent_timeout
-                ));
-            }
+            Some(op) => op,
+            None => match self.start(&mut c, eff, spec, id).await {
+                Ok(op) => op,
+                Err(r) => return r,
+            },
         };
         let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
         match phase {
@@ -558,7 +596,8 @@ pub fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
             }
         })
         .collect();
-    let budget = 128 - "capi--".len() - 16;
+    // Room for "-r<attempt>" (see `drive`).
+    let budget = 128 - "capi--".len() - 16 - 8;
     let clean = &clean[..clean.len().min(budget)];
     format!("capi-{clean}-{}", &hash[..16])
 }
