@@ -249,6 +249,23 @@ pub enum NodeFile {
 /// string (default 0644); `owner` `user[:group]` (default root). Errors are the reason the
 /// entry is not applied in place.
 pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
+    for key in [
+        "path",
+        "owner",
+        "permissions",
+        "encoding",
+        "content",
+        "contentFormat",
+    ] {
+        if f.get(key).is_some_and(|v| !v.is_string() && !v.is_null()) {
+            return Err(format!("{key} must be a string"));
+        }
+    }
+    if f.get("append")
+        .is_some_and(|v| !v.is_boolean() && !v.is_null())
+    {
+        return Err("append must be a boolean".into());
+    }
     let path = str_of(f, "path").ok_or("path is missing")?.to_string();
     if let Some(cf) = f.get("contentFrom") {
         let s = cf.get("secret").unwrap_or(cf);
@@ -270,7 +287,8 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
     let b64 = |s: &str| {
         base64::engine::general_purpose::STANDARD
             .decode(s.split_whitespace().collect::<String>())
-            .map_err(|e| format!("content is not valid base64 ({e})"))
+            // No detail: the decoder's message quotes a byte of the content.
+            .map_err(|_| "content is not valid base64".to_string())
     };
     let gunzip = |b: &[u8]| {
         let mut out = Vec::new();
@@ -401,9 +419,16 @@ pub fn kubelet_args_of(v: Option<&Value>) -> Result<BTreeMap<String, String>, St
     let mut m = BTreeMap::new();
     match v {
         Some(Value::Array(a)) => {
-            for e in a {
-                let name = str_of(e, "name").unwrap_or("").to_string();
-                let value = str_of(e, "value").unwrap_or("").to_string();
+            for (i, e) in a.iter().enumerate() {
+                let (Some(name), Some(value)) = (
+                    str_of(e, "name"),
+                    e.get("value").map_or(Some(""), Value::as_str),
+                ) else {
+                    return Err(format!(
+                        "kubeletExtraArgs[{i}]: name and value must be strings"
+                    ));
+                };
+                let (name, value) = (name.to_string(), value.to_string());
                 if m.insert(name.clone(), value).is_some() {
                     return Err(format!("kubeletExtraArgs lists {name} twice"));
                 }
@@ -411,7 +436,10 @@ pub fn kubelet_args_of(v: Option<&Value>) -> Result<BTreeMap<String, String>, St
         }
         Some(Value::Object(o)) => {
             for (k, v) in o {
-                m.insert(k.clone(), v.as_str().unwrap_or("").to_string());
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| format!("kubeletExtraArgs[{k}] must be a string"))?;
+                m.insert(k.clone(), v.to_string());
             }
         }
         _ => {}
@@ -678,6 +706,23 @@ mod tests {
     }
 
     #[test]
+    fn kubelet_args_must_be_strings() {
+        let v2 = json!([{"name": "max-pods", "value": 250}]);
+        assert_eq!(
+            kubelet_args_of(Some(&v2)).unwrap_err(),
+            "kubeletExtraArgs[0]: name and value must be strings"
+        );
+        let v1 = json!({"max-pods": 250});
+        assert_eq!(
+            kubelet_args_of(Some(&v1)).unwrap_err(),
+            "kubeletExtraArgs[max-pods] must be a string"
+        );
+        // A v1beta2 arg may omit its value (`*string`).
+        let flag = json!([{"name": "fail-swap-on"}]);
+        assert_eq!(kubelet_args_of(Some(&flag)).unwrap()["fail-swap-on"], "");
+    }
+
+    #[test]
     fn redact_drops_discovery_and_tokens() {
         let mut v = json!({"spec": {"joinConfiguration": {"discovery": {"bootstrapToken": {"token": "abcdef.0123456789abcdef"}}, "nodeRegistration": {}},
             "initConfiguration": {"bootstrapTokens": [{"token": "x"}]}}});
@@ -716,6 +761,16 @@ mod tests {
             decode_file(&bad)
                 .unwrap_err()
                 .contains("permissions \"rw\"")
+        );
+        let num = json!({"path": "/etc/x", "permissions": 511});
+        assert_eq!(
+            decode_file(&num).unwrap_err(),
+            "permissions must be a string"
+        );
+        let b64 = json!({"path": "/etc/x", "encoding": "base64", "content": "c2VjcmV0-"});
+        assert_eq!(
+            decode_file(&b64).unwrap_err(),
+            "content is not valid base64"
         );
         let sec = json!({"path": "/etc/x", "contentFrom": {"secret": {"name": "s", "key": "k"}}});
         assert!(decode_file(&sec).unwrap_err().contains("Secret s/k"));

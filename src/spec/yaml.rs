@@ -170,7 +170,10 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
             dropins: vec![],
         }
     } else {
-        serde_saphyr::from_str(text).map_err(|e| SpecError::new("spec", e.to_string()))?
+        // No source snippet in the error: a drop-in or spec file may hold secrets, and
+        // errors reach logs, status problems and CAPI messages. Line and column stay.
+        serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
+            .map_err(|e| SpecError::new("spec", e.to_string()))?
     };
     let mut out = pb::NodeSpec::default();
     for (i, f) in y.files.into_iter().enumerate() {
@@ -185,10 +188,11 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
             (Some(c), None) => c.into_bytes(),
             (None, Some(b)) => base64::engine::general_purpose::STANDARD
                 .decode(b.trim())
-                .map_err(|e| {
+                .map_err(|_| {
+                    // No detail: the decoder's message quotes a byte of the content.
                     SpecError::new(
                         format!("{field}.contentBase64"),
-                        format!("not valid base64: {e}"),
+                        "not valid base64 (standard alphabet, padded)",
                     )
                 })?,
             (None, None) => Vec::new(),
@@ -317,5 +321,17 @@ mod tests {
     fn base64_content() {
         let p = parse("files:\n- path: /a\n  contentBase64: aGk=\n").unwrap();
         assert_eq!(p.files[0].content, b"hi");
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    /// A parse error names the place, never the content around it.
+    #[test]
+    fn parse_errors_quote_no_content() {
+        let text = "files:\n- path: /etc/db.env\n  content: \"DB_PASSWORD=hunter2-TOPSECRET\n";
+        let e = super::parse(text).unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(e.contains("line"), "{e}");
     }
 }
