@@ -215,6 +215,13 @@ fn scenario_e_machineset_template_patch() {
     );
     assert!(resp.machine_set_patch.is_none());
     assert_eq!(resp.preserve_on_insufficient_coverage, None);
+    // reserved-cpus under the static CPU manager: the agents drain and reset the kubelet.
+    assert!(
+        resp.message
+            .contains("node disruption: drain, kubelet stopped"),
+        "{}",
+        resp.message
+    );
     // Deterministic: the same request gives a byte-identical answer.
     let again = capi::can_update_machine_set(
         &req.current,

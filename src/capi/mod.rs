@@ -355,6 +355,25 @@ pub fn machine_set_units(
     (blocked, analysis)
 }
 
+/// The node disruption a MachineSet answer implies, from the covered kubelet flags (the
+/// agents' built-in rules: a CPU, memory or topology manager change drains and resets the
+/// kubelet's checkpoint, any other flag restarts the kubelet).
+fn set_disruption(d: &Decision) -> String {
+    let flags: Vec<&str> = d
+        .covered
+        .iter()
+        .flat_map(|u| &u.ids)
+        .filter_map(|id| id.strip_prefix("kubelet.flags[")?.strip_suffix(']'))
+        .collect();
+    if !crate::plan::kubelet_state_files(&flags, true).is_empty() {
+        "drain, kubelet stopped, its CPU/memory manager checkpoint removed, kubelet started".into()
+    } else if !flags.is_empty() {
+        "restart of kubelet.service".into()
+    } else {
+        String::new()
+    }
+}
+
 /// The CanUpdateMachineSet answer: deterministic, from the translation and the declared
 /// capabilities only; preservation from `mode`, or in `Auto` mode from whether the
 /// infrastructure template kind is one of `hardware_bound_kinds`.
@@ -413,7 +432,12 @@ pub fn can_update_machine_set(
         api_version: API_VERSION.into(),
         kind: "CanUpdateMachineSetResponse".into(),
         status: Status::Success,
-        message: message(&subject, &d, "", preserve.then_some(&reasons[..])),
+        message: message(
+            &subject,
+            &d,
+            &set_disruption(&d),
+            preserve.then_some(&reasons[..]),
+        ),
         machine_set_patch: None,
         infrastructure_machine_template_patch: None,
         bootstrap_config_template_patch,

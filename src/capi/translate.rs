@@ -27,9 +27,6 @@ use serde_json::Value;
 use super::patch::{Unit, get};
 use crate::pb;
 
-/// Where NodeSpec drop-ins live on the node.
-pub const DROPIN_DIR: &str = "/etc/inplaced/node.d/";
-
 /// One difference between current and desired, and whether it can be applied in place.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DiffUnit {
@@ -323,9 +320,11 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
         ),
     };
     if let Some(name) = path
-        .strip_prefix(DROPIN_DIR)
-        .filter(|n| n.ends_with(".yaml") && !n.contains('/'))
+        .strip_prefix(crate::spec::DROPIN_DIR)
+        .and_then(|r| r.strip_prefix('/'))
     {
+        crate::spec::validate_dropin_name("name", name)
+            .map_err(|e| format!("not a NodeSpec drop-in: {}", e.message))?;
         let content = String::from_utf8(content)
             .map_err(|_| "a NodeSpec drop-in must be UTF-8 YAML".to_string())?;
         return Ok(NodeFile::DropIn(pb::DropIn {
@@ -563,7 +562,7 @@ fn ntp(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
     match ntp_of(get(desired, &tokens)) {
         Ok(Some(n)) => out.delta.ntp = Some(n),
         Ok(None) if before.is_some() => {
-            u.blocked = Some("turning ntp off would leave the configured servers in place; the agent can not restore the image's defaults".into())
+            u.blocked = Some("removing ntp (or turning it off) would leave the configured servers in place; the agent can not restore the image's defaults".into())
         }
         Ok(None) => u.ids.clear(),
         Err(e) => u.blocked = Some(e),

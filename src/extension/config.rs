@@ -281,7 +281,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match unit {
         "" | "s" => Ok(Duration::from_secs(n)),
         "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{s:?} is too long")),
         _ => Err(format!(
             "{s:?} is not a duration such as \"5s\" (units ms, s, m)"
         )),
@@ -299,12 +302,23 @@ pub struct Effective {
     pub retry_after_seconds: i32,
     /// Reboot policy for coverage and apply.
     pub reboot_policy: RebootPolicy,
+    /// Settings this extension does not know (logged: likely a typo).
+    pub unknown: Vec<String>,
 }
 
+/// The ExtensionConfig settings [`Config::effective`] reads.
+pub const SETTINGS: [&str; 5] = [
+    "preserveOnInsufficientCoverage",
+    "agentTimeout",
+    "agentCoverageTimeout",
+    "retryAfterSeconds",
+    "rebootPolicy",
+];
+
 impl Config {
-    /// Applies `settings` (`preserveOnInsufficientCoverage`, `agentTimeout` or
+    /// Applies `settings` (`preserveOnInsufficientCoverage`, `agentTimeout` or its alias
     /// `agentCoverageTimeout`, `retryAfterSeconds`, `rebootPolicy`); unknown keys are
-    /// ignored. Errors name the setting and the accepted values.
+    /// listed in [`Effective::unknown`]. Errors name the setting and the accepted values.
     pub fn effective(&self, settings: &BTreeMap<String, String>) -> Result<Effective, String> {
         let preserve = PreserveMode::parse(
             settings
@@ -330,11 +344,17 @@ impl Config {
                 .unwrap_or(&self.update.reboot_policy),
         )
         .map_err(|e| format!("settings.rebootPolicy: {e}"))?;
+        let unknown = settings
+            .keys()
+            .filter(|k| !SETTINGS.contains(&k.as_str()))
+            .cloned()
+            .collect();
         Ok(Effective {
             preserve,
             agent_timeout,
             retry_after_seconds,
             reboot_policy,
+            unknown,
         })
     }
 }
@@ -362,6 +382,21 @@ mod tests {
         assert_eq!(
             (e.agent_timeout, e.preserve),
             (Duration::from_millis(1500), PreserveMode::Never)
+        );
+        let typo: BTreeMap<String, String> = [(
+            "preserveOnInsufficentCoverage".to_string(),
+            "false".to_string(),
+        )]
+        .into();
+        assert_eq!(
+            c.effective(&typo).unwrap().unknown,
+            vec!["preserveOnInsufficentCoverage"]
+        );
+        assert!(parse_duration("99999999999999999999m").is_err());
+        assert!(
+            parse_duration("307445734561825861m")
+                .unwrap_err()
+                .contains("too long")
         );
         let bad: BTreeMap<String, String> =
             [("retryAfterSeconds".to_string(), "0".to_string())].into();

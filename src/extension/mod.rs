@@ -93,6 +93,19 @@ impl Extension {
         &self.config
     }
 
+    /// The effective settings of a request; unknown setting names are logged (a typo in
+    /// the ExtensionConfig would otherwise silently change nothing).
+    fn settings(
+        &self,
+        settings: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Effective, String> {
+        let eff = self.config.effective(settings)?;
+        for k in &eff.unknown {
+            tracing::warn!(setting = %k, known = ?config::SETTINGS, "unknown ExtensionConfig setting ignored");
+        }
+        Ok(eff)
+    }
+
     async fn agent(
         &self,
         m: &MachineRef,
@@ -137,7 +150,7 @@ impl Extension {
         {
             translate::redact(o);
         }
-        let eff = match self.config.effective(&req.settings) {
+        let eff = match self.settings(&req.settings) {
             Ok(e) => e,
             Err(e) => return failure(KIND, &e),
         };
@@ -232,7 +245,7 @@ impl Extension {
         {
             translate::redact(o);
         }
-        let eff = match self.config.effective(&req.settings) {
+        let eff = match self.settings(&req.settings) {
             Ok(e) => e,
             Err(e) => return failure(KIND, &e),
         };
@@ -257,7 +270,7 @@ impl Extension {
         if let Some(b) = req.desired.bootstrap_config.as_mut() {
             translate::redact(b);
         }
-        let eff = match self.config.effective(&req.settings) {
+        let eff = match self.settings(&req.settings) {
             Ok(e) => e,
             Err(e) => return UpdateMachineResponse::new(Status::Failure, e, 0),
         };
