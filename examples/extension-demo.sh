@@ -27,7 +27,7 @@ cert = "$work/pki/agent.crt"
 key = "$work/pki/agent.key"
 client_ca = "$work/pki/clients-ca.crt"
 [[api.tcp.clients]]
-identity = "spiffe://mgmt/ns/capi-system/sa/inplace-extension"
+identity = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension"
 role = "admin"
 TOML
     "$bin/inplaced" --root "$work/$1" --state-dir "$work/$1-state" --socket "$work/$1.sock" \

@@ -3,9 +3,9 @@
 //! - `agents-ca.crt`, `agent.crt`, `agent.key`: the agents' server identity (SANs
 //!   `localhost`, `127.0.0.1`);
 //! - `clients-ca.crt`, `client.crt`, `client.key`: the extension's client identity (URI SAN
-//!   `spiffe://mgmt/ns/capi-system/sa/inplace-extension`, role admin on the agents);
+//!   `spiffe://mgmt/ns/inplace-system/sa/inplace-extension`, role admin on the agents);
 //! - `extension-ca.crt`, `extension.crt`, `extension.key`: the extension's HTTPS identity
-//!   (SANs `localhost`, `127.0.0.1`, `inplace-extension.capi-system.svc`); the CA is what
+//!   (SANs `localhost`, `127.0.0.1`, `inplace-extension.inplace-system.svc`); the CA is what
 //!   an ExtensionConfig's `caBundle` holds.
 //!
 //! On real clusters these come from cert-manager (extension) and the node PKI (agents).
@@ -56,7 +56,7 @@ fn main() -> std::io::Result<()> {
     write("agent.key", &k)?;
 
     let clients = ca("inplaced clients CA");
-    let uri = "spiffe://mgmt/ns/capi-system/sa/inplace-extension";
+    let uri = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension";
     let (c, k) = leaf(
         &clients,
         "inplace-extension",
@@ -68,7 +68,7 @@ fn main() -> std::io::Result<()> {
 
     let ext = ca("inplace-extension CA");
     let mut sans = local();
-    sans.push(dns("inplace-extension.capi-system.svc"));
+    sans.push(dns("inplace-extension.inplace-system.svc"));
     let (c, k) = leaf(&ext, "inplace-extension", sans);
     write("extension-ca.crt", &ext.2)?;
     write("extension.crt", &c)?;
