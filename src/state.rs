@@ -120,6 +120,16 @@ pub struct ManagedField {
     pub value: ManagedValue<serde_json::Value>,
 }
 
+/// A kernel argument removed from the boot configuration, not yet from the running kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingRemoval {
+    /// The argument as it was on the command line (`isolcpus=2-7`).
+    pub arg: String,
+    /// Boot id (`/proc/sys/kernel/random/boot_id`) of the boot it was removed in.
+    pub boot_id: String,
+}
+
 /// What the agent applied last.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -134,6 +144,12 @@ pub struct AppliedRecord {
     pub kubelet_flags: BTreeMap<String, ManagedValue<String>>,
     /// Kernel arguments the agent added (never ones it found there), in order.
     pub kernel_args: Vec<String>,
+    /// Kernel arguments the agent removed from the boot configuration that the running
+    /// kernel still has: the removal takes effect at the next boot. Each is pending only
+    /// in the boot it was staged in, so an argument that comes back from elsewhere can not
+    /// cause a reboot loop.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_args_removed: Vec<PendingRemoval>,
     /// Managed sysctls by dotted key.
     pub sysctls: BTreeMap<String, ManagedValue<String>>,
 }

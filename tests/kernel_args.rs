@@ -364,3 +364,56 @@ async fn rpm_ostree_hosts_change_args_through_rpm_ostree_kargs() {
         op.actions
     );
 }
+
+/// A removal staged for the next boot survives a later operation in the same boot: the
+/// later operation still ends in RebootRequired (reboot only), until a boot without the
+/// argument; an argument that comes back from elsewhere after that boot causes no reboot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_removal_is_not_lost_by_a_later_operation() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(&node, "kernelArgs: [nosmt]\n", "add").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32);
+    reboot_into(
+        &mut node,
+        &format!("{UBUNTU_PROC} nosmt"),
+        "44444444-4444-4444-4444-444444444444",
+    );
+    assert_eq!(node.settle("add").await.phase, Phase::Succeeded as i32);
+
+    // remove it: staged, still running
+    let op = apply(&node, "{}", "remove").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert!(!grub_linux(&node).contains("nosmt"));
+    // another operation before the reboot: still a reboot, named
+    let later = "sysctls:\n  vm.swappiness: \"10\"\n";
+    let r = coverage(&node, later).await;
+    let c = r
+        .changes
+        .iter()
+        .find(|c| c.id == "kernelArgs")
+        .expect("reboot-only change");
+    assert_eq!(c.before, "nosmt", "{c:?}");
+    assert!(r.reboot_required, "{r:#?}");
+    let op = apply(&node, later, "later").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert_eq!(status(&node).await.pending_reboot_operation, "later");
+
+    // after a boot without it: nothing pending; after a boot where it came back from
+    // elsewhere (not the agent's doing): still nothing, no reboot loop
+    reboot_into(
+        &mut node,
+        UBUNTU_PROC,
+        "55555555-5555-5555-5555-555555555555",
+    );
+    assert_eq!(node.settle("later").await.phase, Phase::Succeeded as i32);
+    let r = coverage(&node, later).await;
+    assert!(!r.reboot_required && r.changes.is_empty(), "{r:#?}");
+    reboot_into(
+        &mut node,
+        &format!("{UBUNTU_PROC} nosmt"),
+        "66666666-6666-6666-6666-666666666666",
+    );
+    let r = coverage(&node, later).await;
+    assert!(!r.reboot_required, "{r:#?}");
+}

@@ -1729,9 +1729,6 @@ pub fn verify_after_boot(
                 .iter()
                 .map(|a| a.as_str().to_string()),
         );
-        if c.id == "kernelArgs" {
-            continue;
-        }
         for r in Cmdline::parse(&c.before).args() {
             let n_run = run.args().iter().filter(|a| a.matches_exactly(r)).count();
             let n_cfg = config

@@ -1365,7 +1365,10 @@ impl Planner<'_> {
     }
 
     fn kernel_args(&mut self) {
-        if self.desired.kernel_args.is_empty() && self.record.kernel_args.is_empty() {
+        if self.desired.kernel_args.is_empty()
+            && self.record.kernel_args.is_empty()
+            && self.record.kernel_args_removed.is_empty()
+        {
             return;
         }
         let reboot = disruption(DisruptionLevel::Reboot, &[]);
@@ -1425,6 +1428,36 @@ impl Planner<'_> {
         let mut owned = kept;
         owned.extend(to_add.iter().cloned());
         self.next.kernel_args = owned.iter().map(|a| a.as_str().to_string()).collect();
+        // Removals staged in this boot and still running (not desired again): they take
+        // effect at the next boot, whatever operation comes in between.
+        let boot = self.obs.boot_id.clone().unwrap_or_default();
+        let running_now = self.obs.proc_cmdline.as_ref().map(|c| Cmdline::parse(c));
+        let still_running = |a: &Arg| running_now.as_ref().is_some_and(|r| r.contains_exact(a));
+        let mut lingering: Vec<Arg> = Vec::new();
+        let mut pending = Vec::new();
+        for p in &self.record.kernel_args_removed {
+            let Ok(a) = Arg::parse_one(&p.arg) else {
+                continue;
+            };
+            if p.boot_id == boot
+                && !boot.is_empty()
+                && still_running(&a)
+                && !owned.iter().any(|o| o.matches_exactly(&a))
+                && !to_remove.iter().any(|r| r.matches_exactly(&a))
+            {
+                lingering.push(a);
+                pending.push(p.clone());
+            }
+        }
+        for a in &to_remove {
+            if still_running(a) && !boot.is_empty() {
+                pending.push(crate::state::PendingRemoval {
+                    arg: a.as_str().to_string(),
+                    boot_id: boot.clone(),
+                });
+            }
+        }
+        self.next.kernel_args_removed = pending;
 
         // group by key for the report; the id shows the key as first written
         let norm = |k: &str| k.replace('_', "-");
@@ -1621,14 +1654,18 @@ impl Planner<'_> {
                     missing.push(d.as_str().to_string());
                 }
             }
-            if !missing.is_empty() && !self.opts.reboot_forbidden {
+            let gone: Vec<&str> = lingering.iter().map(|a| a.as_str()).collect();
+            if (!missing.is_empty() || !gone.is_empty()) && !self.opts.reboot_forbidden {
                 self.steps.reboot = true;
+                // before: removed args the running kernel still has; after: staged args
+                // it does not have yet (verify_after_boot reads both as arguments).
+                let (before, after) = (gone.join(" "), missing.join(" "));
                 self.changes.push(
                     ChangeBuilder {
                         id: "kernelArgs".into(),
                         op: ChangeOperation::Update,
-                        before: "not in /proc/cmdline".into(),
-                        after: missing.join(" "),
+                        before,
+                        after,
                         covered: Ok("already staged in the boot configuration; the running kernel has not booted with it yet: reboot only"),
                         disruption: reboot.clone(),
                         targets: vec![],

@@ -122,6 +122,8 @@ pub struct Observed {
     pub kernel: Result<Box<dyn KernelArgsBackend>, NoBackend>,
     /// Running kernel command line (`/proc/cmdline`), if readable.
     pub proc_cmdline: Option<String>,
+    /// Boot id (`/proc/sys/kernel/random/boot_id`), if readable.
+    pub boot_id: Option<String>,
     /// Sysctls.
     pub sysctls: SysctlObs,
     /// Whether kernel arguments are in play (desired or recorded).
@@ -319,6 +321,12 @@ pub fn observe(
         .flatten()
         .map(|s| s.trim_end().to_string());
 
+    let boot_id = root
+        .read_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .flatten()
+        .map(|s| s.trim().to_string());
+
     let mut sysctls = SysctlObs::default();
     let sysctl_files_in_play = desired.files.iter().any(|f| is_sysctl_conf(&f.path))
         || record.files.keys().any(|p| is_sysctl_conf(p));
@@ -380,8 +388,11 @@ pub fn observe(
         kubelet,
         kernel,
         proc_cmdline,
+        boot_id,
         sysctls,
-        kernel_args_managed: !desired.kernel_args.is_empty() || !record.kernel_args.is_empty(),
+        kernel_args_managed: !desired.kernel_args.is_empty()
+            || !record.kernel_args.is_empty()
+            || !record.kernel_args_removed.is_empty(),
         ntp,
     })
 }
