@@ -325,6 +325,14 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
     {
         crate::spec::validate_dropin_name("name", name)
             .map_err(|e| format!("not a NodeSpec drop-in: {}", e.message))?;
+        // The agent keeps node.d files 0644 root:root; other metadata would change at the
+        // first in-place update.
+        let owner = str_of(f, "owner").unwrap_or("");
+        if !matches!(owner, "" | "root" | "root:root" | "0:0")
+            || !matches!(mode, None | Some(0o644))
+        {
+            return Err("a NodeSpec drop-in is kept 0644 root:root by the agent; give those permissions and owner (or none)".into());
+        }
         let content = String::from_utf8(content)
             .map_err(|_| "a NodeSpec drop-in must be UTF-8 YAML".to_string())?;
         return Ok(NodeFile::DropIn(pb::DropIn {

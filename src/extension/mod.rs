@@ -275,12 +275,17 @@ impl Extension {
             Err(e) => return UpdateMachineResponse::new(Status::Failure, e, 0),
         };
         let m = MachineRef::of(&req.desired.machine);
-        if req.desired.bootstrap_config.is_none() {
+        if !req
+            .desired
+            .bootstrap_config
+            .as_ref()
+            .is_some_and(|b| b.get("spec").is_some_and(Value::is_object))
+        {
             // Nothing of the node is described; applying an empty NodeSpec would revert
             // everything the agent manages.
             return UpdateMachineResponse::new(
                 Status::Success,
-                "no bootstrap config: nothing to apply on the node",
+                "no bootstrap config spec: nothing to apply on the node",
                 0,
             );
         }
@@ -350,6 +355,20 @@ impl Extension {
                     Err(r) => return r,
                 }
             }
+            // Failed, but another operation succeeded on the node after it (the update
+            // was fixed forward and is now reverted to this spec): the failure is stale.
+            Some(op)
+                if crate::apply::is_terminal(op.phase)
+                    && history
+                        .first()
+                        .is_some_and(|h| h.id != op.id && h.phase == Phase::Succeeded as i32) =>
+            {
+                let again = format!("{id}-r{}", next.unwrap_or(1));
+                match self.start(&mut c, eff, spec, &again).await {
+                    Ok(op) => op,
+                    Err(r) => return r,
+                }
+            }
             Some(op) => op,
             None => match self.start(&mut c, eff, spec, id).await {
                 Ok(op) => op,
@@ -380,9 +399,10 @@ impl Extension {
             Phase::Failed | Phase::RolledBack => UpdateMachineResponse::new(
                 Status::Failure,
                 format!(
-                    "in-place update {}: {} (operation {id}; fix the node, then set a new value of the Machine annotation {RETRY_ANNOTATION} to try again)",
+                    "in-place update {}: {} (operation {}; fix the node, then set a new value of the Machine annotation {RETRY_ANNOTATION} to try again)",
                     crate::apply::phase_name(phase),
-                    op.message
+                    op.message,
+                    op.id
                 ),
                 0,
             ),
@@ -392,7 +412,7 @@ impl Extension {
                 match tokio::time::timeout(
                     t,
                     c.reboot(pb::RebootRequest {
-                        operation_id: id.into(),
+                        operation_id: op.id.clone(),
                     }),
                 )
                 .await
