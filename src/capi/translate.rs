@@ -781,6 +781,12 @@ mod tests {
         );
         let sec = json!({"path": "/etc/x", "contentFrom": {"secret": {"name": "s", "key": "k"}}});
         assert!(decode_file(&sec).unwrap_err().contains("Secret s/k"));
+        let d0600 = json!({"path": "/etc/inplaced/node.d/10-a.yaml", "permissions": "0600", "content": "{}"});
+        assert!(
+            decode_file(&d0600)
+                .unwrap_err()
+                .contains("kept 0644 root:root")
+        );
         let d =
             json!({"path": "/etc/inplaced/node.d/10-a.yaml", "content": "sysctls:\n  vm.x: '1'\n"});
         assert!(
