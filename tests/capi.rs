@@ -985,3 +985,60 @@ async fn agent_crash_mid_update_converges() {
     );
     node.stop();
 }
+
+/// A drop-in provisioned by cloud-init from Jinja (rendered only on the node), applied by
+/// the agent at start-up and unchanged in the KubeadmConfig, is kept as the node has it by
+/// an unrelated UpdateMachine, not removed and reverted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendered_dropin_survives_an_unrelated_update() {
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let dir = node.path("/etc/inplaced/node.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rendered = "sysctls:\n  vm.swappiness: \"7\"\n";
+    std::fs::write(dir.join("10-j.yaml"), rendered).unwrap();
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let mut req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let entry = json!({"path": "/etc/inplaced/node.d/10-j.yaml", "content": "sysctls:\n  vm.swappiness: \"{{ ds.meta_data.swap }}\"\n"});
+    for side in ["current", "desired"] {
+        req[side]["bootstrapConfig"]["spec"]["files"]
+            .as_array_mut()
+            .unwrap()
+            .push(entry.clone());
+    }
+    // wait for the start-up convergence
+    for _ in 0..100 {
+        if node.read("/proc/sys/vm/swappiness").trim() == "7" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "7");
+    let resp = ext.can_update_machine(&req).await;
+    let patch = ops(&resp, "bootstrapConfigPatch");
+    let out = inplaced::capi::patch::apply(
+        &req["current"]["bootstrapConfig"],
+        patch.as_array().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        out["spec"], req["desired"]["bootstrapConfig"]["spec"],
+        "fully covered: {resp}"
+    );
+    let seen = poll_update(&ext, &update_request(&req)).await;
+    let done = seen.last().unwrap();
+    assert_eq!(done["status"], "Success", "{seen:?}");
+    assert!(
+        !done["message"].as_str().unwrap().contains("10-j.yaml"),
+        "{done}"
+    );
+    assert_eq!(node.read("/etc/inplaced/node.d/10-j.yaml"), rendered);
+    assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "7");
+    assert!(
+        node.read("/var/lib/kubelet/kubeadm-flags.env")
+            .contains("--max-pods=250")
+    );
+    node.stop();
+}

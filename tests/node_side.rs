@@ -110,6 +110,7 @@ fn dropin(name: &str, content: &str) -> pb::DropIn {
     pb::DropIn {
         name: name.into(),
         content: content.into(),
+        keep: false,
     }
 }
 
@@ -367,5 +368,53 @@ async fn a_broken_edit_of_an_applied_drop_in_changes_nothing() {
             .iter()
             .any(|p| p.contains("10-tuning.yaml") && p.contains("stays in effect")),
         "{problems:?}"
+    );
+}
+
+/// A drop-in marked `keep` takes the node's copy; a missing copy is an invalid spec
+/// naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_drop_ins_use_the_node_copy() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let dir = node.path("/etc/inplaced/node.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    node.start();
+    let keep = |name: &str| pb::NodeSpec {
+        dropins: vec![pb::DropIn {
+            name: name.into(),
+            content: String::new(),
+            keep: true,
+        }],
+        ..Default::default()
+    };
+    let mut c = node.client().await;
+    let e = c
+        .get_coverage(pb::GetCoverageRequest {
+            desired: Some(keep("20-x.yaml")),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("dropins[20-x.yaml].keep"),
+        "{}",
+        e.message()
+    );
+    std::fs::write(dir.join("20-x.yaml"), "sysctls:\n  vm.swappiness: \"5\"\n").unwrap();
+    let r = c
+        .get_coverage(pb::GetCoverageRequest {
+            desired: Some(keep("20-x.yaml")),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        r.changes
+            .iter()
+            .any(|ch| ch.id == "sysctls[vm.swappiness]" && ch.covered),
+        "{:#?}",
+        r.changes
     );
 }

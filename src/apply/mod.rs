@@ -462,9 +462,43 @@ impl Agent {
         desired: &pb::NodeSpec,
         policy: RebootPolicy,
     ) -> Result<pb::CoverageReport, AgentError> {
-        let spec = NodeSpec::from_pb(desired)?;
+        let desired = self.resolve_kept(desired)?;
+        let spec = NodeSpec::from_pb(&desired)?;
         self.check_limits(&spec)?;
         Ok(self.plan_for(&spec, self.options(policy))?.report)
+    }
+
+    /// Fills the drop-ins marked `keep` with the node's copy in `/etc/inplaced/node.d`
+    /// (their rendered content exists only there). Errors: an invalid name, or no such
+    /// file on the node (INVALID_ARGUMENT naming `dropins[<name>].keep`).
+    fn resolve_kept<'a>(
+        &self,
+        desired: &'a pb::NodeSpec,
+    ) -> Result<std::borrow::Cow<'a, pb::NodeSpec>, AgentError> {
+        if !desired.dropins.iter().any(|d| d.keep) {
+            return Ok(std::borrow::Cow::Borrowed(desired));
+        }
+        let mut out = desired.clone();
+        for d in out.dropins.iter_mut().filter(|d| d.keep) {
+            let field = format!("dropins[{}].keep", d.name);
+            crate::spec::validate_dropin_name(&field, &d.name)?;
+            if !d.content.is_empty() {
+                return Err(SpecError::new(field, "give content or keep, not both").into());
+            }
+            let path = format!("{}/{}", crate::spec::DROPIN_DIR, d.name);
+            match self.root.read_string(&path) {
+                Ok(Some(text)) => d.content = text,
+                _ => {
+                    return Err(SpecError::new(
+                        field,
+                        format!("the node has no readable {path} to keep"),
+                    )
+                    .into());
+                }
+            }
+            d.keep = false;
+        }
+        Ok(std::borrow::Cow::Owned(out))
     }
 
     /// Starts an operation (see the module docs); returns its first state.
@@ -479,7 +513,9 @@ impl Agent {
         req: pb::ApplyRequest,
         leave: Vec<String>,
     ) -> Result<pb::Operation, AgentError> {
-        let desired = req.desired.unwrap_or_default();
+        let desired = self
+            .resolve_kept(&req.desired.unwrap_or_default())?
+            .into_owned();
         let spec = NodeSpec::from_pb(&desired)?;
         self.check_limits(&spec)?;
         let id = if req.operation_id.is_empty() {
@@ -694,7 +730,11 @@ impl Agent {
                         .map_err(|e| e.to_string())
                 });
             match parsed {
-                Ok(content) => good.push(pb::DropIn { name, content }),
+                Ok(content) => good.push(pb::DropIn {
+                    name,
+                    content,
+                    keep: false,
+                }),
                 Err(e) => {
                     tracing::warn!(file = %path, error = %e, "node.d drop-in not applied");
                     broken.push((name, path, e));

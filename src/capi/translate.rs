@@ -338,6 +338,7 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
         return Ok(NodeFile::DropIn(pb::DropIn {
             name: name.to_string(),
             content,
+            keep: false,
         }));
     }
     let owner = str_of(f, "owner").unwrap_or("").to_string();
@@ -348,6 +349,15 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
         owner,
         group: String::new(),
     }))
+}
+
+/// The drop-in name of a `files` entry under `/etc/inplaced/node.d` with a valid name.
+fn kept_dropin(f: &Value) -> Option<String> {
+    let name = str_of(f, "path")?
+        .strip_prefix(crate::spec::DROPIN_DIR)?
+        .strip_prefix('/')?;
+    crate::spec::validate_dropin_name("name", name).ok()?;
+    Some(name.to_string())
 }
 
 /// Agent change ids a drop-in's items produce (best effort; unknown ids are claimed by
@@ -590,7 +600,20 @@ pub fn node_spec(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>) 
             match decode_file(f) {
                 Ok(NodeFile::File(pf)) => spec.files.push(pf),
                 Ok(NodeFile::DropIn(d)) => spec.dropins.push(d),
-                Err(e) => skipped.push(format!("{}: {e}", str_of(f, "path").unwrap_or("?"))),
+                // A drop-in only the node has rendered (Jinja, a Secret): the agent keeps
+                // its copy, which it may have applied at start-up; leaving it out would
+                // revert it.
+                Err(e) => match kept_dropin(f) {
+                    Some(name) => {
+                        skipped.push(format!("{name}: the node's copy is kept ({e})"));
+                        spec.dropins.push(pb::DropIn {
+                            name,
+                            content: String::new(),
+                            keep: true,
+                        });
+                    }
+                    None => skipped.push(format!("{}: {e}", str_of(f, "path").unwrap_or("?"))),
+                },
             }
         }
     }

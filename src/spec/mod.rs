@@ -499,6 +499,12 @@ impl NodeSpec {
         for (i, d) in p.dropins.iter().enumerate() {
             let field = format!("dropins[{i}].name");
             validate_dropin_name(&field, &d.name)?;
+            if d.keep {
+                return Err(SpecError::new(
+                    format!("dropins[{i}].keep"),
+                    "keep is resolved by the agent from its node.d; send the spec to the agent",
+                ));
+            }
             if let Some(j) = names.insert(d.name.as_str(), i) {
                 return Err(SpecError::new(
                     field,
@@ -810,6 +816,7 @@ mod tests {
             .map(|(n, c)| pb::DropIn {
                 name: n.to_string(),
                 content: c.to_string(),
+                keep: false,
             })
             .collect();
         NodeSpec::from_pb(&p)

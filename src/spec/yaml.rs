@@ -262,6 +262,7 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
         .map(|d| pb::DropIn {
             name: d.name,
             content: d.content,
+            keep: false,
         })
         .collect();
     Ok(out)
