@@ -39,17 +39,15 @@ fn big_request() -> Vec<u8> {
 
 fn answer(body: &[u8], cov: &NodeCoverage) -> Vec<u8> {
     let mut req: CanUpdateMachineRequest = serde_json::from_slice(body).unwrap();
-    for o in [
-        &mut req.current.bootstrap_config,
-        &mut req.desired.bootstrap_config,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        capi::translate::redact(o);
-    }
+    req.redact();
     let _spec = capi::desired_node_spec(&req.desired);
-    let resp = capi::can_update_machine(&req.current, &req.desired, Some(cov), PreserveMode::Auto);
+    let resp = capi::can_update_machine(
+        &req.current,
+        &req.desired,
+        capi::machine_diff(&req.current, &req.desired),
+        Some(cov),
+        PreserveMode::Auto,
+    );
     serde_json::to_vec(&resp).unwrap()
 }
 

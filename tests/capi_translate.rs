@@ -45,16 +45,14 @@ fn machine(
 ) {
     let mut req: CanUpdateMachineRequest =
         serde_json::from_value(fixture(&format!("{dir}/canupdatemachine-request.json"))).unwrap();
-    for o in [
-        &mut req.current.bootstrap_config,
-        &mut req.desired.bootstrap_config,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        capi::translate::redact(o);
-    }
-    let resp = capi::can_update_machine(&req.current, &req.desired, Some(cov), mode);
+    req.redact();
+    let resp = capi::can_update_machine(
+        &req.current,
+        &req.desired,
+        capi::machine_diff(&req.current, &req.desired),
+        Some(cov),
+        mode,
+    );
     (req, resp)
 }
 
@@ -300,7 +298,7 @@ mod property {
         #[test]
         fn patch_leaves_exactly_the_uncovered_units(cur in kubeadm_spec(), des in kubeadm_spec(), refuse in prop::collection::vec(any::<bool>(), 8)) {
             let (c, d) = (objects(cur.clone()), objects(des.clone()));
-            let (_, analysis) = capi::machine_units(&c, &d);
+            let analysis = capi::machine_diff(&c, &d);
             let mut cov = NodeCoverage::default();
             let ids: Vec<String> = analysis.units.iter().flat_map(|u| u.ids.clone()).collect();
             for (i, id) in ids.iter().enumerate() {
@@ -308,7 +306,7 @@ mod property {
                 cov.changes.insert(id.clone(), v);
             }
             let decision = capi::decide(analysis.units.clone(), &cov);
-            let resp = capi::can_update_machine(&c, &d, Some(&cov), PreserveMode::Never);
+            let resp = capi::can_update_machine(&c, &d, analysis.clone(), Some(&cov), PreserveMode::Never);
             let out = patch::apply(&cur, ops(&resp.bootstrap_config_patch).as_array().unwrap()).unwrap();
             for u in &decision.covered {
                 prop_assert_eq!(patch::get(&out, &u.unit.tokens), patch::get(&des, &u.unit.tokens), "covered {}", u.path);
@@ -321,4 +319,36 @@ mod property {
             prop_assert_eq!(out["spec"] == des["spec"], decision.uncovered.is_empty());
         }
     }
+}
+
+/// Scenario f: what UpdateMachine sends the agent (the desired NodeSpec of the redacted
+/// request) holds neither the bootstrap token nor its secret half; the redacted request
+/// itself no longer holds it either.
+#[test]
+fn scenario_f_token_is_not_in_the_agent_request() {
+    use inplaced::capi::types::UpdateMachineRequest;
+    use prost::Message;
+    let mut req: UpdateMachineRequest = serde_json::from_value(fixture(
+        "f-updatemachine-bootstrap-token/updatemachine-request.json",
+    ))
+    .unwrap();
+    assert!(
+        serde_json::to_string(&req)
+            .unwrap()
+            .contains("b7bn3izenrsfazb2")
+    );
+    req.redact();
+    assert!(
+        !serde_json::to_string(&req)
+            .unwrap()
+            .contains("b7bn3izenrsfazb2")
+    );
+    let spec = capi::desired_node_spec(&req.desired);
+    assert!(
+        !spec.files.is_empty() && spec.kubelet.is_some(),
+        "the spec carries the update: {spec:?}"
+    );
+    let wire = spec.encode_to_vec();
+    assert!(!wire.windows(16).any(|w| w == b"b7bn3izenrsfazb2"));
+    assert!(!format!("{spec:?}").contains("b7bn3izenrsfazb2"));
 }

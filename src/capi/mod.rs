@@ -22,9 +22,49 @@ use serde_json::Value;
 use crate::pb;
 use translate::DiffUnit;
 use types::{
-    API_VERSION, CanUpdateMachineResponse, CanUpdateMachineSetResponse, MachineObjects,
-    MachineSetObjects, Patch, Status,
+    API_VERSION, CanUpdateMachineRequest, CanUpdateMachineResponse, CanUpdateMachineSetRequest,
+    CanUpdateMachineSetResponse, MachineObjects, MachineSetObjects, Patch, Status,
+    UpdateMachineRequest,
 };
+
+impl CanUpdateMachineRequest {
+    /// Removes bootstrap secrets from both bootstrap configs ([`translate::redact`]).
+    pub fn redact(&mut self) {
+        for b in [
+            &mut self.current.bootstrap_config,
+            &mut self.desired.bootstrap_config,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            translate::redact(b);
+        }
+    }
+}
+
+impl CanUpdateMachineSetRequest {
+    /// Removes bootstrap secrets from both templates ([`translate::redact`]).
+    pub fn redact(&mut self) {
+        for b in [
+            &mut self.current.bootstrap_config_template,
+            &mut self.desired.bootstrap_config_template,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            translate::redact(b);
+        }
+    }
+}
+
+impl UpdateMachineRequest {
+    /// Removes bootstrap secrets from the desired bootstrap config ([`translate::redact`]).
+    pub fn redact(&mut self) {
+        if let Some(b) = self.desired.bootstrap_config.as_mut() {
+            translate::redact(b);
+        }
+    }
+}
 
 /// What the node (or the capability model) says about each agent change id.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -209,33 +249,68 @@ fn bootstrap_is_v1beta1(obj: &Value) -> bool {
         .is_some_and(|v| v.ends_with("/v1beta1"))
 }
 
-/// The units of a CanUpdateMachine request: Machine, InfraMachine and bootstrap config
-/// differences, plus the NodeSpec of the changed node items. Objects must be redacted.
-pub fn machine_units(
-    current: &MachineObjects,
-    desired: &MachineObjects,
-) -> (Vec<DiffUnit>, translate::Analysis) {
-    let mut blocked = translate::machine(&current.machine, &desired.machine, &["spec"]);
-    blocked.extend(translate::infrastructure(
-        &current.infrastructure_machine,
-        &desired.infrastructure_machine,
-        &["spec"],
-    ));
-    let analysis = match (&current.bootstrap_config, &desired.bootstrap_config) {
-        (Some(c), Some(d)) => translate::kubeadm(c, d, &["spec"], bootstrap_is_v1beta1(d)),
+/// The differences of one request, rooted at `root` (`spec` for a Machine,
+/// `spec.template.spec` for a MachineSet and its templates): the Machine's and the
+/// InfraMachine's (always blocked), then the bootstrap config's, with the changed node
+/// items in `delta`. Objects must be redacted.
+fn diff(
+    machine: (&Value, &Value),
+    infra: (&Value, &Value),
+    bootstrap: (Option<&Value>, Option<&Value>),
+    root: &[&str],
+) -> translate::Analysis {
+    let mut units = translate::machine(machine.0, machine.1, root);
+    units.extend(translate::infrastructure(infra.0, infra.1, root));
+    let mut analysis = match bootstrap {
+        (Some(c), Some(d)) => translate::kubeadm(c, d, root, bootstrap_is_v1beta1(d)),
         (None, None) => translate::Analysis::default(),
         _ => translate::Analysis {
             units: vec![DiffUnit {
-                unit: patch::Unit::whole(&["spec"]),
-                path: "bootstrapConfig".into(),
                 blocked: Some("the bootstrap config exists on one side only".into()),
-                ids: vec![],
-                claims_unknown: false,
+                path: "bootstrapConfig".into(),
+                ..DiffUnit::open(&["spec".to_string()])
             }],
             ..Default::default()
         },
     };
-    (blocked, analysis)
+    units.append(&mut analysis.units);
+    analysis.units = units;
+    analysis
+}
+
+/// The differences of a CanUpdateMachine request (see [`diff`]).
+pub fn machine_diff(current: &MachineObjects, desired: &MachineObjects) -> translate::Analysis {
+    diff(
+        (&current.machine, &desired.machine),
+        (
+            &current.infrastructure_machine,
+            &desired.infrastructure_machine,
+        ),
+        (
+            current.bootstrap_config.as_ref(),
+            desired.bootstrap_config.as_ref(),
+        ),
+        &["spec"],
+    )
+}
+
+/// The differences of a CanUpdateMachineSet request (see [`diff`]).
+pub fn machine_set_diff(
+    current: &MachineSetObjects,
+    desired: &MachineSetObjects,
+) -> translate::Analysis {
+    diff(
+        (&current.machine_set, &desired.machine_set),
+        (
+            &current.infrastructure_machine_template,
+            &desired.infrastructure_machine_template,
+        ),
+        (
+            current.bootstrap_config_template.as_ref(),
+            desired.bootstrap_config_template.as_ref(),
+        ),
+        &["spec", "template", "spec"],
+    )
 }
 
 /// The whole NodeSpec the desired bootstrap config asks for (see
@@ -286,19 +361,19 @@ fn patch_of(current: &Value, desired: &Value, units: &[DiffUnit]) -> Option<Patc
     (!ops.is_empty()).then(|| Patch::json_patch(&ops))
 }
 
-/// The CanUpdateMachine answer from the units and the node's coverage. `cov` is `None`
-/// when the node was not asked (nothing to apply on it and no preservation question).
+/// The CanUpdateMachine answer from the request's differences ([`machine_diff`]) and the
+/// node's coverage. `cov` is `None` when the node was not asked (nothing to apply on it
+/// and no preservation question).
 pub fn can_update_machine(
     current: &MachineObjects,
     desired: &MachineObjects,
+    diff: translate::Analysis,
     cov: Option<&NodeCoverage>,
     mode: PreserveMode,
 ) -> CanUpdateMachineResponse {
-    let (mut units, analysis) = machine_units(current, desired);
-    units.extend(analysis.units);
     let empty = NodeCoverage::default();
     let cov = cov.unwrap_or(&empty);
-    let d = decide(units, cov);
+    let d = decide(diff.units, cov);
     // Machine and InfraMachine units are always blocked: every covered unit is the
     // bootstrap config's.
     let bootstrap_config_patch = match (&current.bootstrap_config, &desired.bootstrap_config) {
@@ -333,28 +408,6 @@ pub fn can_update_machine(
     }
 }
 
-/// The units of a CanUpdateMachineSet request (templates rooted at `spec.template.spec`).
-pub fn machine_set_units(
-    current: &MachineSetObjects,
-    desired: &MachineSetObjects,
-) -> (Vec<DiffUnit>, translate::Analysis) {
-    let root = ["spec", "template", "spec"];
-    let mut blocked = translate::machine(&current.machine_set, &desired.machine_set, &root);
-    blocked.extend(translate::infrastructure(
-        &current.infrastructure_machine_template,
-        &desired.infrastructure_machine_template,
-        &root,
-    ));
-    let analysis = match (
-        &current.bootstrap_config_template,
-        &desired.bootstrap_config_template,
-    ) {
-        (Some(c), Some(d)) => translate::kubeadm(c, d, &root, bootstrap_is_v1beta1(d)),
-        _ => translate::Analysis::default(),
-    };
-    (blocked, analysis)
-}
-
 /// The node disruption a MachineSet answer implies, from the covered kubelet flags (the
 /// agents' built-in rules: a CPU, memory or topology manager change drains and resets the
 /// kubelet's checkpoint, any other flag restarts the kubelet).
@@ -384,8 +437,7 @@ pub fn can_update_machine_set(
     mode: PreserveMode,
     hardware_bound_kinds: &[String],
 ) -> CanUpdateMachineSetResponse {
-    let (mut units, analysis) = machine_set_units(current, desired);
-    units.extend(analysis.units);
+    let units = machine_set_diff(current, desired).units;
     let cov = capability_coverage(caps, &units);
     let d = decide(units, &cov);
     let bootstrap_config_template_patch = match (

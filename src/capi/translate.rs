@@ -43,13 +43,21 @@ pub struct DiffUnit {
 }
 
 impl DiffUnit {
-    fn blocked(tokens: &[String], reason: impl Into<String>) -> DiffUnit {
+    /// A unit copied whole at `tokens`, not blocked, needing no node change (yet).
+    pub fn open(tokens: &[String]) -> DiffUnit {
         DiffUnit {
             path: dotted(tokens),
             unit: Unit::whole(tokens),
-            blocked: Some(reason.into()),
+            blocked: None,
             ids: vec![],
             claims_unknown: false,
+        }
+    }
+
+    fn blocked(tokens: &[String], reason: impl Into<String>) -> DiffUnit {
+        DiffUnit {
+            blocked: Some(reason.into()),
+            ..DiffUnit::open(tokens)
         }
     }
 }
@@ -194,13 +202,7 @@ pub fn kubeadm(current: &Value, desired: &Value, root: &[&str], v1beta1: bool) -
                 match h[0] {
                     "files" => files(current, desired, root, &mut out),
                     "ntp" => ntp(current, desired, root, &mut out),
-                    "verbosity" => out.units.push(DiffUnit {
-                        unit: Unit::whole(&toks(root, h)),
-                        path: dotted(&toks(root, h)),
-                        blocked: None,
-                        ids: vec![],
-                        claims_unknown: false,
-                    }),
+                    "verbosity" => out.units.push(DiffUnit::open(&toks(root, h))),
                     _ => kubelet_args(current, desired, root, v1beta1, &mut out),
                 }
             }
@@ -386,13 +388,7 @@ fn files(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
             .unwrap_or_default()
     };
     let (cur, des) = (list(current), list(desired));
-    let mut u = DiffUnit {
-        path: dotted(&tokens),
-        unit: Unit::whole(&tokens),
-        blocked: None,
-        ids: vec![],
-        claims_unknown: false,
-    };
+    let mut u = DiffUnit::open(&tokens);
     let mut reasons = Vec::new();
     let mut seen = BTreeSet::new();
     for (i, f) in des.iter().enumerate() {
@@ -487,13 +483,7 @@ fn kubelet_args(
         }
     };
     let names: BTreeSet<&String> = c.keys().chain(d.keys()).collect();
-    let mut whole = DiffUnit {
-        path: dotted(&tokens),
-        unit: Unit::whole(&tokens),
-        blocked: None,
-        ids: vec![],
-        claims_unknown: false,
-    };
+    let mut whole = DiffUnit::open(&tokens);
     let mut reasons = Vec::new();
     let flags = &mut out.delta.kubelet.get_or_insert_with(Default::default).flags;
     for n in names {
@@ -570,11 +560,8 @@ fn ntp_of(v: Option<&Value>) -> Result<Option<pb::Ntp>, String> {
 fn ntp(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
     let tokens = toks(root, &["ntp"]);
     let mut u = DiffUnit {
-        path: dotted(&tokens),
-        unit: Unit::whole(&tokens),
-        blocked: None,
         ids: vec!["ntp".into()],
-        claims_unknown: false,
+        ..DiffUnit::open(&tokens)
     };
     let before = ntp_of(get(current, &tokens)).ok().flatten();
     match ntp_of(get(desired, &tokens)) {

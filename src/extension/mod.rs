@@ -14,6 +14,7 @@ pub mod resolve;
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -26,10 +27,10 @@ use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 
 use crate::capi::types::{
-    API_VERSION, CanUpdateMachineRequest, CanUpdateMachineSetRequest, Status, UpdateMachineRequest,
-    UpdateMachineResponse, discovery, failure,
+    API_VERSION, CanUpdateMachineRequest, CanUpdateMachineSetRequest, MachineObjects, Status,
+    UpdateMachineRequest, UpdateMachineResponse, discovery, failure,
 };
-use crate::capi::{self, NodeCoverage, PreserveMode, translate};
+use crate::capi::{self, NodeCoverage, PreserveMode};
 use crate::client::TlsIdentity;
 use crate::pb::{self, Phase, node_agent_client::NodeAgentClient};
 use crate::server::tls::Acceptor;
@@ -51,20 +52,31 @@ pub struct Extension {
 #[derive(Debug)]
 struct AgentError(String);
 
-/// Why a coverage question got no report.
-#[derive(Debug)]
-enum CoverageError {
-    /// The agent could not be asked (CAPI should retry).
-    Unreachable(AgentError),
-    /// The agent refused the spec as invalid (`INVALID_ARGUMENT`): a property of the
-    /// desired KubeadmConfig, so "not covered", not a reason to retry.
-    Invalid(String),
+/// An agent call bounded by `t`; no answer in time is reported as `DEADLINE_EXCEEDED`.
+async fn call<T>(
+    t: Duration,
+    f: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    match tokio::time::timeout(t, f).await {
+        Ok(r) => r.map(tonic::Response::into_inner),
+        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+            "no answer within {t:?}"
+        ))),
+    }
 }
 
-impl From<AgentError> for CoverageError {
-    fn from(e: AgentError) -> Self {
-        CoverageError::Unreachable(e)
-    }
+/// The node's coverage of `spec` under the request's reboot policy.
+async fn node_coverage(
+    c: &mut NodeAgentClient<Channel>,
+    eff: &Effective,
+    spec: pb::NodeSpec,
+) -> Result<NodeCoverage, tonic::Status> {
+    let req = pb::GetCoverageRequest {
+        desired: Some(spec),
+        reboot_policy: eff.reboot_policy as i32,
+    };
+    let r = call(eff.agent_timeout, c.get_coverage(req)).await?;
+    Ok(NodeCoverage::from_report(&r))
 }
 
 fn hook_prefix() -> String {
@@ -141,49 +153,20 @@ impl Extension {
     /// An unreachable agent is a `Failure` (CAPI retries), never an empty success.
     pub async fn can_update_machine(&self, mut req: CanUpdateMachineRequest) -> Value {
         const KIND: &str = "CanUpdateMachineResponse";
-        for o in [
-            &mut req.current.bootstrap_config,
-            &mut req.desired.bootstrap_config,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            translate::redact(o);
-        }
+        req.redact();
         let eff = match self.settings(&req.settings) {
             Ok(e) => e,
             Err(e) => return failure(KIND, &e),
         };
         let m = MachineRef::of(&req.desired.machine);
-        let (blocked, analysis) = capi::machine_units(&req.current, &req.desired);
-        let any_blocked = !blocked.is_empty() || analysis.units.iter().any(|u| u.blocked.is_some());
-        let ask = analysis.delta != pb::NodeSpec::default()
+        let diff = capi::machine_diff(&req.current, &req.desired);
+        let any_blocked = diff.units.iter().any(|u| u.blocked.is_some());
+        let ask = diff.delta != pb::NodeSpec::default()
             || (eff.preserve == PreserveMode::Auto && any_blocked);
-        // The node is asked about the whole desired NodeSpec, exactly what UpdateMachine
-        // will apply: an earlier apply makes the agent revert items a partial spec would
-        // leave out, and drift on an unchanged item must block too.
-        let full = capi::desired_node_spec(&req.desired);
         let cov = if ask {
-            let asked = match self.coverage(&m, &eff, full).await {
-                // The spec itself is refused: every node change is not covered; the
-                // preservation recommendation comes from a report of the empty spec.
-                Err(CoverageError::Invalid(why)) => self
-                    .coverage(&m, &eff, pb::NodeSpec::default())
-                    .await
-                    .map(|mut c| {
-                        for id in analysis.units.iter().flat_map(|u| &u.ids) {
-                            c.changes.insert(
-                                id.clone(),
-                                Err(format!("the node refuses the spec: {why}")),
-                            );
-                        }
-                        c
-                    }),
-                other => other,
-            };
-            match asked {
+            match self.ask_coverage(&m, &eff, &req.desired, &diff).await {
                 Ok(c) => Some(c),
-                Err(CoverageError::Invalid(e)) | Err(CoverageError::Unreachable(AgentError(e))) => {
+                Err(AgentError(e)) => {
                     tracing::warn!(machine = %m.key(), error = %e, "CanUpdateMachine: agent unreachable");
                     return failure(
                         KIND,
@@ -197,7 +180,8 @@ impl Extension {
         } else {
             None
         };
-        let resp = capi::can_update_machine(&req.current, &req.desired, cov.as_ref(), eff.preserve);
+        let resp =
+            capi::can_update_machine(&req.current, &req.desired, diff, cov.as_ref(), eff.preserve);
         tracing::info!(
             machine = %m.key(),
             covered = resp.bootstrap_config_patch.is_some(),
@@ -208,43 +192,45 @@ impl Extension {
         serde_json::to_value(resp).unwrap_or_else(|e| failure(KIND, &e.to_string()))
     }
 
-    async fn coverage(
+    /// Asks the node about the whole desired NodeSpec, exactly what UpdateMachine will
+    /// apply: an earlier apply makes the agent revert items a partial spec would leave
+    /// out, and drift on an unchanged item must block too. A spec the agent refuses as
+    /// invalid makes every node change of `diff` not covered (a property of the desired
+    /// KubeadmConfig, not a reason for CAPI to retry); the preservation recommendation
+    /// then comes from a report of the empty spec.
+    async fn ask_coverage(
         &self,
         m: &MachineRef,
         eff: &Effective,
-        desired: pb::NodeSpec,
-    ) -> Result<NodeCoverage, CoverageError> {
+        desired: &MachineObjects,
+        diff: &capi::translate::Analysis,
+    ) -> Result<NodeCoverage, AgentError> {
         let (addr, mut c) = self.agent(m, eff).await?;
-        let req = pb::GetCoverageRequest {
-            desired: Some(desired),
-            reboot_policy: eff.reboot_policy as i32,
-        };
-        let r = tokio::time::timeout(eff.agent_timeout, c.get_coverage(req))
-            .await
-            .map_err(|_| AgentError(format!("agent at {addr}: GetCoverage timed out")))?
-            .map_err(|s| {
-                if s.code() == tonic::Code::InvalidArgument {
-                    CoverageError::Invalid(s.message().to_string())
-                } else {
-                    AgentError(format!("agent at {addr}: GetCoverage: {}", s.message())).into()
+        let unreachable =
+            |s: tonic::Status| AgentError(format!("agent at {addr}: GetCoverage: {}", s.message()));
+        match node_coverage(&mut c, eff, capi::desired_node_spec(desired)).await {
+            Ok(cov) => Ok(cov),
+            Err(s) if s.code() == tonic::Code::InvalidArgument => {
+                let mut cov = node_coverage(&mut c, eff, pb::NodeSpec::default())
+                    .await
+                    .map_err(unreachable)?;
+                for id in diff.units.iter().flat_map(|u| &u.ids) {
+                    cov.changes.insert(
+                        id.clone(),
+                        Err(format!("the node refuses the spec: {}", s.message())),
+                    );
                 }
-            })?;
-        Ok(NodeCoverage::from_report(&r.into_inner()))
+                Ok(cov)
+            }
+            Err(s) => Err(unreachable(s)),
+        }
     }
 
     /// CanUpdateMachineSet: deterministic, from the translation and the declared
     /// capabilities (no node is asked; CAPI caches the answer for 24 h).
     pub fn can_update_machine_set(&self, mut req: CanUpdateMachineSetRequest) -> Value {
         const KIND: &str = "CanUpdateMachineSetResponse";
-        for o in [
-            &mut req.current.bootstrap_config_template,
-            &mut req.desired.bootstrap_config_template,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            translate::redact(o);
-        }
+        req.redact();
         let eff = match self.settings(&req.settings) {
             Ok(e) => e,
             Err(e) => return failure(KIND, &e),
@@ -267,9 +253,7 @@ impl Extension {
     /// UpdateMachine: idempotent. The operation id is derived from the Machine and the
     /// desired NodeSpec, so every call of one update maps to the same agent operation.
     pub async fn update_machine(&self, mut req: UpdateMachineRequest) -> UpdateMachineResponse {
-        if let Some(b) = req.desired.bootstrap_config.as_mut() {
-            translate::redact(b);
-        }
+        req.redact();
         let eff = match self.settings(&req.settings) {
             Ok(e) => e,
             Err(e) => return UpdateMachineResponse::new(Status::Failure, e, 0),
@@ -311,48 +295,35 @@ impl Extension {
             Err(AgentError(e)) => return wait(format!("waiting for the node agent: {e}")),
         };
         let t = eff.agent_timeout;
-        let timeout = || wait(format!("agent at {addr} did not answer within {t:?}"));
+        let trouble = |s: tonic::Status| wait(format!("agent at {addr}: {}", s.message()));
         // The newest attempt of this update in the node's history: `id`, or `id-rN`.
-        let history =
-            match tokio::time::timeout(t, c.list_operations(pb::ListOperationsRequest {})).await {
-                Ok(Ok(r)) => r.into_inner().operations,
-                Ok(Err(s)) => return wait(format!("agent at {addr}: {}", s.message())),
-                Err(_) => return timeout(),
-            };
+        let history = match call(t, c.list_operations(pb::ListOperationsRequest {})).await {
+            Ok(r) => r.operations,
+            Err(s) => return trouble(s),
+        };
         let attempt = |o: &pb::Operation| -> Option<u32> {
             if o.id == id {
                 return Some(0);
             }
             o.id.strip_prefix(id)?.strip_prefix("-r")?.parse().ok()
         };
+        let next = format!(
+            "{id}-r{}",
+            history.iter().filter_map(attempt).max().unwrap_or(0) + 1
+        );
         let newest = history.iter().find(|o| attempt(o).is_some()).cloned();
-        let next = history.iter().filter_map(attempt).max().map(|n| n + 1);
-        let op = match newest {
+        // Which attempt to start, if any; otherwise `newest` answers.
+        let start = match &newest {
+            None => Some(id.to_string()),
+            // Stopped mid-way by a crash or stop of the agent (and rolled back from its
+            // journal): the agent runs it again when applied with the same id.
+            Some(op) if crate::apply::is_interrupted(op) => Some(op.id.clone()),
             // Done once, but the node has applied something else since (the update was
             // reverted to an earlier spec, or its node.d changed): apply it again.
             Some(op) if op.phase == Phase::Succeeded as i32 => {
-                let applied =
-                    match tokio::time::timeout(t, c.get_status(pb::GetStatusRequest {})).await {
-                        Ok(Ok(st)) => st.into_inner().applied_spec_hash,
-                        Ok(Err(s)) => return wait(format!("agent at {addr}: {}", s.message())),
-                        Err(_) => return timeout(),
-                    };
-                if applied == op.spec_hash {
-                    op
-                } else {
-                    let again = format!("{id}-r{}", next.unwrap_or(1));
-                    match self.start(&mut c, eff, spec, &again).await {
-                        Ok(op) => op,
-                        Err(r) => return r,
-                    }
-                }
-            }
-            // Stopped mid-way by a crash or stop of the agent (and rolled back from its
-            // journal): the agent runs it again when applied with the same id.
-            Some(op) if crate::apply::is_interrupted(&op) => {
-                match self.start(&mut c, eff, spec, &op.id).await {
-                    Ok(op) => op,
-                    Err(r) => return r,
+                match call(t, c.get_status(pb::GetStatusRequest {})).await {
+                    Ok(st) => (st.applied_spec_hash != op.spec_hash).then_some(next),
+                    Err(s) => return trouble(s),
                 }
             }
             // Failed, but another operation succeeded on the node after it (the update
@@ -363,17 +334,19 @@ impl Extension {
                         .first()
                         .is_some_and(|h| h.id != op.id && h.phase == Phase::Succeeded as i32) =>
             {
-                let again = format!("{id}-r{}", next.unwrap_or(1));
-                match self.start(&mut c, eff, spec, &again).await {
+                Some(next)
+            }
+            Some(_) => None,
+        };
+        let op = match (start, newest) {
+            (None, Some(op)) => op,
+            (start, _) => {
+                let sid = start.unwrap_or_else(|| id.to_string());
+                match self.start(&mut c, eff, spec, &sid).await {
                     Ok(op) => op,
                     Err(r) => return r,
                 }
             }
-            Some(op) => op,
-            None => match self.start(&mut c, eff, spec, id).await {
-                Ok(op) => op,
-                Err(r) => return r,
-            },
         };
         let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
         match phase {
@@ -409,20 +382,19 @@ impl Extension {
             Phase::RebootRequired => {
                 // Caller-handled reboot (an operation started by someone else's policy):
                 // ask the agent to reboot now, as the update can not finish otherwise.
-                match tokio::time::timeout(
-                    t,
-                    c.reboot(pb::RebootRequest {
-                        operation_id: op.id.clone(),
-                    }),
-                )
-                .await
-                {
-                    Ok(Ok(_)) => wait("rebooting the node to finish the update".into()),
-                    Ok(Err(s)) => wait(format!(
+                let req = pb::RebootRequest {
+                    operation_id: op.id.clone(),
+                };
+                match call(t, c.reboot(req)).await {
+                    Ok(_) => wait("rebooting the node to finish the update".into()),
+                    // The agent may go down with the reboot before it answers.
+                    Err(s) if s.code() == tonic::Code::DeadlineExceeded => {
+                        wait("rebooting the node to finish the update".into())
+                    }
+                    Err(s) => wait(format!(
                         "reboot required; the agent refused the reboot: {}",
                         s.message()
                     )),
-                    Err(_) => wait("rebooting the node to finish the update".into()),
                 }
             }
             _ => {
@@ -448,22 +420,16 @@ impl Extension {
         let wait =
             |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
         let fail = |msg: String| UpdateMachineResponse::new(Status::Failure, msg, 0);
-        let t = eff.agent_timeout;
-        let report = match tokio::time::timeout(
-            t,
-            c.get_coverage(pb::GetCoverageRequest {
-                desired: Some(spec.clone()),
-                reboot_policy: eff.reboot_policy as i32,
-            }),
-        )
-        .await
-        {
-            Ok(Ok(r)) => r.into_inner(),
-            Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
+        let req = pb::GetCoverageRequest {
+            desired: Some(spec.clone()),
+            reboot_policy: eff.reboot_policy as i32,
+        };
+        let report = match call(eff.agent_timeout, c.get_coverage(req)).await {
+            Ok(r) => r,
+            Err(s) if s.code() == tonic::Code::InvalidArgument => {
                 return Err(fail(format!("the node refuses the spec: {}", s.message())));
             }
-            Ok(Err(s)) => return Err(wait(format!("coverage: {}", s.message()))),
-            Err(_) => return Err(wait("coverage timed out".into())),
+            Err(s) => return Err(wait(format!("coverage: {}", s.message()))),
         };
         let mut refused = Vec::new();
         for ch in report.changes.iter().filter(|c| !c.covered) {
@@ -484,12 +450,12 @@ impl Extension {
             reboot_policy: eff.reboot_policy as i32,
             dry_run: false,
         };
-        match tokio::time::timeout(t, c.apply(req)).await {
-            Ok(Ok(op)) => Ok(op.into_inner()),
-            Ok(Err(s)) if s.code() == tonic::Code::Aborted => {
+        match call(eff.agent_timeout, c.apply(req)).await {
+            Ok(op) => Ok(op),
+            Err(s) if s.code() == tonic::Code::Aborted => {
                 Err(wait(format!("waiting: {}", s.message())))
             }
-            Ok(Err(s))
+            Err(s)
                 if matches!(
                     s.code(),
                     tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
@@ -500,8 +466,8 @@ impl Extension {
                     s.message()
                 )))
             }
-            Ok(Err(s)) => Err(wait(format!("apply: {}", s.message()))),
-            Err(_) => Err(wait("apply timed out; will check again".into())),
+            // Including no answer in time: the next poll finds the operation if it started.
+            Err(s) => Err(wait(format!("apply: {}", s.message()))),
         }
     }
 
