@@ -1431,8 +1431,9 @@ impl Planner<'_> {
         // Removals staged in this boot and still running (not desired again): they take
         // effect at the next boot, whatever operation comes in between.
         let boot = self.obs.boot_id.clone().unwrap_or_default();
-        let running_now = self.obs.proc_cmdline.as_ref().map(|c| Cmdline::parse(c));
-        let still_running = |a: &Arg| running_now.as_ref().is_some_and(|r| r.contains_exact(a));
+        // the running command line, parsed once for this section
+        let running = self.obs.proc_cmdline.as_ref().map(|c| Cmdline::parse(c));
+        let still_running = |a: &Arg| running.as_ref().is_some_and(|r| r.contains_exact(a));
         let mut lingering: Vec<Arg> = Vec::new();
         let mut pending = Vec::new();
         for p in &self.record.kernel_args_removed {
@@ -1474,7 +1475,6 @@ impl Planner<'_> {
                 .or_insert_with(|| KeyChange::new(a.key()));
             e.appended.push(a.clone());
         }
-        let running = self.obs.proc_cmdline.as_ref().map(|c| Cmdline::parse(c));
         // args on the running command line that do not come from the edited configuration:
         // on GRUB they come from GRUB_CMDLINE_LINUX_DEFAULT, which follows GRUB_CMDLINE_LINUX
         let mut later: Vec<Arg> = Vec::new();
@@ -1642,9 +1642,8 @@ impl Planner<'_> {
         }
         // staged for the next boot but not running yet: a reboot, no edit
         if by_key.is_empty()
-            && let Some(running) = &self.obs.proc_cmdline
+            && let Some(running) = &running
         {
-            let running = Cmdline::parse(running);
             let mut have: Vec<Arg> = running.args().to_vec();
             let mut missing = Vec::new();
             for d in &owned {
