@@ -605,27 +605,13 @@ pub fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
 /// runtime client verifies us with the ExtensionConfig `caBundle`), ALPN `http/1.1`.
 pub fn tls_config(files: &[std::path::PathBuf]) -> anyhow::Result<rustls::ServerConfig> {
     use anyhow::Context;
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files[0])
-        .with_context(|| format!("server.cert {}", files[0].display()))?
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("server.cert {}: not PEM certificates", files[0].display()))?;
-    anyhow::ensure!(
-        !certs.is_empty(),
-        "server.cert {}: no certificate in the file",
-        files[0].display()
-    );
-    let key = PrivateKeyDer::from_pem_file(&files[1])
-        .with_context(|| format!("server.key {}: no PEM private key", files[1].display()))?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .context("TLS versions")?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .context("server.cert and server.key do not match")?;
+    let (certs, key) = crate::server::tls::load_identity("server", &files[0], &files[1])?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(crate::server::tls::provider())
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("server.cert and server.key do not match")?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
 }

@@ -98,24 +98,36 @@ impl AsyncWrite for Conn {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// The rustls crypto provider every TLS endpoint of this crate uses (ring).
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Builds the rustls server config from the three PEM files.
-pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> anyhow::Result<ServerConfig> {
+/// A certificate chain and its private key from PEM files; errors name the config keys
+/// (`section` `.cert` / `.key`, e.g. `api.tcp`) and the file.
+pub fn load_identity(
+    section: &str,
+    cert: &Path,
+    key: &Path,
+) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("api.tcp.cert {}", cert.display()))?
+        .with_context(|| format!("{section}.cert {}", cert.display()))?
         .collect::<Result<_, _>>()
-        .with_context(|| format!("api.tcp.cert {}: not PEM certificates", cert.display()))?;
+        .with_context(|| format!("{section}.cert {}: not PEM certificates", cert.display()))?;
     if certs.is_empty() {
         anyhow::bail!(
-            "api.tcp.cert {}: no certificate in the file",
+            "{section}.cert {}: no certificate in the file",
             cert.display()
         );
     }
     let key = PrivateKeyDer::from_pem_file(key)
-        .with_context(|| format!("api.tcp.key {}: no PEM private key", key.display()))?;
+        .with_context(|| format!("{section}.key {}: no PEM private key", key.display()))?;
+    Ok((certs, key))
+}
+
+/// Builds the rustls server config from the three PEM files.
+pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> anyhow::Result<ServerConfig> {
+    let (certs, key) = load_identity("api.tcp", cert, key)?;
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(client_ca)
         .with_context(|| format!("api.tcp.client_ca {}", client_ca.display()))?
