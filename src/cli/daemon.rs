@@ -58,13 +58,7 @@ pub struct Args {
 pub fn main() -> ExitCode {
     let args = Args::parse();
     crate::logging::init(&args.log);
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    super::exit(run(args))
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
@@ -138,16 +132,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            else {
-                tracing::error!("cannot install the SIGTERM handler");
-                return;
-            };
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
+            super::stop_requested().await;
             tracing::info!("shutting down: no new requests; open calls get {GRACE:?}");
             let _ = stop_tx.send(true);
         });

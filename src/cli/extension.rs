@@ -30,13 +30,7 @@ pub struct Args {
 pub fn main() -> ExitCode {
     let args = Args::parse();
     crate::logging::init(&args.log);
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    super::exit(run(args))
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
@@ -53,22 +47,8 @@ fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("server.listen {listen}"))?;
         tracing::info!(listen = %listener.local_addr()?, "inplace-extension serving the CAPI in-place update hooks");
         let ext = Arc::new(Extension::new(config));
-        serve(ext, listener, acceptor, shutdown_signal()).await;
+        serve(ext, listener, acceptor, super::stop_requested()).await;
         tracing::info!("stopped");
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
 }
