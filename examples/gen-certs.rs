@@ -11,31 +11,12 @@
 //! On real clusters these come from cert-manager (extension) and the node PKI (agents).
 //! Usage: `cargo run --example gen-certs -- <dir>`.
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+use rcgen::SanType;
 
-fn ca(name: &str) -> (CertificateParams, KeyPair, String) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let key = KeyPair::generate().expect("key");
-    let pem = params.self_signed(&key).expect("self-signed").pem();
-    (params, key, pem)
-}
-
-fn leaf(
-    ca: &(CertificateParams, KeyPair, String),
-    cn: &str,
-    sans: Vec<SanType>,
-) -> (String, String) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.subject_alt_names = sans;
-    let key = KeyPair::generate().expect("key");
-    let cert = params
-        .signed_by(&key, &Issuer::from_params(&ca.0, &ca.1))
-        .expect("sign");
-    (cert.pem(), key.serialize_pem())
-}
+// The same CA and leaf helpers the tests use.
+#[allow(dead_code)]
+#[path = "../tests/common/pki.rs"]
+mod pki;
 
 fn main() -> std::io::Result<()> {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| ".".into()));
@@ -49,28 +30,28 @@ fn main() -> std::io::Result<()> {
     };
     let write = |name: &str, text: &str| std::fs::write(dir.join(name), text);
 
-    let agents = ca("inplaced agents CA");
-    let (c, k) = leaf(&agents, "inplaced", local());
-    write("agents-ca.crt", &agents.2)?;
+    let agents = pki::ca("inplaced agents CA");
+    let (c, k) = pki::leaf(&agents, "inplaced", local());
+    write("agents-ca.crt", &agents.pem)?;
     write("agent.crt", &c)?;
     write("agent.key", &k)?;
 
-    let clients = ca("inplaced clients CA");
+    let clients = pki::ca("inplaced clients CA");
     let uri = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension";
-    let (c, k) = leaf(
+    let (c, k) = pki::leaf(
         &clients,
         "inplace-extension",
         vec![SanType::URI(uri.try_into().expect("uri"))],
     );
-    write("clients-ca.crt", &clients.2)?;
+    write("clients-ca.crt", &clients.pem)?;
     write("client.crt", &c)?;
     write("client.key", &k)?;
 
-    let ext = ca("inplace-extension CA");
+    let ext = pki::ca("inplace-extension CA");
     let mut sans = local();
     sans.push(dns("inplace-extension.inplace-system.svc"));
-    let (c, k) = leaf(&ext, "inplace-extension", sans);
-    write("extension-ca.crt", &ext.2)?;
+    let (c, k) = pki::leaf(&ext, "inplace-extension", sans);
+    write("extension-ca.crt", &ext.pem)?;
     write("extension.crt", &c)?;
     write("extension.key", &k)?;
     println!("wrote the demo PKI to {}", dir.display());
