@@ -210,6 +210,19 @@ impl Extension {
     }
 }
 
+/// The usual setup: a copy of fixture node `name`, changed by `prepare` before its agent
+/// starts serving mTLS, and an extension resolving Machine `machine` (`namespace/name`)
+/// to it. Keep the returned Pki alive as long as the others.
+fn one_agent(name: &str, machine: &str, prepare: impl FnOnce(&mut Node)) -> (Pki, Node, Extension) {
+    let pki = Pki::new();
+    let mut node = Node::new(name);
+    prepare(&mut node);
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[(machine, &addr)], "");
+    (pki, node, ext)
+}
+
 fn ops(resp: &Value, key: &str) -> Value {
     match resp.get(key) {
         None => json!([]),
@@ -308,11 +321,7 @@ async fn discovery_lists_the_three_in_place_handlers() {
 /// node holds the new kubelet flag and sysctl file; repeating it changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_a_covered_then_applied_by_update_machine() {
-    let pki = Pki::new();
-    let mut node = Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let (_pki, mut node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
 
     let req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
     let want = fixture("a-kubelet-args-and-sysctl/canupdatemachine-response.json");
@@ -554,12 +563,13 @@ async fn scenario_e_machineset_from_capabilities() {
 /// bootstrap token appears in no log line, no agent state or node file, no response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_f_update_machine_and_the_token_never_leaks() {
-    let pki = Pki::new();
-    let mut node = Node::new("systemd-boot");
-    node.log_file = Some(node.dir.path().join("agent.log"));
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-md-0-5f8c7d9b4x-k2v9w", &addr)], "");
+    let (_pki, mut node, ext) = one_agent(
+        "systemd-boot",
+        "site-a/edge-1-md-0-5f8c7d9b4x-k2v9w",
+        |node| {
+            node.log_file = Some(node.dir.path().join("agent.log"));
+        },
+    );
     let req = fixture("f-updatemachine-bootstrap-token/updatemachine-request.json");
     assert!(
         serde_json::to_string(&req).unwrap().contains(TOKEN),
@@ -703,11 +713,7 @@ async fn failures_and_unreachable_agents() {
 /// `forbidden`) keeps `spec.files` uncovered, with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_d_dropin_from_a_kubeadm_config() {
-    let pki = Pki::new();
-    let mut node = Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let (_pki, mut node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
     let doc = "sysctls:\n  vm.swappiness: \"10\"\n";
     let mut req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
     req["desired"]["bootstrapConfig"]["spec"]["files"]
@@ -763,11 +769,7 @@ async fn node_d_dropin_from_a_kubeadm_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_provisioned_file_outside_policy() {
     use std::os::unix::fs::MetadataExt;
-    let pki = Pki::new();
-    let mut node = Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let (_pki, mut node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
     let md = std::fs::metadata(node.path("/etc/passwd")).unwrap();
     let entry = json!({
         "path": "/etc/passwd",
@@ -826,11 +828,7 @@ async fn unchanged_provisioned_file_outside_policy() {
 /// never a `Failure` that would make CAPI retry forever; UpdateMachine fails with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_desired_spec_is_not_covered() {
-    let pki = Pki::new();
-    let mut node = Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let (_pki, mut node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
     let before = node.read("/var/lib/kubelet/kubeadm-flags.env");
     for bad in [
         "250 --authorization-mode=AlwaysAllow",
@@ -871,11 +869,7 @@ async fn invalid_desired_spec_is_not_covered() {
 /// answered "done" from A's old operation; polls of each attempt stay idempotent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reverted_update_is_applied_again() {
-    let pki = Pki::new();
-    let mut node = Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let (_pki, mut node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
     let a = update_request(&fixture(
         "a-kubelet-args-and-sysctl/canupdatemachine-request.json",
     ));
@@ -922,12 +916,9 @@ async fn reverted_update_is_applied_again() {
 /// changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_crash_mid_update_converges() {
-    let pki = Pki::new();
-    let mut node = Node::new("ubuntu-2404-grub");
-    node.failpoints = Some("write:2".into());
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let (_pki, mut node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |node| {
+        node.failpoints = Some("write:2".into());
+    });
     let req = update_request(&fixture(
         "a-kubelet-args-and-sysctl/canupdatemachine-request.json",
     ));
