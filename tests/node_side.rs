@@ -234,14 +234,7 @@ async fn start_up_converges_to_the_node_d_drop_ins() {
     // a restart finds nothing new: no second operation
     node.stop();
     node.start();
-    let ops = node
-        .client()
-        .await
-        .list_operations(pb::ListOperationsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .operations;
+    let ops = node.operations().await;
     assert_eq!(ops.len(), 1, "{ops:?}");
 
     // An apply without the drop-in removes it; put back on the node, the same drop-in is
@@ -258,14 +251,7 @@ async fn start_up_converges_to_the_node_d_drop_ins() {
     .unwrap();
     node.stop();
     node.start();
-    let ops = node
-        .client()
-        .await
-        .list_operations(pb::ListOperationsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .operations;
+    let ops = node.operations().await;
     assert_eq!(ops[0].id, format!("{first}-2"), "{ops:?}");
     assert_eq!(node.settle(&ops[0].id).await.phase, Phase::Succeeded as i32);
     assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "262144");
@@ -286,14 +272,7 @@ async fn start_up_keeps_the_applied_spec_and_replaces_only_its_drop_ins() {
     )
     .unwrap();
     node.start();
-    let ops = node
-        .client()
-        .await
-        .list_operations(pb::ListOperationsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .operations;
+    let ops = node.operations().await;
     let startup = ops
         .iter()
         .find(|o| o.id.starts_with("startup-"))
@@ -339,14 +318,7 @@ async fn a_broken_edit_of_an_applied_drop_in_changes_nothing() {
     )
     .unwrap();
     node.start();
-    let ops = node
-        .client()
-        .await
-        .list_operations(pb::ListOperationsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .operations;
+    let ops = node.operations().await;
     let startup = ops
         .iter()
         .find(|o| o.id.starts_with("startup-"))

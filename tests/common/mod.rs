@@ -292,6 +292,17 @@ impl Node {
     }
 
     /// Waits until operation `id` settles and returns it.
+    /// The operation history, newest first.
+    pub async fn operations(&self) -> Vec<pb::Operation> {
+        self.client()
+            .await
+            .list_operations(pb::ListOperationsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .operations
+    }
+
     pub async fn settle(&self, id: &str) -> pb::Operation {
         let mut c = self.client().await;
         let deadline = Instant::now() + Duration::from_secs(30);
