@@ -500,8 +500,9 @@ impl Extension {
                             failure(
                                 $kind,
                                 &format!(
-                                    "malformed {} request: {e}",
-                                    $kind.trim_end_matches("Response")
+                                    "malformed {} request: {}",
+                                    $kind.trim_end_matches("Response"),
+                                    json_error(&e)
                                 ),
                             ),
                         );
@@ -537,6 +538,20 @@ impl Extension {
         };
         (StatusCode::OK, v)
     }
+}
+
+/// A request parse error with its JSON path, without the offending value: serde quotes a
+/// string it did not expect (`invalid type: string "…", expected …`), and a request may
+/// carry a token or file content in any field.
+fn json_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let inner = e.inner().to_string();
+    let inner = match (inner.split_once(": "), inner.split_once(", expected ")) {
+        (Some((kind @ ("invalid type" | "invalid value"), _)), Some((_, rest))) => {
+            format!("{kind}, expected {rest}")
+        }
+        _ => inner,
+    };
+    format!("{}: {inner}", e.path())
 }
 
 /// Removes the item a change id names (`files[p]`, `kubelet.flags[n]`, `ntp`,
@@ -715,6 +730,21 @@ mod tests {
         let id = operation_id(&long, &spec);
         assert!(id.len() <= 128);
         crate::apply::validate_operation_id(&id).unwrap();
+    }
+
+    #[test]
+    fn parse_errors_name_the_path_not_the_value() {
+        let body = br#"{"current": "2llldv.b7bn3izenrsfazb2", "desired": {}}"#;
+        let e = serde_path_to_error::deserialize::<_, CanUpdateMachineRequest>(
+            &mut serde_json::Deserializer::from_slice(body),
+        )
+        .unwrap_err();
+        let m = json_error(&e);
+        assert!(!m.contains("b7bn3izenrsfazb2"), "{m}");
+        assert!(
+            m.starts_with("current: invalid type, expected struct MachineObjects"),
+            "{m}"
+        );
     }
 
     #[test]
