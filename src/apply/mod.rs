@@ -239,13 +239,7 @@ pub fn is_terminal(phase: i32) -> bool {
 
 /// Validates an operation id: 1–128 bytes of `[A-Za-z0-9._-]`, not starting with `.`.
 pub fn validate_operation_id(id: &str) -> Result<(), SpecError> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with('.')
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
+    if crate::spec::is_safe_name(id, 128) {
         Ok(())
     } else {
         Err(SpecError::new(

@@ -602,13 +602,7 @@ pub fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
     let hash = hex::encode(h.finalize());
     let clean: String = format!("{}-{}", m.namespace, m.name)
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '-'
-            }
-        })
+        .map(|c| if crate::spec::is_name_char(c) { c } else { '-' })
         .collect();
     // Room for "-r<attempt>" (see `drive`).
     let budget = 128 - "capi--".len() - 16 - 8;

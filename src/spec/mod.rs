@@ -106,16 +106,21 @@ impl DropInSpec {
 /// The directory of NodeSpec drop-ins on the node.
 pub const DROPIN_DIR: &str = "/etc/inplaced/node.d";
 
+/// A character of a safe name (`[A-Za-z0-9._-]`): drop-in file names, operation ids.
+pub fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// A safe name: 1 to `max` bytes of [`is_name_char`], not starting with `.` (so never `.`,
+/// `..` or a hidden file, and never a path).
+pub fn is_safe_name(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && !s.starts_with('.') && s.chars().all(is_name_char)
+}
+
 /// Validates a drop-in file name: 1-255 bytes of `[A-Za-z0-9._-]`, not starting with `.`,
 /// ending in `.yaml` after a non-empty stem.
 pub fn validate_dropin_name(field: &str, name: &str) -> Result<(), SpecError> {
-    let ok = name.len() <= 255
-        && name.len() > ".yaml".len()
-        && name.ends_with(".yaml")
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let ok = is_safe_name(name, 255) && name.len() > ".yaml".len() && name.ends_with(".yaml");
     if ok {
         Ok(())
     } else {
