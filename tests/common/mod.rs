@@ -4,6 +4,9 @@
 #![allow(dead_code)]
 
 pub mod pki;
+mod tree;
+
+pub use tree::copy_tree;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -18,27 +21,6 @@ pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/nodes")
         .join(name)
-}
-
-/// Copies a directory tree, making every copy writable by its owner.
-pub fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let ft = e.file_type().unwrap();
-        let dst = to.join(e.file_name());
-        if ft.is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else if ft.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            let mut p = std::fs::metadata(&dst).unwrap().permissions();
-            p.set_mode(p.mode() | 0o200);
-            std::fs::set_permissions(&dst, p).unwrap();
-        }
-    }
 }
 
 /// Every regular file under `dir` with its bytes and mode, for "nothing changed" checks.
