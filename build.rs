@@ -16,6 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_well_known_types(true)
         .extern_path(".google.protobuf", "::pbjson_types")
         .btree_map(".")
+        // prost's codec with request limits checked on the raw bytes (src/server/limits.rs)
+        .codec_path("crate::server::limits::LimitedCodec")
         .compile_with_config(
             config,
             &[PathBuf::from("proto/inplace/v1/inplace.proto")],

@@ -288,20 +288,39 @@ pub enum ClientRole {
     Admin,
 }
 
+/// Which name of a client certificate an allowlist entry is compared with.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityKind {
+    /// A URI SAN (SPIFFE IDs: `spiffe://trust-domain/path`).
+    Uri,
+    /// A DNS SAN.
+    Dns,
+    /// The subject common name (free text: only for CAs that control it).
+    Cn,
+}
+
 /// One allowlisted client identity.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ClientEntry {
     /// A URI SAN (`spiffe://...`), DNS SAN or subject CN of the client certificate.
     pub identity: String,
+    /// Which name `identity` is compared with (`uri`, `dns` or `cn`). Absent: the most
+    /// specific name the certificate has, see [`crate::server::tls::CertNames::matches`].
+    #[serde(default, rename = "match")]
+    pub kind: Option<IdentityKind>,
     /// Its role.
     pub role: ClientRole,
 }
 
 /// The remote API over TCP with mutual TLS.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TcpConfig {
+    /// Most TCP connections open at once, TLS handshakes included (default 64); more wait
+    /// in the listen backlog. A handful of management-cluster clients need a few each.
+    pub max_connections: usize,
     /// Address to listen on (`0.0.0.0:9443`); empty = no TCP listener.
     pub listen: String,
     /// Server certificate chain (PEM).
@@ -316,6 +335,21 @@ pub struct TcpConfig {
     pub insecure_loopback: bool,
     /// Role of plain loopback callers.
     pub insecure_loopback_role: ClientRole,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            max_connections: 64,
+            listen: String::new(),
+            cert: String::new(),
+            key: String::new(),
+            client_ca: String::new(),
+            clients: Vec::new(),
+            insecure_loopback: false,
+            insecure_loopback_role: ClientRole::default(),
+        }
+    }
 }
 
 /// API access.
@@ -346,6 +380,14 @@ pub struct PolicyConfig {
     /// Largest spec (sum of file contents and settings), in bytes; also bounds gRPC
     /// messages.
     pub max_spec_bytes: u64,
+    /// Most fields in one spec, counted on the raw gRPC message before it is decoded:
+    /// every list entry, map entry and KubeletConfiguration value (see
+    /// `src/server/limits.rs`).
+    pub max_spec_elements: usize,
+    /// Coverage calls (`GetCoverage`, and the planning of `Apply`) that run at once; more
+    /// wait. Planning reads the node and is CPU-bound: more than the node's cores only
+    /// adds memory.
+    pub max_concurrent_coverage: usize,
 }
 
 impl Default for PolicyConfig {
@@ -371,6 +413,8 @@ impl Default for PolicyConfig {
             max_files: 1000,
             max_file_bytes: 16 << 20,
             max_spec_bytes: 64 << 20,
+            max_spec_elements: 200_000,
+            max_concurrent_coverage: 4,
         }
     }
 }

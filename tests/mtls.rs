@@ -69,6 +69,7 @@ async fn roles_allowlist_refusals_and_rotation() {
         ),
     )
     .unwrap();
+    node.log_file = Some(d.join("agent.log"));
     node.start();
 
     // admin: reads and applies
@@ -102,11 +103,19 @@ async fn roles_allowlist_refusals_and_rotation() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
 
-    // valid certificate, not on the allowlist
+    // valid certificate, not on the allowlist: disconnected right after the handshake,
+    // before any request is read (health and reflection included)
     let e = status(&addr, &id(&server_ca, &stranger)).await.unwrap_err();
+    assert!(!e.starts_with("Ok"), "{e}");
+    let mut h = connect_tls(&addr, &id(&server_ca, &stranger)).await;
+    if let Ok(c) = &mut h {
+        assert!(c.get_status(pb::GetStatusRequest {}).await.is_err());
+    }
     assert!(
-        e.starts_with("PermissionDenied") && e.contains("stranger"),
-        "{e}"
+        node.log()
+            .contains("not on the allowlist (api.tcp.clients): disconnected")
+            && node.log().contains("stranger"),
+        "the refusal is logged with the identities"
     );
     // signed by another CA: the handshake fails
     assert!(status(&addr, &id(&server_ca, &foreign)).await.is_err());

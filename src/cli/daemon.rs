@@ -115,8 +115,17 @@ fn run(args: Args) -> anyhow::Result<()> {
         kernel_args_backend = %facts.kernel_args_backend,
         "agent started"
     );
+    // Descriptors for connections, journal files and helpers: systemd's default soft
+    // limit (1024) is low for a server; LimitNOFILE= in the unit sets the hard one.
+    match crate::server::accept::raise_nofile_limit() {
+        Ok((soft, hard)) => tracing::debug!(soft, hard, "RLIMIT_NOFILE"),
+        Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE"),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Blocking work is planning (bounded by policy.max_concurrent_coverage), apply,
+        // reads of state: a few threads; the bound keeps TasksMax= in the unit safe.
+        .max_blocking_threads(32)
         .enable_all()
         .build()
         .context("starting the async runtime")?;

@@ -5,6 +5,8 @@
 //! apply that is not fully covered `FAILED_PRECONDITION`, a concurrent operation `ABORTED`,
 //! an id reused with another spec `ALREADY_EXISTS`, an unknown operation `NOT_FOUND`.
 
+pub mod accept;
+pub mod limits;
 pub mod tls;
 
 use std::os::unix::fs::PermissionsExt;
@@ -67,12 +69,28 @@ pub fn resolve_group(spec: &str) -> anyhow::Result<Option<u32>> {
 pub struct Service {
     agent: Arc<Agent>,
     reader_gid: Option<u32>,
+    /// Coverage calls that may plan at once (`policy.max_concurrent_coverage`).
+    planning: Arc<tokio::sync::Semaphore>,
 }
 
 impl Service {
     /// Wraps an agent; members of `reader_gid` are readers on the Unix socket.
     pub fn new(agent: Arc<Agent>, reader_gid: Option<u32>) -> Self {
-        Service { agent, reader_gid }
+        let slots = agent.config().policy.max_concurrent_coverage.max(1);
+        Service {
+            agent,
+            reader_gid,
+            planning: Arc::new(tokio::sync::Semaphore::new(slots)),
+        }
+    }
+
+    /// Waits for a planning slot (released when the returned permit drops).
+    async fn planning_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.planning
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Status::unavailable("the agent is stopping"))
     }
 
     /// The caller's role from the Unix socket's peer credentials (`SO_PEERCRED`): uid 0
@@ -160,6 +178,7 @@ impl NodeAgent for Service {
         let desired = r.desired.unwrap_or_default();
         let policy =
             pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
+        let _slot = self.planning_slot().await?;
         blocking(move || a.coverage(&desired, policy))
             .await
             .map(Response::new)
@@ -172,6 +191,7 @@ impl NodeAgent for Service {
         self.authorize(&req, Role::Admin)?;
         let a = self.agent.clone();
         let r = req.into_inner();
+        let _slot = self.planning_slot().await?;
         blocking(move || a.apply(r)).await.map(Response::new)
     }
 
@@ -272,6 +292,42 @@ impl NodeAgent for Service {
     }
 }
 
+/// Concurrent calls on one connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`): the
+/// extension makes a few calls per hook, `inplacectl` one.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
+/// Longest life of a connection; then it is closed gracefully (GOAWAY) and clients
+/// reconnect. Bounds connections held open by idle or forgotten clients.
+pub const MAX_CONNECTION_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+/// Grace after [`MAX_CONNECTION_AGE`] for calls in flight (a WatchOperation stream
+/// resumes on a new connection).
+pub const MAX_CONNECTION_AGE_GRACE: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+/// HTTP/2 keepalive: a PING every 30 s, and a peer that does not answer within 10 s is
+/// disconnected.
+pub const KEEPALIVE: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(30),
+    std::time::Duration::from_secs(10),
+);
+
+type HttpResponse = tonic::codegen::http::Response<tonic::body::Body>;
+type SizeLayer = tower::layer::util::Stack<
+    tower::util::MapResponseLayer<fn(HttpResponse) -> HttpResponse>,
+    tower::layer::util::Identity,
+>;
+
+/// A tonic server with the per-connection limits above, and over-size messages answered
+/// `RESOURCE_EXHAUSTED` ([`limits::resource_exhausted_for_size`]).
+fn grpc_server() -> tonic::transport::Server<SizeLayer> {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .max_connection_age(MAX_CONNECTION_AGE)
+        .max_connection_age_grace(MAX_CONNECTION_AGE_GRACE)
+        .http2_keepalive_interval(Some(KEEPALIVE.0))
+        .http2_keepalive_timeout(Some(KEEPALIVE.1))
+        .layer(tower::util::MapResponseLayer::new(
+            limits::resource_exhausted_for_size as fn(_) -> _,
+        ))
+}
+
 /// Serves the API, health and reflection on the Unix socket `socket` (replacing a stale
 /// socket file, creating its directory; mode 0600, or 0660 with `api.socket_group`) and, when
 /// `api.tcp.listen` is set, on TCP with mutual TLS; calls `ready` once every listener is
@@ -342,7 +398,12 @@ pub async fn serve(
         Some(tls::incoming(l, tcp_cfg, acceptor))
     };
 
-    let max_message = agent.config().policy.max_spec_bytes as usize + (1 << 20);
+    let policy = &agent.config().policy;
+    let max_message = policy.max_spec_bytes as usize + (1 << 20);
+    limits::install(limits::WireLimits {
+        max_files: policy.max_files,
+        max_elements: policy.max_spec_elements,
+    });
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<NodeAgentServer<Service>>().await;
     // reflection v1, and v1alpha for clients that only know it (grpcio-reflection's
@@ -365,7 +426,7 @@ pub async fn serve(
     };
     tracing::info!(socket = %socket.display(), "serving");
     ready();
-    let unix = tonic::transport::Server::builder()
+    let unix = grpc_server()
         .add_service(health.clone())
         .add_service(reflection.clone())
         .add_service(reflection_alpha.clone())
@@ -377,7 +438,7 @@ pub async fn serve(
     match tcp {
         None => unix.await.context("serving gRPC")?,
         Some(incoming) => {
-            let remote = tonic::transport::Server::builder()
+            let remote = grpc_server()
                 .add_service(health)
                 .add_service(reflection)
                 .add_service(reflection_alpha)

@@ -3,9 +3,10 @@
 //!
 //! - The server presents `api.tcp.cert`/`api.tcp.key` and requires a client certificate
 //!   signed by `api.tcp.client_ca` (rustls' `WebPkiClientVerifier`); ALPN is `h2`.
-//! - A verified client's identities are its URI SANs, DNS SANs and subject CN (in that
-//!   order); the first that appears in `[[api.tcp.clients]]` gives its role. A valid
-//!   certificate that is not on the allowlist gets `PERMISSION_DENIED`.
+//! - A verified client's names are its URI SANs, DNS SANs and subject CN; the first entry
+//!   of `[[api.tcp.clients]]` that matches one ([`CertNames::matches`]: the entry's `match`
+//!   kind, else the certificate's most specific kind) gives its role. A valid certificate
+//!   that is not on the allowlist gets `PERMISSION_DENIED`.
 //! - Before each handshake the three files' modification times are compared with the
 //!   loaded ones; a change reloads them (rotation without restart). A reload that fails
 //!   keeps the previous configuration and logs why.
@@ -42,21 +43,27 @@ pub struct TlsPeer {
     pub role: Option<Role>,
 }
 
-/// A TCP connection after the TLS handshake (or a plain loopback one).
+/// A TCP connection after the TLS handshake (or a plain loopback one), holding its place
+/// under the listener's connection cap until it closes.
 #[derive(Debug)]
-pub enum Conn {
+pub struct Conn {
+    io: Io,
+    peer: TlsPeer,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+#[derive(Debug)]
+enum Io {
     /// Mutual TLS.
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, TlsPeer),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     /// Plain TCP on loopback (insecure_loopback).
-    Plain(TcpStream, TlsPeer),
+    Plain(TcpStream),
 }
 
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = TlsPeer;
     fn connect_info(&self) -> TlsPeer {
-        match self {
-            Conn::Tls(_, p) | Conn::Plain(_, p) => p.clone(),
-        }
+        self.peer.clone()
     }
 }
 
@@ -66,9 +73,9 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tls(s, _) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            Conn::Plain(s, _) => Pin::new(s).poll_read(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -79,21 +86,21 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Tls(s, _) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Conn::Plain(s, _) => Pin::new(s).poll_write(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tls(s, _) => Pin::new(s.as_mut()).poll_flush(cx),
-            Conn::Plain(s, _) => Pin::new(s).poll_flush(cx),
+        match &mut self.get_mut().io {
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Conn::Tls(s, _) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            Conn::Plain(s, _) => Pin::new(s).poll_shutdown(cx),
+        match &mut self.get_mut().io {
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -125,76 +132,136 @@ pub fn load_identity(
     Ok((certs, key))
 }
 
-/// Builds the rustls server config from the three PEM files.
-pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> anyhow::Result<ServerConfig> {
-    let (certs, key) = load_identity("api.tcp", cert, key)?;
+/// A rustls server config that presents `cert`/`key` and requires a client certificate
+/// signed by a CA of the PEM bundle `client_ca` (rustls' `WebPkiClientVerifier`: chain,
+/// validity and the clientAuth extended key usage); `section` names the config keys in
+/// errors (`api.tcp`, `server`), `alpn` the protocol served.
+pub fn mutual_tls_config(
+    section: &str,
+    cert: &Path,
+    key: &Path,
+    client_ca: &Path,
+    alpn: &[u8],
+) -> anyhow::Result<ServerConfig> {
+    let (certs, key) = load_identity(section, cert, key)?;
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(client_ca)
-        .with_context(|| format!("api.tcp.client_ca {}", client_ca.display()))?
+        .with_context(|| format!("{section}.client_ca {}", client_ca.display()))?
     {
         roots
-            .add(c.with_context(|| format!("api.tcp.client_ca {}: not PEM", client_ca.display()))?)
-            .with_context(|| format!("api.tcp.client_ca {}", client_ca.display()))?;
+            .add(
+                c.with_context(|| format!("{section}.client_ca {}: not PEM", client_ca.display()))?,
+            )
+            .with_context(|| format!("{section}.client_ca {}", client_ca.display()))?;
     }
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
         .build()
-        .context("building the client certificate verifier")?;
+        .with_context(|| format!("{section}.client_ca {}: no usable CA", client_ca.display()))?;
     let mut cfg = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .context("TLS versions")?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .context("api.tcp.cert and api.tcp.key do not match")?;
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
+        .with_context(|| format!("{section}.cert and {section}.key do not match"))?;
+    cfg.alpn_protocols = vec![alpn.to_vec()];
     Ok(cfg)
 }
 
-/// Identities of a client certificate: URI SANs, DNS SANs, then the subject CN.
-pub fn identities(der: &[u8]) -> Vec<String> {
-    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for n in &san.value.general_names {
-            if let x509_parser::extensions::GeneralName::URI(u) = n {
-                out.push(u.to_string());
-            }
-        }
-        for n in &san.value.general_names {
-            if let x509_parser::extensions::GeneralName::DNSName(d) = n {
-                out.push(d.to_string());
-            }
-        }
-    }
-    for cn in cert.subject().iter_common_name() {
-        if let Ok(s) = cn.as_str() {
-            out.push(s.to_string());
-        }
-    }
-    out
+/// Builds the agent's rustls server config from the three PEM files (ALPN `h2`).
+pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> anyhow::Result<ServerConfig> {
+    mutual_tls_config("api.tcp", cert, key, client_ca, b"h2")
 }
 
-struct Loaded {
-    config: Arc<ServerConfig>,
+/// The names a client certificate carries, by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CertNames {
+    /// URI SANs (SPIFFE IDs).
+    pub uris: Vec<String>,
+    /// DNS SANs.
+    pub dns: Vec<String>,
+    /// Subject common names.
+    pub cns: Vec<String>,
+}
+
+impl CertNames {
+    /// The names of a DER certificate (none when it does not parse).
+    pub fn of(der: &[u8]) -> CertNames {
+        let mut out = CertNames::default();
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+            return out;
+        };
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            for n in &san.value.general_names {
+                match n {
+                    x509_parser::extensions::GeneralName::URI(u) => out.uris.push(u.to_string()),
+                    x509_parser::extensions::GeneralName::DNSName(d) => out.dns.push(d.to_string()),
+                    _ => {}
+                }
+            }
+        }
+        for cn in cert.subject().iter_common_name() {
+            if let Ok(s) = cn.as_str() {
+                out.cns.push(s.to_string());
+            }
+        }
+        out
+    }
+
+    /// Every name, URI SANs first, then DNS SANs, then CNs (for messages and logs).
+    pub fn all(&self) -> Vec<String> {
+        [&self.uris, &self.dns, &self.cns]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether `identity` names this certificate. With `kind`, only names of that kind
+    /// are compared. Without it, only the most specific kind the certificate has: its URI
+    /// SANs when it has any, else its DNS SANs when it has any, else its CN. So with a
+    /// SPIFFE-style CA, where only the URI is meaningful and the CN is free text, a CN that
+    /// equals a listed identity gives nothing (RFC 6125 §6.4.4 likewise ignores the CN once
+    /// a certificate has SANs).
+    pub fn matches(&self, identity: &str, kind: Option<crate::config::IdentityKind>) -> bool {
+        use crate::config::IdentityKind;
+        let names = match kind {
+            Some(IdentityKind::Uri) => &self.uris,
+            Some(IdentityKind::Dns) => &self.dns,
+            Some(IdentityKind::Cn) => &self.cns,
+            None if !self.uris.is_empty() => &self.uris,
+            None if !self.dns.is_empty() => &self.dns,
+            None => &self.cns,
+        };
+        names.iter().any(|n| n == identity)
+    }
+}
+
+struct Loaded<T> {
+    value: Arc<T>,
     stamps: Vec<Option<SystemTime>>,
 }
 
-/// Builds a rustls server config from the files an [`Acceptor`] watches.
-pub type Builder = fn(&[PathBuf]) -> anyhow::Result<ServerConfig>;
+/// Builds a value (a rustls config, an allowlist) from the files a [`Reloading`] watches.
+pub type Builder<T> = fn(&[PathBuf]) -> anyhow::Result<T>;
 
-/// The TLS acceptor with reload on change: the config is rebuilt when a watched file's
-/// mtime changes (cert-manager and similar rotate files in place), and a rebuild that
-/// fails keeps the previous config.
-pub struct Acceptor {
+/// A value built from files and rebuilt when one of them changes: before each use the
+/// files' modification times are compared with the loaded ones (cert-manager, kubelet
+/// ConfigMap and Secret mounts replace files in place or swap a symlink), and a rebuild
+/// that fails keeps the previous value and logs why.
+pub struct Reloading<T> {
+    what: &'static str,
     files: Vec<PathBuf>,
-    build: Builder,
-    loaded: Mutex<Loaded>,
+    build: Builder<T>,
+    loaded: Mutex<Loaded<T>>,
 }
 
-impl std::fmt::Debug for Acceptor {
+/// The TLS acceptor with reload on change.
+pub type Acceptor = Reloading<ServerConfig>;
+
+impl<T> std::fmt::Debug for Reloading<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acceptor")
+        f.debug_struct("Reloading")
+            .field("what", &self.what)
             .field("files", &self.files)
             .finish()
     }
@@ -218,12 +285,28 @@ impl Acceptor {
         Acceptor::with_builder(files, |f| server_config(&f[0], &f[1], &f[2]))
     }
 
-    /// An acceptor over `files`, built (and rebuilt on change) by `build`.
-    pub fn with_builder(files: Vec<PathBuf>, build: Builder) -> anyhow::Result<Acceptor> {
-        let config = Arc::new(build(&files)?);
-        Ok(Acceptor {
+    /// A TLS acceptor over `files`, built (and rebuilt on change) by `build`.
+    pub fn with_builder(
+        files: Vec<PathBuf>,
+        build: Builder<ServerConfig>,
+    ) -> anyhow::Result<Acceptor> {
+        Reloading::watch("TLS certificates", files, build)
+    }
+}
+
+impl<T> Reloading<T> {
+    /// Builds the value from `files` (`what` names it in logs); the first build's error
+    /// is returned as is.
+    pub fn watch(
+        what: &'static str,
+        files: Vec<PathBuf>,
+        build: Builder<T>,
+    ) -> anyhow::Result<Self> {
+        let value = Arc::new(build(&files)?);
+        Ok(Reloading {
+            what,
             loaded: Mutex::new(Loaded {
-                config,
+                value,
                 stamps: stamps(&files),
             }),
             files,
@@ -231,83 +314,92 @@ impl Acceptor {
         })
     }
 
-    /// The current config, reloaded first if a file changed.
-    pub fn current(&self) -> Arc<ServerConfig> {
+    /// The current value, rebuilt first if a file changed.
+    pub fn current(&self) -> Arc<T> {
         let mut l = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         let now = stamps(&self.files);
         if now != l.stamps {
             match (self.build)(&self.files) {
                 Ok(c) => {
-                    tracing::info!("TLS certificates reloaded");
-                    l.config = Arc::new(c);
+                    tracing::info!(what = self.what, "reloaded");
+                    l.value = Arc::new(c);
                     l.stamps = now;
                 }
+                // Stamps stay old: a rotation caught half-way (key written, certificate
+                // not yet) is retried on the next use.
                 Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "TLS certificates changed but do not load; keeping the previous ones");
+                    tracing::warn!(what = self.what, error = %format!("{e:#}"), "changed but does not load; keeping the previous one");
                 }
             }
         }
-        l.config.clone()
+        l.value.clone()
     }
 }
 
-/// Role of a set of identities per the allowlist.
-pub fn role_for(cfg: &TcpConfig, ids: &[String]) -> Option<Role> {
-    ids.iter().find_map(|id| {
-        cfg.clients
-            .iter()
-            .find(|c| &c.identity == id)
-            .map(|c| match c.role {
-                crate::config::ClientRole::Admin => Role::Admin,
-                crate::config::ClientRole::Reader => Role::Reader,
-            })
-    })
+/// Role of a certificate per the allowlist: the first entry that matches it
+/// ([`CertNames::matches`]) gives the role.
+pub fn role_for(cfg: &TcpConfig, names: &CertNames) -> Option<Role> {
+    cfg.clients
+        .iter()
+        .find(|c| names.matches(&c.identity, c.kind))
+        .map(|c| match c.role {
+            crate::config::ClientRole::Admin => Role::Admin,
+            crate::config::ClientRole::Reader => Role::Reader,
+        })
 }
 
-/// Accepts TCP connections on `listener`, performs the TLS handshake (concurrently, with a
-/// 10 s limit) and yields ready connections.
+/// How long a TLS handshake may take before the connection is dropped.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The verified client certificate's names of a server-side TLS stream.
+pub fn peer_names<IO>(s: &tokio_rustls::server::TlsStream<IO>) -> CertNames {
+    s.get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| CertNames::of(c.as_ref()))
+        .unwrap_or_default()
+}
+
+/// Accepts TCP connections on `listener` (at most `api.tcp.max_connections` open at once,
+/// handshakes included; [`super::accept`]), performs the TLS handshake (concurrently,
+/// within [`HANDSHAKE_TIMEOUT`]) and yields ready connections. A verified certificate that
+/// no `[[api.tcp.clients]]` entry matches is disconnected right after the handshake,
+/// before any request (health and reflection included) is read.
 pub fn incoming(
     listener: tokio::net::TcpListener,
     cfg: TcpConfig,
     acceptor: Option<Arc<Acceptor>>,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(32);
+    let gate = super::accept::Gate::new(cfg.max_connections);
     tokio::spawn(async move {
+        let mut backoff = super::accept::Backoff::default();
         loop {
-            let (stream, remote) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a TCP connection");
-                    continue;
-                }
-            };
+            let a = super::accept::accept(&listener, &gate, &mut backoff, "api.tcp").await;
             let tx = tx.clone();
             let cfg = cfg.clone();
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let conn = match acceptor {
+                let remote = a.remote;
+                let (io, peer) = match acceptor {
                     None => {
                         let role = Some(match cfg.insecure_loopback_role {
                             crate::config::ClientRole::Admin => Role::Admin,
                             crate::config::ClientRole::Reader => Role::Reader,
                         });
-                        Conn::Plain(
-                            stream,
-                            TlsPeer {
-                                remote: Some(remote),
-                                identities: vec![],
-                                role,
-                            },
-                        )
+                        let peer = TlsPeer {
+                            remote: Some(remote),
+                            identities: vec![],
+                            role,
+                        };
+                        (Io::Plain(a.stream), peer)
                     }
-                    Some(a) => {
-                        let tls = tokio_rustls::TlsAcceptor::from(a.current());
-                        let hs = tokio::time::timeout(
-                            std::time::Duration::from_secs(10),
-                            tls.accept(stream),
-                        )
-                        .await;
-                        let s = match hs {
+                    Some(acc) => {
+                        let tls = tokio_rustls::TlsAcceptor::from(acc.current());
+                        let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(a.stream))
+                            .await
+                        {
                             Ok(Ok(s)) => s,
                             Ok(Err(e)) => {
                                 tracing::info!(%remote, error = %e, "TLS handshake refused");
@@ -318,25 +410,26 @@ pub fn incoming(
                                 return;
                             }
                         };
-                        let ids = s
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .map(|c| identities(c.as_ref()))
-                            .unwrap_or_default();
-                        let role = role_for(&cfg, &ids);
-                        Conn::Tls(
-                            Box::new(s),
-                            TlsPeer {
-                                remote: Some(remote),
-                                identities: ids,
-                                role,
-                            },
-                        )
+                        let names = peer_names(&s);
+                        let Some(role) = role_for(&cfg, &names) else {
+                            tracing::warn!(%remote, identities = ?names.all(), "client certificate not on the allowlist (api.tcp.clients): disconnected");
+                            return;
+                        };
+                        let peer = TlsPeer {
+                            remote: Some(remote),
+                            identities: names.all(),
+                            role: Some(role),
+                        };
+                        (Io::Tls(Box::new(s)), peer)
                     }
                 };
-                let _ = tx.send(Ok(conn)).await;
+                let _ = tx
+                    .send(Ok(Conn {
+                        io,
+                        peer,
+                        _permit: a.permit,
+                    }))
+                    .await;
             });
         }
     });

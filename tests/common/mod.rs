@@ -3,6 +3,7 @@
 //! client against it.
 #![allow(dead_code)]
 
+pub mod capi;
 pub mod pki;
 mod tree;
 
@@ -64,6 +65,8 @@ pub struct Node {
     pub failpoints: Option<String>,
     /// Send the daemon's log here (at debug level) instead of the test's stderr.
     pub log_file: Option<PathBuf>,
+    /// RLIMIT_NOFILE (soft and hard) for the daemon.
+    pub nofile: Option<u64>,
 }
 
 impl Node {
@@ -112,6 +115,7 @@ impl Node {
             fail: None,
             failpoints: None,
             log_file: None,
+            nofile: None,
         }
     }
 
@@ -149,15 +153,21 @@ impl Node {
     /// Starts `inplaced` and waits until it answers.
     pub fn start(&mut self) {
         let bin = env!("CARGO_BIN_EXE_inplaced");
-        let mut cmd = match self.umask {
-            Some(u) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("umask {u:03o}; exec \"$0\" \"$@\""))
-                    .arg(bin);
-                c
-            }
-            None => Command::new(bin),
+        let mut prefix = String::new();
+        if let Some(u) = self.umask {
+            prefix.push_str(&format!("umask {u:03o}; "));
+        }
+        if let Some(n) = self.nofile {
+            prefix.push_str(&format!("ulimit -n {n}; "));
+        }
+        let mut cmd = if prefix.is_empty() {
+            Command::new(bin)
+        } else {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("{prefix}exec \"$0\" \"$@\""))
+                .arg(bin);
+            c
         };
         cmd.arg("--root")
             .arg(&self.root)
@@ -205,6 +215,17 @@ impl Node {
             "inplaced did not start listening on {}",
             self.socket.display()
         );
+    }
+
+    /// The daemon's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The daemon's log so far (`log_file` must be set before `start`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_file.as_ref().expect("log_file is set"))
+            .unwrap_or_default()
     }
 
     /// Waits for the daemon to exit by itself (e.g. at a failpoint); None on timeout.

@@ -1,0 +1,181 @@
+//! Accepting TCP connections under pressure, for both servers (the agent's mTLS API and
+//! the extension's HTTPS endpoint).
+//!
+//! - **A cap on connections.** A permit of a [`Gate`] is taken *before* `accept(2)` and
+//!   travels with the connection until it closes, so a flood of connections (or of slow
+//!   TLS handshakes) waits in the kernel's listen backlog instead of taking file
+//!   descriptors and memory. The cap is far below the descriptor limit, which keeps a
+//!   reserve for the agent's own work and its local socket (root's `inplacectl` keeps
+//!   working while the TCP port is flooded).
+//! - **Back-off on accept errors.** `EMFILE`, `ENFILE`, `ENOBUFS` and `ENOMEM` leave the
+//!   pending connection in the backlog, so retrying at once spins a core. The loop waits
+//!   5 ms, doubling up to 1 s, and resets after a success; the error is logged once, then
+//!   at most once every 10 s with the number of errors in between.
+//! - [`raise_nofile_limit`] lifts the soft `RLIMIT_NOFILE` to the hard limit at start-up
+//!   (systemd's default soft limit is 1024; the unit sets `LimitNOFILE=`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The connection cap of one listener.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    permits: Arc<Semaphore>,
+}
+
+impl Gate {
+    /// A cap of `max` open connections (at least 1).
+    pub fn new(max: usize) -> Gate {
+        Gate {
+            permits: Arc::new(Semaphore::new(max.max(1))),
+        }
+    }
+}
+
+/// A connection and its permit (dropping the permit frees a place under the cap).
+#[derive(Debug)]
+pub struct Accepted {
+    /// The socket.
+    pub stream: TcpStream,
+    /// The peer's address.
+    pub remote: SocketAddr,
+    /// The place under the cap this connection holds.
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// Accept errors seen since the last log line.
+#[derive(Debug)]
+pub struct Backoff {
+    delay: Duration,
+    suppressed: u64,
+    logged: Option<Instant>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            delay: FIRST_DELAY,
+            suppressed: 0,
+            logged: None,
+        }
+    }
+}
+
+const FIRST_DELAY: Duration = Duration::from_millis(5);
+const MAX_DELAY: Duration = Duration::from_secs(1);
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl Backoff {
+    /// Records an accept error `e` of listener `what`; returns how long to wait.
+    fn failed(&mut self, what: &str, e: &std::io::Error) -> Duration {
+        let now = Instant::now();
+        if self
+            .logged
+            .is_none_or(|t| now.duration_since(t) >= LOG_EVERY)
+        {
+            tracing::warn!(listener = what, error = %e, suppressed = self.suppressed, "accepting a connection failed; backing off");
+            self.logged = Some(now);
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+        let d = self.delay;
+        self.delay = (self.delay * 2).min(MAX_DELAY);
+        d
+    }
+
+    fn succeeded(&mut self) {
+        self.delay = FIRST_DELAY;
+    }
+}
+
+/// The next connection of `listener` within the cap of `gate`: waits for a free place,
+/// then accepts, backing off on errors. `what` names the listener in logs.
+pub async fn accept(
+    listener: &TcpListener,
+    gate: &Gate,
+    backoff: &mut Backoff,
+    what: &str,
+) -> Accepted {
+    let permit = match gate.permits.clone().acquire_owned().await {
+        Ok(p) => p,
+        // The semaphore is never closed; wait forever rather than spin if it were.
+        Err(_) => std::future::pending().await,
+    };
+    loop {
+        match listener.accept().await {
+            Ok((stream, remote)) => {
+                backoff.succeeded();
+                return Accepted {
+                    stream,
+                    remote,
+                    permit,
+                };
+            }
+            Err(e) => tokio::time::sleep(backoff.failed(what, &e)).await,
+        }
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns (soft, hard) afterwards.
+/// Errors leave the limit as it was (it is logged by the caller).
+pub fn raise_nofile_limit() -> std::io::Result<(u64, u64)> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let l = getrlimit(Resource::Nofile);
+    let hard = l.maximum;
+    if l.current != hard {
+        setrlimit(
+            Resource::Nofile,
+            rustix::process::Rlimit {
+                current: hard,
+                maximum: hard,
+            },
+        )?;
+    }
+    let l = getrlimit(Resource::Nofile);
+    Ok((l.current.unwrap_or(u64::MAX), l.maximum.unwrap_or(u64::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_ceiling_and_resets() {
+        let mut b = Backoff::default();
+        let e = std::io::Error::from_raw_os_error(24);
+        let waits: Vec<Duration> = (0..10).map(|_| b.failed("t", &e)).collect();
+        assert_eq!(waits[0], Duration::from_millis(5));
+        assert_eq!(waits[1], Duration::from_millis(10));
+        assert_eq!(*waits.last().unwrap(), MAX_DELAY);
+        // one log line, nine suppressed
+        assert_eq!(b.suppressed, 9);
+        b.succeeded();
+        assert_eq!(b.failed("t", &e), FIRST_DELAY);
+    }
+
+    #[tokio::test]
+    async fn the_cap_holds_connections_in_the_backlog() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let gate = Gate::new(1);
+        let mut b = Backoff::default();
+        let _c1 = TcpStream::connect(addr).await.unwrap();
+        let _c2 = TcpStream::connect(addr).await.unwrap();
+        let first = accept(&l, &gate, &mut b, "t").await;
+        let second =
+            tokio::time::timeout(Duration::from_millis(200), accept(&l, &gate, &mut b, "t")).await;
+        assert!(
+            second.is_err(),
+            "a second connection was accepted over the cap of 1"
+        );
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), accept(&l, &gate, &mut b, "t"))
+            .await
+            .expect("the place freed by the first connection serves the second");
+    }
+}

@@ -1,0 +1,327 @@
+//! Request limits checked on the raw protobuf bytes, before any of the request is built.
+//!
+//! A 39 MiB message of two million tiny files costs about 1.5 GB and seconds of CPU once
+//! prost has decoded it and the spec model has converted it; counting afterwards is too
+//! late. So the generated service uses [`LimitedCodec`] (`codec_path` in `build.rs`): for a
+//! `GetCoverageRequest` or `ApplyRequest` it walks the wire format of the `desired`
+//! NodeSpec first (tags and lengths only, no allocation) and refuses with
+//! `INVALID_ARGUMENT`, naming the list and the `policy.` key, when
+//!
+//! - `files` has more entries than `policy.max_files`, or
+//! - the NodeSpec holds more fields in all than `policy.max_spec_elements` (every list
+//!   entry, map entry and KubeletConfiguration value counts: a `google.protobuf.Struct` of
+//!   millions of empty values is as costly as millions of files).
+//!
+//! Protobuf merges repeated occurrences of a message field, so every occurrence of
+//! `desired` is counted. The walk knows the NodeSpec schema (`proto/inplace/v1/inplace.proto`
+//! and `google/protobuf/struct.proto`) and does not descend into strings or bytes.
+//!
+//! The message size is tonic's `max_decoding_message_size` (`policy.max_spec_bytes` plus
+//! 1 MiB); tonic reports an over-size message as `OUT_OF_RANGE`, which
+//! [`resource_exhausted_for_size`] turns into `RESOURCE_EXHAUSTED`, the code gRPC's
+//! `doc/statuscodes.md` gives for a message larger than the configured limit (no call of
+//! this API answers `OUT_OF_RANGE` otherwise).
+
+use std::any::TypeId;
+use std::marker::PhantomData;
+use std::sync::OnceLock;
+
+use bytes::Buf as _;
+use prost::Message;
+use tonic::Status;
+use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+
+use crate::pb;
+
+/// The limits [`LimitedCodec`] enforces, from `[policy]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireLimits {
+    /// `policy.max_files`.
+    pub max_files: usize,
+    /// `policy.max_spec_elements`.
+    pub max_elements: usize,
+}
+
+static LIMITS: OnceLock<WireLimits> = OnceLock::new();
+
+/// Sets the limits of this process (the first call wins; the daemon calls it once before
+/// serving). Without a call nothing is checked (clients decode with the same codec).
+pub fn install(l: WireLimits) {
+    let _ = LIMITS.set(l);
+}
+
+/// What the walk counted in a request's NodeSpec.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Entries of `files`.
+    pub files: usize,
+    /// Every field occurrence below the NodeSpec.
+    pub elements: usize,
+}
+
+/// Message types of the NodeSpec schema the walk descends into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Request,
+    NodeSpec,
+    Kubelet,
+    Struct,
+    StructEntry,
+    Value,
+    ListValue,
+}
+
+/// The message type of field `n` of a `kind`, if it is one the walk descends into.
+fn child(kind: Kind, n: u64) -> Option<Kind> {
+    match (kind, n) {
+        (Kind::Request, 1) => Some(Kind::NodeSpec),
+        (Kind::NodeSpec, 2) => Some(Kind::Kubelet),
+        (Kind::Kubelet, 1) => Some(Kind::Struct),
+        (Kind::Struct, 1) => Some(Kind::StructEntry),
+        (Kind::StructEntry, 2) => Some(Kind::Value),
+        (Kind::Value, 5) => Some(Kind::Struct),
+        (Kind::Value, 6) => Some(Kind::ListValue),
+        (Kind::ListValue, 1) => Some(Kind::Value),
+        _ => None,
+    }
+}
+
+/// prost's recursion limit; deeper messages fail to decode anyway.
+const MAX_DEPTH: usize = 100;
+
+fn varint(b: &mut &[u8]) -> Option<u64> {
+    prost::encoding::decode_varint(b).ok()
+}
+
+/// Counts the files and elements of the NodeSpec in a request's wire bytes. Malformed
+/// bytes end the walk: prost then reports them.
+pub fn count(buf: &[u8]) -> Counts {
+    let mut c = Counts::default();
+    walk(buf, Kind::Request, 0, &mut c);
+    c
+}
+
+fn walk(mut b: &[u8], kind: Kind, depth: usize, c: &mut Counts) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    while !b.is_empty() {
+        let Some(key) = varint(&mut b) else { return };
+        let (n, wire) = (key >> 3, key & 7);
+        if kind != Kind::Request {
+            c.elements += 1;
+            if kind == Kind::NodeSpec && n == 1 {
+                c.files += 1;
+            }
+        }
+        match wire {
+            0 => {
+                if varint(&mut b).is_none() {
+                    return;
+                }
+            }
+            1 => b = b.get(8..).unwrap_or_default(),
+            5 => b = b.get(4..).unwrap_or_default(),
+            2 => {
+                let Some(len) = varint(&mut b) else { return };
+                let Some(body) = usize::try_from(len).ok().and_then(|l| b.get(..l)) else {
+                    return;
+                };
+                b = &b[body.len()..];
+                if let Some(k) = child(kind, n) {
+                    walk(body, k, depth + 1, c);
+                }
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Checks the counts against the limits; the error names the field, the limit and the
+/// `policy.` key.
+pub fn check(c: Counts, l: WireLimits) -> Result<(), Status> {
+    if c.files > l.max_files {
+        return Err(Status::invalid_argument(format!(
+            "desired.files: {} files, over the limit of {} (policy.max_files); split the spec or raise the limit",
+            c.files, l.max_files
+        )));
+    }
+    if c.elements > l.max_elements {
+        return Err(Status::invalid_argument(format!(
+            "desired: {} fields in all, over the limit of {} (policy.max_spec_elements); split the spec or raise the limit",
+            c.elements, l.max_elements
+        )));
+    }
+    Ok(())
+}
+
+/// prost's codec with the NodeSpec limits checked on the raw bytes of the two requests
+/// that carry one (see the module doc).
+#[derive(Debug, Clone)]
+pub struct LimitedCodec<T, U>(PhantomData<(T, U)>);
+
+impl<T, U> Default for LimitedCodec<T, U> {
+    fn default() -> Self {
+        LimitedCodec(PhantomData)
+    }
+}
+
+impl<T, U> Codec for LimitedCodec<T, U>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ProstEncoder<T>;
+    type Decoder = LimitedDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::<T, U>::default().encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        LimitedDecoder(ProstCodec::<T, U>::default().decoder())
+    }
+}
+
+/// The decoder of [`LimitedCodec`].
+#[derive(Debug)]
+pub struct LimitedDecoder<U>(ProstDecoder<U>);
+
+impl<U: Message + Default + 'static> Decoder for LimitedDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        let carries_spec = TypeId::of::<U>() == TypeId::of::<pb::GetCoverageRequest>()
+            || TypeId::of::<U>() == TypeId::of::<pb::ApplyRequest>();
+        if carries_spec && let Some(l) = LIMITS.get() {
+            // A DecodeBuf is one message in one contiguous buffer.
+            check(count(buf.chunk()), *l)?;
+        }
+        self.0.decode(buf)
+    }
+
+    fn buffer_settings(&self) -> tonic::codec::BufferSettings {
+        self.0.buffer_settings()
+    }
+}
+
+/// Rewrites tonic's `OUT_OF_RANGE` for an over-size message into `RESOURCE_EXHAUSTED`
+/// (a trailers-only response carries the status in its headers). Used as a
+/// `tower::util::MapResponseLayer` on the gRPC servers.
+pub fn resource_exhausted_for_size<B>(
+    mut r: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    let h = r.headers_mut();
+    if h.get("grpc-status").is_some_and(|v| v == "11") {
+        h.insert(
+            "grpc-status",
+            tonic::codegen::http::HeaderValue::from_static("8"),
+        );
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_bytes(spec: pb::NodeSpec) -> Vec<u8> {
+        pb::GetCoverageRequest {
+            desired: Some(spec),
+            reboot_policy: 0,
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn counts_files_and_every_nested_value() {
+        let files = (0..5)
+            .map(|i| pb::File {
+                path: format!("/etc/{i}"),
+                content: b"\x0a\x02hi".to_vec(), // looks like a field: not descended into
+                ..Default::default()
+            })
+            .collect();
+        let list = pbjson_types::Value {
+            kind: Some(pbjson_types::value::Kind::ListValue(
+                pbjson_types::ListValue {
+                    values: vec![pbjson_types::Value::default(); 3],
+                },
+            )),
+        };
+        let config = pbjson_types::Struct {
+            fields: [("a".to_string(), list)].into(),
+        };
+        let spec = pb::NodeSpec {
+            files,
+            kubelet: Some(pb::Kubelet {
+                config: Some(config),
+                flags: [("max-pods".to_string(), "250".to_string())].into(),
+            }),
+            kernel_args: vec!["a=1".into(), "b".into()],
+            ..Default::default()
+        };
+        let c = count(&spec_bytes(spec));
+        assert_eq!(c.files, 5);
+        // 5 files (not descended into: max_files bounds them); kubelet, its config and
+        // one flags entry; the struct entry, its key and value, the list and its 3
+        // values; 2 kernel args
+        assert_eq!(c.elements, 5 + 3 + 4 + 3 + 2, "{c:?}");
+        // two occurrences of `desired` merge: both are counted
+        let mut twice = spec_bytes(pb::NodeSpec {
+            files: vec![pb::File::default()],
+            ..Default::default()
+        });
+        twice.extend_from_within(..);
+        assert_eq!(count(&twice).files, 2);
+    }
+
+    #[test]
+    fn limits_name_the_key() {
+        let l = WireLimits {
+            max_files: 2,
+            max_elements: 10,
+        };
+        let e = check(
+            Counts {
+                files: 3,
+                elements: 3,
+            },
+            l,
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("policy.max_files"), "{}", e.message());
+        let e = check(
+            Counts {
+                files: 1,
+                elements: 11,
+            },
+            l,
+        )
+        .unwrap_err();
+        assert!(
+            e.message().contains("policy.max_spec_elements"),
+            "{}",
+            e.message()
+        );
+        check(
+            Counts {
+                files: 2,
+                elements: 10,
+            },
+            l,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn malformed_bytes_end_the_walk() {
+        assert_eq!(count(&[0x0a, 0xff]), Counts::default());
+        assert_eq!(count(&[0x0a, 0x05, 0x0a]), Counts::default());
+    }
+}
