@@ -39,12 +39,16 @@ a_addr=127.0.0.1:$(port); b_addr=127.0.0.1:$(port); ext_addr=127.0.0.1:$(port)
 start_agent node-a "$a_addr"
 start_agent node-b "$b_addr"
 
-# The extension: HTTPS for CAPI, mTLS client of the agents, a static resolver.
+# The extension: HTTPS for CAPI (which must present its managers' client certificate),
+# mTLS client of the agents, a static resolver.
 cat > "$work/extension.toml" <<TOML
 [server]
 listen = "$ext_addr"
 cert = "$work/pki/extension.crt"
 key = "$work/pki/extension.key"
+client_ca = "$work/pki/capi-ca.crt"
+[[server.clients]]
+identity = "spiffe://mgmt/ns/capi-system/sa/capi-manager"
 [agent]
 ca = "$work/pki/agents-ca.crt"
 cert = "$work/pki/client.crt"
@@ -59,6 +63,8 @@ for _ in $(seq 100); do (exec 3<>"/dev/tcp/${ext_addr%:*}/${ext_addr#*:}") 2>/de
 
 hooks=https://$ext_addr/hooks.runtime.cluster.x-k8s.io/v1alpha1
 fx=tests/fixtures/capi
+# CAPI's managers present this client certificate (--runtime-extension-client-cert-file)
+export HOOK_CLIENT_CERT=$work/pki/capi.crt HOOK_CLIENT_KEY=$work/pki/capi.key
 hook() { echo; echo "\$ POST $1  < $2 ${*:3}"; python3 examples/hook.py "$hooks/$1" "$work/pki/extension-ca.crt" "${@:2}"; }
 
 echo '{"apiVersion":"hooks.runtime.cluster.x-k8s.io/v1alpha1","kind":"DiscoveryRequest"}' > "$work/discovery.json"

@@ -6,7 +6,10 @@
 //!   `spiffe://mgmt/ns/inplace-system/sa/inplace-extension`, role admin on the agents);
 //! - `extension-ca.crt`, `extension.crt`, `extension.key`: the extension's HTTPS identity
 //!   (SANs `localhost`, `127.0.0.1`, `inplace-extension.inplace-system.svc`); the CA is what
-//!   an ExtensionConfig's `caBundle` holds.
+//!   an ExtensionConfig's `caBundle` holds;
+//! - `capi-ca.crt`, `capi.crt`, `capi.key`: the client identity of CAPI's managers (URI SAN
+//!   `spiffe://mgmt/ns/capi-system/sa/capi-manager`), which they present to the extension
+//!   when started with `--runtime-extension-client-cert-file` / `-key-file`.
 //!
 //! On real clusters these come from cert-manager (extension) and the node PKI (agents).
 //! Usage: `cargo run --example gen-certs -- <dir>`.
@@ -54,6 +57,17 @@ fn main() -> std::io::Result<()> {
     write("extension-ca.crt", &ext.pem)?;
     write("extension.crt", &c)?;
     write("extension.key", &k)?;
+
+    let capi = pki::ca("CAPI runtime extension clients CA");
+    let uri = "spiffe://mgmt/ns/capi-system/sa/capi-manager";
+    let (c, k) = pki::leaf(
+        &capi,
+        "capi-manager",
+        vec![SanType::URI(uri.try_into().expect("uri"))],
+    );
+    write("capi-ca.crt", &capi.pem)?;
+    write("capi.crt", &c)?;
+    write("capi.key", &k)?;
     println!("wrote the demo PKI to {}", dir.display());
     Ok(())
 }

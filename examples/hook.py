@@ -4,10 +4,12 @@ every `patch` (base64 on the wire) decoded in place for reading.
 
 Usage: hook.py <https-url> <ca-bundle> <request.json | -> [key=value ...]
 Each key=value is set in the request's `settings` (the ExtensionConfig settings CAPI
-merges into every request). Standard library only.
+merges into every request). The client certificate CAPI's managers present is read from
+HOOK_CLIENT_CERT and HOOK_CLIENT_KEY (PEM files), when set. Standard library only.
 """
 import base64
 import json
+import os
 import ssl
 import sys
 import urllib.request
@@ -20,6 +22,8 @@ def main() -> int:
         k, v = kv.split("=", 1)
         body.setdefault("settings", {})[k] = v
     ctx = ssl.create_default_context(cafile=ca)
+    if os.environ.get("HOOK_CLIENT_CERT"):
+        ctx.load_cert_chain(os.environ["HOOK_CLIENT_CERT"], os.environ["HOOK_CLIENT_KEY"])
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     try:

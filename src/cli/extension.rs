@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::extension::{Extension, config::Config, serve, tls_config};
-use crate::server::tls::Acceptor;
+use crate::extension::{Endpoint, Extension, allowlist, config::Config, serve, tls_config};
+use crate::server::tls::{Acceptor, Reloading};
 
 /// Cluster API Runtime Extension for in-place updates, backed by inplaced node agents.
 #[derive(Debug, Parser)]
@@ -35,10 +35,22 @@ pub fn main() -> ExitCode {
 
 fn run(args: Args) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
-    let acceptor = Arc::new(Acceptor::with_builder(
-        vec![config.server.cert.clone(), config.server.key.clone()],
-        tls_config,
-    )?);
+    let client_ca = config.server.client_ca.clone().unwrap_or_default();
+    let endpoint = Endpoint {
+        acceptor: Arc::new(Acceptor::with_builder(
+            vec![
+                config.server.cert.clone(),
+                config.server.key.clone(),
+                client_ca,
+            ],
+            tls_config,
+        )?),
+        clients: Arc::new(Reloading::watch(
+            "server.clients",
+            vec![args.config.clone()],
+            allowlist,
+        )?),
+    };
     let listen = config.server.listen.clone();
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
@@ -47,7 +59,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("server.listen {listen}"))?;
         tracing::info!(listen = %listener.local_addr()?, "inplace-extension serving the CAPI in-place update hooks");
         let ext = Arc::new(Extension::new(config));
-        serve(ext, listener, acceptor, super::stop_requested()).await;
+        serve(ext, listener, endpoint, super::stop_requested()).await;
         tracing::info!("stopped");
         Ok(())
     })

@@ -55,6 +55,44 @@ pub struct ServerConfig {
     /// Handler timeout advertised in discovery, seconds (CAPI's default is 10).
     #[serde(default = "default_handler_timeout")]
     pub handler_timeout_seconds: i32,
+    /// PEM CA bundle that signs the client certificates of CAPI's managers (core and KCP,
+    /// started with `--runtime-extension-client-cert-file` / `-key-file`). Required: a
+    /// connection without a certificate from this CA fails its TLS handshake.
+    pub client_ca: Option<PathBuf>,
+    /// The client identities allowed to call the hooks; a verified certificate that
+    /// matches none is disconnected before its request is read. Re-read from this file
+    /// when it changes.
+    #[serde(default)]
+    pub clients: Vec<AllowedClient>,
+    /// Most connections open at once, TLS handshakes included (default 64); more wait in
+    /// the listen backlog.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Most requests read and answered at once (default 4); more wait with their body
+    /// unread. Each holds at most its body (`MAX_BODY`, 16 MiB) and its parsed objects.
+    #[serde(default = "default_max_requests")]
+    pub max_requests: usize,
+}
+
+fn default_max_connections() -> usize {
+    64
+}
+
+fn default_max_requests() -> usize {
+    4
+}
+
+/// One `[[server.clients]]` entry: a client identity allowed to call the hooks, matched by
+/// the same rule as the agent's `[[api.tcp.clients]]`
+/// ([`crate::server::tls::CertNames::matches`]).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AllowedClient {
+    /// A URI SAN, DNS SAN or subject CN of the client certificate.
+    pub identity: String,
+    /// `uri`, `dns` or `cn`; absent: the certificate's most specific kind of name.
+    #[serde(default, rename = "match")]
+    pub kind: Option<crate::config::IdentityKind>,
 }
 
 fn default_handler_timeout() -> i32 {
@@ -98,6 +136,11 @@ pub struct ResolverConfig {
     /// `namespace/name` → `host:port`; consulted before the template.
     #[serde(default, rename = "static")]
     pub fixed: BTreeMap<String, String>,
+    /// The Kubernetes node name a Machine's agent must report before UpdateMachine changes
+    /// anything, as a template over `{name}` and `{namespace}` only (default `{name}`: the
+    /// Machine's name, as Metal3 and BYOH name nodes). A `status.nodeRef.name` in the
+    /// request takes precedence.
+    pub node_name: Option<String>,
 }
 
 /// `[update]`: how UpdateMachine drives the agent.
@@ -251,6 +294,26 @@ impl Config {
                 "must be at least 1 (0 would mean done to CAPI)".into(),
             ));
         }
+        if c.server.client_ca.is_none() {
+            return Err(invalid(
+                "server.client_ca",
+                "required: the CA bundle that signs the client certificates CAPI's managers present (--runtime-extension-client-cert-file); without it anyone who reaches the port could drive every node".into(),
+            ));
+        }
+        if c.server.clients.is_empty() {
+            return Err(invalid(
+                "server.clients",
+                "list at least one [[server.clients]] identity (the URI SAN, DNS SAN or CN of CAPI's client certificates)".into(),
+            ));
+        }
+        if let Some(t) = &c.resolver.node_name
+            && (t.contains("{annotation:") || t.contains("{label:"))
+        {
+            return Err(invalid(
+                "resolver.node_name",
+                "may use only {name} and {namespace}: annotations and labels can be edited by anyone who may edit Machines, which would let them point one Machine at another node".into(),
+            ));
+        }
         if c.resolver.template.is_none() && c.resolver.fixed.is_empty() {
             return Err(invalid(
                 "resolver",
@@ -363,7 +426,7 @@ impl Config {
 mod tests {
     use super::*;
 
-    const MIN: &str = "[server]\nlisten = \"127.0.0.1:9443\"\ncert = \"c\"\nkey = \"k\"\n[agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n[resolver]\ntemplate = \"{name}:7443\"\n";
+    const MIN: &str = "[server]\nlisten = \"127.0.0.1:9443\"\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n[[server.clients]]\nidentity = \"capi\"\n[agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n[resolver]\ntemplate = \"{name}:7443\"\n";
 
     #[test]
     fn defaults_and_settings() {
@@ -404,6 +467,50 @@ mod tests {
             c.effective(&bad)
                 .unwrap_err()
                 .contains("settings.retryAfterSeconds")
+        );
+    }
+
+    /// The configuration `deploy/extension.yaml` ships is valid, and requires CAPI's
+    /// client certificate.
+    #[test]
+    fn the_deployed_config_parses() {
+        let yaml = include_str!("../../deploy/extension.yaml");
+        let start = yaml
+            .find("  config.toml: |\n")
+            .expect("config.toml in the ConfigMap")
+            + "  config.toml: |\n".len();
+        let block: String = yaml[start..]
+            .lines()
+            .take_while(|l| l.is_empty() || l.starts_with("    "))
+            .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+            .collect();
+        let c = Config::parse(&block, "deploy/extension.yaml").unwrap();
+        assert!(c.server.client_ca.is_some());
+        assert_eq!(c.server.clients.len(), 2);
+        assert_eq!(c.resolver.node_name.as_deref(), Some("{name}"));
+    }
+
+    #[test]
+    fn client_auth_is_required() {
+        let e = Config::parse(&MIN.replace("client_ca = \"ca\"\n", ""), "t").unwrap_err();
+        assert!(e.to_string().contains("server.client_ca: required"), "{e}");
+        let e = Config::parse(
+            &MIN.replace("[[server.clients]]\nidentity = \"capi\"\n", ""),
+            "t",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("server.clients"), "{e}");
+        let e = Config::parse(
+            &MIN.replace(
+                "[resolver]\n",
+                "[resolver]\nnode_name = \"{annotation:node}\"\n",
+            ),
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("resolver.node_name: may use only"),
+            "{e}"
         );
     }
 

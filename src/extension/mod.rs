@@ -9,6 +9,7 @@
 //! after parsing, before anything is logged or sent; request bodies are never logged; file
 //! contents go to the agent only, never into messages.
 
+pub mod budget;
 pub mod config;
 pub mod resolve;
 
@@ -33,8 +34,8 @@ use crate::capi::types::{
 use crate::capi::{self, NodeCoverage, PreserveMode};
 use crate::client::TlsIdentity;
 use crate::pb::{self, Phase, node_agent_client::NodeAgentClient};
-use crate::server::tls::Acceptor;
-use config::{Config, Effective};
+use crate::server::tls::{Acceptor, Reloading};
+use config::{AllowedClient, Config, Effective};
 use resolve::{AgentResolver, Chain, MachineRef, StaticResolver, TemplateResolver};
 
 /// Largest request body accepted, bytes (a KubeadmConfig holds at most 200 files of 10 KiB,
@@ -77,6 +78,16 @@ async fn node_coverage(
     };
     let r = call(eff.agent_timeout, c.get_coverage(req)).await?;
     Ok(NodeCoverage::from_report(&r))
+}
+
+/// Whether the agent refused the spec itself (invalid, or over one of its limits:
+/// `INVALID_ARGUMENT`, or `RESOURCE_EXHAUSTED` for the message size): a property of the
+/// desired KubeadmConfig, so "not covered" with the node's reason, never a retry.
+fn refuses_spec(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted
+    )
 }
 
 fn hook_prefix() -> String {
@@ -210,7 +221,7 @@ impl Extension {
             |s: tonic::Status| AgentError(format!("agent at {addr}: GetCoverage: {}", s.message()));
         match node_coverage(&mut c, eff, capi::desired_node_spec(desired)).await {
             Ok(cov) => Ok(cov),
-            Err(s) if s.code() == tonic::Code::InvalidArgument => {
+            Err(s) if refuses_spec(&s) => {
                 let mut cov = node_coverage(&mut c, eff, pb::NodeSpec::default())
                     .await
                     .map_err(unreachable)?;
@@ -301,6 +312,17 @@ impl Extension {
             Ok(r) => r.operations,
             Err(s) => return trouble(s),
         };
+        // Read after the history, so an operation seen settled is in the applied hash.
+        let status = match call(t, c.get_status(pb::GetStatusRequest {})).await {
+            Ok(st) => st,
+            Err(s) => return trouble(s),
+        };
+        // Before anything changes the node: is this agent the Machine's node? A resolver
+        // that uses mutable metadata (annotations, labels) could point elsewhere.
+        if let Err(e) = self.check_node(m, &addr, &status) {
+            tracing::warn!(machine = %m.key(), agent = %addr, error = %e, "UpdateMachine refused: wrong node");
+            return UpdateMachineResponse::new(Status::Failure, e, 0);
+        }
         let attempt = |o: &pb::Operation| -> Option<u32> {
             if o.id == id {
                 return Some(0);
@@ -321,10 +343,7 @@ impl Extension {
             // Done once, but the node has applied something else since (the update was
             // reverted to an earlier spec, or its node.d changed): apply it again.
             Some(op) if op.phase == Phase::Succeeded as i32 => {
-                match call(t, c.get_status(pb::GetStatusRequest {})).await {
-                    Ok(st) => (st.applied_spec_hash != op.spec_hash).then_some(next),
-                    Err(s) => return trouble(s),
-                }
+                (status.applied_spec_hash != op.spec_hash).then_some(next)
             }
             // Failed, but another operation succeeded on the node after it (the update
             // was fixed forward and is now reverted to this spec): the failure is stale.
@@ -408,6 +427,35 @@ impl Extension {
         }
     }
 
+    /// Checks that the agent at `addr` reports the node Machine `m` runs on
+    /// ([`resolve::expected_node_name`]); the error names both names and the fix.
+    fn check_node(
+        &self,
+        m: &MachineRef,
+        addr: &str,
+        status: &pb::NodeStatus,
+    ) -> Result<(), String> {
+        let want = resolve::expected_node_name(m, self.config.resolver.node_name.as_deref())?;
+        let have = status
+            .facts
+            .as_ref()
+            .map(|f| f.node_name.as_str())
+            .unwrap_or("");
+        if have.is_empty() {
+            return Err(format!(
+                "the agent at {addr} reports no node name, so it can not be checked to be Machine {}'s node {want:?}; give the node a hostname or the kubelet --hostname-override",
+                m.key()
+            ));
+        }
+        if have != want {
+            return Err(format!(
+                "the agent at {addr} is node {have:?}, not Machine {}'s node {want:?}: nothing was changed; fix the resolver (resolver.static, resolver.template) or resolver.node_name",
+                m.key()
+            ));
+        }
+        Ok(())
+    }
+
     /// Starts the operation: items the node does not cover but already has as desired are
     /// left out (unchanged since provisioning); any other uncovered item is a Failure.
     async fn start(
@@ -426,7 +474,7 @@ impl Extension {
         };
         let report = match call(eff.agent_timeout, c.get_coverage(req)).await {
             Ok(r) => r,
-            Err(s) if s.code() == tonic::Code::InvalidArgument => {
+            Err(s) if refuses_spec(&s) => {
                 return Err(fail(format!("the node refuses the spec: {}", s.message())));
             }
             Err(s) => return Err(wait(format!("coverage: {}", s.message()))),
@@ -455,17 +503,9 @@ impl Extension {
             Err(s) if s.code() == tonic::Code::Aborted => {
                 Err(wait(format!("waiting: {}", s.message())))
             }
-            Err(s)
-                if matches!(
-                    s.code(),
-                    tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
-                ) =>
-            {
-                Err(fail(format!(
-                    "the node refuses the update: {}",
-                    s.message()
-                )))
-            }
+            Err(s) if refuses_spec(&s) || s.code() == tonic::Code::FailedPrecondition => Err(fail(
+                format!("the node refuses the update: {}", s.message()),
+            )),
             // Including no answer in time: the next poll finds the operation if it started.
             Err(s) => Err(wait(format!("apply: {}", s.message()))),
         }
@@ -489,7 +529,13 @@ impl Extension {
             );
         }
         macro_rules! parse {
-            ($t:ty, $kind:expr) => {
+            ($t:ty, $kind:expr) => {{
+                if let Err(e) = budget::check(body, budget::MAX_JSON_VALUES) {
+                    return (
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        failure($kind, &format!("request refused: {e}")),
+                    );
+                }
                 match serde_path_to_error::deserialize::<_, $t>(
                     &mut serde_json::Deserializer::from_slice(body),
                 ) {
@@ -508,7 +554,7 @@ impl Extension {
                         );
                     }
                 }
-            };
+            }};
         }
         let v = match rest {
             "discovery" => {
@@ -610,79 +656,116 @@ pub fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
     format!("capi-{clean}-{}", &hash[..16])
 }
 
-/// The server config for the HTTPS endpoint: `[cert, key]`, no client certificates (CAPI's
-/// runtime client verifies us with the ExtensionConfig `caBundle`), ALPN `http/1.1`.
+/// The server config for the HTTPS endpoint: `[cert, key, client_ca]`; a client
+/// certificate signed by `server.client_ca` is required (CAPI's managers present theirs
+/// when started with `--runtime-extension-client-cert-file` and
+/// `--runtime-extension-client-key-file`), ALPN `http/1.1`.
 pub fn tls_config(files: &[std::path::PathBuf]) -> anyhow::Result<rustls::ServerConfig> {
-    use anyhow::Context;
-    let (certs, key) = crate::server::tls::load_identity("server", &files[0], &files[1])?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(crate::server::tls::provider())
-        .with_safe_default_protocol_versions()
-        .context("TLS versions")?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .context("server.cert and server.key do not match")?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
+    crate::server::tls::mutual_tls_config("server", &files[0], &files[1], &files[2], b"http/1.1")
 }
 
-/// Serves HTTPS on `listener` until `shutdown` resolves. Each connection gets the current
-/// certificates (reloaded when the files change).
+/// The `[[server.clients]]` allowlist of the config file `files[0]` (re-read when the
+/// file changes; see [`Reloading`]).
+pub fn allowlist(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<AllowedClient>> {
+    Ok(Config::load(&files[0])?.server.clients)
+}
+
+/// Longest a client may take to send its request headers (hyper's header read timeout,
+/// also the idle time of a kept-alive connection between requests).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest life of one connection (CAPI's Runtime SDK client opens new ones as needed).
+pub const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(5 * 60);
+
+/// What [`serve`] needs besides the extension: the TLS acceptor and the client allowlist,
+/// both reloaded when their files change.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// TLS: server certificate and the CA of CAPI's client certificates.
+    pub acceptor: Arc<Acceptor>,
+    /// `[[server.clients]]`.
+    pub clients: Arc<Reloading<Vec<AllowedClient>>>,
+}
+
+/// Serves HTTPS on `listener` until `shutdown` resolves.
+///
+/// Each connection takes a place under `server.max_connections` before it is accepted
+/// ([`crate::server::accept`]: back-off on accept errors, so a full descriptor table does
+/// not spin), gets the current certificates, and must finish its TLS handshake within
+/// [`crate::server::tls::HANDSHAKE_TIMEOUT`] with a client certificate from
+/// `server.client_ca`. A certificate no `[[server.clients]]` entry matches is disconnected
+/// before its request is read. Requests are read and answered at most
+/// `server.max_requests` at a time.
 pub async fn serve(
     ext: Arc<Extension>,
     listener: tokio::net::TcpListener,
-    acceptor: Arc<Acceptor>,
+    endpoint: Endpoint,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    use crate::server::accept::{Backoff, Gate, accept};
     tokio::pin!(shutdown);
+    let gate = Gate::new(ext.config.server.max_connections);
+    let requests = Arc::new(tokio::sync::Semaphore::new(
+        ext.config.server.max_requests.max(1),
+    ));
+    let mut backoff = Backoff::default();
+    let endpoint = Arc::new(endpoint);
     loop {
-        let (tcp, peer) = tokio::select! {
+        let a = tokio::select! {
             _ = &mut shutdown => return,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
+            a = accept(&listener, &gate, &mut backoff, "server") => a,
         };
-        let (ext, acceptor) = (ext.clone(), acceptor.clone());
+        let (ext, endpoint, requests) = (ext.clone(), endpoint.clone(), requests.clone());
         tokio::spawn(async move {
-            let tls = match tokio_rustls::TlsAcceptor::from(acceptor.current())
-                .accept(tcp)
-                .await
-            {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            let _place = a.permit;
+            let peer = a.remote;
+            let hs = tokio::time::timeout(
+                crate::server::tls::HANDSHAKE_TIMEOUT,
+                tokio_rustls::TlsAcceptor::from(endpoint.acceptor.current()).accept(a.stream),
+            )
+            .await;
+            let tls = match hs {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
+                    tracing::info!(%peer, error = %e, "TLS handshake refused");
+                    return;
+                }
+                Err(_) => {
+                    tracing::info!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let ext = ext.clone();
-                async move { Ok::<_, Infallible>(respond(&ext, req).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), svc)
-                .await
+            let names = crate::server::tls::peer_names(&tls);
+            if !endpoint
+                .clients
+                .current()
+                .iter()
+                .any(|c| names.matches(&c.identity, c.kind))
             {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+                tracing::warn!(%peer, identities = ?names.all(), "client certificate not on the allowlist (server.clients): disconnected");
+                return;
+            }
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let (ext, requests) = (ext.clone(), requests.clone());
+                async move { Ok::<_, Infallible>(respond(&ext, &requests, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(tls), svc);
+            match tokio::time::timeout(MAX_CONNECTION_LIFE, conn).await {
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+                Err(_) => tracing::debug!(%peer, "connection closed after {MAX_CONNECTION_LIFE:?}"),
+                Ok(Ok(())) => {}
             }
         });
     }
 }
 
-async fn respond(ext: &Extension, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let method = req.method().as_str().to_string();
-    let path = req.uri().path().to_string();
-    let (status, v) = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => ext.handle(&method, &path, &b.to_bytes()).await,
-        Err(e) => (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            serde_json::json!({"status": "Failure", "message": format!("request body: {e} (limit {MAX_BODY} bytes)")}),
-        ),
-    };
+fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from(
-        serde_json::to_vec(&v).unwrap_or_default(),
+        serde_json::to_vec(v).unwrap_or_default(),
     )));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -690,6 +773,39 @@ async fn respond(ext: &Extension, req: Request<Incoming>) -> Response<Full<Bytes
         hyper::header::HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+async fn respond(
+    ext: &Extension,
+    requests: &Arc<tokio::sync::Semaphore>,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    // A slot before the body is read: bodies wait in the socket, not in memory.
+    let Ok(_slot) = requests.clone().acquire_owned().await else {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({"status": "Failure", "message": "stopping"}),
+        );
+    };
+    let body = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await;
+    let (status, v) = match body {
+        Ok(Ok(b)) => ext.handle(&method, &path, &b.to_bytes()).await,
+        Ok(Err(e)) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            serde_json::json!({"status": "Failure", "message": format!("request body: {e} (limit {MAX_BODY} bytes)")}),
+        ),
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            serde_json::json!({"status": "Failure", "message": format!("request body not sent within {BODY_READ_TIMEOUT:?}")}),
+        ),
+    };
+    json_response(status, &v)
 }
 
 #[cfg(test)]

@@ -18,6 +18,9 @@ pub struct MachineRef {
     pub labels: BTreeMap<String, String>,
     /// `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
+    /// `status.nodeRef.name`, when the request carries it (CAPI trims hook objects to
+    /// metadata and spec today, so usually absent).
+    pub node_ref: Option<String>,
 }
 
 impl MachineRef {
@@ -38,6 +41,10 @@ impl MachineRef {
             namespace: md["namespace"].as_str().unwrap_or("").to_string(),
             labels: map(&md["labels"]),
             annotations: map(&md["annotations"]),
+            node_ref: machine["status"]["nodeRef"]["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
         }
     }
 
@@ -67,6 +74,12 @@ impl AgentResolver for StaticResolver {
 }
 
 /// `resolver.template`: `{name}`, `{namespace}`, `{annotation:<key>}`, `{label:<key>}`.
+///
+/// Which placeholders are safe: `{name}` and `{namespace}` never change for a Machine.
+/// Annotations and labels can be edited by anyone who may edit Machine objects, so a
+/// template that uses them lets such a user point a Machine at another node's agent; that
+/// is harmless only because UpdateMachine first checks that the agent reports the
+/// Machine's node ([`expected_node_name`]), which comes from `{name}`/`{namespace}` only.
 #[derive(Debug, Clone)]
 pub struct TemplateResolver(pub String);
 
@@ -115,6 +128,24 @@ impl AgentResolver for TemplateResolver {
     fn resolve(&self, m: &MachineRef) -> Result<String, String> {
         expand(&self.0, m, &[])
     }
+}
+
+/// The Kubernetes node name the agent of `m` must report before UpdateMachine changes
+/// anything: `status.nodeRef.name` when the request carries it, else `template`
+/// (`resolver.node_name`, default `{name}`, over `{name}` and `{namespace}` only),
+/// lower-cased as node names are.
+pub fn expected_node_name(m: &MachineRef, template: Option<&str>) -> Result<String, String> {
+    if let Some(n) = &m.node_ref {
+        return Ok(n.to_lowercase());
+    }
+    let bare = MachineRef {
+        name: m.name.clone(),
+        namespace: m.namespace.clone(),
+        ..Default::default()
+    };
+    expand(template.unwrap_or("{name}"), &bare, &[])
+        .map(|n| n.to_lowercase())
+        .map_err(|e| format!("resolver.node_name: {e}"))
 }
 
 /// Tries each resolver in order; the first address wins. Errors list every miss.

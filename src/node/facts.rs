@@ -145,6 +145,7 @@ pub fn detect(root: &Sysroot, declared_bindings: &[String]) -> pb::NodeFacts {
                 .push("no DMI identity in /sys/class/dmi/id".into());
         }
     }
+    facts.node_name = node_name(root);
     if let Ok(Some(osr)) = root.read_string_following("/etc/os-release") {
         facts.os = os_release_value(&osr, "PRETTY_NAME").unwrap_or_default();
     }
@@ -152,6 +153,50 @@ pub fn detect(root: &Sysroot, declared_bindings: &[String]) -> pb::NodeFacts {
         live_host(&mut facts);
     }
     facts
+}
+
+/// The environment files the kubelet's systemd unit reads its flags from, in the order
+/// the kubeadm drop-in (`10-kubeadm.conf`) lists them, with their variable.
+const KUBELET_FLAG_FILES: [(&str, &str); 3] = [
+    ("/var/lib/kubelet/kubeadm-flags.env", "KUBELET_KUBEADM_ARGS"),
+    ("/etc/default/kubelet", "KUBELET_EXTRA_ARGS"),
+    ("/etc/sysconfig/kubelet", "KUBELET_EXTRA_ARGS"),
+];
+
+/// The Kubernetes node name the kubelet registers, as the kubelet computes it
+/// (`pkg/kubelet` `nodeutil.GetHostname`): `--hostname-override` if given (the last one
+/// on the command line wins, as pflag does; `$KUBELET_EXTRA_ARGS` comes after
+/// `$KUBELET_KUBEADM_ARGS`), else the host name, trimmed and lower-cased. The host name
+/// is `/etc/hostname` of the sysroot (the live `uname` name on `/` when that file is
+/// missing). "" when none is known.
+pub fn node_name(root: &Sysroot) -> String {
+    let mut name = None;
+    for (path, var) in KUBELET_FLAG_FILES {
+        let Ok(Some(text)) = root.read_string(path) else {
+            continue;
+        };
+        if let Ok(Some(flags)) = crate::kubelet::flags::parse(&text, var) {
+            for f in flags.iter().filter(|f| f.name == "hostname-override") {
+                name = f.value.clone();
+            }
+        }
+    }
+    let name = name.filter(|n| !n.trim().is_empty()).or_else(|| {
+        root.read_string("/etc/hostname")
+            .ok()
+            .flatten()
+            .and_then(|t| t.lines().next().map(str::to_string))
+            .filter(|n| !n.trim().is_empty())
+            .or_else(|| {
+                root.is_host_root().then(|| {
+                    rustix::system::uname()
+                        .nodename()
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            })
+    });
+    name.map(|n| n.trim().to_lowercase()).unwrap_or_default()
 }
 
 fn live_host(facts: &mut pb::NodeFacts) {

@@ -1,0 +1,276 @@
+//! The CAPI side of the black-box tests: a PKI for agents, the extension and CAPI's
+//! managers, and the real `inplace-extension` binary over HTTPS.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Node;
+use super::pki::{Ca, ca, free_port, leaf, write};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use rcgen::SanType;
+use serde_json::Value;
+
+pub fn fixture(rel: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/capi")
+        .join(rel);
+    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+}
+
+/// CAs and certificates for one test: agents' server certs, the extension's client cert
+/// (allowed as admin by the agents) and the extension's own server cert.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    pub agent_ca: Ca,
+    pub ext_ca: Ca,
+    /// Signs the client certificates of CAPI's managers (`--runtime-extension-client-cert-file`).
+    pub capi_ca: Ca,
+    /// The core manager's client certificate (URI SAN [`CAPI_ID`]).
+    pub capi: (String, String),
+}
+
+/// The identity the extension allows: CAPI's managers' client certificate URI SAN.
+pub const CAPI_ID: &str = "spiffe://mgmt/ns/capi-system/sa/capi-manager";
+
+impl Pki {
+    pub fn new() -> Pki {
+        let capi_ca = ca("CAPI runtime extension clients CA");
+        let capi = leaf(
+            &capi_ca,
+            "capi-manager",
+            vec![SanType::URI(CAPI_ID.try_into().unwrap())],
+        );
+        Pki {
+            dir: tempfile::tempdir().unwrap(),
+            agent_ca: ca("agents CA"),
+            ext_ca: ca("extension CA"),
+            capi_ca,
+            capi,
+        }
+    }
+
+    pub fn localhost(ca: &Ca, cn: &str) -> (String, String) {
+        leaf(
+            ca,
+            cn,
+            vec![
+                SanType::DnsName("localhost".try_into().unwrap()),
+                SanType::IpAddress("127.0.0.1".parse().unwrap()),
+            ],
+        )
+    }
+
+    /// Configures `node` to serve mTLS on a free port; returns the address.
+    pub fn agent(&self, node: &Node) -> String {
+        let d = node.dir.path();
+        let server = Pki::localhost(&self.agent_ca, "node");
+        let addr = format!("127.0.0.1:{}", free_port());
+        std::fs::write(
+            &node.config,
+            format!(
+                "[api.tcp]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
+                 [[api.tcp.clients]]\nidentity = \"spiffe://edge/capi/extension\"\nrole = \"admin\"\n",
+                write(d, "server.crt", &server.0),
+                write(d, "server.key", &server.1),
+                write(d, "clients-ca.crt", &self.ext_ca.pem),
+            ),
+        )
+        .unwrap();
+        addr
+    }
+}
+
+/// A running `inplace-extension`.
+pub struct Extension {
+    pub child: Child,
+    pub addr: String,
+    pub ca: String,
+    pub log: PathBuf,
+    /// The client certificate requests present (CAPI's).
+    pub client: Option<(String, String)>,
+    /// The config file (rewrite it to test reloads).
+    pub config: PathBuf,
+}
+
+impl Drop for Extension {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Extension {
+    /// Starts the extension with `resolver.static` = `agents` (`namespace/name` → addr)
+    /// and extra TOML.
+    pub fn start(pki: &Pki, agents: &[(&str, &str)], extra: &str) -> Extension {
+        let d = pki.dir.path();
+        let client = leaf(
+            &pki.ext_ca,
+            "capi-extension",
+            vec![SanType::URI(
+                "spiffe://edge/capi/extension".try_into().unwrap(),
+            )],
+        );
+        let server = Pki::localhost(&pki.ext_ca, "inplace-extension");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cfg = format!(
+            "[server]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
+             [[server.clients]]\nidentity = \"{CAPI_ID}\"\n\
+             [agent]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\ntimeout_seconds = 5\n\
+             [update]\nretry_after_seconds = 30\n{extra}\n\
+             [resolver]\ntemplate = \"{{name}}.{{namespace}}.nodes.invalid:7443\"\n[resolver.static]\n",
+            write(d, "ext.crt", &server.0),
+            write(d, "ext.key", &server.1),
+            write(d, "capi-ca.crt", &pki.capi_ca.pem),
+            write(d, "agents-ca.crt", &pki.agent_ca.pem),
+            write(d, "client.crt", &client.0),
+            write(d, "client.key", &client.1),
+        );
+        for (k, v) in agents {
+            cfg.push_str(&format!("\"{k}\" = \"{v}\"\n"));
+        }
+        let config = write(d, "extension.toml", &cfg);
+        let log = d.join(format!("extension-{}.log", free_port()));
+        let child = Command::new(env!("CARGO_BIN_EXE_inplace-extension"))
+            .args(["--config", &config, "--log", "debug"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut ext = Extension {
+            child,
+            addr,
+            ca: pki.ext_ca.pem.clone(),
+            log,
+            client: Some(pki.capi.clone()),
+            config: PathBuf::from(config),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&ext.addr).is_err() {
+            if let Ok(Some(s)) = ext.child.try_wait() {
+                panic!(
+                    "inplace-extension exited: {s}: {}",
+                    std::fs::read_to_string(&ext.log).unwrap()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "inplace-extension did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ext
+    }
+
+    /// POSTs `body` to the hook path over HTTPS (verifying the extension's certificate),
+    /// presenting CAPI's client certificate.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_as(self.client.as_ref(), path, body)
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    }
+
+    /// POSTs `body` presenting `client` (cert PEM, key PEM), or no certificate; `Err`
+    /// when the extension ends the connection without an HTTP answer.
+    pub async fn post_as(
+        &self,
+        client: Option<&(String, String)>,
+        path: &str,
+        body: &Value,
+    ) -> Result<(u16, Value), String> {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pki_types::CertificateDer::pem_slice_iter(self.ca.as_bytes()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+        let cfg = match client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+                        .map(Result::unwrap)
+                        .collect(),
+                    rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+        };
+        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("HTTP: {e}"))?;
+        tokio::spawn(conn);
+        let req = hyper::Request::post(format!("https://localhost{path}"))
+            .header("content-type", "application/json")
+            .body(Full::new(bytes::Bytes::from(
+                serde_json::to_vec(body).unwrap(),
+            )))
+            .unwrap();
+        let resp = send
+            .send_request(req)
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        let status = resp.status().as_u16();
+        let b = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("body: {e}"))?
+            .to_bytes();
+        Ok((status, serde_json::from_slice(&b).unwrap()))
+    }
+
+    pub async fn hook(&self, hook: &str, handler: &str, body: &Value) -> Value {
+        let (status, v) = self
+            .post(
+                &format!("/hooks.runtime.cluster.x-k8s.io/v1alpha1/{hook}/{handler}"),
+                body,
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    pub async fn can_update_machine(&self, body: &Value) -> Value {
+        self.hook("canupdatemachine", "can-update-machine", body)
+            .await
+    }
+
+    pub async fn update_machine(&self, body: &Value) -> Value {
+        self.hook("updatemachine", "update-machine", body).await
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap()
+    }
+}
+
+/// The usual setup: a copy of fixture node `name`, changed by `prepare` before its agent
+/// starts serving mTLS, and an extension resolving Machine `machine` (`namespace/name`)
+/// to it. Keep the returned Pki alive as long as the others.
+pub fn one_agent(
+    name: &str,
+    machine: &str,
+    prepare: impl FnOnce(&mut Node),
+) -> (Pki, Node, Extension) {
+    let pki = Pki::new();
+    let mut node = Node::new(name);
+    prepare(&mut node);
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(&pki, &[(machine, &addr)], "");
+    (pki, node, ext)
+}
