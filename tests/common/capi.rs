@@ -182,6 +182,17 @@ impl Extension {
         path: &str,
         body: &Value,
     ) -> Result<(u16, Value), String> {
+        self.post_bytes(client, path, serde_json::to_vec(body).unwrap())
+            .await
+    }
+
+    /// POSTs raw `body` bytes presenting `client`, as [`Extension::post_as`].
+    pub async fn post_bytes(
+        &self,
+        client: Option<&(String, String)>,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(u16, Value), String> {
         use rustls_pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls_pki_types::CertificateDer::pem_slice_iter(self.ca.as_bytes()) {
@@ -215,9 +226,7 @@ impl Extension {
         tokio::spawn(conn);
         let req = hyper::Request::post(format!("https://localhost{path}"))
             .header("content-type", "application/json")
-            .body(Full::new(bytes::Bytes::from(
-                serde_json::to_vec(body).unwrap(),
-            )))
+            .body(Full::new(bytes::Bytes::from(body)))
             .unwrap();
         let resp = send
             .send_request(req)
