@@ -58,7 +58,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::broadcast;
 
-use crate::cmdline::{Arg, Cmdline};
 use crate::config::Config;
 use crate::node::facts;
 use crate::node::sysroot::{Entry, Sysroot};
@@ -1107,8 +1106,7 @@ impl Agent {
             .report
             .changes
             .iter()
-            .filter(|c| c.id != "kernelArgs")
-            .filter(|c| !(steps.kernel_args_by_command && c.id.starts_with("kernelArgs")))
+            .filter(|c| !plan::verified_after_boot(c, steps))
             .map(|c| c.id.as_str())
             .collect();
         if !left.is_empty() {
@@ -1591,7 +1589,9 @@ impl Agent {
 
     /// Directories holding managed items, for the drift watcher (inotify).
     pub fn watched_dirs(&self) -> Vec<String> {
-        let mut dirs = std::collections::BTreeSet::new();
+        let Ok(r) = self.state.load_record() else {
+            return Vec::new();
+        };
         let parent = |p: &str| {
             p.rsplit_once('/').map(|(d, _)| {
                 if d.is_empty() {
@@ -1601,23 +1601,9 @@ impl Agent {
                 }
             })
         };
-        if let Ok(r) = self.state.load_record() {
-            for p in r.files.keys() {
-                dirs.extend(parent(p));
-            }
-            if !r.kubelet_config.is_empty() || !r.kubelet_flags.is_empty() {
-                dirs.extend(parent(&self.config.kubelet.config_path));
-                dirs.extend(parent(&self.config.kubelet.flags_path));
-            }
-            if !r.kernel_args.is_empty()
-                && let Ok(b) =
-                    crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
-            {
-                for s in b.sources() {
-                    dirs.extend(parent(&s.path));
-                }
-            }
-        }
+        let paths = plan::watched(&self.root, &self.config, &r);
+        let dirs: std::collections::BTreeSet<String> =
+            paths.iter().filter_map(|p| parent(p)).collect();
         dirs.into_iter().collect()
     }
 
@@ -1633,113 +1619,7 @@ impl Agent {
 
     /// Managed items whose observed state differs from the applied record.
     pub fn drift(&self, record: &AppliedRecord) -> Vec<pb::Drift> {
-        let mut out = Vec::new();
-        for (path, m) in &record.files {
-            let want = format!(
-                "sha256:{} mode={:04o} uid={} gid={}",
-                m.sha256.strip_prefix("sha256:").unwrap_or(&m.sha256),
-                m.mode,
-                m.uid,
-                m.gid
-            );
-            let seen = match plan::observe::observe_file(&self.root, path) {
-                Ok(FileObs::File { content, entry }) => format!(
-                    "sha256:{} mode={:04o} uid={} gid={}",
-                    crate::spec::sha256_hex(&content),
-                    entry.mode,
-                    entry.uid,
-                    entry.gid
-                ),
-                Ok(FileObs::Absent) => "absent".into(),
-                Ok(FileObs::Conflict(c)) => c,
-                Err(e) => e.to_string(),
-            };
-            if want != seen {
-                out.push(pb::Drift {
-                    since: None,
-                    id: m.item.clone().unwrap_or_else(|| format!("files[{path}]")),
-                    expected: want,
-                    observed: seen,
-                });
-            }
-        }
-        if !record.kubelet_config.is_empty()
-            && let Ok(Some(text)) = self.root.read_string(&self.config.kubelet.config_path)
-            && let Ok(doc) = crate::kubelet::config::parse(&text)
-        {
-            for (id, f) in &record.kubelet_config {
-                let seen = crate::kubelet::config::get(&doc, &f.path).cloned();
-                if seen.as_ref() != Some(&f.value.value) {
-                    out.push(pb::Drift {
-                        since: None,
-                        id: id.clone(),
-                        expected: f.value.value.to_string(),
-                        observed: seen
-                            .map(|v| v.to_string())
-                            .unwrap_or_else(|| "absent".into()),
-                    });
-                }
-            }
-        }
-        if !record.kubelet_flags.is_empty() {
-            let text = self
-                .root
-                .read_string(&self.config.kubelet.flags_path)
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            let flags = crate::kubelet::flags::parse(&text, "KUBELET_KUBEADM_ARGS")
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            for (name, m) in &record.kubelet_flags {
-                let seen = flags
-                    .iter()
-                    .rev()
-                    .find(|f| &f.name == name)
-                    .map(|f| f.value.clone().unwrap_or_default());
-                if seen.as_deref() != Some(m.value.as_str()) {
-                    out.push(pb::Drift {
-                        since: None,
-                        id: format!("kubelet.flags[{name}]"),
-                        expected: m.value.clone(),
-                        observed: seen.unwrap_or_else(|| "absent".into()),
-                    });
-                }
-            }
-        }
-        if !record.kernel_args.is_empty()
-            && let Ok(b) = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
-        {
-            let missing = missing_args(&record.kernel_args, &b.next_boot().render());
-            if !missing.is_empty() {
-                out.push(pb::Drift {
-                    since: None,
-                    id: "kernelArgs".into(),
-                    expected: record.kernel_args.join(" "),
-                    observed: format!("next boot lacks {}", missing.join(" ")),
-                });
-            }
-        }
-        for (key, m) in &record.sysctls {
-            let seen = self
-                .root
-                .read_string(&plan::observe::sysctl_path(key))
-                .ok()
-                .flatten()
-                .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "));
-            let want = m.value.split_whitespace().collect::<Vec<_>>().join(" ");
-            if seen.as_deref() != Some(want.as_str()) {
-                out.push(pb::Drift {
-                    since: None,
-                    id: format!("sysctls[{key}]"),
-                    expected: want,
-                    observed: seen.unwrap_or_else(|| "absent".into()),
-                });
-            }
-        }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        out
+        plan::drift(&self.root, &self.config, record)
     }
 }
 
@@ -1752,43 +1632,8 @@ pub fn verify_after_boot(
     running: &str,
     next_boot: &str,
 ) -> (Vec<String>, Vec<String>) {
-    let mut wanted = Vec::new();
-    let mut lingering = Vec::new();
-    let run = Cmdline::parse(running);
-    let config = Cmdline::parse(next_boot);
-    for c in op.changes.iter().filter(|c| c.id.starts_with("kernelArgs")) {
-        wanted.extend(
-            Cmdline::parse(&c.after)
-                .args()
-                .iter()
-                .map(|a| a.as_str().to_string()),
-        );
-        for r in Cmdline::parse(&c.before).args() {
-            let n_run = run.args().iter().filter(|a| a.matches_exactly(r)).count();
-            let n_cfg = config
-                .args()
-                .iter()
-                .filter(|a| a.matches_exactly(r))
-                .count();
-            if n_run > n_cfg {
-                lingering.push(r.as_str().to_string());
-            }
-        }
-    }
-    (missing_args(&wanted, running), lingering)
+    let a = plan::verify_after_boot(&op.changes, running, next_boot);
+    (a.missing, a.lingering)
 }
 
-/// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted).
-pub fn missing_args(wanted: &[String], cmdline: &str) -> Vec<String> {
-    let mut have: Vec<Arg> = Cmdline::parse(cmdline).args().to_vec();
-    let mut missing = Vec::new();
-    for w in wanted {
-        let Ok(a) = Arg::parse_one(w) else { continue };
-        if let Some(i) = have.iter().position(|h| h.matches_exactly(&a)) {
-            have.remove(i);
-        } else {
-            missing.push(w.clone());
-        }
-    }
-    missing
-}
+pub use crate::sections::kernel_args::missing_args;
