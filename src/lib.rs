@@ -28,6 +28,7 @@ pub mod logging;
 pub mod node;
 pub mod ntp;
 pub mod pb;
+pub mod phase;
 pub mod plan;
 pub mod sections;
 pub mod server;
