@@ -318,6 +318,46 @@ fn ownership(
     }
 }
 
+/// A file as the plan saw it: the observation, and its content hashed once (for the
+/// summary and the commit check).
+struct Seen {
+    obs: FileObs,
+    sha: Option<String>,
+}
+
+impl Seen {
+    fn of(input: &Input<'_>, path: &str) -> Self {
+        let obs = input
+            .obs
+            .files
+            .get(path)
+            .cloned()
+            .unwrap_or(FileObs::Absent);
+        let sha = match &obs {
+            FileObs::File { content, .. } => Some(sha256_hex(content)),
+            _ => None,
+        };
+        Seen { obs, sha }
+    }
+
+    fn summary(&self) -> String {
+        match (&self.obs, &self.sha) {
+            (FileObs::File { entry, .. }, Some(h)) => {
+                summary_of(h, entry.mode, entry.uid, entry.gid)
+            }
+            _ => summary_of_obs(&self.obs),
+        }
+    }
+
+    /// What the file must still be at commit time.
+    fn fingerprint(&self) -> String {
+        match &self.sha {
+            Some(h) => format!("sha256:{h}"),
+            None => self.obs.fingerprint(),
+        }
+    }
+}
+
 /// Plans one file item: refused with its problem, nothing (the node has it), or a write
 /// with its ownership record.
 fn plan_item(it: &FileItem<'_>, input: &Input<'_>, out: &mut Output) {
@@ -328,12 +368,7 @@ fn plan_item(it: &FileItem<'_>, input: &Input<'_>, out: &mut Output) {
         }
         return;
     }
-    let obs = input
-        .obs
-        .files
-        .get(&f.path)
-        .cloned()
-        .unwrap_or(FileObs::Absent);
+    let seen = Seen::of(input, &f.path);
     let uid = match &f.owner {
         None => Ok(0),
         Some(o) => input.obs.accounts.uid(o),
@@ -346,27 +381,17 @@ fn plan_item(it: &FileItem<'_>, input: &Input<'_>, out: &mut Output) {
         .disruption
         .clone()
         .unwrap_or_else(|| file_disruption(input.config, &f.path));
-    let problem = item_problem(it, input, &obs, (&uid, &gid));
+    let problem = item_problem(it, input, &seen.obs, (&uid, &gid));
     let after_summary = summary_of(
         &f.sha256,
         f.mode,
         *uid.as_ref().unwrap_or(&0),
         *gid.as_ref().unwrap_or(&0),
     );
-    // the observed content is hashed once, for the summary and the commit check
-    let obs_sha = match &obs {
-        FileObs::File { content, .. } => Some(sha256_hex(content)),
-        _ => None,
-    };
-    let obs_summary = match (&obs, &obs_sha) {
-        (FileObs::File { entry, .. }, Some(h)) => summary_of(h, entry.mode, entry.uid, entry.gid),
-        _ => summary_of_obs(&obs),
-    };
-    let obs_fingerprint = match &obs_sha {
-        Some(h) => format!("sha256:{h}"),
-        None => obs.fingerprint(),
-    };
-    let (before, after) = it.summary.clone().unwrap_or((obs_summary, after_summary));
+    let (before, after) = it
+        .summary
+        .clone()
+        .unwrap_or((seen.summary(), after_summary));
     let change = |op, covered| ChangeBuilder {
         id: it.id.clone(),
         op,
@@ -377,22 +402,49 @@ fn plan_item(it: &FileItem<'_>, input: &Input<'_>, out: &mut Output) {
         targets: vec![f.path.clone()],
     };
     if let Some(problem) = problem {
-        out.push(change(
-            if obs == FileObs::Absent {
-                ChangeOperation::Create
-            } else {
-                ChangeOperation::Update
-            },
-            Err(problem),
-        ));
+        let op = if seen.obs == FileObs::Absent {
+            ChangeOperation::Create
+        } else {
+            ChangeOperation::Update
+        };
+        out.push(change(op, Err(problem)));
         return;
     }
-    let (uid, gid) = (uid.unwrap_or(0), gid.unwrap_or(0));
+    let owner = (uid.unwrap_or(0), gid.unwrap_or(0));
+    let (op, save) = record_item(it, input, out, &seen, owner);
+    if let Some(op) = op {
+        out.steps.add_disruption(&d);
+        out.steps.writes.push(Write {
+            path: f.path.clone(),
+            content: f.content.clone(),
+            mode: f.mode,
+            uid: owner.0,
+            gid: owner.1,
+            keep_meta: false,
+            expect: seen.fingerprint(),
+            save_original: save,
+            managed_file: true,
+        });
+        out.push(change(op, Ok(&reason)));
+    }
+}
+
+/// Records the item in the next applied record (with the original to restore when it
+/// is dropped). Returns the operation (None when the node already has the file) and
+/// the content to save as the original before the first overwrite.
+fn record_item(
+    it: &FileItem<'_>,
+    input: &Input<'_>,
+    out: &mut Output,
+    seen: &Seen,
+    (uid, gid): (u32, u32),
+) -> (Option<ChangeOperation>, Option<Vec<u8>>) {
+    let f: &FileSpec = &it.file;
     let recorded = input.record.files.get(&f.path);
     let (op, original, save) = ownership(
         f,
-        &obs,
-        obs_sha.as_deref(),
+        &seen.obs,
+        seen.sha.as_deref(),
         (uid, gid),
         recorded.map(|m| m.original.clone()),
     );
@@ -414,21 +466,7 @@ fn plan_item(it: &FileItem<'_>, input: &Input<'_>, out: &mut Output) {
             item: it.item.clone(),
         },
     );
-    if let Some(op) = op {
-        out.steps.add_disruption(&d);
-        out.steps.writes.push(Write {
-            path: f.path.clone(),
-            content: f.content.clone(),
-            mode: f.mode,
-            uid,
-            gid,
-            keep_meta: false,
-            expect: obs_fingerprint,
-            save_original: save,
-            managed_file: true,
-        });
-        out.push(change(op, Ok(&reason)));
-    }
+    (op, save)
 }
 
 /// Plans the revert of a recorded file that left the spec: a file the agent created is
@@ -441,99 +479,144 @@ fn plan_dropped(
     rule: Option<DroppedFile>,
 ) {
     let rule = rule.unwrap_or_default();
-    let id = m.item.clone().unwrap_or_else(|| format!("files[{path}]"));
     let obs = input
         .obs
         .files
         .get(path)
         .cloned()
         .unwrap_or(FileObs::Absent);
-    let d = match rule.disruption {
-        Some(d) => d,
+    let d = match &rule.disruption {
+        Some(d) => d.clone(),
         None => file_disruption(input.config, path).0,
     };
-    let obs_content = match &obs {
-        FileObs::File { content, .. } => Some(content.as_slice()),
-        _ => None,
-    };
-    let change = |op, before, after, covered| ChangeBuilder {
-        id: id.clone(),
-        op,
-        before,
-        after,
-        covered,
-        disruption: d.clone(),
-        targets: vec![path.to_string()],
+    let revert = Revert {
+        path,
+        id: m.item.clone().unwrap_or_else(|| format!("files[{path}]")),
+        obs: &obs,
+        d,
+        summary: rule.summary,
     };
     match &m.original {
         Original::Unchanged => {}
         Original::Absent => {
             if matches!(obs, FileObs::File { .. }) {
-                out.steps.add_disruption(&d);
-                out.steps.removes.push(Remove {
-                    path: path.to_string(),
-                    expect: obs.fingerprint(),
-                    dirs: m.created_dirs.iter().rev().cloned().collect(),
-                });
-                let before = match (obs_content, rule.summary) {
-                    (Some(c), Some(summary)) => summary(path, c),
-                    _ => summary_of_obs(&obs),
-                };
-                out.push(change(
-                    ChangeOperation::Delete,
-                    before,
-                    "absent".into(),
-                    Ok("created by inplaced and dropped from the spec: deleted"),
-                ));
+                revert.delete(m, out);
             }
         }
-        Original::Saved {
+        Original::Saved { .. } => revert.restore(&m.original, input, out),
+    }
+}
+
+/// The revert of one recorded file.
+struct Revert<'a> {
+    path: &'a str,
+    id: String,
+    obs: &'a FileObs,
+    d: pb::Disruption,
+    summary: Option<fn(&str, &[u8]) -> String>,
+}
+
+impl Revert<'_> {
+    fn change(
+        &self,
+        op: ChangeOperation,
+        (before, after): (String, String),
+        covered: Result<&str, String>,
+    ) -> pb::Change {
+        ChangeBuilder {
+            id: self.id.clone(),
+            op,
+            before,
+            after,
+            covered,
+            disruption: self.d.clone(),
+            targets: vec![self.path.to_string()],
+        }
+        .build()
+    }
+
+    /// The section's summaries of the observed content and of `other`, if it has them.
+    fn summarize(&self, other: &[u8]) -> Option<(String, String)> {
+        match (self.obs, self.summary) {
+            (FileObs::File { content, .. }, Some(summary)) => {
+                Some((summary(self.path, content), summary(self.path, other)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Deletes a file the agent created, and the directories it created for it.
+    fn delete(&self, m: &ManagedFile, out: &mut Output) {
+        out.steps.add_disruption(&self.d);
+        out.steps.removes.push(Remove {
+            path: self.path.to_string(),
+            expect: self.obs.fingerprint(),
+            dirs: m.created_dirs.iter().rev().cloned().collect(),
+        });
+        let before = match self.summarize(&[]) {
+            Some((before, _)) => before,
+            None => summary_of_obs(self.obs),
+        };
+        out.changes.push(self.change(
+            ChangeOperation::Delete,
+            (before, "absent".into()),
+            Ok("created by inplaced and dropped from the spec: deleted"),
+        ));
+    }
+
+    /// Restores the original saved before the first overwrite; not covered when it is
+    /// missing or no longer matches its recorded hash.
+    fn restore(&self, original: &Original, input: &Input<'_>, out: &mut Output) {
+        let Original::Saved {
             backup,
             sha256,
             mode,
             uid,
             gid,
-        } => {
-            let Some(bytes) = input
-                .obs
-                .originals
-                .get(backup)
-                .filter(|b| format!("sha256:{}", sha256_hex(b)) == *sha256)
-            else {
-                out.push(change(
-                    ChangeOperation::Update,
-                    summary_of_obs(&obs),
-                    sha256.clone(),
-                    Err(format!(
-                        "the saved original of {path} is missing from the state directory or does not match its recorded {sha256}; restore it by hand or keep the file in the spec"
-                    )),
-                ));
-                return;
-            };
-            out.steps.add_disruption(&d);
-            out.steps.writes.push(Write {
-                path: path.to_string(),
-                content: bytes.clone(),
-                mode: *mode,
-                uid: *uid,
-                gid: *gid,
-                keep_meta: false,
-                expect: obs.fingerprint(),
-                save_original: None,
-                managed_file: false,
-            });
-            out.steps.drop_originals.push(backup.clone());
-            let (before, after) = match (obs_content, rule.summary) {
-                (Some(c), Some(summary)) => (summary(path, c), summary(path, bytes)),
-                _ => (summary_of_obs(&obs), file_summary(bytes, *mode, *uid, *gid)),
-            };
-            out.push(change(
+        } = original
+        else {
+            return;
+        };
+        let path = self.path;
+        let Some(bytes) = input
+            .obs
+            .originals
+            .get(backup)
+            .filter(|b| format!("sha256:{}", sha256_hex(b)) == *sha256)
+        else {
+            out.changes.push(self.change(
                 ChangeOperation::Update,
-                before,
-                after,
-                Ok("dropped from the spec: the original saved before the first overwrite is restored"),
+                (summary_of_obs(self.obs), sha256.clone()),
+                Err(format!(
+                    "the saved original of {path} is missing from the state directory or does not match its recorded {sha256}; restore it by hand or keep the file in the spec"
+                )),
             ));
-        }
+            return;
+        };
+        out.steps.add_disruption(&self.d);
+        out.steps.writes.push(Write {
+            path: path.to_string(),
+            content: bytes.clone(),
+            mode: *mode,
+            uid: *uid,
+            gid: *gid,
+            keep_meta: false,
+            expect: self.obs.fingerprint(),
+            save_original: None,
+            managed_file: false,
+        });
+        out.steps.drop_originals.push(backup.clone());
+        let summaries = self.summarize(bytes).unwrap_or_else(|| {
+            (
+                summary_of_obs(self.obs),
+                file_summary(bytes, *mode, *uid, *gid),
+            )
+        });
+        out.changes.push(self.change(
+            ChangeOperation::Update,
+            summaries,
+            Ok("dropped from the spec: the original saved before the first overwrite is restored"),
+        ));
     }
 }
 

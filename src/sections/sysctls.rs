@@ -100,6 +100,40 @@ fn keys_in_play(node: &NodeView<'_>, obs: &Observed, files: &[(String, String)])
     keys
 }
 
+/// Why `key` = `value` can not be managed: no such parameter, read-only, the drop-in
+/// unusable, or a sysctl.d file applied after the drop-in at boot that sets it too.
+fn key_problem(
+    input: &Input<'_>,
+    drop_in_obs: &TextObs,
+    live: Option<&SysctlLive>,
+    (key, value): (&String, &String),
+) -> Option<String> {
+    let drop_in = &input.config.sysctl.drop_in;
+    let path = sysctl_path(key);
+    match live {
+        None => Some(format!(
+            "{path} does not exist on this node: the key is unknown or its kernel module is not loaded"
+        )),
+        Some(l) if !l.writable => Some(format!("{path} is read-only")),
+        _ => None,
+    }
+    .or_else(|| {
+        if let TextObs::Problem(p) = drop_in_obs {
+            return Some(p.clone());
+        }
+        // a sysctl.d file that sorts after the drop-in would win at boot
+        let mut vals = BTreeMap::new();
+        vals.insert(key.clone(), value.clone());
+        let with_ours = BTreeMap::from([(drop_in.clone(), Some(render_sysctl_conf(&vals)))]);
+        match boot_value(&input.obs.sysctls.files, key, &with_ours) {
+            Some((v, from)) if from != *drop_in => Some(format!(
+                "{from} sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist; remove it there"
+            )),
+            _ => None,
+        }
+    })
+}
+
 impl Sysctls {
     /// Plans one desired key: refused, nothing (live and persisted already), or a live
     /// write and a change. Returns whether the key goes into the drop-in.
@@ -114,28 +148,7 @@ impl Sysctls {
         let id = format!("sysctls[{key}]");
         let path = sysctl_path(key);
         let live = input.obs.sysctls.live.get(key).cloned().flatten();
-        let problem = match &live {
-            None => Some(format!(
-                "{path} does not exist on this node: the key is unknown or its kernel module is not loaded"
-            )),
-            Some(l) if !l.writable => Some(format!("{path} is read-only")),
-            _ => None,
-        }
-        .or_else(|| {
-            if let TextObs::Problem(p) = drop_in_obs {
-                return Some(p.clone());
-            }
-            // a sysctl.d file that sorts after the drop-in would win at boot
-            let mut vals = BTreeMap::new();
-            vals.insert(key.clone(), value.clone());
-            let with_ours = BTreeMap::from([(drop_in.clone(), Some(render_sysctl_conf(&vals)))]);
-            match boot_value(&input.obs.sysctls.files, key, &with_ours) {
-                Some((v, from)) if from != *drop_in => Some(format!(
-                    "{from} sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist; remove it there"
-                )),
-                _ => None,
-            }
-        });
+        let problem = key_problem(input, drop_in_obs, live.as_ref(), (key, value));
         let none = disruption(DisruptionLevel::None, &[]);
         let targets = vec![path, drop_in.clone()];
         if let Some(problem) = problem {

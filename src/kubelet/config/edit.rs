@@ -162,7 +162,8 @@ pub(super) fn render_replacing(old: &Node, new: &Value) -> String {
     render_scalar(new)
 }
 
-/// Compute the splice for one edit on the current text; `Ok(None)` means no text change.
+/// The splice that makes `text` (parsed as `root`) hold `next`, the document after the
+/// edit `e`; `Err(NotFaithful)` where the edit point's construct can not be spliced.
 pub(super) fn splice_for(
     text: &str,
     root: &Node,
@@ -170,83 +171,87 @@ pub(super) fn splice_for(
     e: &LeafEdit,
 ) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
     match e {
-        LeafEdit::Set(path, v) => {
-            let mut node = root;
-            for i in 0..path.len() {
-                let prefix = &path[..=i];
-                let Ok(entries) = block_map_entries(node) else {
-                    return Ok(Err(NotFaithful));
-                };
-                match find_entry(entries, &path[i], &path[..i])? {
-                    Some((k, val)) => {
-                        let is_last = i + 1 == path.len();
-                        if is_last {
-                            if is_simple_scalar(text, val) && !is_block_collection(v) {
-                                let (s, en) = (val.start(), val.end());
-                                return Ok(Ok(Some(Splice {
-                                    start: s,
-                                    end: en,
-                                    with: render_replacing(val, v),
-                                })));
-                            }
-                            let Some(newv) = get(next, prefix) else {
-                                return Ok(Err(NotFaithful));
-                            };
-                            return Ok(replace_entry(text, k, val, newv).map(Some));
-                        }
-                        let empty_flow_map = matches!(val, Node::Map { flow: true, entries, .. } if entries.is_empty());
-                        let null = matches!(val, Node::Scalar { style: Style::Plain, value, .. } if YAML_NULL.contains(&value.as_str()));
-                        if empty_flow_map || null {
-                            let Some(newv) = get(next, prefix) else {
-                                return Ok(Err(NotFaithful));
-                            };
-                            return Ok(replace_entry(text, k, val, newv).map(Some));
-                        }
-                        node = val;
-                    }
-                    None => {
-                        // Insert the new key (with its missing parents) into this mapping.
-                        let Some(newv) = get(next, prefix) else {
-                            return Ok(Err(NotFaithful));
-                        };
-                        return Ok(insert_entry(text, entries, &path[i], newv, &path[..i]));
-                    }
-                }
-            }
-            Ok(Err(NotFaithful))
-        }
-        LeafEdit::Remove(path) => {
-            // The shallowest prefix that no longer exists after the edit is the entry to drop.
-            let Some(depth) = (0..path.len()).find(|&i| get(next, &path[..=i]).is_none()) else {
-                return Ok(Ok(None));
-            };
-            let mut node = root;
-            for i in 0..=depth {
-                let Ok(entries) = block_map_entries(node) else {
-                    return Ok(Err(NotFaithful));
-                };
-                let Some((k, val)) = find_entry(entries, &path[i], &path[..i])? else {
-                    // Absent before the edit as well: nothing to do.
-                    return Ok(Ok(None));
-                };
-                if i == depth {
-                    return Ok(match entry_lines(text, k, val) {
-                        Ok((start, end)) => {
-                            let with = if depth == 0 && entries.len() == 1 {
-                                "{}\n".to_string()
-                            } else {
-                                String::new()
-                            };
-                            Ok(Some(Splice { start, end, with }))
-                        }
-                        Err(nf) => Err(nf),
-                    });
-                }
-                node = val;
-            }
-            Ok(Err(NotFaithful))
-        }
+        LeafEdit::Set(path, v) => splice_set(text, root, next, (path, v)),
+        LeafEdit::Remove(path) => splice_remove(text, root, next, path),
     }
+}
+
+/// The splice of a set: the scalar replaced in place, the entry re-rendered, or the key
+/// inserted with its missing parents.
+fn splice_set(
+    text: &str,
+    root: &Node,
+    next: &Value,
+    (path, v): (&[String], &Value),
+) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
+    let mut node = root;
+    for i in 0..path.len() {
+        let prefix = &path[..=i];
+        let Ok(entries) = block_map_entries(node) else {
+            return Ok(Err(NotFaithful));
+        };
+        let Some((k, val)) = find_entry(entries, &path[i], &path[..i])? else {
+            // Insert the new key (with its missing parents) into this mapping.
+            let Some(newv) = get(next, prefix) else {
+                return Ok(Err(NotFaithful));
+            };
+            return Ok(insert_entry(text, entries, &path[i], newv, &path[..i]));
+        };
+        let is_last = i + 1 == path.len();
+        if is_last && is_simple_scalar(text, val) && !is_block_collection(v) {
+            return Ok(Ok(Some(Splice {
+                start: val.start(),
+                end: val.end(),
+                with: render_replacing(val, v),
+            })));
+        }
+        let empty_flow_map =
+            matches!(val, Node::Map { flow: true, entries, .. } if entries.is_empty());
+        let null = matches!(val, Node::Scalar { style: Style::Plain, value, .. } if YAML_NULL.contains(&value.as_str()));
+        if is_last || empty_flow_map || null {
+            let Some(newv) = get(next, prefix) else {
+                return Ok(Err(NotFaithful));
+            };
+            return Ok(replace_entry(text, k, val, newv).map(Some));
+        }
+        node = val;
+    }
+    Ok(Err(NotFaithful))
+}
+
+/// The splice of a removal: the lines of the shallowest entry that no longer exists
+/// after the edit (`{}` when it was the document's only entry).
+fn splice_remove(
+    text: &str,
+    root: &Node,
+    next: &Value,
+    path: &[String],
+) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
+    let Some(depth) = (0..path.len()).find(|&i| get(next, &path[..=i]).is_none()) else {
+        return Ok(Ok(None));
+    };
+    let mut node = root;
+    for i in 0..=depth {
+        let Ok(entries) = block_map_entries(node) else {
+            return Ok(Err(NotFaithful));
+        };
+        let Some((k, val)) = find_entry(entries, &path[i], &path[..i])? else {
+            // Absent before the edit as well: nothing to do.
+            return Ok(Ok(None));
+        };
+        if i == depth {
+            return Ok(entry_lines(text, k, val).map(|(start, end)| {
+                let with = if depth == 0 && entries.len() == 1 {
+                    "{}\n".to_string()
+                } else {
+                    String::new()
+                };
+                Some(Splice { start, end, with })
+            }));
+        }
+        node = val;
+    }
+    Ok(Err(NotFaithful))
 }
 
 pub(super) fn insert_entry(

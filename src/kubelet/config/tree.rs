@@ -221,67 +221,88 @@ impl TreeBuilder {
                 what: format!("alias *{name} has no matching anchor"),
                 fix: "define the anchor (&name) before its use or write the value out",
             }),
-            Ev::SeqStart { flow, anchor } => {
-                let mut items = Vec::new();
-                loop {
-                    match self.evs.get(self.pos) {
-                        None => return Err(Self::unexpected()),
-                        Some((Ev::SeqEnd, _, end)) => {
-                            let end = *end;
-                            self.pos += 1;
-                            let end = if flow {
-                                end
-                            } else {
-                                items.last().map_or(s, Node::end)
-                            };
-                            return Ok(Node::Seq {
-                                anchor,
-                                start: s,
-                                end,
-                                items,
-                            });
-                        }
-                        Some(_) => items.push(self.node(depth + 1)?),
-                    }
-                }
-            }
+            Ev::SeqStart { flow, anchor } => self.seq(depth, s, flow, anchor),
             Ev::MapStart {
                 flow,
                 anchor,
                 tagged,
-            } => {
-                let mut entries = Vec::new();
-                loop {
-                    match self.evs.get(self.pos) {
-                        None => return Err(Self::unexpected()),
-                        Some((Ev::MapEnd, _, end)) => {
-                            let end = *end;
-                            self.pos += 1;
-                            let end = if flow {
-                                end
-                            } else {
-                                entries
-                                    .last()
-                                    .map_or(s, |(k, v): &(Node, Node)| k.end().max(v.end()))
-                            };
-                            return Ok(Node::Map {
-                                flow,
-                                anchor,
-                                tagged,
-                                start: s,
-                                end,
-                                entries,
-                            });
-                        }
-                        Some(_) => {
-                            let k = self.node(depth + 1)?;
-                            let v = self.node(depth + 1)?;
-                            entries.push((k, v));
-                        }
-                    }
+            } => self.map(depth, s, flow, anchor, tagged),
+            Ev::DocStart | Ev::SeqEnd | Ev::MapEnd => Err(Self::unexpected()),
+        }
+    }
+
+    /// The items of a sequence that started at byte `s`, up to its end event. A block
+    /// sequence ends where its last item ends (the event's span runs on to the next key).
+    fn seq(
+        &mut self,
+        depth: usize,
+        s: usize,
+        flow: bool,
+        anchor: usize,
+    ) -> Result<Node, ConfigError> {
+        let mut items = Vec::new();
+        loop {
+            match self.evs.get(self.pos) {
+                None => return Err(Self::unexpected()),
+                Some((Ev::SeqEnd, _, end)) => {
+                    let end = *end;
+                    self.pos += 1;
+                    let end = if flow {
+                        end
+                    } else {
+                        items.last().map_or(s, Node::end)
+                    };
+                    return Ok(Node::Seq {
+                        anchor,
+                        start: s,
+                        end,
+                        items,
+                    });
+                }
+                Some(_) => items.push(self.node(depth + 1)?),
+            }
+        }
+    }
+
+    /// The entries of a mapping that started at byte `s`, up to its end event; a block
+    /// mapping ends where its last entry ends.
+    fn map(
+        &mut self,
+        depth: usize,
+        s: usize,
+        flow: bool,
+        anchor: usize,
+        tagged: bool,
+    ) -> Result<Node, ConfigError> {
+        let mut entries = Vec::new();
+        loop {
+            match self.evs.get(self.pos) {
+                None => return Err(Self::unexpected()),
+                Some((Ev::MapEnd, _, end)) => {
+                    let end = *end;
+                    self.pos += 1;
+                    let end = if flow {
+                        end
+                    } else {
+                        entries
+                            .last()
+                            .map_or(s, |(k, v): &(Node, Node)| k.end().max(v.end()))
+                    };
+                    return Ok(Node::Map {
+                        flow,
+                        anchor,
+                        tagged,
+                        start: s,
+                        end,
+                        entries,
+                    });
+                }
+                Some(_) => {
+                    let k = self.node(depth + 1)?;
+                    let v = self.node(depth + 1)?;
+                    entries.push((k, v));
                 }
             }
-            Ev::DocStart | Ev::SeqEnd | Ev::MapEnd => Err(Self::unexpected()),
         }
     }
 }
