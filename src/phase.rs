@@ -75,18 +75,6 @@ pub fn is_interrupted(op: &Operation) -> bool {
     op.phase == Phase::Failed as i32 && op.message.starts_with(INTERRUPTED)
 }
 
-/// Phases an operation is running in (not yet committed or settled): a stop of the
-/// agent interrupts them. `Unspecified` is an unknown phase number read back.
-const IN_FLIGHT: &[Phase] = &[
-    Phase::Unspecified,
-    Phase::Validating,
-    Phase::Staging,
-    Phase::Committing,
-    Phase::Acting,
-    Phase::Verifying,
-    Phase::VerifyingAfterBoot,
-];
-
 /// The allowed transitions, `from → to`, besides `in-flight → Failed` (an interrupted
 /// operation, see [`allowed`]).
 pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
@@ -130,7 +118,8 @@ pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
 /// True when an operation may move from `from` to `to`: a transition of
 /// [`TRANSITIONS`], or an operation in flight ending `Failed`.
 pub fn allowed(from: Phase, to: Phase) -> bool {
-    (to == Phase::Failed && IN_FLIGHT.contains(&from))
+    // in flight: not settled (an unknown phase number read back counts as in flight)
+    (to == Phase::Failed && !is_settled(from as i32))
         || TRANSITIONS
             .iter()
             .any(|(f, tos)| *f == from && tos.contains(&to))
@@ -174,7 +163,9 @@ mod tests {
         ok(Phase::VerifyingAfterBoot, Phase::Succeeded);
         ok(Phase::VerifyingAfterBoot, Phase::Failed);
         // failures
-        for f in IN_FLIGHT {
+        // in flight: Unspecified (an unknown number read back) up to Verifying, and
+        // VerifyingAfterBoot
+        for f in ALL[..6].iter().chain([&Phase::VerifyingAfterBoot]) {
             ok(*f, Phase::Failed);
         }
         ok(Phase::Committing, Phase::RolledBack);

@@ -327,12 +327,7 @@ struct Seen {
 
 impl Seen {
     fn of(input: &Input<'_>, path: &str) -> Self {
-        let obs = input
-            .obs
-            .files
-            .get(path)
-            .cloned()
-            .unwrap_or(FileObs::Absent);
+        let obs = input.obs.file(path);
         let sha = match &obs {
             FileObs::File { content, .. } => Some(sha256_hex(content)),
             _ => None,
@@ -479,12 +474,7 @@ fn plan_dropped(
     rule: Option<DroppedFile>,
 ) {
     let rule = rule.unwrap_or_default();
-    let obs = input
-        .obs
-        .files
-        .get(path)
-        .cloned()
-        .unwrap_or(FileObs::Absent);
+    let obs = input.obs.file(path);
     let d = match &rule.disruption {
         Some(d) => d.clone(),
         None => file_disruption(input.config, path).0,

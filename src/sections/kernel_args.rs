@@ -43,19 +43,14 @@ fn split(wanted: &[Arg], have: &[Arg]) -> (Vec<Arg>, Vec<Arg>) {
     (found, missing)
 }
 
-/// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted).
+/// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted; an
+/// argument that does not parse is skipped).
 pub fn missing_args(wanted: &[String], cmdline: &str) -> Vec<String> {
-    let mut have: Vec<Arg> = Cmdline::parse(cmdline).args().to_vec();
-    let mut missing = Vec::new();
-    for w in wanted {
-        let Ok(a) = Arg::parse_one(w) else { continue };
-        if let Some(i) = have.iter().position(|h| h.matches_exactly(&a)) {
-            have.remove(i);
-        } else {
-            missing.push(w.clone());
-        }
-    }
-    missing
+    split(&parse_all(wanted), Cmdline::parse(cmdline).args())
+        .1
+        .iter()
+        .map(|a| a.as_str().to_string())
+        .collect()
 }
 
 fn parse_all(args: &[String]) -> Vec<Arg> {

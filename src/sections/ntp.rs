@@ -129,12 +129,7 @@ impl Section for Ntp {
             }
         };
         let restart = disruption(DisruptionLevel::Restart, &[daemon.unit]);
-        let obs_file = input
-            .obs
-            .files
-            .get(daemon.path)
-            .cloned()
-            .unwrap_or(FileObs::Absent);
+        let obs_file = input.obs.file(daemon.path);
         match build(daemon, ntp, &obs_file) {
             Err(why) => {
                 let targets = vec![daemon.path.to_string()];

@@ -197,6 +197,11 @@ impl Default for KubeletObs {
 }
 
 impl Observed {
+    /// The file at `path` as observed (absent when it was not observed).
+    pub fn file(&self, path: &str) -> FileObs {
+        self.files.get(path).cloned().unwrap_or(FileObs::Absent)
+    }
+
     /// Nothing observed yet: each section fills in what it reads.
     pub fn empty() -> Self {
         Observed {
