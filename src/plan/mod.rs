@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::config::Config;
 use crate::node::sysroot::Sysroot;
 use crate::pb::{self, DisruptionLevel};
-use crate::sections::{AfterBoot, Boot, DriftView, Input, Output, SECTIONS, file_items};
+use crate::sections::{AfterBoot, Boot, DriftView, Input, Output, SECTIONS, Section, file_items};
 use crate::spec::NodeSpec;
 use crate::state::AppliedRecord;
 
@@ -46,8 +46,21 @@ pub struct Plan {
     pub record: AppliedRecord,
 }
 
-/// Computes the plan. Pure: see the module docs.
+/// Computes the plan over [`SECTIONS`]. Pure: see the module docs.
 pub fn plan(
+    desired: &NodeSpec,
+    obs: &Observed,
+    record: &AppliedRecord,
+    config: &Config,
+    opts: Options,
+) -> Plan {
+    plan_over(SECTIONS, desired, obs, record, config, opts)
+}
+
+/// [`plan`] over the given sections, in their order (a new section can be planned on
+/// its own, or before it joins [`SECTIONS`]).
+pub fn plan_over(
+    sections: &[&dyn Section],
     desired: &NodeSpec,
     obs: &Observed,
     record: &AppliedRecord,
@@ -56,7 +69,7 @@ pub fn plan(
 ) -> Plan {
     let spec_hash = desired.hash();
     let mut reserved = BTreeMap::new();
-    for s in SECTIONS {
+    for s in sections {
         reserved.extend(s.reserved(config, obs));
     }
     reserved.extend(opts.reserved.iter().cloned());
@@ -76,15 +89,15 @@ pub fn plan(
         ..Default::default()
     };
     let mut items = Vec::new();
-    for s in SECTIONS {
+    for s in sections {
         let f = s.file_items(&input);
         items.extend(f.items);
         out.changes.extend(f.refused);
     }
     let dropped =
-        |item: Option<&str>, path: &str| SECTIONS.iter().find_map(|s| s.dropped_file(item, path));
+        |item: Option<&str>, path: &str| sections.iter().find_map(|s| s.dropped_file(item, path));
     file_items::plan_files(&items, &input, &mut out, &dropped);
-    for s in SECTIONS {
+    for s in sections {
         s.diff(&input, &mut out);
     }
     let Output {
@@ -182,4 +195,87 @@ pub fn watched(root: &Sysroot, config: &Config, record: &AppliedRecord) -> Vec<S
         record,
     };
     SECTIONS.iter().flat_map(|s| s.watched(&view)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    //! A section written the way a new one would be, planned on its own and beside the
+    //! `files` section: the trait is enough, the planner needs no change.
+    use std::borrow::Cow;
+
+    use super::*;
+    use crate::pb::{ChangeOperation, DisruptionLevel};
+    use crate::sections::{ChangeBuilder, FileItem, FileItems, disruption};
+    use crate::spec::FileSpec;
+
+    /// Writes `/etc/motd` through the file machinery and reports a `zz` change of its own.
+    #[derive(Debug)]
+    struct Motd;
+
+    impl Section for Motd {
+        fn name(&self) -> &'static str {
+            "motd"
+        }
+
+        fn file_items<'a>(&self, _input: &Input<'a>) -> FileItems<'a> {
+            let content = b"hello\n".to_vec();
+            FileItems {
+                items: vec![FileItem {
+                    file: Cow::Owned(FileSpec {
+                        path: "/etc/motd".into(),
+                        sha256: crate::spec::sha256_hex(&content),
+                        content,
+                        mode: 0o644,
+                        owner: None,
+                        group: None,
+                    }),
+                    id: "motd".into(),
+                    item: Some("motd".into()),
+                    disruption: Some((disruption(DisruptionLevel::None, &[]), "motd".into())),
+                    summary: None,
+                    agent_owned: false,
+                }],
+                refused: Vec::new(),
+            }
+        }
+
+        fn diff(&self, _input: &Input<'_>, out: &mut Output) {
+            out.push(ChangeBuilder {
+                id: "zz".into(),
+                op: ChangeOperation::Update,
+                before: "a".into(),
+                after: "b".into(),
+                covered: Err("not yet".into()),
+                disruption: disruption(DisruptionLevel::Restart, &["z.service"]),
+                targets: vec![],
+            });
+        }
+    }
+
+    #[test]
+    fn a_new_section_plugs_in_with_the_trait_alone() {
+        let desired = NodeSpec::default();
+        let obs = Observed::empty();
+        let record = AppliedRecord::default();
+        let config = Config::default();
+        let files: &dyn Section = &crate::sections::files::Files;
+        let p = plan_over(
+            &[files, &Motd],
+            &desired,
+            &obs,
+            &record,
+            &config,
+            Options::default(),
+        );
+        let ids: Vec<&str> = p.report.changes.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["motd", "zz"]);
+        assert!(!p.report.fully_covered);
+        assert_eq!(p.steps.writes.len(), 1);
+        assert_eq!(p.steps.writes[0].path, "/etc/motd");
+        assert_eq!(p.record.files["/etc/motd"].item.as_deref(), Some("motd"));
+        assert_eq!(
+            p.report.max_disruption.as_ref().map(|d| d.units.clone()),
+            Some(vec!["z.service".to_string()])
+        );
+    }
 }
