@@ -24,17 +24,17 @@
 //! retried `UpdateMachine`), except that an operation interrupted by a stop of the agent
 //! is run again.
 //!
-//! The parts: [`engine`] (the phases as a state machine, one function per transition;
-//! the table of allowed transitions is [`crate::phase`]), [`journal`] (the write-ahead
-//! journal, its order of fsyncs, recovery after a crash), [`converge`] (start-up
-//! convergence to `/etc/inplaced/node.d`), [`drift`] and [`status`] (read-only views);
+//! The parts: `engine.rs` (the phases as a state machine, one function per transition;
+//! the table of allowed transitions is [`crate::phase`]), `journal.rs` (the write-ahead
+//! journal, its order of fsyncs, recovery after a crash), `converge.rs` (start-up
+//! convergence to `/etc/inplaced/node.d`), `drift.rs` and `status.rs` (read-only views);
 //! this module holds the agent, its requests and the single operation slot.
 
-pub mod converge;
-pub mod drift;
-pub mod engine;
-pub mod journal;
-pub mod status;
+mod converge;
+mod drift;
+mod engine;
+mod journal;
+mod status;
 pub mod watch;
 
 use std::collections::{HashMap, VecDeque};
