@@ -6,7 +6,7 @@
 //! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
 //! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
 //! actions.log                  unit actions and reboots, with --service-manager record
-//! journal/<op>/intent.json     write-ahead intent of the running operation (see crate::apply)
+//! journal/<op>/intent.json     write-ahead intent of the running operation (see crate::apply::journal)
 //! journal/<op>/pre/<n>         pre-image of each file it writes or removes
 //! journal/<op>/progress        the last step it completed
 //! journal/<op>/spec.pb         the NodeSpec it applies, then
@@ -608,7 +608,7 @@ impl StateDir {
     pub fn prune(&self, keep: usize) -> Result<(), StateError> {
         let ops = self.list_operations()?;
         for op in ops.iter().skip(keep) {
-            if crate::apply::is_terminal(op.phase) {
+            if crate::phase::is_terminal(op.phase) {
                 self.dir.remove(&format!("/operations/{}.json", op.id))?;
             }
         }

@@ -114,181 +114,155 @@ enum St {
     Comment,
 }
 
-/// systemd's `parse_env_file_internal()` (src/basic/env-file.c, v254+), recording byte spans.
-fn scan(text: &str) -> Vec<Assignment> {
-    let mut out = Vec::new();
-    let mut st = St::PreKey;
-    let mut key = String::new();
-    let mut key_start = 0;
-    let mut last_key_ws: Option<usize> = None;
-    let mut value = String::new();
-    let mut last_value_ws: Option<usize> = None;
+/// The scanner of [`scan`]: systemd's states and the assignment being read.
+struct Scanner {
+    out: Vec<Assignment>,
+    st: St,
+    key: String,
+    key_start: usize,
+    /// Length of the key before its trailing whitespace (trimmed at `=`).
+    last_key_ws: Option<usize>,
+    value: String,
+    /// Length of the value before its trailing whitespace (trimmed at the end).
+    last_value_ws: Option<usize>,
+}
 
-    let finish = |out: &mut Vec<Assignment>,
-                  key: &mut String,
-                  value: &mut String,
-                  last_value_ws: &mut Option<usize>,
-                  key_start: usize,
-                  end: usize,
-                  unterminated: bool| {
-        if let Some(n) = last_value_ws.take() {
-            value.truncate(n);
+/// Records where trailing whitespace starts in `s` (`c` about to be pushed).
+fn track_ws(c: char, s: &str, last_ws: &mut Option<usize>) {
+    if WHITESPACE.contains(&c) {
+        if last_ws.is_none() {
+            *last_ws = Some(s.len());
         }
-        out.push(Assignment {
-            key: std::mem::take(key),
-            key_start,
+    } else {
+        *last_ws = None;
+    }
+}
+
+impl Scanner {
+    /// Ends the assignment being read at byte `end`.
+    fn finish(&mut self, end: usize, unterminated: bool) {
+        if let Some(n) = self.last_value_ws.take() {
+            self.value.truncate(n);
+        }
+        self.out.push(Assignment {
+            key: std::mem::take(&mut self.key),
+            key_start: self.key_start,
             end,
-            value: std::mem::take(value),
+            value: std::mem::take(&mut self.value),
             unterminated,
         });
-    };
+    }
 
-    for (i, c) in text.char_indices() {
-        match st {
+    /// One character `c` at byte `i`, in systemd's order of tests per state. Kept whole
+    /// (one arm per state, about 85 lines) so that it reads side by side with systemd's
+    /// `parse_env_file_internal()` switch, which it transliterates.
+    fn step(&mut self, i: usize, c: char) {
+        let newline = NEWLINE.contains(&c);
+        match self.st {
             St::PreKey => {
                 if c == '#' || c == ';' {
-                    st = St::Comment;
+                    self.st = St::Comment;
                 } else if !WHITESPACE.contains(&c) {
-                    st = St::Key;
-                    key.clear();
-                    key.push(c);
-                    key_start = i;
-                    last_key_ws = None;
+                    self.st = St::Key;
+                    self.key.clear();
+                    self.key.push(c);
+                    self.key_start = i;
+                    self.last_key_ws = None;
                 }
+            }
+            St::Key if newline => {
+                self.st = St::PreKey;
+                self.key.clear();
+            }
+            St::Key if c == '=' => {
+                if let Some(n) = self.last_key_ws.take() {
+                    self.key.truncate(n);
+                }
+                self.st = St::PreValue;
+                self.value.clear();
+                self.last_value_ws = None;
             }
             St::Key => {
-                if NEWLINE.contains(&c) {
-                    st = St::PreKey;
-                    key.clear();
-                } else if c == '=' {
-                    if let Some(n) = last_key_ws.take() {
-                        key.truncate(n);
-                    }
-                    st = St::PreValue;
-                    value.clear();
-                    last_value_ws = None;
-                } else {
-                    if WHITESPACE.contains(&c) {
-                        if last_key_ws.is_none() {
-                            last_key_ws = Some(key.len());
-                        }
-                    } else {
-                        last_key_ws = None;
-                    }
-                    key.push(c);
-                }
+                track_ws(c, &self.key, &mut self.last_key_ws);
+                self.key.push(c);
             }
-            St::PreValue => {
-                if NEWLINE.contains(&c) {
-                    st = St::PreKey;
-                    finish(
-                        &mut out,
-                        &mut key,
-                        &mut value,
-                        &mut last_value_ws,
-                        key_start,
-                        i,
-                        false,
-                    );
-                } else if c == '\'' {
-                    st = St::Single;
-                } else if c == '"' {
-                    st = St::Double;
-                } else if c == '\\' {
-                    st = St::ValueEscape;
-                } else if !WHITESPACE.contains(&c) {
-                    st = St::Value;
-                    value.push(c);
+            St::PreValue | St::Value if newline => {
+                self.st = St::PreKey;
+                self.finish(i, false);
+            }
+            St::PreValue => match c {
+                '\'' => self.st = St::Single,
+                '"' => self.st = St::Double,
+                '\\' => self.st = St::ValueEscape,
+                c if !WHITESPACE.contains(&c) => {
+                    self.st = St::Value;
+                    self.value.push(c);
                 }
+                _ => {}
+            },
+            St::Value if c == '\\' => {
+                self.st = St::ValueEscape;
+                self.last_value_ws = None;
             }
             St::Value => {
-                if NEWLINE.contains(&c) {
-                    st = St::PreKey;
-                    finish(
-                        &mut out,
-                        &mut key,
-                        &mut value,
-                        &mut last_value_ws,
-                        key_start,
-                        i,
-                        false,
-                    );
-                } else if c == '\\' {
-                    st = St::ValueEscape;
-                    last_value_ws = None;
-                } else {
-                    if WHITESPACE.contains(&c) {
-                        if last_value_ws.is_none() {
-                            last_value_ws = Some(value.len());
-                        }
-                    } else {
-                        last_value_ws = None;
-                    }
-                    value.push(c);
-                }
+                track_ws(c, &self.value, &mut self.last_value_ws);
+                self.value.push(c);
             }
             St::ValueEscape => {
-                st = St::Value;
-                if !NEWLINE.contains(&c) {
+                self.st = St::Value;
+                if !newline {
                     // Escaped whitespace is not trimmed.
-                    value.push(c);
-                    last_value_ws = None;
+                    self.value.push(c);
+                    self.last_value_ws = None;
                 }
             }
-            St::Single => {
-                if c == '\'' {
-                    st = St::PreValue;
-                } else {
-                    value.push(c);
-                }
-            }
-            St::Double => {
-                if c == '"' {
-                    st = St::PreValue;
-                } else if c == '\\' {
-                    st = St::DoubleEscape;
-                } else {
-                    value.push(c);
-                }
-            }
+            St::Single => match c {
+                '\'' => self.st = St::PreValue,
+                c => self.value.push(c),
+            },
+            St::Double => match c {
+                '"' => self.st = St::PreValue,
+                '\\' => self.st = St::DoubleEscape,
+                c => self.value.push(c),
+            },
             St::DoubleEscape => {
-                st = St::Double;
+                self.st = St::Double;
                 if matches!(c, '"' | '\\' | '`' | '$') {
-                    value.push(c);
-                } else if !NEWLINE.contains(&c) {
-                    value.push('\\');
-                    value.push(c);
+                    self.value.push(c);
+                } else if !newline {
+                    self.value.push('\\');
+                    self.value.push(c);
                 }
             }
             St::Comment => {
-                if NEWLINE.contains(&c) {
-                    st = St::PreKey;
+                if newline {
+                    self.st = St::PreKey;
                 }
             }
         }
     }
-    match st {
-        St::PreValue | St::Value | St::ValueEscape => finish(
-            &mut out,
-            &mut key,
-            &mut value,
-            &mut last_value_ws,
-            key_start,
-            text.len(),
-            false,
-        ),
-        St::Single | St::Double | St::DoubleEscape => finish(
-            &mut out,
-            &mut key,
-            &mut value,
-            &mut last_value_ws,
-            key_start,
-            text.len(),
-            true,
-        ),
+}
+
+/// systemd's `parse_env_file_internal()` (src/basic/env-file.c, v254+), recording byte spans.
+fn scan(text: &str) -> Vec<Assignment> {
+    let mut sc = Scanner {
+        out: Vec::new(),
+        st: St::PreKey,
+        key: String::new(),
+        key_start: 0,
+        last_key_ws: None,
+        value: String::new(),
+        last_value_ws: None,
+    };
+    for (i, c) in text.char_indices() {
+        sc.step(i, c);
+    }
+    match sc.st {
+        St::PreValue | St::Value | St::ValueEscape => sc.finish(text.len(), false),
+        St::Single | St::Double | St::DoubleEscape => sc.finish(text.len(), true),
         _ => {}
     }
-    out
+    sc.out
 }
 
 fn check_var(var: &str) -> Result<(), FlagsError> {
@@ -429,6 +403,94 @@ fn flag_name_of(word: &str) -> &str {
     body.split_once('=').map_or(body, |(n, _)| n)
 }
 
+/// The words of the variable after the edit: removed flags dropped, a set flag
+/// replacing its first occurrence (later ones dropped) or inserted in sorted place when
+/// the flags are sorted (else appended).
+fn edit_words(old_words: &[String], set: &[(String, String)], remove: &[String]) -> Vec<String> {
+    let mut words = old_words.to_vec();
+    words.retain(|w| !remove.iter().any(|r| r == flag_name_of(w)));
+    for (n, v) in set {
+        let new_word = format!("--{n}={v}");
+        if let Some(first) = words.iter().position(|w| flag_name_of(w) == n) {
+            words[first] = new_word;
+            let mut i = 0;
+            words.retain(|w| {
+                let keep = i <= first || flag_name_of(w) != n;
+                i += 1;
+                keep
+            });
+        } else {
+            let names: Vec<&str> = words.iter().map(|w| flag_name_of(w)).collect();
+            let sorted = names.windows(2).all(|p| p[0] <= p[1]);
+            let at = if sorted {
+                names
+                    .iter()
+                    .position(|x| *x > n.as_str())
+                    .unwrap_or(names.len())
+            } else {
+                names.len()
+            };
+            words.insert(at, new_word);
+        }
+    }
+    words
+}
+
+/// `text` with `assignment` replaced by `rendered`, or `rendered` appended on a line of
+/// its own when there is none.
+fn splice_assignment(text: &str, assignment: Option<&Assignment>, rendered: &str) -> String {
+    let mut out = String::with_capacity(text.len() + rendered.len() + 1);
+    match assignment {
+        Some(a) => {
+            out.push_str(&text[..a.key_start]);
+            out.push_str(rendered);
+            out.push_str(&text[a.end..]);
+        }
+        None => {
+            out.push_str(text);
+            if text.is_empty() || text.ends_with('\n') {
+                out.push_str(rendered);
+                out.push('\n');
+            } else {
+                out.push('\n');
+                out.push_str(rendered);
+            }
+        }
+    }
+    out
+}
+
+/// Checks that `out` reads back as `words` and that no other assignment of `list` (the
+/// text before) changed.
+fn check_readback(
+    var: &str,
+    list: &[Assignment],
+    out: &str,
+    words: &[String],
+) -> Result<(), FlagsError> {
+    let others = |l: &[Assignment]| -> Vec<(String, String, bool)> {
+        let last = l.iter().rposition(|a| a.key == var);
+        l.iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != last)
+            .map(|(_, a)| (a.key.clone(), a.value.clone(), a.unterminated))
+            .collect()
+    };
+    let after = scan(out);
+    let readback = last_assignment(&after, var)
+        .filter(|a| !a.unterminated)
+        .map(|a| {
+            words_of(&a.value)
+                .into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        });
+    if readback.as_deref() != Some(words) || others(list) != others(&after) {
+        return Err(FlagsError::UnsafeFile { var: var.into() });
+    }
+    Ok(())
+}
+
 /// Rewrite the kubelet flags held by `var`, keeping every other byte of the file.
 ///
 /// * A flag in `set` that already exists gets its new value in place (the first occurrence;
@@ -472,76 +534,13 @@ pub fn edit(
         .map(|a| words_of(&a.value).into_iter().map(String::from).collect())
         .unwrap_or_default();
 
-    let mut words = old_words.clone();
-    words.retain(|w| !remove.iter().any(|r| r == flag_name_of(w)));
-    for (n, v) in set {
-        let new_word = format!("--{n}={v}");
-        if let Some(first) = words.iter().position(|w| flag_name_of(w) == n) {
-            words[first] = new_word;
-            let mut i = 0;
-            words.retain(|w| {
-                let keep = i <= first || flag_name_of(w) != n;
-                i += 1;
-                keep
-            });
-        } else {
-            let names: Vec<&str> = words.iter().map(|w| flag_name_of(w)).collect();
-            let sorted = names.windows(2).all(|p| p[0] <= p[1]);
-            let at = if sorted {
-                names
-                    .iter()
-                    .position(|x| *x > n.as_str())
-                    .unwrap_or(names.len())
-            } else {
-                names.len()
-            };
-            words.insert(at, new_word);
-        }
-    }
-
+    let words = edit_words(&old_words, set, remove);
     if words == old_words && (existing.is_some() || words.is_empty()) {
         return Ok(text.to_string());
     }
     let rendered = format!("{var}={}", quote_go(&words.join(" ")));
-    let mut out = String::with_capacity(text.len() + rendered.len() + 1);
-    match assignment {
-        Some(a) => {
-            out.push_str(&text[..a.key_start]);
-            out.push_str(&rendered);
-            out.push_str(&text[a.end..]);
-        }
-        None => {
-            out.push_str(text);
-            if text.is_empty() || text.ends_with('\n') {
-                out.push_str(&rendered);
-                out.push('\n');
-            } else {
-                out.push('\n');
-                out.push_str(&rendered);
-            }
-        }
-    }
-    // Check that the result reads back as intended and no other assignment changed.
-    let others = |l: &[Assignment]| -> Vec<(String, String, bool)> {
-        let last = l.iter().rposition(|a| a.key == var);
-        l.iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != last)
-            .map(|(_, a)| (a.key.clone(), a.value.clone(), a.unterminated))
-            .collect()
-    };
-    let after = scan(&out);
-    let readback = last_assignment(&after, var)
-        .filter(|a| !a.unterminated)
-        .map(|a| {
-            words_of(&a.value)
-                .into_iter()
-                .map(String::from)
-                .collect::<Vec<_>>()
-        });
-    if readback.as_ref() != Some(&words) || others(&list) != others(&after) {
-        return Err(FlagsError::UnsafeFile { var: var.into() });
-    }
+    let out = splice_assignment(text, assignment, &rendered);
+    check_readback(var, &list, &out, &words)?;
     Ok(out)
 }
 

@@ -1,0 +1,47 @@
+//! The status view: the agent, the node and the operations at a glance
+//! (`NodeStatus`), read-only.
+
+use super::Agent;
+use super::AgentError;
+use crate::pb::{self, Phase};
+
+impl Agent {
+    /// Agent and node status.
+    pub fn status(&self) -> Result<pb::NodeStatus, AgentError> {
+        let record = self.state.load_record()?;
+        let current = {
+            let inner = self.lock();
+            inner
+                .running
+                .as_ref()
+                .and_then(|id| inner.live.get(id))
+                .and_then(|l| l.events.last().cloned())
+        };
+        let (drift, drift_detections) = self.scan_drift_with(&record);
+        let ops = self.state.list_operations()?;
+        let pending = ops
+            .iter()
+            .find(|o| o.phase == Phase::RebootRequired as i32 || o.phase == Phase::Rebooting as i32)
+            .map(|o| o.id.clone())
+            .unwrap_or_default();
+        Ok(pb::NodeStatus {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            agent_uptime_seconds: self.started.elapsed().as_secs(),
+            boot_id: self.boot_id(),
+            facts: Some(self.facts.clone()),
+            applied_spec_hash: record.spec_hash.clone(),
+            current_operation: current,
+            pending_reboot_operation: pending,
+            drift,
+            managed_items: record.len() as u32,
+            preservation: Some(self.preservation.clone()),
+            root: self.root.path().display().to_string(),
+            problems: self
+                .problems
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            drift_detections,
+        })
+    }
+}

@@ -1,0 +1,215 @@
+//! An operation's phases ([`Phase`], the wire enum): their names, their predicates and the
+//! table of allowed transitions, next to the phase type so that every layer (the state
+//! directory's pruning, the engine, the server, the extension) asks the same rules
+//! without importing the engine.
+//!
+//! ```text
+//! Validating → Staging → Committing → Acting → Verifying ─┬→ Succeeded
+//!                                                         ├→ RebootRequired ⇄ Rebooting
+//!                                                         │        └──────────┴→ VerifyingAfterBoot → Succeeded | Failed
+//!                                                         └→ Failed | RolledBack
+//! ```
+//!
+//! Any phase before the commit may also end `Failed` (an agent stop interrupts it, or
+//! staging fails) or `RolledBack` (a failure after the first write).
+
+use crate::pb::Operation;
+pub use crate::pb::Phase;
+
+/// Prefix of the message of an operation the agent stopped in the middle of; an `Apply`
+/// with its id runs it again.
+pub const INTERRUPTED: &str = "interrupted:";
+
+/// The phase of `op` (`Unspecified` for an unknown number).
+pub fn of(op: &Operation) -> Phase {
+    from_i32(op.phase)
+}
+
+/// The phase numbered `phase` (`Unspecified` for an unknown number).
+pub fn from_i32(phase: i32) -> Phase {
+    Phase::try_from(phase).unwrap_or(Phase::Unspecified)
+}
+
+/// Human name of a phase (`RebootRequired`), as inplacectl shows it.
+pub fn name(p: Phase) -> String {
+    match p {
+        Phase::Unspecified => "Unspecified",
+        Phase::Validating => "Validating",
+        Phase::Staging => "Staging",
+        Phase::Committing => "Committing",
+        Phase::Acting => "Acting",
+        Phase::Verifying => "Verifying",
+        Phase::RebootRequired => "RebootRequired",
+        Phase::Rebooting => "Rebooting",
+        Phase::VerifyingAfterBoot => "VerifyingAfterBoot",
+        Phase::Succeeded => "Succeeded",
+        Phase::Failed => "Failed",
+        Phase::RolledBack => "RolledBack",
+    }
+    .to_string()
+}
+
+/// True for phases after which nothing happens without a new request.
+pub fn is_settled(phase: i32) -> bool {
+    matches!(
+        from_i32(phase),
+        Phase::Succeeded
+            | Phase::Failed
+            | Phase::RolledBack
+            | Phase::RebootRequired
+            | Phase::Rebooting
+    )
+}
+
+/// True for phases that end an operation for good.
+pub fn is_terminal(phase: i32) -> bool {
+    matches!(
+        from_i32(phase),
+        Phase::Succeeded | Phase::Failed | Phase::RolledBack
+    )
+}
+
+/// True for an operation the agent stopped in the middle of (phase Failed, message
+/// starting with [`INTERRUPTED`]): re-applying it with the same id runs it again.
+pub fn is_interrupted(op: &Operation) -> bool {
+    op.phase == Phase::Failed as i32 && op.message.starts_with(INTERRUPTED)
+}
+
+/// The allowed transitions, `from → to`, besides `in-flight → Failed` (an interrupted
+/// operation, see [`allowed`]).
+pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
+    (Phase::Validating, &[Phase::Staging]),
+    // staging fails before the first write: nothing to roll back
+    (Phase::Staging, &[Phase::Committing]),
+    (Phase::Committing, &[Phase::Acting, Phase::RolledBack]),
+    (Phase::Acting, &[Phase::Verifying, Phase::RolledBack]),
+    (
+        Phase::Verifying,
+        &[
+            Phase::Succeeded,
+            Phase::RebootRequired,
+            Phase::Rebooting,
+            Phase::RolledBack,
+        ],
+    ),
+    (
+        Phase::RebootRequired,
+        // a reboot asked for; after a boot; superseded by a new operation
+        &[Phase::Rebooting, Phase::VerifyingAfterBoot, Phase::Failed],
+    ),
+    (
+        Phase::Rebooting,
+        // asked again; the request failed; after a boot (or, with no boot id, once
+        // /proc/cmdline shows the changes); superseded
+        &[
+            Phase::Rebooting,
+            Phase::RebootRequired,
+            Phase::VerifyingAfterBoot,
+            Phase::Succeeded,
+            Phase::Failed,
+        ],
+    ),
+    (
+        Phase::VerifyingAfterBoot,
+        &[Phase::Succeeded, Phase::Failed],
+    ),
+];
+
+/// True when an operation may move from `from` to `to`: a transition of
+/// [`TRANSITIONS`], or an operation in flight ending `Failed`.
+pub fn allowed(from: Phase, to: Phase) -> bool {
+    // in flight: not settled (an unknown phase number read back counts as in flight)
+    (to == Phase::Failed && !is_settled(from as i32))
+        || TRANSITIONS
+            .iter()
+            .any(|(f, tos)| *f == from && tos.contains(&to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: &[Phase] = &[
+        Phase::Unspecified,
+        Phase::Validating,
+        Phase::Staging,
+        Phase::Committing,
+        Phase::Acting,
+        Phase::Verifying,
+        Phase::RebootRequired,
+        Phase::Rebooting,
+        Phase::VerifyingAfterBoot,
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::RolledBack,
+    ];
+
+    #[test]
+    fn the_table_of_transitions() {
+        let ok = |f, t| assert!(allowed(f, t), "{f:?} -> {t:?} must be allowed");
+        let no = |f, t| assert!(!allowed(f, t), "{f:?} -> {t:?} must be refused");
+        // the straight line
+        ok(Phase::Validating, Phase::Staging);
+        ok(Phase::Staging, Phase::Committing);
+        ok(Phase::Committing, Phase::Acting);
+        ok(Phase::Acting, Phase::Verifying);
+        ok(Phase::Verifying, Phase::Succeeded);
+        // the reboot loop
+        ok(Phase::Verifying, Phase::RebootRequired);
+        ok(Phase::Verifying, Phase::Rebooting);
+        ok(Phase::RebootRequired, Phase::Rebooting);
+        ok(Phase::Rebooting, Phase::RebootRequired);
+        ok(Phase::Rebooting, Phase::VerifyingAfterBoot);
+        ok(Phase::VerifyingAfterBoot, Phase::Succeeded);
+        ok(Phase::VerifyingAfterBoot, Phase::Failed);
+        // failures
+        // in flight: Unspecified (an unknown number read back) up to Verifying, and
+        // VerifyingAfterBoot
+        for f in ALL[..6].iter().chain([&Phase::VerifyingAfterBoot]) {
+            ok(*f, Phase::Failed);
+        }
+        ok(Phase::Committing, Phase::RolledBack);
+        ok(Phase::Verifying, Phase::RolledBack);
+        no(Phase::Staging, Phase::RolledBack);
+        no(Phase::Validating, Phase::Succeeded);
+        no(Phase::Committing, Phase::Succeeded);
+        no(Phase::Acting, Phase::RebootRequired);
+        no(Phase::RebootRequired, Phase::Succeeded);
+        no(Phase::RebootRequired, Phase::RolledBack);
+        // terminal phases go nowhere
+        for f in [Phase::Succeeded, Phase::Failed, Phase::RolledBack] {
+            for t in ALL {
+                no(f, *t);
+            }
+        }
+        // nothing goes back to Validating or Unspecified
+        for f in ALL {
+            no(*f, Phase::Validating);
+            no(*f, Phase::Unspecified);
+        }
+    }
+
+    #[test]
+    fn predicates_agree_with_the_table() {
+        for p in ALL {
+            let leaves = ALL.iter().any(|t| allowed(*p, *t));
+            assert_eq!(is_terminal(*p as i32), !leaves && *p != Phase::Unspecified);
+            if is_settled(*p as i32) && !is_terminal(*p as i32) {
+                // settled but not terminal: waits for a reboot
+                assert!(matches!(p, Phase::RebootRequired | Phase::Rebooting));
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_the_wire_names_in_camel_case() {
+        for p in ALL {
+            let wire = p
+                .as_str_name()
+                .trim_start_matches("PHASE_")
+                .replace('_', "");
+            assert_eq!(name(*p).to_uppercase(), wire);
+        }
+        assert_eq!(name(Phase::RebootRequired), "RebootRequired");
+    }
+}

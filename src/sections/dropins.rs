@@ -1,0 +1,77 @@
+//! The `dropins` section: the NodeSpec drop-ins, kept as `/etc/inplaced/node.d/<name>`
+//! (`dropins[<name>]`). Written through the file machinery as the agent's own area: no
+//! disruption, no write policy, nothing to restore (a dropped one is deleted).
+
+use std::borrow::Cow;
+
+use super::common::disruption;
+use super::file_items::{self, DroppedFile, FileItem, FileItems};
+use super::observe::{NodeView, ObserveError, Observed};
+use super::{DriftView, Input, Section};
+use crate::pb::{self, DisruptionLevel};
+use crate::spec::FileSpec;
+
+/// The `dropins` section.
+#[derive(Debug)]
+pub struct Dropins;
+
+/// A recorded file of this section is marked `dropins[<name>]`.
+fn owns(item: Option<&str>) -> bool {
+    item.is_some_and(|i| i.starts_with("dropins["))
+}
+
+impl Section for Dropins {
+    fn name(&self) -> &'static str {
+        "dropins"
+    }
+
+    fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
+        for d in &node.desired.dropins {
+            file_items::observe_into(node, obs, &d.path())?;
+        }
+        Ok(())
+    }
+
+    fn file_items<'a>(&self, input: &Input<'a>) -> FileItems<'a> {
+        let items = input.desired.dropins.iter().map(|d| {
+            let id = format!("dropins[{}]", d.name);
+            FileItem {
+                file: Cow::Owned(FileSpec {
+                    path: d.path(),
+                    content: d.content.clone().into_bytes(),
+                    mode: 0o644,
+                    owner: None,
+                    group: None,
+                    sha256: d.sha256.clone(),
+                }),
+                item: Some(id.clone()),
+                id,
+                disruption: Some((
+                    disruption(DisruptionLevel::None, &[]),
+                    "the NodeSpec drop-in is kept in /etc/inplaced/node.d (its items are merged into the spec); no disruption".into(),
+                )),
+                summary: None,
+                agent_owned: true,
+            }
+        });
+        FileItems {
+            items: items.collect(),
+            refused: Vec::new(),
+        }
+    }
+
+    fn dropped_file(&self, item: Option<&str>, _path: &str) -> Option<DroppedFile> {
+        owns(item).then(|| DroppedFile {
+            disruption: Some(disruption(DisruptionLevel::None, &[])),
+            summary: None,
+        })
+    }
+
+    fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
+        file_items::drift(view, owns)
+    }
+
+    fn watched(&self, view: &DriftView<'_>) -> Vec<String> {
+        file_items::watched(view, owns)
+    }
+}
