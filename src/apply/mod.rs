@@ -321,14 +321,19 @@ impl Agent {
         Ok(p)
     }
 
-    /// Checks the spec against the size limits of the policy.
+    /// Checks the spec against the size limits of the policy: `INVALID_ARGUMENT`, like every
+    /// other property of a spec (the counts were checked on the raw message already, see
+    /// `server::limits`; this covers specs from node.d).
     fn check_limits(&self, spec: &NodeSpec) -> Result<(), AgentError> {
         let p = &self.config.policy;
         if spec.files.len() > p.max_files {
-            return Err(AgentError::PermissionDenied(format!(
-                "files: {} files, over the limit of {} (policy.max_files)",
-                spec.files.len(),
-                p.max_files
+            return Err(AgentError::InvalidSpec(SpecError::new(
+                "files",
+                format!(
+                    "{} files, over the limit of {} (policy.max_files); split the spec or raise the limit",
+                    spec.files.len(),
+                    p.max_files
+                ),
             )));
         }
         let total: u64 = spec
@@ -343,9 +348,12 @@ impl Agent {
                 .map(|d| d.content.len() as u64 + d.name.len() as u64)
                 .sum::<u64>();
         if total > p.max_spec_bytes {
-            return Err(AgentError::PermissionDenied(format!(
-                "spec: {total} bytes, over the limit of {} (policy.max_spec_bytes)",
-                p.max_spec_bytes
+            return Err(AgentError::InvalidSpec(SpecError::new(
+                "desired",
+                format!(
+                    "{total} bytes of content, over the limit of {} (policy.max_spec_bytes); split the spec or raise the limit",
+                    p.max_spec_bytes
+                ),
             )));
         }
         Ok(())
