@@ -826,3 +826,120 @@ async fn rendered_dropin_survives_an_unrelated_update() {
     );
     node.stop();
 }
+
+/// `affectsAvailability` (cluster-api #14160): false when every covered change leaves the
+/// workloads running (a kubelet restart, a sysctl file), true when one drains (a CPU
+/// manager flag); forced by the setting; absent when nothing is covered; the same bytes
+/// on every call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affects_availability_from_the_covered_disruption() {
+    let (_pki, _node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
+    let a = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let first = ext.can_update_machine(&a).await;
+    assert!(first.get("bootstrapConfigPatch").is_some(), "{first}");
+    assert_eq!(first["affectsAvailability"], json!(false), "{first}");
+    let again = ext.can_update_machine(&a).await;
+    assert_eq!(
+        serde_json::to_vec(&first).unwrap(),
+        serde_json::to_vec(&again).unwrap()
+    );
+    // a CPU manager flag drains the node
+    let mut drain = a.clone();
+    drain["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["nodeRegistration"]
+        ["kubeletExtraArgs"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "reserved-cpus", "value": "0-1"}));
+    let r = ext.can_update_machine(&drain).await;
+    assert!(r.get("bootstrapConfigPatch").is_some(), "{r}");
+    assert_eq!(r["affectsAvailability"], json!(true), "{r}");
+    // the setting forces it
+    let mut forced = a.clone();
+    forced["settings"]["affectsAvailability"] = json!("true");
+    assert_eq!(
+        ext.can_update_machine(&forced).await["affectsAvailability"],
+        json!(true)
+    );
+    // nothing covered: no in-place update to describe
+    let b = fixture("b-disksetup-not-coverable/canupdatemachine-request.json");
+    let mut b_on_a = a.clone();
+    b_on_a["desired"]["bootstrapConfig"]["spec"]["diskSetup"] =
+        b["desired"]["bootstrapConfig"]["spec"]["diskSetup"].clone();
+    b_on_a["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"] =
+        a["current"]["bootstrapConfig"]["spec"]["joinConfiguration"].clone();
+    b_on_a["desired"]["bootstrapConfig"]["spec"]["files"] =
+        a["current"]["bootstrapConfig"]["spec"]["files"].clone();
+    let r = ext.can_update_machine(&b_on_a).await;
+    assert!(r.get("bootstrapConfigPatch").is_none(), "{r}");
+    assert!(r.get("affectsAvailability").is_none(), "{r}");
+
+    // MachineSets: reserved-cpus drains; the files-only change of the same pair does not
+    let e = fixture("e-machineset-worker-template/canupdatemachineset-request.json");
+    let set = |body: &Value| {
+        let ext = &ext;
+        let body = body.clone();
+        async move {
+            ext.hook("canupdatemachineset", "can-update-machineset", &body)
+                .await
+        }
+    };
+    let r = set(&e).await;
+    assert_eq!(r["affectsAvailability"], json!(true), "{r}");
+    let mut files_only = e.clone();
+    files_only["desired"]["bootstrapConfigTemplate"]["spec"]["template"]["spec"]["joinConfiguration"] =
+        e["current"]["bootstrapConfigTemplate"]["spec"]["template"]["spec"]["joinConfiguration"]
+            .clone();
+    let r = set(&files_only).await;
+    assert!(r.get("bootstrapConfigTemplatePatch").is_some(), "{r}");
+    assert_eq!(r["affectsAvailability"], json!(false), "{r}");
+    assert_eq!(set(&files_only).await, r);
+}
+
+/// Every hook answers within its deadline (CAPI's `?timeout=`, else the advertised
+/// handler timeout) even when the agent accepts the connection and never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_answer_within_their_deadline_when_the_agent_stalls() {
+    let pki = Pki::new();
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = stalled.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in stalled.incoming().take(64) {
+            held.push(c); // accepted, never answered
+        }
+        std::thread::sleep(Duration::from_secs(120));
+    });
+    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
+    let a = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let base = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
+    let t = Instant::now();
+    let (status, r) = ext
+        .post(
+            &format!("{base}/canupdatemachine/can-update-machine?timeout=3s"),
+            &a,
+        )
+        .await;
+    let took = t.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(r["status"], "Failure", "{r}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    let t = Instant::now();
+    let (_, r) = ext
+        .post(
+            &format!("{base}/updatemachine/update-machine?timeout=3s"),
+            &update_request(&a),
+        )
+        .await;
+    let took = t.elapsed();
+    assert_eq!(r["status"], "Success", "{r}");
+    assert_eq!(r["retryAfterSeconds"], 30, "{r}");
+    assert!(r["message"].as_str().unwrap().starts_with("waiting"), "{r}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // without the query parameter: the advertised 10 s, less the margin
+    let t = Instant::now();
+    let (_, r) = ext
+        .post(&format!("{base}/canupdatemachine/can-update-machine"), &a)
+        .await;
+    assert_eq!(r["status"], "Failure", "{r}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}

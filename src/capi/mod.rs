@@ -77,6 +77,37 @@ pub struct NodeCoverage {
     pub preserve_reasons: Vec<String>,
     /// Short disruption summary for messages ("restart of kubelet.service").
     pub disruption: String,
+    /// Change ids whose disruption stops the node's workloads (drain or reboot): the
+    /// input of `affectsAvailability` ([`affects_availability`]).
+    pub unavailable: std::collections::BTreeSet<String>,
+}
+
+/// Whether a disruption level takes the Machine's workloads away: drain and reboot do;
+/// none, reload, a unit restart (the kubelet, containerd, a time daemon: running Pods stay)
+/// and daemon-reload do not.
+pub fn stops_workloads(level: i32) -> bool {
+    level >= pb::DisruptionLevel::Drain as i32
+}
+
+/// `affectsAvailability` for an answer that copies `covered` units: `Some(true)` if any
+/// of their changes drains or reboots the node, `Some(false)` if none does, `None` when
+/// nothing is covered (no in-place update to describe; unset reads as true upstream).
+///
+/// Upstream (cluster-api #14160, proposal #14161, MachineDeployments #14195): an unset
+/// field means the in-place update affects availability, as before; `false` lets a
+/// MachineDeployment with `maxUnavailable: 0` update in place without creating a surge
+/// Machine first, the difference between a rollout and a wait for spare hardware on bare
+/// metal.
+pub fn affects_availability(covered: &[DiffUnit], cov: &NodeCoverage) -> Option<bool> {
+    if covered.is_empty() {
+        return None;
+    }
+    Some(
+        covered
+            .iter()
+            .flat_map(|u| &u.ids)
+            .any(|id| cov.unavailable.contains(id)),
+    )
 }
 
 impl NodeCoverage {
@@ -116,6 +147,16 @@ impl NodeCoverage {
                 }
             })
             .unwrap_or_default();
+        let unavailable = r
+            .changes
+            .iter()
+            .filter(|c| {
+                c.disruption
+                    .as_ref()
+                    .is_some_and(|d| stops_workloads(d.level))
+            })
+            .map(|c| c.id.clone())
+            .collect();
         let (preserve, preserve_reasons) = r
             .preservation
             .as_ref()
@@ -126,6 +167,7 @@ impl NodeCoverage {
             preserve,
             preserve_reasons,
             disruption,
+            unavailable,
         }
     }
 }
@@ -148,8 +190,23 @@ pub enum Capability {
     Ntp,
 }
 
-/// The coverage the declared capabilities give to `ids`.
+/// The coverage the declared capabilities give to `ids`. Disruption follows the agents'
+/// built-in rules: a kubelet CPU, memory or topology manager flag drains (it resets the
+/// kubelet's checkpoint), any other flag restarts the kubelet, `ntp` restarts the time
+/// daemon, and files have no disruption unless a node's `[[disruption]]` rules say so
+/// (which the MachineSet answer cannot see: set `update.affects_availability` then).
 pub fn capability_coverage(caps: &[Capability], units: &[DiffUnit]) -> NodeCoverage {
+    let mut unavailable = std::collections::BTreeSet::new();
+    let flags: Vec<&str> = units
+        .iter()
+        .flat_map(|u| &u.ids)
+        .filter_map(|id| id.strip_prefix("kubelet.flags[")?.strip_suffix(']'))
+        .collect();
+    for f in flags {
+        if !crate::plan::kubelet_state_files(&[f], true).is_empty() {
+            unavailable.insert(format!("kubelet.flags[{f}]"));
+        }
+    }
     let mut changes = BTreeMap::new();
     for id in units.iter().flat_map(|u| &u.ids) {
         let family = if id.starts_with("kubelet.flags[") {
@@ -170,6 +227,7 @@ pub fn capability_coverage(caps: &[Capability], units: &[DiffUnit]) -> NodeCover
     }
     NodeCoverage {
         changes,
+        unavailable,
         ..Default::default()
     }
 }
@@ -403,6 +461,9 @@ pub fn can_update_machine(
         message: message(name, &d, &cov.disruption, preserve.then_some(&reasons[..])),
         machine_patch: None,
         infrastructure_machine_patch: None,
+        affects_availability: bootstrap_config_patch
+            .as_ref()
+            .and_then(|_| affects_availability(&d.covered, cov)),
         bootstrap_config_patch,
         preserve_on_insufficient_coverage: preserve.then_some(true),
     }
@@ -492,6 +553,9 @@ pub fn can_update_machine_set(
         ),
         machine_set_patch: None,
         infrastructure_machine_template_patch: None,
+        affects_availability: bootstrap_config_template_patch
+            .as_ref()
+            .and_then(|_| affects_availability(&d.covered, &cov)),
         bootstrap_config_template_patch,
         preserve_on_insufficient_coverage: preserve.then_some(true),
     }

@@ -164,6 +164,10 @@ pub struct CanUpdateMachineResponse {
     /// Keep the Machine and report the rollout blocked instead of replacing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preserve_on_insufficient_coverage: Option<bool>,
+    /// Whether the in-place update makes the Machine unavailable (`*bool`,
+    /// `omitempty`; unset reads as true upstream, cluster-api #14160).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affects_availability: Option<bool>,
 }
 
 /// `CanUpdateMachineSetResponse`, with the proposed `preserveOnInsufficientCoverage`.
@@ -191,6 +195,11 @@ pub struct CanUpdateMachineSetResponse {
     /// Keep the Machines and report the rollout blocked instead of replacing them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preserve_on_insufficient_coverage: Option<bool>,
+    /// Whether updating a Machine in place makes it unavailable; `false` lets a
+    /// MachineDeployment with `maxUnavailable: 0` update in place without a surge Machine
+    /// (cluster-api #14160, #14195; unset reads as true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affects_availability: Option<bool>,
 }
 
 /// `UpdateMachineResponse` (`CommonRetryResponse`): `retryAfterSeconds` is always present.
@@ -204,7 +213,12 @@ pub struct UpdateMachineResponse {
     pub kind: String,
     /// Success or Failure.
     pub status: Status,
-    /// Shown in the Machine's `Updating` condition.
+    /// While in progress (Success, `retryAfterSeconds` > 0) CAPI shows it in the
+    /// Machine's `Updating` condition as "In-place update in progress: <message>". On
+    /// `Failure` CAPI shows only a fixed text ("UpdateMachine hook failed: please check
+    /// controller logs") and the message reaches the controller's log, not the Machine:
+    /// operators find the cause in this extension's log (by Machine) and in `inplacectl
+    /// status` on the node.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// Seconds until CAPI calls again; 0 = done.

@@ -154,6 +154,25 @@ pub struct UpdateConfig {
     /// that need a reboot are not covered). Settings `rebootPolicy`.
     #[serde(default = "default_reboot")]
     pub reboot_policy: String,
+    /// `affectsAvailability` in CanUpdate answers: `auto` (from the covered changes'
+    /// disruption: drain or reboot affect availability, anything less does not), `true`
+    /// or `false`. Settings `affectsAvailability`.
+    #[serde(default = "default_availability")]
+    pub affects_availability: String,
+}
+
+fn default_availability() -> String {
+    "auto".into()
+}
+
+/// Parses `auto` (None), `true`, `false` for `affectsAvailability`.
+pub fn parse_availability(s: &str) -> Result<Option<bool>, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "" | "auto" => Ok(None),
+        "true" => Ok(Some(true)),
+        "false" => Ok(Some(false)),
+        other => Err(format!("{other:?} is not one of auto, true, false")),
+    }
 }
 
 fn default_retry() -> i32 {
@@ -169,6 +188,7 @@ impl Default for UpdateConfig {
         UpdateConfig {
             retry_after_seconds: default_retry(),
             reboot_policy: default_reboot(),
+            affects_availability: default_availability(),
         }
     }
 }
@@ -288,10 +308,21 @@ impl Config {
         })?;
         parse_reboot_policy(&c.update.reboot_policy)
             .map_err(|m| invalid("update.reboot_policy", m))?;
+        parse_availability(&c.update.affects_availability)
+            .map_err(|m| invalid("update.affects_availability", m))?;
         if c.update.retry_after_seconds < 1 {
             return Err(invalid(
                 "update.retry_after_seconds",
                 "must be at least 1 (0 would mean done to CAPI)".into(),
+            ));
+        }
+        if !(1..=30).contains(&c.server.handler_timeout_seconds) {
+            return Err(invalid(
+                "server.handler_timeout_seconds",
+                format!(
+                    "{} is outside 1..=30: CAPI rejects a whole discovery answer whose timeoutSeconds is over 30",
+                    c.server.handler_timeout_seconds
+                ),
             ));
         }
         if c.server.client_ca.is_none() {
@@ -365,22 +396,26 @@ pub struct Effective {
     pub retry_after_seconds: i32,
     /// Reboot policy for coverage and apply.
     pub reboot_policy: RebootPolicy,
+    /// `affectsAvailability` forced (`Some`) or from the coverage (`None`).
+    pub affects_availability: Option<bool>,
     /// Settings this extension does not know (logged: likely a typo).
     pub unknown: Vec<String>,
 }
 
 /// The ExtensionConfig settings [`Config::effective`] reads.
-pub const SETTINGS: [&str; 5] = [
+pub const SETTINGS: [&str; 6] = [
     "preserveOnInsufficientCoverage",
     "agentTimeout",
     "agentCoverageTimeout",
     "retryAfterSeconds",
     "rebootPolicy",
+    "affectsAvailability",
 ];
 
 impl Config {
     /// Applies `settings` (`preserveOnInsufficientCoverage`, `agentTimeout` or its alias
-    /// `agentCoverageTimeout`, `retryAfterSeconds`, `rebootPolicy`); unknown keys are
+    /// `agentCoverageTimeout`, `retryAfterSeconds`, `rebootPolicy`,
+    /// `affectsAvailability`); unknown keys are
     /// listed in [`Effective::unknown`]. Errors name the setting and the accepted values.
     pub fn effective(&self, settings: &BTreeMap<String, String>) -> Result<Effective, String> {
         let preserve = PreserveMode::parse(
@@ -407,6 +442,12 @@ impl Config {
                 .unwrap_or(&self.update.reboot_policy),
         )
         .map_err(|e| format!("settings.rebootPolicy: {e}"))?;
+        let affects_availability = parse_availability(
+            settings
+                .get("affectsAvailability")
+                .unwrap_or(&self.update.affects_availability),
+        )
+        .map_err(|e| format!("settings.affectsAvailability: {e}"))?;
         let unknown = settings
             .keys()
             .filter(|k| !SETTINGS.contains(&k.as_str()))
@@ -417,6 +458,7 @@ impl Config {
             agent_timeout,
             retry_after_seconds,
             reboot_policy,
+            affects_availability,
             unknown,
         })
     }
@@ -488,6 +530,35 @@ mod tests {
         assert!(c.server.client_ca.is_some());
         assert_eq!(c.server.clients.len(), 2);
         assert_eq!(c.resolver.node_name.as_deref(), Some("{name}"));
+    }
+
+    #[test]
+    fn handler_timeout_and_availability_are_checked() {
+        let e = Config::parse(
+            &MIN.replace("client_ca = ", "handler_timeout_seconds = 31\nclient_ca = "),
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("server.handler_timeout_seconds: 31 is outside 1..=30"),
+            "{e}"
+        );
+        let c = Config::parse(MIN, "t").unwrap();
+        assert_eq!(
+            c.effective(&BTreeMap::new()).unwrap().affects_availability,
+            None
+        );
+        let s: BTreeMap<String, String> =
+            [("affectsAvailability".to_string(), "false".to_string())].into();
+        assert_eq!(c.effective(&s).unwrap().affects_availability, Some(false));
+        let bad: BTreeMap<String, String> =
+            [("affectsAvailability".to_string(), "maybe".to_string())].into();
+        assert!(
+            c.effective(&bad)
+                .unwrap_err()
+                .contains("settings.affectsAvailability")
+        );
     }
 
     #[test]

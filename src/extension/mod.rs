@@ -171,8 +171,18 @@ impl Extension {
         };
         let m = MachineRef::of(&req.desired.machine);
         let diff = capi::machine_diff(&req.current, &req.desired);
+        // The node is asked even when no node item changes: UpdateMachine applies the
+        // whole desired NodeSpec, so drift of an unchanged item must make this answer "not
+        // covered" too (both hooks decide from the same facts), and the node decides
+        // preservation.
+        let has_node_spec = req
+            .desired
+            .bootstrap_config
+            .as_ref()
+            .is_some_and(|b| b.get("spec").is_some_and(Value::is_object));
         let any_blocked = diff.units.iter().any(|u| u.blocked.is_some());
-        let ask = diff.delta != pb::NodeSpec::default()
+        let ask = has_node_spec
+            || diff.delta != pb::NodeSpec::default()
             || (eff.preserve == PreserveMode::Auto && any_blocked);
         let cov = if ask {
             match self.ask_coverage(&m, &eff, &req.desired, &diff).await {
@@ -191,8 +201,11 @@ impl Extension {
         } else {
             None
         };
-        let resp =
+        let mut resp =
             capi::can_update_machine(&req.current, &req.desired, diff, cov.as_ref(), eff.preserve);
+        if resp.affects_availability.is_some() && eff.affects_availability.is_some() {
+            resp.affects_availability = eff.affects_availability;
+        }
         tracing::info!(
             machine = %m.key(),
             covered = resp.bootstrap_config_patch.is_some(),
@@ -246,13 +259,16 @@ impl Extension {
             Ok(e) => e,
             Err(e) => return failure(KIND, &e),
         };
-        let resp = capi::can_update_machine_set(
+        let mut resp = capi::can_update_machine_set(
             &req.current,
             &req.desired,
             &self.config.machine_set.capabilities,
             eff.preserve,
             &self.config.preservation.hardware_bound_kinds,
         );
+        if resp.affects_availability.is_some() && eff.affects_availability.is_some() {
+            resp.affects_availability = eff.affects_availability;
+        }
         tracing::info!(
             preserve = resp.preserve_on_insufficient_coverage.unwrap_or(false),
             "CanUpdateMachineSet: {}",
@@ -511,8 +527,65 @@ impl Extension {
         }
     }
 
-    /// Routes one request: (HTTP status, JSON body).
-    pub async fn handle(&self, method: &str, path: &str, body: &[u8]) -> (StatusCode, Value) {
+    /// The deadline of one hook call: CAPI's `?timeout=` query parameter (a Go duration,
+    /// which upstream's runtime client adds from the handler's `timeoutSeconds`) when
+    /// present, else `server.handler_timeout_seconds`, less [`DEADLINE_MARGIN`] for the
+    /// answer to travel back.
+    pub fn deadline(&self, query: Option<&str>) -> Duration {
+        let advertised =
+            Duration::from_secs(self.config.server.handler_timeout_seconds.max(1) as u64);
+        let asked = query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .find_map(|kv| kv.strip_prefix("timeout="))
+            .and_then(|v| config::parse_duration(v).ok())
+            .filter(|d| !d.is_zero());
+        let budget = asked.map_or(advertised, |a| a.min(advertised));
+        budget.saturating_sub(DEADLINE_MARGIN.min(budget / 4))
+    }
+
+    /// Routes one request: (HTTP status, JSON body). A hook that has not answered by
+    /// `deadline` gets the answer CAPI can act on: UpdateMachine `Success` with
+    /// `retryAfterSeconds` (the operation, if it started, goes on on the node, and the next
+    /// call finds it), a CanUpdate hook `Failure` with the reason (CAPI retries).
+    pub async fn handle(
+        &self,
+        method: &str,
+        path: &str,
+        deadline: Duration,
+        body: &[u8],
+    ) -> (StatusCode, Value) {
+        match tokio::time::timeout(deadline, self.route(method, path, body)).await {
+            Ok(r) => r,
+            Err(_) => {
+                let why = format!(
+                    "the node agent did not answer within the hook's deadline ({deadline:?})"
+                );
+                tracing::warn!(path, "{why}");
+                let v = if path.ends_with("/update-machine") {
+                    serde_json::to_value(UpdateMachineResponse::new(
+                        Status::Success,
+                        format!("waiting: {why}"),
+                        self.config.update.retry_after_seconds,
+                    ))
+                    .unwrap_or_default()
+                } else if path.ends_with("/can-update-machineset") {
+                    failure(
+                        "CanUpdateMachineSetResponse",
+                        &format!("{why}; CAPI will retry"),
+                    )
+                } else {
+                    failure(
+                        "CanUpdateMachineResponse",
+                        &format!("{why}; CAPI will retry"),
+                    )
+                };
+                (StatusCode::OK, v)
+            }
+        }
+    }
+
+    async fn route(&self, method: &str, path: &str, body: &[u8]) -> (StatusCode, Value) {
         if method == "GET" && path == "/healthz" {
             return (StatusCode::OK, serde_json::json!({"status": "ok"}));
         }
@@ -673,6 +746,10 @@ pub fn allowlist(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<AllowedClie
 /// Longest a client may take to send its request headers (hyper's header read timeout,
 /// also the idle time of a kept-alive connection between requests).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time kept back from a hook's deadline for the answer to reach CAPI (at most a quarter
+/// of the deadline).
+pub const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
+
 /// Longest a client may take to send a request body.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest life of one connection (CAPI's Runtime SDK client opens new ones as needed).
@@ -782,6 +859,9 @@ async fn respond(
 ) -> Response<Full<Bytes>> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
+    // The clock starts when the request arrives, before the body is read.
+    let started = std::time::Instant::now();
+    let budget = ext.deadline(req.uri().query());
     // A slot before the body is read: bodies wait in the socket, not in memory.
     let Ok(_slot) = requests.clone().acquire_owned().await else {
         return json_response(
@@ -794,8 +874,9 @@ async fn respond(
         Limited::new(req.into_body(), MAX_BODY).collect(),
     )
     .await;
+    let deadline = budget.saturating_sub(started.elapsed());
     let (status, v) = match body {
-        Ok(Ok(b)) => ext.handle(&method, &path, &b.to_bytes()).await,
+        Ok(Ok(b)) => ext.handle(&method, &path, deadline, &b.to_bytes()).await,
         Ok(Err(e)) => (
             StatusCode::PAYLOAD_TOO_LARGE,
             serde_json::json!({"status": "Failure", "message": format!("request body: {e} (limit {MAX_BODY} bytes)")}),
