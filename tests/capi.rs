@@ -323,9 +323,7 @@ async fn scenario_e_machineset_from_capabilities() {
     let ext = Extension::start(&pki, &[], "");
     let req = fixture("e-machineset-worker-template/canupdatemachineset-request.json");
     let want = fixture("e-machineset-worker-template/canupdatemachineset-response.json");
-    let resp = ext
-        .hook("canupdatemachineset", "can-update-machineset", &req)
-        .await;
+    let resp = ext.can_update_machine_set(&req).await;
     assert_eq!(resp["status"], "Success", "{resp}");
     assert_eq!(
         ops(&resp, "bootstrapConfigTemplatePatch"),
@@ -338,9 +336,7 @@ async fn scenario_e_machineset_from_capabilities() {
     // Without the kubelet capability the args stay different and the Metal3 template
     // makes the MachineSet hardware-bound: preserve.
     let ext = Extension::start(&pki, &[], "[machine_set]\ncapabilities = [\"files\"]\n");
-    let resp = ext
-        .hook("canupdatemachineset", "can-update-machineset", &req)
-        .await;
+    let resp = ext.can_update_machine_set(&req).await;
     assert_eq!(resp["preserveOnInsufficientCoverage"], true, "{resp}");
     assert!(
         resp["message"]
@@ -878,10 +874,7 @@ async fn affects_availability_from_the_covered_disruption() {
     let set = |body: &Value| {
         let ext = &ext;
         let body = body.clone();
-        async move {
-            ext.hook("canupdatemachineset", "can-update-machineset", &body)
-                .await
-        }
+        async move { ext.can_update_machine_set(&body).await }
     };
     let r = set(&e).await;
     assert_eq!(r["affectsAvailability"], json!(true), "{r}");
@@ -942,4 +935,37 @@ async fn hooks_answer_within_their_deadline_when_the_agent_stalls() {
         .await;
     assert_eq!(r["status"], "Failure", "{r}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+/// The MachineDeployment path diffs the raw templates (upstream blanks
+/// `joinConfiguration.discovery` only for KCP): a pair that differs only in the discovery
+/// token is not covered, naming the path, and the token appears nowhere in the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_set_discovery_change_is_seen_as_capi_sees_it() {
+    let pki = Pki::new();
+    let ext = Extension::start(&pki, &[], "");
+    let mut e = fixture("e-machineset-worker-template/canupdatemachineset-request.json");
+    let spec = |side: &str| format!("/{side}/bootstrapConfigTemplate/spec/template/spec");
+    let cur = e.pointer(&spec("current")).unwrap().clone();
+    *e.pointer_mut(&spec("desired")).unwrap() = cur;
+    for (side, token) in [
+        ("current", "abcdef.0123456789abcdef"),
+        ("desired", "uvwxyz.9876543210fedcba"),
+    ] {
+        e.pointer_mut(&spec(side)).unwrap()["joinConfiguration"]["discovery"] =
+            json!({"bootstrapToken": {"token": token, "apiServerEndpoint": "10.0.0.1:6443"}});
+    }
+    let r = ext.can_update_machine_set(&e).await;
+    assert_eq!(r["status"], "Success", "{r}");
+    assert!(r.get("bootstrapConfigTemplatePatch").is_none(), "{r}");
+    let msg = r["message"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.template.spec.joinConfiguration.discovery"),
+        "{msg}"
+    );
+    let text = r.to_string();
+    assert!(
+        !text.contains("9876543210fedcba") && !text.contains("0123456789abcdef"),
+        "{text}"
+    );
 }

@@ -252,9 +252,13 @@ impl Extension {
 
     /// CanUpdateMachineSet: deterministic, from the translation and the declared
     /// capabilities (no node is asked; CAPI caches the answer for 24 h).
-    pub fn can_update_machine_set(&self, mut req: CanUpdateMachineSetRequest) -> Value {
+    pub fn can_update_machine_set(&self, req: CanUpdateMachineSetRequest) -> Value {
         const KIND: &str = "CanUpdateMachineSetResponse";
-        req.redact();
+        // Diffed as CAPI diffs it: the MachineDeployment path compares the raw template
+        // specs (only KCP's PrepareKubeadmConfigsForDiff blanks joinConfiguration.discovery),
+        // so a change there is a unit of its own, not covered (a joined node never reads it,
+        // and a patch would carry the bootstrap secret). The objects are neither logged nor
+        // forwarded, and the message names paths, never values.
         let eff = match self.settings(&req.settings) {
             Ok(e) => e,
             Err(e) => return failure(KIND, &e),

@@ -253,9 +253,23 @@ impl Extension {
         v
     }
 
+    /// CanUpdateMachine, with CAPI's own apply-and-compare run on the answer
+    /// ([`super::upstream::check`]).
     pub async fn can_update_machine(&self, body: &Value) -> Value {
-        self.hook("canupdatemachine", "can-update-machine", body)
-            .await
+        let r = self
+            .hook("canupdatemachine", "can-update-machine", body)
+            .await;
+        super::upstream::check("CanUpdateMachine", body, &r);
+        r
+    }
+
+    /// CanUpdateMachineSet, with CAPI's own apply-and-compare run on the answer.
+    pub async fn can_update_machine_set(&self, body: &Value) -> Value {
+        let r = self
+            .hook("canupdatemachineset", "can-update-machineset", body)
+            .await;
+        super::upstream::check("CanUpdateMachineSet", body, &r);
+        r
     }
 
     pub async fn update_machine(&self, body: &Value) -> Value {

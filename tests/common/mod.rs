@@ -6,6 +6,7 @@
 pub mod capi;
 pub mod pki;
 mod tree;
+pub mod upstream;
 
 pub use tree::copy_tree;
 
