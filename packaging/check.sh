@@ -41,6 +41,7 @@ need_cmd() { # command package
 need_cmd dpkg-deb dpkg
 need_cmd rpm rpm
 need_cmd systemd-analyze systemd
+need_cmd man man-db
 
 command -v cargo >/dev/null || die "cargo is required (Rust 1.95 or newer)"
 need_cargo_tool() { # subcommand crate version
@@ -68,6 +69,9 @@ t0=$SECONDS
 say "cargo build --release --locked"
 cargo build --release --locked
 say "release build: $((SECONDS - t0)) s"
+# man pages and shell completions from the clap definitions (Cargo.toml's package assets)
+cargo run --release --locked --quiet --example gen-docs -- "$target_dir/assets" >/dev/null ||
+    die "generating man pages and completions failed"
 
 t0=$SECONDS
 cargo deb --no-build --locked --output "$out/" >/dev/null || die "cargo deb failed"
@@ -146,8 +150,25 @@ else
     fail "deb: packaged binaries run (--version)"
 fi
 
+for f in usr/share/man/man8/inplaced.8.gz usr/share/man/man1/inplacectl.1.gz \
+    usr/share/bash-completion/completions/inplacectl usr/share/bash-completion/completions/inplaced \
+    usr/share/zsh/vendor-completions/_inplacectl usr/share/fish/vendor_completions.d/inplacectl.fish; do
+    expect "deb: $f" "$deb_list" " \./${f//./\\.}\$"
+done
+for page in usr/share/man/man8/inplaced.8.gz usr/share/man/man1/inplacectl.1.gz; do
+    rendered=$(MANWIDTH=80 man -l "$tmp/deb/$page" 2>&1 | col -b 2>/dev/null || true)
+    expect "deb: man -l renders $(basename "$page")" "$rendered" '^(SYNOPSIS|NAME)'
+done
+expect "deb: bash completion knows the subcommands" \
+    "$(cat "$tmp/deb/usr/share/bash-completion/completions/inplacectl")" 'coverage'
+
 # --- .rpm
 rpm_list=$(rpm -qlp "$rpmf" 2>/dev/null)
+for f in /usr/share/man/man8/inplaced.8.gz /usr/share/man/man1/inplacectl.1.gz \
+    /usr/share/bash-completion/completions/inplacectl /usr/share/zsh/site-functions/_inplacectl \
+    /usr/share/fish/vendor_completions.d/inplacectl.fish; do
+    expect "rpm: $f" "$rpm_list" "^${f//./\\.}\$"
+done
 for f in /usr/bin/inplaced /usr/bin/inplacectl /usr/lib/systemd/system/inplaced.service \
     /usr/lib/tmpfiles.d/inplaced.conf /etc/inplaced/config.toml \
     /usr/share/doc/inplaced/README.md; do

@@ -277,6 +277,21 @@ fn denied_set(patterns: &[String]) -> std::sync::Arc<globset::GlobSet> {
     set
 }
 
+/// `[metrics]`: where the Prometheus metrics go (both off by default).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` serving `GET /metrics` (OpenMetrics text). Plain HTTP on a loopback
+    /// address; any other address is served over HTTPS with the mutual TLS of `[api.tcp]`
+    /// (its certificates and its `[[api.tcp.clients]]` allowlist, any role). Empty: off.
+    pub listen: String,
+    /// A node_exporter textfile collector file (e.g.
+    /// `/var/lib/node_exporter/textfile_collector/inplaced.prom`), rewritten atomically
+    /// when anything it reports changes (checked every 5 s: after every operation and
+    /// drift scan). Empty: off.
+    pub textfile: String,
+}
+
 /// A role of a remote client.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -463,6 +478,8 @@ pub struct Config {
     pub history: HistoryConfig,
     /// Drift detection.
     pub drift: DriftConfig,
+    /// Prometheus metrics.
+    pub metrics: MetricsConfig,
     /// Local API access.
     pub api: ApiConfig,
     /// Write policy and limits.

@@ -27,6 +27,7 @@ pub mod extension;
 pub mod failpoint;
 pub mod kubelet;
 pub mod logging;
+pub mod metrics;
 pub mod node;
 pub mod ntp;
 pub mod pb;

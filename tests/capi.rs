@@ -969,3 +969,55 @@ async fn machine_set_discovery_change_is_seen_as_capi_sees_it() {
         "{text}"
     );
 }
+
+/// The extension's metrics: hook calls by hook and answer, their latency, agent calls by
+/// result, scraped from its own port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extension_metrics_count_hooks_answers_and_agent_calls() {
+    let pki = Pki::new();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let ext = Extension::start(
+        &pki,
+        &[("site-a/edge-1-cp-7xk2p", &addr)],
+        &format!("[metrics]\nlisten = \"{metrics}\"\n"),
+    );
+    let a = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    ext.can_update_machine(&a).await;
+    let seen = poll_update(&ext, &update_request(&a)).await;
+    assert_eq!(seen.last().unwrap()["retryAfterSeconds"], 0);
+    let body = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in {body}"))
+    };
+    assert_eq!(
+        value("inplace_extension_hook_calls_total{hook=\"CanUpdateMachine\",answer=\"covered\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("inplace_extension_hook_calls_total{hook=\"UpdateMachine\",answer=\"done\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("inplace_extension_hook_calls_total{hook=\"UpdateMachine\",answer=\"in_progress\"}"),
+        (seen.len() - 1) as f64
+    );
+    assert!(value("inplace_extension_agent_calls_total{result=\"ok\"}") >= 4.0);
+    assert_eq!(
+        value("inplace_extension_hook_duration_seconds_count{hook=\"CanUpdateMachine\"}"),
+        1.0
+    );
+    node.stop();
+}

@@ -82,6 +82,14 @@ fn run(args: Args) -> anyhow::Result<()> {
             (r.clone(), r.clone(), r)
         }
     };
+    // Journals left by an interrupted run: Agent::new recovers each of them.
+    let recoveries = std::fs::read_dir(args.state_dir.join("journal"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .count() as u64
+        })
+        .unwrap_or(0);
     let agent = Agent::new(AgentParts {
         root: args.root.clone(),
         state_dir: args.state_dir.clone(),
@@ -145,8 +153,14 @@ fn run(args: Args) -> anyhow::Result<()> {
             tracing::info!("shutting down: no new requests; open calls get {GRACE:?}");
             let _ = stop_tx.send(true);
         });
+        let metrics = Arc::new(crate::metrics::NodeMetrics::new(
+            agent.facts(),
+            env!("CARGO_PKG_VERSION"),
+            recoveries,
+        ));
         let serve = crate::server::serve(
             agent,
+            metrics,
             &args.socket,
             || {
                 let _ = sd_notify::notify(&[

@@ -58,6 +58,13 @@ fn run(args: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("server.listen {listen}"))?;
         tracing::info!(listen = %listener.local_addr()?, "inplace-extension serving the CAPI in-place update hooks");
+        if !config.metrics.listen.is_empty() {
+            let l = tokio::net::TcpListener::bind(&config.metrics.listen)
+                .await
+                .with_context(|| format!("metrics.listen {}", config.metrics.listen))?;
+            tracing::info!(listen = %l.local_addr()?, "serving metrics");
+            tokio::spawn(crate::extension::serve_metrics(l));
+        }
         let ext = Arc::new(Extension::new(config));
         serve(ext, listener, endpoint, super::stop_requested()).await;
         tracing::info!("stopped");

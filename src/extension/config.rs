@@ -256,6 +256,16 @@ impl Default for MachineSetConfig {
     }
 }
 
+/// `[metrics]`: Prometheus metrics ([`super::metrics`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` serving `GET /metrics` over plain HTTP (e.g. `0.0.0.0:9090`); empty:
+    /// off. Counts only, no request content.
+    #[serde(default)]
+    pub listen: String,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -276,6 +286,9 @@ pub struct Config {
     /// MachineSet capability model.
     #[serde(default)]
     pub machine_set: MachineSetConfig,
+    /// Prometheus metrics.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
 }
 
 impl Config {

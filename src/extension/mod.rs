@@ -11,6 +11,7 @@
 
 pub mod budget;
 pub mod config;
+pub mod metrics;
 pub mod resolve;
 
 use std::convert::Infallible;
@@ -58,12 +59,14 @@ async fn call<T>(
     t: Duration,
     f: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, tonic::Status> {
-    match tokio::time::timeout(t, f).await {
+    let r = match tokio::time::timeout(t, f).await {
         Ok(r) => r.map(tonic::Response::into_inner),
         Err(_) => Err(tonic::Status::deadline_exceeded(format!(
             "no answer within {t:?}"
         ))),
-    }
+    };
+    metrics::get().agent_call(r.as_ref().map(|_| ()).map_err(tonic::Status::code));
+    r
 }
 
 /// The node's coverage of `spec` under the request's reboot policy.
@@ -559,9 +562,30 @@ impl Extension {
         deadline: Duration,
         body: &[u8],
     ) -> (StatusCode, Value) {
+        let hook = metrics::hook_of(path);
+        let t = std::time::Instant::now();
+        let r = self.answer_in_time(method, path, deadline, body).await;
+        if r.0 == StatusCode::OK {
+            metrics::get().hook(
+                hook,
+                metrics::answer_of(hook, &r.1),
+                t.elapsed().as_secs_f64(),
+            );
+        }
+        r
+    }
+
+    async fn answer_in_time(
+        &self,
+        method: &str,
+        path: &str,
+        deadline: Duration,
+        body: &[u8],
+    ) -> (StatusCode, Value) {
         match tokio::time::timeout(deadline, self.route(method, path, body)).await {
             Ok(r) => r,
             Err(_) => {
+                metrics::get().deadline_missed(metrics::hook_of(path));
                 let why = format!(
                     "the node agent did not answer within the hook's deadline ({deadline:?})"
                 );
@@ -840,6 +864,42 @@ pub async fn serve(
                 Err(_) => tracing::debug!(%peer, "connection closed after {MAX_CONNECTION_LIFE:?}"),
                 Ok(Ok(())) => {}
             }
+        });
+    }
+}
+
+/// Serves `GET /metrics` (plain HTTP; [`metrics`]) on `listener`, forever.
+pub async fn serve_metrics(listener: tokio::net::TcpListener) {
+    use crate::server::accept::{Backoff, Gate, accept};
+    let gate = Gate::new(8);
+    let mut backoff = Backoff::default();
+    loop {
+        let a = accept(&listener, &gate, &mut backoff, "metrics.listen").await;
+        tokio::spawn(async move {
+            let _place = a.permit;
+            let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                let mut r = if req.uri().path() == "/metrics" {
+                    let mut r = Response::new(Full::new(Bytes::from(metrics::get().encode())));
+                    r.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static(
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        ),
+                    );
+                    r
+                } else {
+                    Response::new(Full::new(Bytes::from_static(b"see /metrics\n")))
+                };
+                if req.uri().path() != "/metrics" {
+                    *r.status_mut() = StatusCode::NOT_FOUND;
+                }
+                Ok::<_, Infallible>(r)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(a.stream), svc);
+            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
         });
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod accept;
 pub mod limits;
+pub mod metrics;
 pub mod tls;
 
 use std::os::unix::fs::PermissionsExt;
@@ -71,16 +72,23 @@ pub struct Service {
     reader_gid: Option<u32>,
     /// Coverage calls that may plan at once (`policy.max_concurrent_coverage`).
     planning: Arc<tokio::sync::Semaphore>,
+    metrics: Arc<crate::metrics::NodeMetrics>,
 }
 
 impl Service {
-    /// Wraps an agent; members of `reader_gid` are readers on the Unix socket.
-    pub fn new(agent: Arc<Agent>, reader_gid: Option<u32>) -> Self {
+    /// Wraps an agent; members of `reader_gid` are readers on the Unix socket; coverage
+    /// latency goes to `metrics`.
+    pub fn new(
+        agent: Arc<Agent>,
+        reader_gid: Option<u32>,
+        metrics: Arc<crate::metrics::NodeMetrics>,
+    ) -> Self {
         let slots = agent.config().policy.max_concurrent_coverage.max(1);
         Service {
             agent,
             reader_gid,
             planning: Arc::new(tokio::sync::Semaphore::new(slots)),
+            metrics,
         }
     }
 
@@ -179,9 +187,10 @@ impl NodeAgent for Service {
         let policy =
             pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
         let _slot = self.planning_slot().await?;
-        blocking(move || a.coverage(&desired, policy))
-            .await
-            .map(Response::new)
+        let t = std::time::Instant::now();
+        let r = blocking(move || a.coverage(&desired, policy)).await;
+        self.metrics.observe_coverage(t.elapsed().as_secs_f64());
+        r.map(Response::new)
     }
 
     async fn apply(
@@ -334,11 +343,43 @@ fn grpc_server() -> tonic::transport::Server<SizeLayer> {
 /// bound, and stops when `stop` turns true.
 pub async fn serve(
     agent: Arc<Agent>,
+    metrics: Arc<crate::metrics::NodeMetrics>,
     socket: &Path,
     ready: impl FnOnce(),
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
+    let mc = agent.config().metrics.clone();
+    if !mc.textfile.is_empty() {
+        tokio::spawn(metrics::textfile(
+            agent.clone(),
+            metrics.clone(),
+            mc.textfile.clone().into(),
+            stop.clone(),
+        ));
+    }
+    if !mc.listen.is_empty() {
+        let (a, m, s, l) = (
+            agent.clone(),
+            metrics.clone(),
+            stop.clone(),
+            mc.listen.clone(),
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let r = metrics::serve(a, m, &l, s).await;
+            if let Err(e) = &r {
+                tracing::error!(error = %format!("{e:#}"), "metrics listener");
+            }
+            let _ = tx.send(r);
+        });
+        // a listener that fails at once (bad address, port in use) fails the start
+        if let Ok(Ok(Err(e))) =
+            tokio::time::timeout(std::time::Duration::from_millis(200), rx).await
+        {
+            return Err(e);
+        }
+    }
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -418,7 +459,7 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .context("building the reflection service (v1alpha)")?;
-    let api = NodeAgentServer::new(Service::new(agent, reader_gid))
+    let api = NodeAgentServer::new(Service::new(agent, reader_gid, metrics))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Checks deploy/alerts.yaml: promtool (Debian's prometheus package) validates the rules,
+# and every inplaced_* / inplace_extension_* metric name the rules use must be one the
+# binaries export (the names are read from the metric tables in src/metrics.rs and
+# src/extension/metrics.rs, which tests/metrics.rs and tests/capi.rs assert are scraped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v promtool >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    # the daemon is not wanted, only promtool; no service starts without systemd
+    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+promtool check rules deploy/alerts.yaml
+exported=$(grep -ohE '`(inplaced|inplace_extension)_[a-z_]+`' src/metrics.rs src/extension/metrics.rs | tr -d '`' | sort -u)
+used=$(grep -oE '(inplaced|inplace_extension)_[a-z_]+' deploy/alerts.yaml | grep -v '^inplaced_prom' | sort -u)
+missing=0
+for m in $used; do
+    if ! grep -qx "$m" <<<"$exported"; then
+        echo "deploy/alerts.yaml uses $m, which no binary exports" >&2
+        missing=1
+    fi
+done
+[ "$missing" = 0 ]
+echo "alerts: $(grep -c -- '- alert:' deploy/alerts.yaml) rules checked"

@@ -1,0 +1,64 @@
+//! Generates the man pages (`clap_mangen`) and shell completions (`clap_complete`) of the
+//! three binaries from their clap definitions, so they never disagree with `--help`:
+//!
+//! - `<dir>/man/inplaced.8.gz`, `inplacectl.1.gz`, `inplace-extension.8.gz` (gzip, as
+//!   Debian policy and RPM's brp-compress ship them);
+//! - `<dir>/completions/inplacectl.bash`, `inplaced.bash`, `_inplacectl` (zsh),
+//!   `inplacectl.fish`.
+//!
+//! `packaging/check.sh` runs it after the release build (into `target/assets`, where the
+//! package metadata in `Cargo.toml` picks the files up).
+//! Usage: `cargo run --example gen-docs -- <dir>`.
+
+use std::io::Write;
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+
+fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(bytes)?;
+    e.finish()
+}
+
+fn main() -> std::io::Result<()> {
+    let dir = std::path::PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "target/assets".into()),
+    );
+    let man = dir.join("man");
+    let comp = dir.join("completions");
+    std::fs::create_dir_all(&man)?;
+    std::fs::create_dir_all(&comp)?;
+    let pages = [
+        (inplaced::cli::daemon::Args::command(), "inplaced", "8"),
+        (inplaced::cli::ctl::Args::command(), "inplacectl", "1"),
+        (
+            inplaced::cli::extension::Args::command(),
+            "inplace-extension",
+            "8",
+        ),
+    ];
+    for (cmd, name, section) in pages {
+        let cmd = cmd.name(name);
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .section(section)
+            .render(&mut page)?;
+        std::fs::write(man.join(format!("{name}.{section}.gz")), gzip(&page)?)?;
+    }
+    let mut ctl = inplaced::cli::ctl::Args::command().name("inplacectl");
+    let mut daemon = inplaced::cli::daemon::Args::command().name("inplaced");
+    let write = |file: &str, shell: Shell, cmd: &mut clap::Command, bin: &str| {
+        let mut out = Vec::new();
+        clap_complete::generate(shell, cmd, bin, &mut out);
+        std::fs::write(comp.join(file), out)
+    };
+    write("inplacectl.bash", Shell::Bash, &mut ctl, "inplacectl")?;
+    write("_inplacectl", Shell::Zsh, &mut ctl, "inplacectl")?;
+    write("inplacectl.fish", Shell::Fish, &mut ctl, "inplacectl")?;
+    write("inplaced.bash", Shell::Bash, &mut daemon, "inplaced")?;
+    println!("wrote man pages and completions to {}", dir.display());
+    Ok(())
+}

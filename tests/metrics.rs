@@ -1,0 +1,136 @@
+//! Prometheus metrics, black box: the real daemon on a fixture copy, scraped over HTTP on
+//! loopback and read from its node_exporter textfile, after real operations.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::Node;
+use common::pki::free_port;
+
+fn scrape(addr: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
+}
+
+/// The value of the sample `line` starts with (`name{labels}`), if present.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn metrics_follow_operations_over_http_and_the_textfile() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let textfile = node.dir.path().join("textfile/inplaced.prom");
+    std::fs::create_dir_all(textfile.parent().unwrap()).unwrap();
+    std::fs::write(
+        &node.config,
+        format!(
+            "[metrics]\nlisten = \"{addr}\"\ntextfile = \"{}\"\n",
+            textfile.display()
+        ),
+    )
+    .unwrap();
+    node.start();
+    let (head, body) = scrape(&addr);
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(
+        body.contains(
+            "inplaced_build_info{version=\"0.1.0\",kernel_args_backend=\"grub\",platform=\"bare-metal\"} 1"
+        ),
+        "{body}"
+    );
+    assert_eq!(sample(&body, "inplaced_managed_items"), Some(0.0));
+    assert!(
+        body.trim_end().ends_with("# EOF"),
+        "OpenMetrics text ends with # EOF"
+    );
+
+    let spec = node.spec("a.yaml", "kubelet:\n  flags:\n    max-pods: \"250\"\n");
+    let o = node.ctl(&["apply", "-f", &spec, "--id", "flags", "--wait"]);
+    assert!(o.status.success(), "{}", common::err(&o));
+    let o = node.ctl(&["coverage", "-f", &spec]);
+    assert!(o.status.success());
+    let spec = node.spec(
+        "b.yaml",
+        "kubelet:\n  flags:\n    max-pods: \"250\"\nkernelArgs: [isolcpus=2-7]\n",
+    );
+    let o = node.ctl(&["apply", "-f", &spec, "--id", "kargs", "--wait"]);
+    assert!(o.status.success(), "{}", common::err(&o));
+
+    let (_, body) = scrape(&addr);
+    assert_eq!(
+        sample(&body, "inplaced_operations_total{phase=\"Succeeded\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "inplaced_pending_reboot{operation=\"kargs\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "inplaced_last_operation_result{phase=\"Succeeded\"}"),
+        Some(1.0)
+    );
+    // the kubelet flag and the staged kernel argument
+    assert_eq!(sample(&body, "inplaced_managed_items"), Some(2.0), "{body}");
+    assert!(sample(&body, "inplaced_coverage_duration_seconds_count").unwrap() >= 1.0);
+    assert_eq!(
+        sample(&body, "inplaced_apply_duration_seconds_count"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&body, "inplaced_journal_recoveries_total"),
+        Some(0.0)
+    );
+
+    // the textfile catches up within its 5 s refresh
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let t = std::fs::read_to_string(&textfile).unwrap_or_default();
+        if sample(&t, "inplaced_pending_reboot{operation=\"kargs\"}") == Some(1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "textfile never showed the pending reboot: {t}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&textfile).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o644);
+    assert!(
+        std::fs::read_dir(textfile.parent().unwrap())
+            .unwrap()
+            .all(|e| e.unwrap().file_name() == "inplaced.prom"),
+        "no temporary file is left"
+    );
+    node.stop();
+}
+
+/// Off loopback the metrics listener needs the mutual TLS of `[api.tcp]`; without it the
+/// daemon does not start, and says which key to set.
+#[test]
+fn metrics_off_loopback_need_mutual_tls() {
+    let node = Node::new("ubuntu-2404-grub");
+    std::fs::write(&node.config, "[metrics]\nlisten = \"0.0.0.0:0\"\n").unwrap();
+    let out = node.daemon().output().unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("metrics.listen 0.0.0.0:0 is not a loopback address")
+            && e.contains("api.tcp.cert"),
+        "{e}"
+    );
+}
