@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the cached base image of the VM test: Debian bookworm, minbase, with
-# systemd, a kernel, GRUB on BIOS (one MBR partition), a serial console, a static address
-# for QEMU's user network and a 9p share. Nothing of inplaced is in it: run.sh installs the
-# package into a per-run copy.
+# systemd, a kernel, a serial console, a static address for QEMU's user network and a 9p
+# share, and one of two boot paths:
+#   bios: GRUB on BIOS, one MBR partition (update-grub, /etc/default/grub)
+#   uefi: systemd-boot on UEFI (OVMF), GPT with an ESP at /boot/efi, Type #1 (BLS)
+#         entries written by kernel-install from /etc/kernel/cmdline
+# Nothing of inplaced is in it: run.sh installs the package into a per-run copy.
 #
-#   bash tests/vm/image.sh          # prints the path of the cached qcow2
+#   bash tests/vm/image.sh [bios|uefi]      # prints the path of the cached qcow2
 #
 # The cache key is a hash of this file and the package list, so editing the recipe
 # rebuilds. Cache: $INPLACED_VM_CACHE (default /var/cache/inplaced-vm). Built on tmpfs.
@@ -13,11 +16,17 @@ shopt -s inherit_errexit 2>/dev/null || true
 here=$(cd "$(dirname "$0")" && pwd)
 
 SUITE=bookworm
-PACKAGES=systemd,systemd-sysv,udev,dbus,linux-image-amd64,grub-pc,initramfs-tools,e2fsprogs,kmod,iproute2,procps
+BOOT=${1:-bios}
+PACKAGES=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,e2fsprogs,kmod,iproute2,procps
+case "$BOOT" in
+bios) PACKAGES=$PACKAGES,grub-pc ;;
+uefi) PACKAGES=$PACKAGES,systemd-boot ;;
+*) echo "usage: image.sh [bios|uefi]" >&2; exit 2 ;;
+esac
 DISK_SIZE=2G
 cache=${INPLACED_VM_CACHE:-/var/cache/inplaced-vm}
-key=$( { cat "$here/image.sh"; echo "$SUITE $PACKAGES $DISK_SIZE"; } | sha256sum | cut -c1-16)
-image=$cache/base-$SUITE-$key.qcow2
+key=$( { cat "$here/image.sh"; echo "$SUITE $BOOT $PACKAGES $DISK_SIZE"; } | sha256sum | cut -c1-16)
+image=$cache/base-$SUITE-$BOOT-$key.qcow2
 
 say() { printf 'vm-image: %s\n' "$*" >&2; }
 
@@ -33,7 +42,7 @@ loop=
 mnt=$work/mnt
 cleanup() {
     set +e
-    for m in dev/pts dev proc sys; do mountpoint -q "$mnt/$m" && umount -l "$mnt/$m"; done
+    for m in boot/efi dev/pts dev proc sys; do mountpoint -q "$mnt/$m" && umount -l "$mnt/$m"; done
     mountpoint -q "$mnt" && umount "$mnt"
     if [ -n "$loop" ]; then
         partx -d "$loop" 2>/dev/null
@@ -54,18 +63,33 @@ mmdebstrap --variant=minbase --include="$PACKAGES" --aptopt='APT::Install-Recomm
     --quiet "$SUITE" "$work/root" - <"$sources"
 say "rootfs: $((SECONDS - t0)) s"
 
-# disk: one bootable MBR partition from 1 MiB
+# disk: bios: one bootable MBR partition from 1 MiB; uefi: GPT, a 200 MiB ESP, then root
 truncate -s "$DISK_SIZE" "$work/disk.raw"
-printf 'label: dos\nstart=2048, type=83, bootable\n' | sfdisk -q "$work/disk.raw"
+if [ "$BOOT" = bios ]; then
+    printf 'label: dos\nstart=2048, type=83, bootable\n' | sfdisk -q "$work/disk.raw"
+else
+    printf 'label: gpt\nstart=2048, size=200MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B\ntype=0FC63DAF-8483-4772-8E79-3D69D8477DE4\n' |
+        sfdisk -q "$work/disk.raw"
+fi
 loop=$(losetup -f --show "$work/disk.raw")
 # losetup -P makes no partition devices on some host kernels; partx -a does
 partx -a "$loop" 2>/dev/null || true
-part=${loop}p1
-for _ in $(seq 50); do [ -b "$part" ] && break; sleep 0.1; done
-if [ ! -b "$part" ]; then
-    # no devtmpfs node: make it from sysfs
-    dev=$(cat "/sys/block/${loop#/dev/}/${part#/dev/}/dev")
-    mknod "$part" b "${dev%:*}" "${dev#*:}"
+partdev() { # N: the partition device, made from sysfs when there is no devtmpfs node
+    local p=${loop}p$1 dev
+    for _ in $(seq 50); do [ -b "$p" ] && break; sleep 0.1; done
+    if [ ! -b "$p" ]; then
+        dev=$(cat "/sys/block/${loop#/dev/}/${p#/dev/}/dev")
+        mknod "$p" b "${dev%:*}" "${dev#*:}"
+    fi
+    echo "$p"
+}
+if [ "$BOOT" = bios ]; then
+    part=$(partdev 1)
+else
+    esp=$(partdev 1)
+    part=$(partdev 2)
+    mkfs.vfat -F 32 -n ESP "$esp" >/dev/null
+    esp_uuid=$(blkid -s UUID -o value "$esp")
 fi
 mkfs.ext4 -q -L vmroot "$part"
 uuid=$(blkid -s UUID -o value "$part")
@@ -78,9 +102,16 @@ rm -rf "$work/root"
 # (update-grub writes root=UUID= only when that link exists; the host has no udev).
 mount -t tmpfs -o mode=0755 vmdev "$mnt/dev"
 for n in null zero full random urandom tty; do cp -a "/dev/$n" "$mnt/dev/"; done
-cp -a "$loop" "$part" "$mnt/dev/"
+cp -a "$loop" "$part" ${esp:+"$esp"} "$mnt/dev/"
 mkdir -p "$mnt/dev/disk/by-uuid" "$mnt/dev/pts"
 ln -s "../../${part#/dev/}" "$mnt/dev/disk/by-uuid/$uuid"
+if [ "$BOOT" = uefi ]; then
+    # the host kernel may have no vfat: the ESP's tree is made in /boot/efi on the root
+    # and copied into the FAT file system with mtools afterwards
+    ln -s "../../${esp#/dev/}" "$mnt/dev/disk/by-uuid/$esp_uuid"
+    mkdir -p "$mnt/boot/efi"
+    mount -t tmpfs -o mode=0700 esp "$mnt/boot/efi"
+fi
 mount -t proc proc "$mnt/proc"
 mount -t sysfs sys "$mnt/sys"
 mount -t devpts devpts "$mnt/dev/pts"
@@ -88,7 +119,8 @@ mount -t devpts devpts "$mnt/dev/pts"
 # guest configuration
 cat >"$mnt/etc/fstab" <<EOF
 UUID=$uuid / ext4 errors=remount-ro 0 1
-vmshare /mnt/vm 9p trans=virtio,version=9p2000.L,msize=262144,nofail,x-systemd.device-timeout=30s 0 0
+${esp_uuid:+UUID=$esp_uuid /boot/efi vfat umask=0077 0 1
+}vmshare /mnt/vm 9p trans=virtio,version=9p2000.L,msize=262144,nofail,x-systemd.device-timeout=30s 0 0
 EOF
 mkdir -p "$mnt/mnt/vm"
 echo edge-vm >"$mnt/etc/hostname"
@@ -126,13 +158,34 @@ done
 mkdir -p /etc/systemd/system/serial-getty@ttyS0.service.d
 printf '[Service]\nExecStart=\nExecStart=-/sbin/agetty --autologin root --keep-baud 115200 %%I $TERM\n' \
     > /etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf
-update-initramfs -u -k all >/dev/null 2>&1
+# (on uefi the systemd-boot hook fails here: the boot loader is installed below)
+update-initramfs -u -k all >/dev/null 2>&1 || true
 EOF
+initrd_list=$(chroot "$mnt" sh -c 'lsinitramfs /boot/initrd.img-*')
+grep -q 'virtio_blk' <<<"$initrd_list" || { say "initrd lacks virtio_blk"; exit 1; }
 say "configured: $((SECONDS - t0)) s"
-chroot "$mnt" grub-install --target=i386-pc --modules="part_msdos ext2" "$loop" >/dev/null 2>&1 ||
-    chroot "$mnt" grub-install --target=i386-pc --modules="part_msdos ext2" "$loop"
-chroot "$mnt" update-grub >/dev/null 2>&1 || chroot "$mnt" update-grub
-grep -q "root=UUID=$uuid" "$mnt/boot/grub/grub.cfg" || { say "grub.cfg has no root=UUID=$uuid"; exit 1; }
+if [ "$BOOT" = bios ]; then
+    chroot "$mnt" grub-install --target=i386-pc --modules="part_msdos ext2" "$loop" >/dev/null 2>&1 ||
+        chroot "$mnt" grub-install --target=i386-pc --modules="part_msdos ext2" "$loop"
+    chroot "$mnt" update-grub >/dev/null 2>&1 || chroot "$mnt" update-grub
+    grep -q "root=UUID=$uuid" "$mnt/boot/grub/grub.cfg" || { say "grub.cfg has no root=UUID=$uuid"; exit 1; }
+else
+    rm -f "$mnt/etc/default/grub"
+    # the command line kernel-install writes into the entries' options
+    mkdir -p "$mnt/etc/kernel"
+    echo "root=UUID=$uuid ro console=ttyS0,115200n8" >"$mnt/etc/kernel/cmdline"
+    chroot "$mnt" env SYSTEMD_RELAX_ESP_CHECKS=1 bootctl install --esp-path=/boot/efi --no-variables >"$work/bootctl.log" 2>&1 ||
+        { cat "$work/bootctl.log" >&2; exit 1; }
+    printf 'timeout 0\nconsole-mode keep\n' >"$mnt/boot/efi/loader/loader.conf"
+    kver=$(basename "$(ls -d "$mnt"/lib/modules/*)")
+    chroot "$mnt" env SYSTEMD_RELAX_ESP_CHECKS=1 kernel-install add "$kver" "/boot/vmlinuz-$kver" "/boot/initrd.img-$kver" >"$work/kernel-install.log" 2>&1 ||
+        { cat "$work/kernel-install.log" >&2; exit 1; }
+    entries=$(ls "$mnt"/boot/efi/loader/entries/*.conf 2>/dev/null)
+    [ -n "$entries" ] || { say "kernel-install wrote no BLS entry"; cat "$work/kernel-install.log" >&2; exit 1; }
+    grep -q "root=UUID=$uuid" $entries || { say "BLS entry has no root=UUID=$uuid"; cat $entries >&2; exit 1; }
+    (cd "$mnt/boot/efi" && MTOOLS_SKIP_CHECK=1 mcopy -s -Q -i "$esp" ./* ::/)
+    umount "$mnt/boot/efi"
+fi
 say "boot loader: $((SECONDS - t0)) s"
 
 sync

@@ -34,11 +34,11 @@ vm_cleanup() {
 }
 
 # --- the per-run disk -------------------------------------------------------------------
-# disk_mount: attaches $disk and mounts its root partition on $work/mnt
+# disk_mount [N]: attaches $disk and mounts its root partition (N, default 1) on $work/mnt
 disk_mount() {
     loop_dev=$(losetup -f --show "$disk")
     partx -a "$loop_dev" 2>/dev/null || true
-    local part=${loop_dev}p1
+    local part=${loop_dev}p${1:-1}
     for _ in $(seq 50); do [ -b "$part" ] && break; sleep 0.1; done
     if [ ! -b "$part" ]; then
         local dev
@@ -70,7 +70,12 @@ vm_boot() {
     rm -f "$share/ready"
     serial=$logdir/serial-$boots.log
     local t0=$SECONDS
-    qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 1024 \
+    local fw=()
+    if [ "${vm_firmware:-bios}" = uefi ]; then
+        fw=(-drive "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd"
+            -drive "if=pflash,format=raw,unit=1,file=$work/OVMF_VARS_4M.fd")
+    fi
+    qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 1024 "${fw[@]}" \
         -display none -vga none -monitor none -serial "file:$serial" -no-reboot \
         -drive "file=$disk,format=raw,if=virtio,cache=writeback" \
         -nic "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:$port-:9443" \
@@ -140,6 +145,10 @@ gx_bg() {
     mkdir -p "$share/cmd"
     printf '%s\n' "$*" >"$share/cmd/$n.tmp"
     mv "$share/cmd/$n.tmp" "$share/cmd/$n.sh"
+}
+# save_journal: the guest's journal of this boot (volatile: lost at the reboot) to the logs
+save_journal() {
+    GX_TIMEOUT=60 gx 'journalctl -b --no-pager -o short-monotonic' >"$logdir/journal-boot$boots.txt" 2>&1 || true
 }
 # unit_prop UNIT PROP
 unit_prop() { gx "systemctl show -P $2 $1"; }

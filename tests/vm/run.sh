@@ -108,7 +108,7 @@ install -d -m 0700 "$mnt/etc/inplaced/tls"
 install -m 0644 "$pki/agent.crt" "$mnt/etc/inplaced/tls/server.crt"
 install -m 0644 "$pki/clients-ca.crt" "$mnt/etc/inplaced/tls/clients-ca.crt"
 install -m 0600 "$pki/agent.key" "$mnt/etc/inplaced/tls/server.key"
-python3 tests/vm/agent-config.py "$mnt/etc/inplaced/config.toml"
+sh tests/vm/agent-config.sh "$mnt/etc/inplaced/config.toml"
 disk_umount
 timing "disk prepared (package installed)" $((SECONDS - t0))
 
@@ -129,7 +129,7 @@ expect() {
 }
 scenario() { # NUMBER NAME FUNCTION
     current="$1 $2"
-    if [ -n "${INPLACED_VM_ONLY:-}" ] && ! grep -qw -- "$1" <<<"$INPLACED_VM_ONLY"; then return 0; fi
+    if [ -n "${INPLACED_VM_ONLY:-}" ] && ! grep -qw -- "${1:0:1}" <<<"$INPLACED_VM_ONLY"; then return 0; fi
     local nfail=${#failures[@]} t0=$SECONDS
     say "--- scenario $current"
     "$3"
@@ -184,15 +184,16 @@ if vm_boot; then
     scenario 1 install-from-package s1_install
     scenario 2 kubelet-under-systemd s2_kubelet
     scenario 8 whole-chain-extension s8_chain
-    scenario 3 sysctl-live s3_sysctl
+    scenario 3a sysctl-live s3_sysctl
     scenario 5 crash-under-systemd s5_crash
     scenario 6 watchdog s6_watchdog
-    scenario 4 kernel-args-reboot s4_kargs
+    scenario 4a kernel-args-staged s4_kargs
     scenario 7 upgrade-without-restart s7_upgrade
-    scenario 4 kernel-args-reboot-2 s4_after_reboot
-    scenario 3 sysctl-after-reboot s3_after_reboot
-    scenario 4 kernel-args-drop s4_drop
+    scenario 4b kernel-args-reboot s4_after_reboot
+    scenario 3b sysctl-after-reboot s3_after_reboot
+    scenario 4c kernel-args-drop-reboot s4_drop
     if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
+        save_journal
         gx_bg 'systemctl poweroff'
         vm_wait_exit || true
     fi

@@ -13,7 +13,9 @@ s1_install() {
     expect "inplacectl in the guest (local socket)" "$(gx 'inplacectl status')" 'grub'
     local st
     st=$(ctl -o json status) || { fail "GetStatus from the host over mTLS: $st"; return 1; }
+    echo "$st" >"$logdir/status-boot1.json"
     expect "GetStatus from the host: GRUB backend" "$st" '"backend": "(KERNEL_ARGS_BACKEND_)?GRUB"|grub'
+    expect "GetStatus: the boot id of the running kernel" "$st" "$boot_id"
     # journald: native entries (not a stderr stream) with the tracing target as a field
     local j
     j=$(gx 'journalctl -u inplaced -b -o verbose --no-pager | grep -E "^    (_TRANSPORT=journal|TARGET=|PRIORITY=)" | sort | uniq -c')
@@ -40,7 +42,7 @@ s2_kubelet() {
     [ "$(gx 'cat /var/lib/kubelet/kubeadm-flags.env')" = "$want" ] || fail "kubeadm-flags.env is not the original with max-pods=250: $(gx 'cat /var/lib/kubelet/kubeadm-flags.env')"
     # journald: the operation's lines carry OPERATION= and PHASE=
     expect "journalctl -u inplaced OPERATION=vm-kubelet-250" \
-        "$(gx 'journalctl -u inplaced OPERATION=vm-kubelet-250 -o verbose --no-pager | grep -E "^    (OPERATION|PHASE)=" | sort -u')" 'PHASE='
+        "$(gx 'journalctl -u inplaced OPERATION=vm-kubelet-250 -o verbose --no-pager | grep -E "^    (OPERATION|PHASE|ITEM)=" | sort -u | tr "\n" " "')" 'ITEM=kubelet\.flags\[max-pods\].*OPERATION=vm-kubelet-250 .*PHASE='
     local sum_before
     sum_before=$(gx 'sha256sum /var/lib/kubelet/kubeadm-flags.env')
     # a value the kubelet refuses: it exits 1 at every start, the health gate fails
@@ -56,6 +58,7 @@ s2_kubelet() {
     pid2=$(unit_prop kubelet MainPID)
     [ "$pid2" != "$pid1" ] || fail "kubelet not restarted after the rollback"
     expect "stand-in back on --max-pods=250" "$(gx 'cat /run/kubelet-standin/args')" '^--max-pods=250$'
+    expect "journal MESSAGE of the rollback" "$(gx 'journalctl -u inplaced OPERATION=vm-kubelet-refused PHASE=PHASE_ROLLED_BACK -o cat --no-pager')" '^operation phase: kubelet health check failed'
     expect "the stand-in refused --max-pods=many (journal)" "$(gx 'journalctl -u kubelet --no-pager | grep -c "invalid argument \"many\""')" '^[1-9]'
 }
 
@@ -180,12 +183,15 @@ s5_crash() {
     [ "$n1" -gt "$n0" ] || fail "NRestarts did not grow ($n0 -> $n1)"
     wait_serving 180 || { fail "agent not serving after systemd restarted it"; return 1; }
     [ "$(unit_prop inplaced MainPID)" != "$pid0" ] || fail "same MainPID after the crash"
-    expect "journal: the failpoint killed it" "$(gx 'journalctl -u inplaced --no-pager -n 300 | grep -E "failpoint reached|Main process exited, code=killed"')" 'failpoint reached|code=killed'
+    expect "journal: the failpoint killed it" "$(gx 'journalctl -u inplaced --no-pager -n 300 | grep -E "failpoint reached|Main process exited, code=killed"')" 'failpoint reached'
+    expect "journal: systemd restarted it" "$(gx 'journalctl -u inplaced --no-pager -n 300')" 'code=killed, status=9/KILL'
     local c
     c=$(crash_check)
     say "after the crash: $c, operation $(op_phase vm-crash-v2 2>&1)"
     expect "every file wholly old or new, no temporary file" "$c" '^old [0-9]+ new [0-9]+ bad 0 stray 0 files 300$'
-    expect "interrupted operation settled" "$(op_phase vm-crash-v2)" '^PHASE_(ROLLED_BACK|FAILED|SUCCEEDED)$'
+    # src/apply/mod.rs: rolled back at the next start, the operation ends Failed (interrupted)
+    expect "interrupted operation Failed" "$(op_phase vm-crash-v2)" '^PHASE_FAILED$'
+    expect "interrupted operation message" "$(ctl -o json get vm-crash-v2)" '"message": ".*interrupted'
     expect "journal recovered (no journal left in the state dir)" "$(gx 'ls /var/lib/inplaced')" '.'
     out=$(ctl apply -f "$spec_dir/crash-v2.yaml" --id vm-crash-v2b --wait 2>&1) || fail "re-apply v2: $(tail -3 <<<"$out")"
     expect "re-apply converges" "$(crash_check)" '^old 0 new 300 bad 0 stray 0'
@@ -231,6 +237,7 @@ s4_kargs() {
 }
 s4_after_reboot() {
     local boot_before=$boot_id out
+    save_journal
     out=$(ctl reboot vm-kargs-1 2>&1) || fail "Reboot RPC: $out"
     vm_wait_exit || { fail "the guest did not reboot (QEMU still running)"; return 1; }
     vm_boot || { fail "boot after the reboot"; return 1; }
@@ -248,6 +255,7 @@ s4_drop() {
     local out
     out=$(ctl apply -f "$(spec kargs-2)" --id vm-kargs-2 --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
     expect "RebootRequired" "$(op_phase vm-kargs-2)" '^PHASE_REBOOT_REQUIRED$'
+    save_journal
     out=$(ctl reboot vm-kargs-2 2>&1) || fail "Reboot RPC: $out"
     vm_wait_exit || { fail "the guest did not reboot"; return 1; }
     vm_boot || { fail "boot 3"; return 1; }
@@ -287,4 +295,36 @@ s7_upgrade() {
     expect "the new build runs" "$(gx "sha256sum /proc/$pid1/exe")" "^$new_sha "
     expect "state intact after the restart" "$(op_phase vm-kargs-1)" '^PHASE_REBOOT_REQUIRED$'
     expect "history intact" "$(ctl history)" 'vm-crash-v2b'
+}
+
+# 9. The second boot path: UEFI (OVMF), systemd-boot, Type #1 entries on a FAT ESP.
+s9_uefi_install() {
+    local show st
+    show=$(unit_prop inplaced ActiveState; unit_prop inplaced SubState)
+    expect "ActiveState, SubState" "$(tr '\n' ' ' <<<"$show")" '^active running $'
+    st=$(ctl -o json status) || { fail "GetStatus: $st"; return 1; }
+    echo "$st" >"$logdir/status-uefi.json"
+    expect "BLS backend on the ESP's entries" "$st" 'bls|BLS'
+    expect "the entry on the ESP" "$(gx 'ls /boot/efi/loader/entries')" '\.conf$'
+}
+s9_uefi_kargs() {
+    local before out entry
+    before=$(gx 'cat /proc/cmdline')
+    entry=$(gx 'ls /boot/efi/loader/entries/*.conf')
+    kargs=(inplaced.e2e=1 'inplaced.note="two words"')
+    out=$(ctl apply -f "$(spec uefi-kargs)" --id vm-uefi-kargs --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
+    expect "RebootRequired" "$(op_phase vm-uefi-kargs)" '^PHASE_REBOOT_REQUIRED$'
+    expect "entry options" "$(gx "grep ^options $entry")" 'inplaced\.e2e=1.*inplaced\.note="two words"'
+    expect "/etc/kernel/cmdline in agreement" "$(gx 'cat /etc/kernel/cmdline')" 'inplaced\.e2e=1'
+    save_journal
+    out=$(ctl reboot vm-uefi-kargs 2>&1) || fail "Reboot RPC: $out"
+    vm_wait_exit || { fail "the guest did not reboot"; return 1; }
+    vm_boot || { fail "boot after the reboot"; return 1; }
+    wait_serving 180 || { fail "agent not serving after the reboot"; return 1; }
+    expect "Succeeded after boot" "$(wait_phase vm-uefi-kargs 'PHASE_SUCCEEDED|PHASE_FAILED' 180)" '^PHASE_SUCCEEDED$' ||
+        say "operation: $(ctl -o json get vm-uefi-kargs)"
+    local now
+    now=$(gx 'cat /proc/cmdline')
+    say "/proc/cmdline: $now"
+    expect "only the two arguments added" "$(python3 tests/vm/cmdline-diff.py "$before" "$now")" '^added \[inplaced\.e2e=1 inplaced\.note=two words\] removed \[\]$'
 }

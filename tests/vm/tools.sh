@@ -3,7 +3,7 @@
 # qemu-utils must come from the same suite as qemu-system-x86: a newer qemu-utils (e.g.
 # a backport) conflicts with the suite's qemu-system-x86, so it is pinned to that version.
 vm_tools_install() {
-    local pkgs=(qemu-system-x86 mmdebstrap grub-pc-bin fdisk ovmf python3 e2fsprogs util-linux mount dosfstools)
+    local pkgs=(qemu-system-x86 mmdebstrap grub-pc-bin fdisk ovmf python3 e2fsprogs util-linux mount dosfstools mtools)
     local missing=() p
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
