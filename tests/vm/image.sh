@@ -183,7 +183,7 @@ else
     entries=$(ls "$mnt"/boot/efi/loader/entries/*.conf 2>/dev/null)
     [ -n "$entries" ] || { say "kernel-install wrote no BLS entry"; cat "$work/kernel-install.log" >&2; exit 1; }
     grep -q "root=UUID=$uuid" $entries || { say "BLS entry has no root=UUID=$uuid"; cat $entries >&2; exit 1; }
-    (cd "$mnt/boot/efi" && MTOOLS_SKIP_CHECK=1 mcopy -s -Q -i "$esp" ./* ::/)
+    (cd "$mnt/boot/efi" && MTOOLS_SKIP_CHECK=1 mcopy -s -Q -i "$work/disk.raw@@1M" ./* ::/)
     umount "$mnt/boot/efi"
 fi
 say "boot loader: $((SECONDS - t0)) s"

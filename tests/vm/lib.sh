@@ -9,6 +9,12 @@ qemu_pid=
 loop_dev=
 mounts=()
 host_pids=()
+# forget_pid PID: a host process this run has already waited for (no kill at cleanup)
+forget_pid() {
+    local keep=() p
+    for p in "${host_pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    host_pids=("${keep[@]}")
+}
 vm_cleanup() {
     set +e
     if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then

@@ -79,38 +79,46 @@ rm -rf "$work/newdeb"
 # ---------------------------------------------------------------------------------------
 # the per-run disk: the cached image with the package, the kubelet and the test's config
 
-t0=$SECONDS
-qemu-img convert -O raw "$image" "$disk"
-disk_mount
-cp "$deb" "$mnt/tmp/inplaced.deb"
-if ! chroot "$mnt" env PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg -i /tmp/inplaced.deb >"$logdir/dpkg-install.log" 2>&1; then
-    cat "$logdir/dpkg-install.log"
-    say "dpkg -i in the image failed"
-    exit 1
-fi
-rm -f "$mnt/tmp/inplaced.deb"
-g=tests/vm/guest
-install -m 0755 "$g/vm-runner" "$mnt/usr/local/sbin/vm-runner"
-install -m 0644 "$g/vm-runner.service" "$mnt/etc/systemd/system/vm-runner.service"
-ln -sf /etc/systemd/system/vm-runner.service "$mnt/etc/systemd/system/multi-user.target.wants/vm-runner.service"
-# the kubelet: kubeadm's unit layout around the stand-in
-install -m 0755 "$standin" "$mnt/usr/bin/kubelet"
-install -m 0644 "$g/kubelet.service" "$mnt/usr/lib/systemd/system/kubelet.service"
-install -d "$mnt/usr/lib/systemd/system/kubelet.service.d" "$mnt/var/lib/kubelet" "$mnt/etc/kubernetes"
-install -m 0644 "$g/10-kubeadm.conf" "$mnt/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf"
-ln -sf /usr/lib/systemd/system/kubelet.service "$mnt/etc/systemd/system/multi-user.target.wants/kubelet.service"
-install -m 0644 "$g/kubeadm-flags.env" "$mnt/var/lib/kubelet/kubeadm-flags.env"
-install -m 0644 "$g/kubelet-config.yaml" "$mnt/var/lib/kubelet/config.yaml"
-install -m 0644 "$g/default-kubelet" "$mnt/etc/default/kubelet"
-cp "$mnt/var/lib/kubelet/kubeadm-flags.env" "$work/kubeadm-flags.env.orig"
-# the agent's certificates and remote API ----------------------------------------------
-install -d -m 0700 "$mnt/etc/inplaced/tls"
-install -m 0644 "$pki/agent.crt" "$mnt/etc/inplaced/tls/server.crt"
-install -m 0644 "$pki/clients-ca.crt" "$mnt/etc/inplaced/tls/clients-ca.crt"
-install -m 0600 "$pki/agent.key" "$mnt/etc/inplaced/tls/server.key"
-sh tests/vm/agent-config.sh "$mnt/etc/inplaced/config.toml"
-disk_umount
-timing "disk prepared (package installed)" $((SECONDS - t0))
+# prepare_disk IMAGE ROOTPART: $disk from the cached image, with the package (dpkg -i in
+# the chroot), the stand-in kubelet under kubeadm's unit layout and the agent's config
+prepare_disk() {
+    local t0=$SECONDS
+    qemu-img convert -O raw "$1" "$disk"
+    disk_mount "$2"
+    cp "$deb" "$mnt/tmp/inplaced.deb"
+    if ! chroot "$mnt" env PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg -i /tmp/inplaced.deb >"$logdir/dpkg-install.log" 2>&1; then
+        cat "$logdir/dpkg-install.log"
+        say "dpkg -i in the image failed"
+        return 1
+    fi
+    rm -f "$mnt/tmp/inplaced.deb"
+    g=tests/vm/guest
+    install -m 0755 "$g/vm-runner" "$mnt/usr/local/sbin/vm-runner"
+    install -m 0644 "$g/vm-runner.service" "$mnt/etc/systemd/system/vm-runner.service"
+    ln -sf /etc/systemd/system/vm-runner.service "$mnt/etc/systemd/system/multi-user.target.wants/vm-runner.service"
+    # the kubelet: kubeadm's unit layout around the stand-in
+    install -m 0755 "$standin" "$mnt/usr/bin/kubelet"
+    install -m 0644 "$g/kubelet.service" "$mnt/usr/lib/systemd/system/kubelet.service"
+    install -d "$mnt/usr/lib/systemd/system/kubelet.service.d" "$mnt/var/lib/kubelet" "$mnt/etc/kubernetes"
+    install -m 0644 "$g/10-kubeadm.conf" "$mnt/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf"
+    ln -sf /usr/lib/systemd/system/kubelet.service "$mnt/etc/systemd/system/multi-user.target.wants/kubelet.service"
+    install -m 0644 "$g/kubeadm-flags.env" "$mnt/var/lib/kubelet/kubeadm-flags.env"
+    install -m 0644 "$g/kubelet-config.yaml" "$mnt/var/lib/kubelet/config.yaml"
+    install -m 0644 "$g/default-kubelet" "$mnt/etc/default/kubelet"
+    cp "$mnt/var/lib/kubelet/kubeadm-flags.env" "$work/kubeadm-flags.env.orig"
+    # the agent's certificates and remote API ----------------------------------------------
+    install -d -m 0700 "$mnt/etc/inplaced/tls"
+    install -m 0644 "$pki/agent.crt" "$mnt/etc/inplaced/tls/server.crt"
+    install -m 0644 "$pki/clients-ca.crt" "$mnt/etc/inplaced/tls/clients-ca.crt"
+    install -m 0600 "$pki/agent.key" "$mnt/etc/inplaced/tls/server.key"
+    sh tests/vm/agent-config.sh "$mnt/etc/inplaced/config.toml"
+    # the refused-kubelet rollback of scenario 2 waits out the whole health timeout: 30 s
+    # instead of the packaged 60 s (the stand-in is healthy within a second of its start)
+    sed -i 's|^health_timeout_secs = 60$|health_timeout_secs = 30|' "$mnt/etc/inplaced/config.toml"
+    disk_umount
+    timing "disk prepared (package installed)" $((SECONDS - t0))
+}
+prepare_disk "$image" 1 || exit 1
 
 # ---------------------------------------------------------------------------------------
 # scenarios
@@ -180,6 +188,13 @@ spec() { # NAME [extra YAML...]: writes $spec_dir/NAME.yaml from the current sta
 t0=$SECONDS
 if vm_boot; then
     say "booted: boot id $boot_id"
+    # the UEFI image (when not cached) builds while the first scenarios mostly wait
+    uefi_image_pid=
+    if [ "${INPLACED_VM_UEFI:-1}" != 0 ]; then
+        bash tests/vm/image.sh uefi >"$work/image-uefi.path" 2>"$logdir/image-uefi.log" &
+        uefi_image_pid=$!
+        host_pids+=("$uefi_image_pid")
+    fi
     wait_serving 180 || say "the agent does not answer from the host"
     scenario 1 install-from-package s1_install
     scenario 2 kubelet-under-systemd s2_kubelet
@@ -200,6 +215,46 @@ if vm_boot; then
 else
     failed=$((failed + 1)); results+=("FAIL boot")
     diagnose
+fi
+
+# ---------------------------------------------------------------------------------------
+# the second boot path: UEFI (OVMF) with systemd-boot and Type #1 (BLS) entries on the ESP.
+# INPLACED_VM_UEFI=0 skips it.
+if [ "${INPLACED_VM_UEFI:-1}" != 0 ] && { [ -z "${INPLACED_VM_ONLY:-}" ] || grep -qw 9 <<<"$INPLACED_VM_ONLY"; }; then
+    t0=$SECONDS
+    if [ -n "${uefi_image_pid:-}" ]; then
+        wait "$uefi_image_pid"
+        uefi_rc=$?
+        forget_pid "$uefi_image_pid"
+        cat "$logdir/image-uefi.log" >&2
+    else
+        bash tests/vm/image.sh uefi >"$work/image-uefi.path"
+        uefi_rc=$?
+    fi
+    image_uefi=$(cat "$work/image-uefi.path")
+    if [ "$uefi_rc" -eq 0 ] && [ -f "$image_uefi" ]; then
+        timing "uefi image (build or cache)" $((SECONDS - t0))
+        rm -f "$disk" "$share"/ready "$share"/cmd/*
+        disk=$work/disk-uefi.raw
+        cp /usr/share/OVMF/OVMF_VARS_4M.fd "$work/OVMF_VARS_4M.fd"
+        vm_firmware=uefi
+        max_pods=110 swappiness= kargs=()
+        if prepare_disk "$image_uefi" 2 && vm_boot; then
+            wait_serving 180 || say "the agent does not answer from the host"
+            scenario 9a uefi-install s9_uefi_install
+            scenario 9b uefi-bls-kernel-args-reboot s9_uefi_kargs
+            if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
+                save_journal
+                gx_bg 'systemctl poweroff'
+                vm_wait_exit || true
+            fi
+        else
+            failed=$((failed + 1)); results+=("FAIL 9 uefi-boot")
+            diagnose
+        fi
+    else
+        failed=$((failed + 1)); results+=("FAIL 9 uefi-image")
+    fi
 fi
 
 say "timings: $(printf '%s; ' "${timings[@]}")total: $((SECONDS - t_start)) s"

@@ -16,6 +16,7 @@ s1_install() {
     echo "$st" >"$logdir/status-boot1.json"
     expect "GetStatus from the host: GRUB backend" "$st" '"backend": "(KERNEL_ARGS_BACKEND_)?GRUB"|grub'
     expect "GetStatus: the boot id of the running kernel" "$st" "$boot_id"
+    expect "GetStatus: QEMU's DMI is a virtual machine (not preserved)" "$st" '"platform": "virtual-machine"'
     # journald: native entries (not a stderr stream) with the tracing target as a field
     local j
     j=$(gx 'journalctl -u inplaced -b -o verbose --no-pager | grep -E "^    (_TRANSPORT=journal|TARGET=|PRIORITY=)" | sort | uniq -c')
@@ -55,6 +56,7 @@ s2_kubelet() {
     expect "rollback names the health check" "$(ctl -o json get vm-kubelet-refused)" '10248|healthz|kubelet'
     [ "$(gx 'sha256sum /var/lib/kubelet/kubeadm-flags.env')" = "$sum_before" ] || fail "kubeadm-flags.env not restored byte for byte"
     expect "kubelet active again" "$(gx 'systemctl is-active kubelet')" '^active$'
+    expect "and healthy" "$(gx 'exec 3<>/dev/tcp/127.0.0.1/10248; printf "GET /healthz HTTP/1.0\r\n\r\n" >&3; cat <&3')" '^ok'
     pid2=$(unit_prop kubelet MainPID)
     [ "$pid2" != "$pid1" ] || fail "kubelet not restarted after the rollback"
     expect "stand-in back on --max-pods=250" "$(gx 'cat /run/kubelet-standin/args')" '^--max-pods=250$'
@@ -109,6 +111,7 @@ TOML
     max_pods=240
     kill "$ext_pid" 2>/dev/null
     wait "$ext_pid" 2>/dev/null
+    forget_pid "$ext_pid"
 }
 
 # 3. A sysctl, live in the running kernel and persisted.
@@ -192,7 +195,9 @@ s5_crash() {
     # src/apply/mod.rs: rolled back at the next start, the operation ends Failed (interrupted)
     expect "interrupted operation Failed" "$(op_phase vm-crash-v2)" '^PHASE_FAILED$'
     expect "interrupted operation message" "$(ctl -o json get vm-crash-v2)" '"message": ".*interrupted'
-    expect "journal recovered (no journal left in the state dir)" "$(gx 'ls /var/lib/inplaced')" '.'
+    # the write-ahead journal of the operation (<state>/journal/<id>) is gone once settled
+    expect "journal recovered (none left in the state dir)" "$(gx 'ls -A /var/lib/inplaced/journal 2>/dev/null | wc -l')" '^0$'
+    expect "journal: rolled back at start" "$(gx 'journalctl -u inplaced --no-pager -n 300 -o cat')" 'rolled back an interrupted operation'
     out=$(ctl apply -f "$spec_dir/crash-v2.yaml" --id vm-crash-v2b --wait 2>&1) || fail "re-apply v2: $(tail -3 <<<"$out")"
     expect "re-apply converges" "$(crash_check)" '^old 0 new 300 bad 0 stray 0'
 }
