@@ -118,10 +118,12 @@ pub fn init(filter: &str) {
 mod tests {
     use super::Fields;
     use std::sync::{Arc, Mutex};
-    use tracing_subscriber::layer::{Context, SubscriberExt};
     use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::{Context, SubscriberExt};
 
-    struct Capture(Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>);
+    /// Each event's message and fields, as the journal layer sees them.
+    type Events = Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>;
+    struct Capture(Events);
     impl<S: tracing::Subscriber> Layer<S> for Capture {
         fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
             let mut f = Fields::default();
@@ -143,7 +145,10 @@ mod tests {
         });
         let got = got.lock().unwrap();
         assert_eq!(got[0].0, "operation phase: kubelet health check failed");
-        assert_eq!(got[0].1, vec![("operation".to_string(), "op-1".to_string())]);
+        assert_eq!(
+            got[0].1,
+            vec![("operation".to_string(), "op-1".to_string())]
+        );
         assert_eq!(got[1].0, "change");
     }
 }

@@ -600,10 +600,16 @@ async fn each_change_is_logged_with_the_operation_and_its_item() {
         .find(|l| l.contains("item=kubelet.flags[max-pods]"))
         .unwrap_or_else(|| panic!("no change line for kubelet.flags[max-pods] in:\n{text}"));
     assert!(line.contains("operation=logged-op"), "{line}");
-    assert!(line.contains("before=110") && line.contains("after=250"), "{line}");
+    assert!(
+        line.contains("before=110") && line.contains("after=250"),
+        "{line}"
+    );
     let file = text
         .lines()
         .find(|l| l.contains("item=files[/etc/sysctl.d/90-tuning.conf]"))
         .unwrap_or_else(|| panic!("no change line for the file in:\n{text}"));
-    assert!(!file.contains("262144"), "file content must never be logged: {file}");
+    assert!(
+        !file.contains("262144"),
+        "file content must never be logged: {file}"
+    );
 }

@@ -44,7 +44,12 @@ pub struct Args {
     pub socket: PathBuf,
     /// Talk to the agent's remote API (gRPC over mutual TLS) at HOST:PORT instead of the
     /// socket, as the CAPI extension does; needs --tls-ca, --tls-cert and --tls-key.
-    #[arg(long, global = true, value_name = "HOST:PORT", env = "INPLACED_CONNECT")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        env = "INPLACED_CONNECT"
+    )]
     pub connect: Option<String>,
     /// CA bundle (PEM) that signs the agent's server certificate (with --connect).
     #[arg(long, global = true, env = "INPLACED_TLS_CA")]
