@@ -34,7 +34,16 @@ bin=$target_dir/debug
 # the host's loopback port QEMU forwards to the agent's remote API (guest 0.0.0.0:9443)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -p "$share/cmd"
-trap vm_cleanup EXIT
+# the closing line also when setup fails before the scenarios
+closed=
+vm_exit() {
+    local rc=$?
+    [ -n "$closed" ] || echo "vm: 0 passed, 1 failed (setup failed: see above)"
+    vm_cleanup
+    [ -n "$closed" ] || exit 1
+    exit "$rc"
+}
+trap vm_exit EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------------------------------
@@ -262,4 +271,5 @@ for r in "${results[@]}"; do say "$r"; done
 for f in "${failures[@]}"; do say "failure: $f"; done
 names=$(printf '%s, ' "${results[@]}")
 echo "vm: $passed passed, $failed failed (${names%, })"
+closed=1
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
