@@ -35,6 +35,10 @@ struct Fields {
 impl Visit for Fields {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         if field.name() == "message" {
+            // an event with a format string and a `message = ...` field has two: join them
+            if !self.message.is_empty() {
+                self.message.push_str(": ");
+            }
             let _ = write!(self.message, "{value:?}");
         } else {
             self.kv
@@ -43,6 +47,9 @@ impl Visit for Fields {
     }
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
+            if !self.message.is_empty() {
+                self.message.push_str(": ");
+            }
             self.message.push_str(value);
         } else {
             self.kv.push((field.name().to_string(), value.to_string()));
@@ -105,4 +112,43 @@ pub fn init(filter: &str) {
         .with(journal)
         .with(fmt)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fields;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    /// Each event's message and fields, as the journal layer sees them.
+    type Events = Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>;
+    struct Capture(Events);
+    impl<S: tracing::Subscriber> Layer<S> for Capture {
+        fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+            let mut f = Fields::default();
+            event.record(&mut f);
+            self.0.lock().unwrap().push((f.message, f.kv));
+        }
+    }
+
+    // Seen in the VM test's journal: `operation phase` and the operation's `message = ...`
+    // field ran together as "operation phasekubelet health check failed".
+    #[test]
+    fn a_message_field_is_joined_to_the_format_message() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sub = tracing_subscriber::registry().with(Capture(got.clone()));
+        tracing::subscriber::with_default(sub, || {
+            let detail = "kubelet health check failed";
+            tracing::info!(operation = "op-1", message = %detail, "operation phase");
+            tracing::info!(item = "kubelet.flags[max-pods]", "change");
+        });
+        let got = got.lock().unwrap();
+        assert_eq!(got[0].0, "operation phase: kubelet health check failed");
+        assert_eq!(
+            got[0].1,
+            vec![("operation".to_string(), "op-1".to_string())]
+        );
+        assert_eq!(got[1].0, "change");
+    }
 }

@@ -581,3 +581,35 @@ async fn file_content_never_reaches_reports_history_or_state() {
     let o = node.ctl(&["-o", "json", "history"]);
     assert!(!out(&o).contains(secret));
 }
+
+/// The VM test looked for the README's `ITEM=` journal field on an operation's lines and
+/// found it only on drift lines: each change of an operation is logged with its item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_change_is_logged_with_the_operation_and_its_item() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let log = node.dir.path().join("agent.log");
+    node.log_file = Some(log.clone());
+    node.start();
+    let path = node.spec("a.yaml", SCENARIO_A);
+    let o = node.ctl(&["apply", "-f", &path, "--id", "logged-op", "--wait"]);
+    assert!(o.status.success(), "{}{}", out(&o), err(&o));
+    node.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("item=kubelet.flags[max-pods]"))
+        .unwrap_or_else(|| panic!("no change line for kubelet.flags[max-pods] in:\n{text}"));
+    assert!(line.contains("operation=logged-op"), "{line}");
+    assert!(
+        line.contains("before=110") && line.contains("after=250"),
+        "{line}"
+    );
+    let file = text
+        .lines()
+        .find(|l| l.contains("item=files[/etc/sysctl.d/90-tuning.conf]"))
+        .unwrap_or_else(|| panic!("no change line for the file in:\n{text}"));
+    assert!(
+        !file.contains("262144"),
+        "file content must never be logged: {file}"
+    );
+}

@@ -458,6 +458,11 @@ impl Agent {
         self.state
             .save_operation(&op)
             .map_err(|e| release(e.into()))?;
+        // one journal line per change, so `journalctl OPERATION=<id> ITEM=<change id>`
+        // finds it (before/after are summaries: a hash for file content, never content)
+        for c in &op.changes {
+            tracing::info!(operation = %op.id, item = %c.id, before = %c.before, after = %c.after, "change");
+        }
         self.register(&op);
         let agent = Arc::clone(self);
         let first = op.clone();

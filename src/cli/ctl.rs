@@ -42,6 +42,27 @@ pub struct Args {
         env = "INPLACED_SOCKET"
     )]
     pub socket: PathBuf,
+    /// Talk to the agent's remote API (gRPC over mutual TLS) at HOST:PORT instead of the
+    /// socket, as the CAPI extension does; needs --tls-ca, --tls-cert and --tls-key.
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        env = "INPLACED_CONNECT"
+    )]
+    pub connect: Option<String>,
+    /// CA bundle (PEM) that signs the agent's server certificate (with --connect).
+    #[arg(long, global = true, env = "INPLACED_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate chain (PEM) on the agent's allowlist (with --connect).
+    #[arg(long, global = true, env = "INPLACED_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Client private key (PEM) (with --connect).
+    #[arg(long, global = true, env = "INPLACED_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Name to verify in the agent's certificate; default: the host of --connect.
+    #[arg(long, global = true, env = "INPLACED_TLS_SERVER_NAME")]
+    pub tls_server_name: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -173,20 +194,57 @@ fn show<T: serde::Serialize>(json: bool, v: &T, table: fn(&T) -> String) -> anyh
     Ok(())
 }
 
+/// The remote API client for `--connect HOST:PORT`.
+async fn connect_remote(
+    args: &Args,
+    addr: &str,
+) -> anyhow::Result<crate::pb::node_agent_client::NodeAgentClient<tonic::transport::Channel>> {
+    let read = |flag: &str, p: &Option<PathBuf>| -> anyhow::Result<Vec<u8>> {
+        let p = p
+            .as_ref()
+            .with_context(|| format!("--connect needs --{flag}"))?;
+        std::fs::read(p).with_context(|| format!("reading --{flag} {}", p.display()))
+    };
+    let server_name = match &args.tls_server_name {
+        Some(n) => n.clone(),
+        None => host_of(addr).to_string(),
+    };
+    let id = crate::client::TlsIdentity {
+        ca: read("tls-ca", &args.tls_ca)?,
+        cert: read("tls-cert", &args.tls_cert)?,
+        key: read("tls-key", &args.tls_key)?,
+        server_name,
+    };
+    crate::client::connect_tls(addr, &id)
+        .await
+        .with_context(|| format!("connecting to inplaced at {addr}"))
+}
+
+/// The host of `HOST:PORT` (`[v6]:port` without the brackets).
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // parse the spec before connecting, so a bad file is reported even with no agent
     let spec = match &args.command {
         Command::Coverage { file, .. } | Command::Apply { file, .. } => Some(read_spec(file)?),
         _ => None,
     };
-    let mut client = crate::client::connect(&args.socket)
-        .await
-        .with_context(|| {
-            format!(
-                "connecting to inplaced at {} (is the agent running, and are you root?)",
-                args.socket.display()
-            )
-        })?;
+    let mut client = match &args.connect {
+        Some(addr) => connect_remote(&args, addr).await?,
+        None => crate::client::connect(&args.socket)
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to inplaced at {} (is the agent running, and are you root?)",
+                    args.socket.display()
+                )
+            })?,
+    };
     let json = args.output == Output::Json;
     match args.command {
         Command::Status => {
@@ -294,4 +352,17 @@ async fn watch(
             _ => ExitCode::FAILURE,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn host_of_an_address() {
+        assert_eq!(host_of("127.0.0.1:9443"), "127.0.0.1");
+        assert_eq!(host_of("node-1.example.com:9443"), "node-1.example.com");
+        assert_eq!(host_of("[::1]:9443"), "::1");
+        assert_eq!(host_of("localhost"), "localhost");
+    }
 }

@@ -1,0 +1,135 @@
+//! `kubelet-standin`: installed as `/usr/bin/kubelet` in the VM test image and started by
+//! kubeadm's real unit layout (`kubelet.service` + `10-kubeadm.conf`). It checks what a
+//! kubelet checks first and fails the way the kubelet does (exit 1 with pflag's message):
+//!
+//! - flags: `--name=value` or `--name value`; an unknown flag, or a `--max-pods` /
+//!   `--v` that is not an integer, is refused;
+//! - `--config`: must exist and be a `kubelet.config.k8s.io/v1beta1`
+//!   `KubeletConfiguration`; `healthzBindAddress`, `healthzPort` and `maxPods` (top-level
+//!   scalars) are read, `maxPods` must be an integer.
+//!
+//! Then it writes its arguments to `/run/kubelet-standin/args` (one a line) and the
+//! effective values to `/run/kubelet-standin/effective`, logs them, and serves HTTP on
+//! the healthz address: `/healthz` (`ok`), `/args`, `/effective`.
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::ExitCode;
+
+const KNOWN: &[&str] = &[
+    "bootstrap-kubeconfig",
+    "kubeconfig",
+    "config",
+    "container-runtime-endpoint",
+    "pod-infra-container-image",
+    "node-ip",
+    "node-labels",
+    "hostname-override",
+    "provider-id",
+    "max-pods",
+    "register-with-taints",
+    "cgroup-driver",
+    "v",
+    "cloud-provider",
+    "rotate-server-certificates",
+    "feature-gates",
+];
+const INTEGER: &[&str] = &["max-pods", "v"];
+
+fn fail(msg: String) -> ExitCode {
+    eprintln!("E kubelet-standin: {msg}");
+    eprintln!("Error: {msg}");
+    ExitCode::from(1)
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut flags = BTreeMap::new();
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        let Some(body) = a.strip_prefix("--") else {
+            return fail(format!("unexpected argument {a:?}"));
+        };
+        let (name, value) = match body.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => match it.next() {
+                Some(v) => (body.to_string(), v.clone()),
+                None => return fail(format!("flag needs an argument: --{body}")),
+            },
+        };
+        if !KNOWN.contains(&name.as_str()) {
+            return fail(format!("unknown flag: --{name}"));
+        }
+        if INTEGER.contains(&name.as_str()) && value.parse::<i32>().is_err() {
+            return fail(format!(
+                "invalid argument {value:?} for \"--{name}\" flag: strconv.ParseInt: parsing {value:?}: invalid syntax"
+            ));
+        }
+        flags.insert(name, value);
+    }
+    let Some(config) = flags.get("config") else {
+        return fail("no --config given".into());
+    };
+    let text = match std::fs::read_to_string(config) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("failed to load kubelet config file {config}: {e}")),
+    };
+    let mut top = BTreeMap::new();
+    for line in text.lines() {
+        if line.starts_with([' ', '\t', '#', '-']) || line.trim().is_empty() {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            top.insert(k.trim().to_string(), v.trim().trim_matches('"').to_string());
+        }
+    }
+    if top.get("kind").map(String::as_str) != Some("KubeletConfiguration")
+        || top.get("apiVersion").map(String::as_str) != Some("kubelet.config.k8s.io/v1beta1")
+    {
+        return fail(format!("{config}: not a kubelet.config.k8s.io/v1beta1 KubeletConfiguration"));
+    }
+    if let Some(m) = top.get("maxPods") {
+        if m.parse::<i32>().is_err() {
+            return fail(format!("{config}: maxPods: {m:?} is not an integer"));
+        }
+    }
+    let addr = top.get("healthzBindAddress").cloned().unwrap_or("127.0.0.1".into());
+    let port = top.get("healthzPort").cloned().unwrap_or("10248".into());
+    let max_pods = flags
+        .get("max-pods")
+        .or(top.get("maxPods"))
+        .cloned()
+        .unwrap_or("110".into());
+
+    let args_text: String = argv.iter().map(|a| format!("{a}\n")).collect();
+    let effective = format!("max-pods={max_pods}\nhealthz={addr}:{port}\npid={}\n", std::process::id());
+    let _ = std::fs::create_dir_all("/run/kubelet-standin");
+    let _ = std::fs::write("/run/kubelet-standin/args", &args_text);
+    let _ = std::fs::write("/run/kubelet-standin/effective", &effective);
+    eprintln!("I kubelet-standin: started with {}", argv.join(" "));
+    eprintln!("I kubelet-standin: effective {}", effective.replace('\n', " "));
+
+    let listener = match TcpListener::bind(format!("{addr}:{port}")) {
+        Ok(l) => l,
+        Err(e) => return fail(format!("listen {addr}:{port}: {e}")),
+    };
+    for stream in listener.incoming() {
+        let Ok(mut s) = stream else { continue };
+        let mut buf = [0u8; 2048];
+        let n = s.read(&mut buf).unwrap_or(0);
+        let req = String::from_utf8_lossy(&buf[..n]);
+        let path = req.split_whitespace().nth(1).unwrap_or("/");
+        let (status, body) = match path {
+            "/healthz" => ("200 OK", "ok".to_string()),
+            "/args" => ("200 OK", args_text.clone()),
+            "/effective" => ("200 OK", effective.clone()),
+            _ => ("404 Not Found", "404 page not found\n".to_string()),
+        };
+        let _ = write!(
+            s,
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+    ExitCode::SUCCESS
+}
