@@ -349,96 +349,9 @@ pub async fn serve(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
-    let mc = agent.config().metrics.clone();
-    if !mc.textfile.is_empty() {
-        tokio::spawn(metrics::textfile(
-            agent.clone(),
-            metrics.clone(),
-            mc.textfile.clone().into(),
-            stop.clone(),
-        ));
-    }
-    if !mc.listen.is_empty() {
-        let (a, m, s, l) = (
-            agent.clone(),
-            metrics.clone(),
-            stop.clone(),
-            mc.listen.clone(),
-        );
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let r = metrics::serve(a, m, &l, s).await;
-            if let Err(e) = &r {
-                tracing::error!(error = %format!("{e:#}"), "metrics listener");
-            }
-            let _ = tx.send(r);
-        });
-        // a listener that fails at once (bad address, port in use) fails the start
-        if let Ok(Ok(Err(e))) =
-            tokio::time::timeout(std::time::Duration::from_millis(200), rx).await
-        {
-            return Err(e);
-        }
-    }
-    if let Some(dir) = socket.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    match std::fs::symlink_metadata(socket) {
-        Ok(m) if m.file_type().is_dir() => {
-            anyhow::bail!("{} is a directory, not a socket path", socket.display())
-        }
-        Ok(_) => {
-            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
-                anyhow::bail!(
-                    "{} is in use by a running server; stop it or choose another --socket",
-                    socket.display()
-                );
-            }
-            std::fs::remove_file(socket)
-                .with_context(|| format!("removing stale {}", socket.display()))?
-        }
-        Err(_) => {}
-    }
-    let listener = tokio::net::UnixListener::bind(socket)
-        .with_context(|| format!("binding {}", socket.display()))?;
-    let reader_gid = resolve_group(&agent.config().api.socket_group)?;
-    let mode = if reader_gid.is_some() { 0o660 } else { 0o600 };
-    if let Some(g) = reader_gid {
-        std::os::unix::fs::chown(socket, None, Some(g))
-            .with_context(|| format!("chgrp {g} {}", socket.display()))?;
-    }
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
-        .with_context(|| format!("chmod {mode:o} {}", socket.display()))?;
-
-    let tcp_cfg = agent.config().api.tcp.clone();
-    let tcp = if tcp_cfg.listen.is_empty() {
-        None
-    } else {
-        let addr: std::net::SocketAddr = tcp_cfg.listen.parse().with_context(|| {
-            format!("api.tcp.listen {:?} is not an address:port", tcp_cfg.listen)
-        })?;
-        let acceptor = if tcp_cfg.insecure_loopback {
-            if !addr.ip().is_loopback() {
-                anyhow::bail!(
-                    "api.tcp.insecure_loopback is only allowed on a loopback address, not {addr}; configure cert, key and client_ca for mutual TLS"
-                );
-            }
-            None
-        } else {
-            if tcp_cfg.cert.is_empty() || tcp_cfg.key.is_empty() || tcp_cfg.client_ca.is_empty() {
-                anyhow::bail!(
-                    "api.tcp.listen needs cert, key and client_ca: the remote API is mutual TLS only"
-                );
-            }
-            Some(Arc::new(tls::Acceptor::new(&tcp_cfg)?))
-        };
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {addr}"))?;
-        tracing::info!(address = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), mtls = acceptor.is_some(), "serving TCP");
-        Some(tls::incoming(l, tcp_cfg, acceptor))
-    };
-
+    start_metrics(&agent, &metrics, &stop).await?;
+    let (listener, reader_gid) = bind_socket(&agent, socket)?;
+    let tcp = bind_tcp(&agent).await?;
     let policy = &agent.config().policy;
     let max_message = policy.max_spec_bytes as usize + (1 << 20);
     limits::install(limits::WireLimits {
@@ -492,4 +405,122 @@ pub async fn serve(
     }
     let _ = std::fs::remove_file(socket);
     Ok(())
+}
+
+/// Starts the metrics outputs `[metrics]` configures; a listener that fails at once (bad
+/// address, port in use, no TLS off loopback) fails the start.
+async fn start_metrics(
+    agent: &Arc<Agent>,
+    metrics: &Arc<crate::metrics::NodeMetrics>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mc = agent.config().metrics.clone();
+    if !mc.textfile.is_empty() {
+        tokio::spawn(metrics::textfile(
+            agent.clone(),
+            metrics.clone(),
+            mc.textfile.clone().into(),
+            stop.clone(),
+        ));
+    }
+    if !mc.listen.is_empty() {
+        let (a, m, s, l) = (
+            agent.clone(),
+            metrics.clone(),
+            stop.clone(),
+            mc.listen.clone(),
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let r = metrics::serve(a, m, &l, s).await;
+            if let Err(e) = &r {
+                tracing::error!(error = %format!("{e:#}"), "metrics listener");
+            }
+            let _ = tx.send(r);
+        });
+        // a listener that fails at once (bad address, port in use) fails the start
+        if let Ok(Ok(Err(e))) =
+            tokio::time::timeout(std::time::Duration::from_millis(200), rx).await
+        {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Binds the local socket (replacing a stale one, refusing a live one) with its mode and
+/// group; returns the listener and the readers' gid.
+fn bind_socket(
+    agent: &Arc<Agent>,
+    socket: &Path,
+) -> anyhow::Result<(tokio::net::UnixListener, Option<u32>)> {
+    use anyhow::Context;
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if m.file_type().is_dir() => {
+            anyhow::bail!("{} is a directory, not a socket path", socket.display())
+        }
+        Ok(_) => {
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                anyhow::bail!(
+                    "{} is in use by a running server; stop it or choose another --socket",
+                    socket.display()
+                );
+            }
+            std::fs::remove_file(socket)
+                .with_context(|| format!("removing stale {}", socket.display()))?
+        }
+        Err(_) => {}
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    let reader_gid = resolve_group(&agent.config().api.socket_group)?;
+    let mode = if reader_gid.is_some() { 0o660 } else { 0o600 };
+    if let Some(g) = reader_gid {
+        std::os::unix::fs::chown(socket, None, Some(g))
+            .with_context(|| format!("chgrp {g} {}", socket.display()))?;
+    }
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("chmod {mode:o} {}", socket.display()))?;
+
+    Ok((listener, reader_gid))
+}
+
+/// Binds `api.tcp.listen` (mutual TLS, or plain on loopback with `insecure_loopback`), if set.
+async fn bind_tcp(
+    agent: &Arc<Agent>,
+) -> anyhow::Result<Option<tokio_stream::wrappers::ReceiverStream<std::io::Result<tls::Conn>>>> {
+    use anyhow::Context;
+    let tcp_cfg = agent.config().api.tcp.clone();
+    let tcp = if tcp_cfg.listen.is_empty() {
+        None
+    } else {
+        let addr: std::net::SocketAddr = tcp_cfg.listen.parse().with_context(|| {
+            format!("api.tcp.listen {:?} is not an address:port", tcp_cfg.listen)
+        })?;
+        let acceptor = if tcp_cfg.insecure_loopback {
+            if !addr.ip().is_loopback() {
+                anyhow::bail!(
+                    "api.tcp.insecure_loopback is only allowed on a loopback address, not {addr}; configure cert, key and client_ca for mutual TLS"
+                );
+            }
+            None
+        } else {
+            if tcp_cfg.cert.is_empty() || tcp_cfg.key.is_empty() || tcp_cfg.client_ca.is_empty() {
+                anyhow::bail!(
+                    "api.tcp.listen needs cert, key and client_ca: the remote API is mutual TLS only"
+                );
+            }
+            Some(Arc::new(tls::Acceptor::new(&tcp_cfg)?))
+        };
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        tracing::info!(address = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), mtls = acceptor.is_some(), "serving TCP");
+        Some(tls::incoming(l, tcp_cfg, acceptor))
+    };
+
+    Ok(tcp)
 }

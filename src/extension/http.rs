@@ -1,0 +1,210 @@
+//! The extension's HTTPS endpoint: mutual TLS from CAPI's managers, the client allowlist,
+//! connection and request limits, and the metrics listener. The hooks themselves are
+//! [`super::Extension`]'s.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use super::config::{AllowedClient, Config};
+use super::{Extension, MAX_BODY, metrics};
+use crate::server::tls::{Acceptor, Reloading};
+
+/// The server config for the HTTPS endpoint: `[cert, key, client_ca]`; a client
+/// certificate signed by `server.client_ca` is required (CAPI's managers present theirs
+/// when started with `--runtime-extension-client-cert-file` and
+/// `--runtime-extension-client-key-file`), ALPN `http/1.1`.
+pub fn tls_config(files: &[std::path::PathBuf]) -> anyhow::Result<rustls::ServerConfig> {
+    crate::server::tls::mutual_tls_config("server", &files[0], &files[1], &files[2], b"http/1.1")
+}
+
+/// The `[[server.clients]]` allowlist of the config file `files[0]` (re-read when the
+/// file changes; see [`Reloading`]).
+pub fn allowlist(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<AllowedClient>> {
+    Ok(Config::load(&files[0])?.server.clients)
+}
+
+/// Longest a client may take to send its request headers (hyper's header read timeout,
+/// also the idle time of a kept-alive connection between requests).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest life of one connection (CAPI's Runtime SDK client opens new ones as needed).
+pub const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(5 * 60);
+
+/// What [`serve`] needs besides the extension: the TLS acceptor and the client allowlist,
+/// both reloaded when their files change.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// TLS: server certificate and the CA of CAPI's client certificates.
+    pub acceptor: Arc<Acceptor>,
+    /// `[[server.clients]]`.
+    pub clients: Arc<Reloading<Vec<AllowedClient>>>,
+}
+
+/// Serves HTTPS on `listener` until `shutdown` resolves.
+///
+/// Each connection takes a place under `server.max_connections` before it is accepted
+/// ([`crate::server::accept`]: back-off on accept errors, so a full descriptor table does
+/// not spin), gets the current certificates, and must finish its TLS handshake within
+/// [`crate::server::tls::HANDSHAKE_TIMEOUT`] with a client certificate from
+/// `server.client_ca`. A certificate no `[[server.clients]]` entry matches is disconnected
+/// before its request is read. Requests are read and answered at most
+/// `server.max_requests` at a time.
+pub async fn serve(
+    ext: Arc<Extension>,
+    listener: tokio::net::TcpListener,
+    endpoint: Endpoint,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use crate::server::accept::{Backoff, Gate, accept};
+    tokio::pin!(shutdown);
+    let gate = Gate::new(ext.config.server.max_connections);
+    let requests = Arc::new(tokio::sync::Semaphore::new(
+        ext.config.server.max_requests.max(1),
+    ));
+    let mut backoff = Backoff::default();
+    let endpoint = Arc::new(endpoint);
+    loop {
+        let a = tokio::select! {
+            _ = &mut shutdown => return,
+            a = accept(&listener, &gate, &mut backoff, "server") => a,
+        };
+        let (ext, endpoint, requests) = (ext.clone(), endpoint.clone(), requests.clone());
+        tokio::spawn(async move {
+            let _place = a.permit;
+            let peer = a.remote;
+            let hs = tokio::time::timeout(
+                crate::server::tls::HANDSHAKE_TIMEOUT,
+                tokio_rustls::TlsAcceptor::from(endpoint.acceptor.current()).accept(a.stream),
+            )
+            .await;
+            let tls = match hs {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
+                    tracing::info!(%peer, error = %e, "TLS handshake refused");
+                    return;
+                }
+                Err(_) => {
+                    tracing::info!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let names = crate::server::tls::peer_names(&tls);
+            if !endpoint
+                .clients
+                .current()
+                .iter()
+                .any(|c| names.matches(&c.identity, c.kind))
+            {
+                tracing::warn!(%peer, identities = ?names.all(), "client certificate not on the allowlist (server.clients): disconnected");
+                return;
+            }
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let (ext, requests) = (ext.clone(), requests.clone());
+                async move { Ok::<_, Infallible>(respond(&ext, &requests, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(tls), svc);
+            match tokio::time::timeout(MAX_CONNECTION_LIFE, conn).await {
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+                Err(_) => tracing::debug!(%peer, "connection closed after {MAX_CONNECTION_LIFE:?}"),
+                Ok(Ok(())) => {}
+            }
+        });
+    }
+}
+
+/// Serves `GET /metrics` (plain HTTP; [`metrics`]) on `listener`, forever.
+pub async fn serve_metrics(listener: tokio::net::TcpListener) {
+    use crate::server::accept::{Backoff, Gate, accept};
+    let gate = Gate::new(8);
+    let mut backoff = Backoff::default();
+    loop {
+        let a = accept(&listener, &gate, &mut backoff, "metrics.listen").await;
+        tokio::spawn(async move {
+            let _place = a.permit;
+            let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                let mut r = if req.uri().path() == "/metrics" {
+                    let mut r = Response::new(Full::new(Bytes::from(metrics::get().encode())));
+                    r.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static(
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        ),
+                    );
+                    r
+                } else {
+                    Response::new(Full::new(Bytes::from_static(b"see /metrics\n")))
+                };
+                if req.uri().path() != "/metrics" {
+                    *r.status_mut() = StatusCode::NOT_FOUND;
+                }
+                Ok::<_, Infallible>(r)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(a.stream), svc);
+            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
+        });
+    }
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(
+        serde_json::to_vec(v).unwrap_or_default(),
+    )));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+async fn respond(
+    ext: &Extension,
+    requests: &Arc<tokio::sync::Semaphore>,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    // The clock starts when the request arrives, before the body is read.
+    let started = std::time::Instant::now();
+    let budget = ext.deadline(req.uri().query());
+    // A slot before the body is read: bodies wait in the socket, not in memory.
+    let Ok(_slot) = requests.clone().acquire_owned().await else {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({"status": "Failure", "message": "stopping"}),
+        );
+    };
+    let body = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await;
+    let deadline = budget.saturating_sub(started.elapsed());
+    let (status, v) = match body {
+        Ok(Ok(b)) => ext.handle(&method, &path, deadline, &b.to_bytes()).await,
+        Ok(Err(e)) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            serde_json::json!({"status": "Failure", "message": format!("request body: {e} (limit {MAX_BODY} bytes)")}),
+        ),
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            serde_json::json!({"status": "Failure", "message": format!("request body not sent within {BODY_READ_TIMEOUT:?}")}),
+        ),
+    };
+    json_response(status, &v)
+}
