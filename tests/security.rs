@@ -355,14 +355,20 @@ async fn limits_are_checked_before_decoding() {
     assert!(node.operations().await.is_empty());
 }
 
-/// Opens up to `n` plain TCP connections to `addr` (stopping early when the host refuses),
-/// held open while the result lives.
+/// Opens up to `n` plain TCP connections to `addr`, held open while the result lives.
+/// A refused or timed-out connect is retried after 50 ms (the server may be slow to accept
+/// under load) until 15 s have passed: bounded in count and time.
 fn flood(addr: &str, n: usize) -> Vec<TcpStream> {
-    (0..n)
-        .map_while(|_| {
-            TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2)).ok()
-        })
-        .collect()
+    let addr = addr.parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut held = Vec::new();
+    while held.len() < n && Instant::now() < deadline {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Ok(s) => held.push(s),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    held
 }
 
 /// With the descriptor table full, the accept loop backs off (no spinning core, a

@@ -81,23 +81,11 @@ pub async fn serve(
         tokio::spawn(async move {
             let _place = a.permit;
             let peer = a.remote;
-            let hs = tokio::time::timeout(
-                crate::server::tls::HANDSHAKE_TIMEOUT,
-                tokio_rustls::TlsAcceptor::from(endpoint.acceptor.current()).accept(a.stream),
-            )
-            .await;
-            let tls = match hs {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => {
-                    tracing::info!(%peer, error = %e, "TLS handshake refused");
-                    return;
-                }
-                Err(_) => {
-                    tracing::info!(%peer, "TLS handshake timed out");
-                    return;
-                }
+            let Some((tls, names)) =
+                crate::server::tls::handshake(&endpoint.acceptor, a.stream, peer).await
+            else {
+                return;
             };
-            let names = crate::server::tls::peer_names(&tls);
             if !endpoint
                 .clients
                 .current()

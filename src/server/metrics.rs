@@ -146,14 +146,10 @@ pub async fn serve(
                     .await;
                 }
                 Some(acc) => {
-                    let tls = tokio_rustls::TlsAcceptor::from(acc.current());
-                    let Ok(Ok(s)) =
-                        tokio::time::timeout(super::tls::HANDSHAKE_TIMEOUT, tls.accept(a.stream))
-                            .await
+                    let Some((s, names)) = super::tls::handshake(&acc, a.stream, a.remote).await
                     else {
                         return;
                     };
-                    let names = super::tls::peer_names(&s);
                     if super::tls::role_for(&tcp, &names).is_none() {
                         tracing::warn!(identities = ?names.all(), "metrics: client certificate not on the allowlist (api.tcp.clients): disconnected");
                         return;

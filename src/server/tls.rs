@@ -351,6 +351,31 @@ pub fn role_for(cfg: &TcpConfig, names: &CertNames) -> Option<Role> {
 /// How long a TLS handshake may take before the connection is dropped.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The server side of a TLS handshake on `stream` with the acceptor's current config,
+/// within [`HANDSHAKE_TIMEOUT`]: the stream and the verified client certificate's names,
+/// or `None` (refused or timed out, logged at info with the peer address).
+pub async fn handshake(
+    acceptor: &Acceptor,
+    stream: TcpStream,
+    remote: SocketAddr,
+) -> Option<(tokio_rustls::server::TlsStream<TcpStream>, CertNames)> {
+    let tls = tokio_rustls::TlsAcceptor::from(acceptor.current());
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+        Ok(Ok(s)) => {
+            let names = peer_names(&s);
+            Some((s, names))
+        }
+        Ok(Err(e)) => {
+            tracing::info!(%remote, error = %e, "TLS handshake refused");
+            None
+        }
+        Err(_) => {
+            tracing::info!(%remote, "TLS handshake timed out");
+            None
+        }
+    }
+}
+
 /// The verified client certificate's names of a server-side TLS stream.
 pub fn peer_names<IO>(s: &tokio_rustls::server::TlsStream<IO>) -> CertNames {
     s.get_ref()
@@ -396,21 +421,9 @@ pub fn incoming(
                         (Io::Plain(a.stream), peer)
                     }
                     Some(acc) => {
-                        let tls = tokio_rustls::TlsAcceptor::from(acc.current());
-                        let s = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(a.stream))
-                            .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::info!(%remote, error = %e, "TLS handshake refused");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::info!(%remote, "TLS handshake timed out");
-                                return;
-                            }
+                        let Some((s, names)) = handshake(&acc, a.stream, remote).await else {
+                            return;
                         };
-                        let names = peer_names(&s);
                         let Some(role) = role_for(&cfg, &names) else {
                             tracing::warn!(%remote, identities = ?names.all(), "client certificate not on the allowlist (api.tcp.clients): disconnected");
                             return;
