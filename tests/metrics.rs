@@ -134,3 +134,31 @@ fn metrics_off_loopback_need_mutual_tls() {
         "{e}"
     );
 }
+
+/// README's "Install on a node" edit (the same script the VM test runs) fills in the
+/// `[api.tcp]` table and no other: `[metrics]` has a `listen` key too, and the first
+/// version of the edit set the metrics listener to the API's port.
+#[test]
+fn the_install_edit_sets_the_api_listener_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/config.toml"),
+        &cfg,
+    )
+    .unwrap();
+    let o = std::process::Command::new("sh")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/vm/agent-config.sh"
+        ))
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = inplaced::config::Config::load(&cfg, true).unwrap();
+    assert_eq!(c.api.tcp.listen, "0.0.0.0:9443");
+    assert_eq!(c.api.tcp.cert, "/etc/inplaced/tls/server.crt");
+    assert_eq!(c.api.tcp.clients.len(), 1);
+    assert_eq!(c.metrics.listen, "");
+}

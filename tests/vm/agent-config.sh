@@ -4,10 +4,12 @@
 # the daemon accepts). QEMU forwards a host loopback port to 0.0.0.0:9443.
 # Usage: agent-config.sh <config.toml>
 set -eu
-sed -i -e 's|^listen = ""|listen = "0.0.0.0:9443"|' \
+sed -i -e '/^\[api\.tcp\]$/,/^\[/ {' \
+    -e 's|^listen = ""|listen = "0.0.0.0:9443"|' \
     -e 's|^cert = ""|cert = "/etc/inplaced/tls/server.crt"|' \
     -e 's|^key = ""|key = "/etc/inplaced/tls/server.key"|' \
-    -e 's|^client_ca = ""|client_ca = "/etc/inplaced/tls/clients-ca.crt"|' "$1"
+    -e 's|^client_ca = ""|client_ca = "/etc/inplaced/tls/clients-ca.crt"|' \
+    -e '}' "$1"
 cat >> "$1" <<'TOML'
 [[api.tcp.clients]]
 identity = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension"   # URI SAN, DNS SAN or CN
