@@ -1,0 +1,435 @@
+//! The `kubernetes` section end to end: the real daemon on a copy of the ubuntu fixture,
+//! with stand-in kubeadm/kubelet/kubectl executables installed in the sysroot (no real
+//! ones can be fetched here) and the `url` source served by a loopback HTTP server in the
+//! upstream release layout with real SHA-256 files.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
+
+use common::{Node, apply, change, coverage, snapshot, status};
+use inplaced::pb::{self, DisruptionLevel, Phase};
+use sha2::{Digest, Sha256};
+
+/// A stand-in kubeadm of `version`: `version -o short` prints it; `upgrade node` writes
+/// the kubelet config (and, on a control-plane node, the manifests' image tags) the way
+/// kubeadm does, or fails after touching the config when
+/// `/etc/standin/kubeadm-upgrade-fails` exists.
+fn kubeadm(version: &str) -> Vec<u8> {
+    format!(
+        r##"#!/bin/sh
+# stand-in kubeadm {version}
+R="$INPLACED_STANDIN_ROOT"
+case "$1 $2" in
+"version -o") echo "{version}" ;;
+"upgrade node")
+  echo "[upgrade] Reading configuration from the \"kubeadm-config\" ConfigMap in namespace \"kube-system\"..."
+  if [ -e "$R/etc/standin/kubeadm-upgrade-fails" ]; then
+    echo "# half-written by a failing kubeadm" >> "$R/var/lib/kubelet/config.yaml"
+    echo "[upgrade/kubelet-config] FATAL: unable to fetch the kubelet-config ConfigMap: connection refused" >&2
+    exit 1
+  fi
+  echo "# kubelet-config of {version}" >> "$R/var/lib/kubelet/config.yaml"
+  for f in "$R"/etc/kubernetes/manifests/kube-*.yaml; do
+    [ -e "$f" ] && sed -i 's/\(image: .*kube-[a-z-]*\):v[0-9.]*/\1:{version}/' "$f"
+  done
+  echo "[upgrade] The configuration for this node was successfully updated!"
+  ;;
+*) echo "stand-in kubeadm: unexpected $*" >&2; exit 2 ;;
+esac
+"##
+    )
+    .into_bytes()
+}
+
+/// A stand-in kubelet (or kubectl) of `version`.
+fn kubelet(name: &str, version: &str) -> Vec<u8> {
+    format!(
+        "#!/bin/sh\n# stand-in {name} {version}\nif [ \"$1\" = --version ]; then echo \"Kubernetes {version}\"; else exit 2; fi\n"
+    )
+    .into_bytes()
+}
+
+fn binaries(version: &str) -> BTreeMap<&'static str, Vec<u8>> {
+    BTreeMap::from([
+        ("kubeadm", kubeadm(version)),
+        ("kubelet", kubelet("kubelet", version)),
+        ("kubectl", kubelet("kubectl", version)),
+    ])
+}
+
+/// A loopback HTTP server answering GET and HEAD from `files` (path → body), 404 else.
+struct Mirror {
+    port: u16,
+    files: Arc<Mutex<BTreeMap<String, Vec<u8>>>>,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Mirror {
+    fn start() -> Mirror {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let files: Arc<Mutex<BTreeMap<String, Vec<u8>>>> = Arc::default();
+        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (f, r) = (files.clone(), requests.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                let mut reader = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+                        break;
+                    }
+                }
+                let mut parts = line.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                r.lock().unwrap().push(format!("{method} {path}"));
+                let body = f.lock().unwrap().get(path).cloned();
+                let head = match &body {
+                    Some(b) => format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        b.len()
+                    ),
+                    None => {
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\n"
+                            .to_string()
+                    }
+                };
+                let _ = s.write_all(head.as_bytes());
+                if method == "GET" {
+                    let _ = s.write_all(body.as_deref().unwrap_or(b"not found"));
+                }
+                let _ = s.flush();
+                let _ = reader.read(&mut [0u8; 0]);
+            }
+        });
+        Mirror {
+            port,
+            files,
+            requests,
+        }
+    }
+
+    /// Serves the release layout of `version`: each binary and its `.sha256`.
+    fn release(&self, version: &str) -> BTreeMap<&'static str, Vec<u8>> {
+        let bins = binaries(version);
+        let mut f = self.files.lock().unwrap();
+        for (name, bytes) in &bins {
+            let path = format!("/release/{version}/bin/linux/amd64/{name}");
+            f.insert(
+                format!("{path}.sha256"),
+                hex::encode(Sha256::digest(bytes)).into_bytes(),
+            );
+            f.insert(path, bytes.clone());
+        }
+        bins
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "http://127.0.0.1:{}/release/{{version}}/bin/linux/{{arch}}/{{binary}}",
+            self.port
+        )
+    }
+}
+
+/// The ubuntu fixture at `version` (stand-ins in /usr/bin), the daemon running the
+/// stand-ins, `[kubernetes]` from `config`.
+fn node_at(version: &str, config: &str) -> Node {
+    let mut node = Node::new("ubuntu-2404-grub");
+    for (name, bytes) in binaries(version) {
+        let p = node.path(&format!("/usr/bin/{name}"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(&node.config, config).unwrap();
+    node.env.push((
+        "INPLACED_RECORD_EXEC".into(),
+        "/usr/bin/kubeadm,/usr/bin/kubelet".into(),
+    ));
+    node.start();
+    node
+}
+
+fn url_config(mirror: &Mirror) -> String {
+    format!(
+        "[kubernetes]\nsource = \"url\"\nurl = \"{}\"\narch = \"amd64\"\ntimeout_secs = 10\n",
+        mirror.url()
+    )
+}
+
+const TO_135: &str = "kubernetes:\n  version: v1.35.2\n";
+
+fn level(c: &pb::Change) -> DisruptionLevel {
+    DisruptionLevel::try_from(c.disruption.as_ref().unwrap().level).unwrap()
+}
+
+#[tokio::test]
+async fn minor_upgrade_over_url_installs_verified_binaries_in_the_guides_order() {
+    let mirror = Mirror::start();
+    let new = mirror.release("v1.35.2");
+    let old = binaries("v1.34.3");
+    let node = node_at("v1.34.3", &url_config(&mirror));
+    let config_before = node.read("/var/lib/kubelet/config.yaml");
+
+    let r = coverage(&node, TO_135).await;
+    let c = change(&r, "kubernetes.version");
+    assert!(c.covered, "{c:?}");
+    assert_eq!(
+        (c.before.as_str(), c.after.as_str()),
+        ("v1.34.3", "v1.35.2")
+    );
+    assert_eq!(level(c), DisruptionLevel::Drain);
+    assert_eq!(
+        c.disruption.as_ref().unwrap().units,
+        vec!["kubelet.service"]
+    );
+    assert!(c.reason.contains("kubeadm upgrade node"), "{}", c.reason);
+    // coverage asked only for the checksum files, with HEAD
+    let asked = mirror.requests.lock().unwrap().clone();
+    assert!(
+        asked
+            .iter()
+            .all(|r| r.starts_with("HEAD ") && r.ends_with(".sha256")),
+        "{asked:?}"
+    );
+    assert_eq!(asked.len(), 3);
+
+    let op = apply(&node, TO_135, "k8s-1").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    for (name, bytes) in &new {
+        let p = node.path(&format!("/usr/bin/{name}"));
+        assert_eq!(&std::fs::read(&p).unwrap(), bytes, "{name}");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777,
+            0o755
+        );
+        let saved = node.path(&format!(
+            "/var/lib/inplaced-kubernetes/previous/{name}-v1.34.3"
+        ));
+        assert_eq!(&std::fs::read(saved).unwrap(), &old[name], "{name} saved");
+    }
+    assert_eq!(
+        node.read("/var/lib/kubelet/config.yaml"),
+        format!("{config_before}# kubelet-config of v1.35.2\n")
+    );
+    // the recorded order: kubeadm install → kubeadm upgrade node → kubelet install →
+    // daemon-reload → kubelet restart
+    let steps: Vec<&str> = op
+        .actions
+        .iter()
+        .map(String::as_str)
+        .filter(|a| {
+            a.starts_with("installed")
+                || a.starts_with("ran")
+                || *a == "daemon-reload"
+                || a.starts_with("restarted")
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            "installed /usr/bin/kubeadm v1.35.2 (0755 0:0)",
+            "ran /usr/bin/kubeadm upgrade node",
+            "installed /usr/bin/kubelet v1.35.2 (0755 0:0)",
+            "installed /usr/bin/kubectl v1.35.2 (0755 0:0)",
+            "daemon-reload",
+            "restarted kubelet.service",
+        ]
+    );
+    assert_eq!(
+        node.actions(),
+        vec![
+            "run /usr/bin/kubeadm upgrade node",
+            "daemon-reload",
+            "restart kubelet.service"
+        ]
+    );
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+    // nothing left to do
+    let again = coverage(&node, TO_135).await;
+    assert!(again.changes.is_empty(), "{:?}", again.changes);
+}
+
+#[tokio::test]
+async fn a_bad_checksum_refuses_before_anything_changes() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    mirror.files.lock().unwrap().insert(
+        "/release/v1.35.2/bin/linux/amd64/kubelet.sha256".into(),
+        format!("{}\n", "0".repeat(64)).into_bytes(),
+    );
+    let node = node_at("v1.34.3", &url_config(&mirror));
+    let before = snapshot(&node.root);
+    let op = apply(&node, TO_135, "k8s-bad").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
+    assert!(op.message.contains("SHA-256 is"), "{}", op.message);
+    assert!(op.message.contains(&"0".repeat(64)), "{}", op.message);
+    assert!(op.message.contains("nothing was changed"), "{}", op.message);
+    assert_eq!(snapshot(&node.root), before);
+    assert!(node.actions().is_empty(), "{:?}", node.actions());
+}
+
+#[tokio::test]
+async fn a_failing_kubeadm_upgrade_node_rolls_back_binaries_and_config() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let node = node_at("v1.34.3", &url_config(&mirror));
+    std::fs::create_dir_all(node.path("/etc/standin")).unwrap();
+    std::fs::write(node.path("/etc/standin/kubeadm-upgrade-fails"), "").unwrap();
+    let before = snapshot(&node.root);
+    let op = apply(&node, TO_135, "k8s-fail").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
+    assert!(
+        op.message.contains("kubeadm upgrade node failed"),
+        "{}",
+        op.message
+    );
+    assert!(
+        op.message
+            .contains("unable to fetch the kubelet-config ConfigMap"),
+        "{}",
+        op.message
+    );
+    // the old binaries and the kubelet config are back, the saved copies removed again
+    assert_eq!(snapshot(&node.root), before);
+    assert_eq!(
+        node.actions(),
+        vec![
+            "run /usr/bin/kubeadm upgrade node",
+            "restart kubelet.service"
+        ]
+    );
+    assert_eq!(status(&node).await.kubernetes_version, "v1.34.3");
+}
+
+#[tokio::test]
+async fn coverage_tells_the_truth() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    mirror.release("v1.34.5");
+    let node = node_at("v1.34.3", &url_config(&mirror));
+
+    let skip = coverage(&node, "kubernetes: {version: v1.36.0}\n").await;
+    let c = change(&skip, "kubernetes.version");
+    assert!(!c.covered);
+    assert!(c.reason.contains("skips 1 minor version"), "{}", c.reason);
+    assert!(c.reason.contains("version skew policy"), "{}", c.reason);
+
+    let down = coverage(&node, "kubernetes: {version: 1.33.9}\n").await;
+    let c = change(&down, "kubernetes.version");
+    assert!(!c.covered && c.reason.contains("downgrade"), "{}", c.reason);
+
+    let unserved = coverage(&node, "kubernetes: {version: v1.35.0}\n").await;
+    let c = change(&unserved, "kubernetes.version");
+    assert!(!c.covered);
+    assert!(
+        c.reason.contains("checksum file of kubeadm v1.35.0"),
+        "{}",
+        c.reason
+    );
+    assert!(c.reason.contains("404"), "{}", c.reason);
+
+    // a patch upgrade of a worker: a kubelet restart
+    let patch = coverage(&node, "kubernetes: {version: v1.34.5}\n").await;
+    let c = change(&patch, "kubernetes.version");
+    assert!(c.covered, "{}", c.reason);
+    assert_eq!(level(c), DisruptionLevel::Restart);
+
+    let same = coverage(&node, "kubernetes: {version: v1.34.3}\n").await;
+    assert!(same.changes.is_empty(), "{:?}", same.changes);
+}
+
+#[tokio::test]
+async fn no_source_or_no_kubeadm_is_not_covered() {
+    let node = node_at("v1.34.3", "");
+    let r = coverage(&node, TO_135).await;
+    let c = change(&r, "kubernetes.version");
+    assert!(!c.covered);
+    assert!(
+        c.reason.contains("no source for the Kubernetes binaries"),
+        "{}",
+        c.reason
+    );
+
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = node_at("v1.34.3", &url_config(&mirror));
+    node.stop();
+    std::fs::remove_file(node.path("/var/lib/kubelet/kubeadm-flags.env")).unwrap();
+    node.start();
+    let r = coverage(&node, TO_135).await;
+    let c = change(&r, "kubernetes.version");
+    assert!(!c.covered);
+    assert!(
+        c.reason
+            .contains("not set up by kubeadm (/var/lib/kubelet/kubeadm-flags.env missing)"),
+        "{}",
+        c.reason
+    );
+}
+
+#[tokio::test]
+async fn a_disruption_rule_on_the_kubelet_binary_wins() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let config = format!(
+        "{}\n[[disruption]]\npath = \"/usr/bin/kubelet\"\naction = \"restart\"\nunits = [\"kubelet.service\"]\n",
+        url_config(&mirror)
+    );
+    let node = node_at("v1.34.3", &config);
+    let r = coverage(&node, TO_135).await;
+    let c = change(&r, "kubernetes.version");
+    assert!(c.covered, "{}", c.reason);
+    assert_eq!(level(c), DisruptionLevel::Restart);
+    assert!(c.reason.contains("disruption rule"), "{}", c.reason);
+}
+
+fn manifest(component: &str, version: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {component}\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - {component}\n    image: registry.k8s.io/{component}:{version}\n    name: {component}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_control_plane_node_drains_and_its_manifests_are_verified() {
+    let mirror = Mirror::start();
+    mirror.release("v1.34.5");
+    let mut node = node_at("v1.34.3", &url_config(&mirror));
+    node.stop();
+    let dir = node.path("/etc/kubernetes/manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    for c in inplaced::kubernetes::CONTROL_PLANE_COMPONENTS {
+        std::fs::write(dir.join(format!("{c}.yaml")), manifest(c, "v1.34.3")).unwrap();
+    }
+    std::fs::write(dir.join("etcd.yaml"), manifest("etcd", "3.6.4-0")).unwrap();
+    node.start();
+    // even a patch upgrade drains a control-plane node
+    let r = coverage(&node, "kubernetes: {version: v1.34.5}\n").await;
+    let c = change(&r, "kubernetes.version");
+    assert!(c.covered, "{}", c.reason);
+    assert_eq!(level(c), DisruptionLevel::Drain);
+    assert!(c.reason.contains("control-plane node"), "{}", c.reason);
+    let op = apply(&node, "kubernetes: {version: v1.34.5}\n", "cp-1").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    assert_eq!(
+        node.read("/etc/kubernetes/manifests/kube-apiserver.yaml"),
+        manifest("kube-apiserver", "v1.34.5")
+    );
+    assert!(
+        op.actions
+            .contains(&"static Pod manifests name v1.34.5".to_string()),
+        "{:?}",
+        op.actions
+    );
+}
