@@ -433,3 +433,127 @@ async fn a_control_plane_node_drains_and_its_manifests_are_verified() {
         op.actions
     );
 }
+
+#[tokio::test]
+async fn the_version_step_runs_first_and_other_sections_apply_to_the_upgraded_node() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let node = node_at("v1.34.3", &url_config(&mirror));
+    let spec = "kubernetes: {version: v1.35.2}\nsysctls: {vm.swappiness: \"10\"}\n";
+    let op = apply(&node, spec, "k8s-and-sysctl").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    let pos = |prefix: &str| {
+        op.actions
+            .iter()
+            .position(|a| a.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {:?}", op.actions))
+    };
+    assert!(pos("restarted kubelet.service") < pos("set sysctl vm.swappiness = 10"));
+    assert_eq!(node.read("/proc/sys/vm/swappiness"), "10\n");
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+}
+
+/// Stand-in apt-mark and apt-get: holds in /etc/standin/holds, packages from
+/// /var/cache/standin/<name>-<version>.
+const APT_MARK: &str = r#"#!/bin/sh
+H="$INPLACED_STANDIN_ROOT/etc/standin/holds"
+cmd="$1"; shift
+case "$cmd" in
+showhold) cat "$H" ;;
+hold) for p; do echo "$p" >> "$H"; done ;;
+unhold) for p; do grep -vx "$p" "$H" > "$H.new"; mv "$H.new" "$H"; done ;;
+*) exit 2 ;;
+esac
+"#;
+const APT_GET: &str = r#"#!/bin/sh
+R="$INPLACED_STANDIN_ROOT"
+[ "$1" = install ] || exit 2
+for a; do
+  case "$a" in
+  -*|Dpkg::*) ;;
+  *=*) p=${a%%=*}; v=${a#*=}; v=${v%%-*}
+       cp "$R/var/cache/standin/$p-$v" "$R/usr/bin/$p" || { echo "E: Version '$v' for '$p' was not found" >&2; exit 100; } ;;
+  esac
+done
+"#;
+
+#[tokio::test]
+async fn apt_installs_pinned_packages_and_puts_the_holds_back() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let install = |rel: &str, bytes: &[u8]| {
+        let p = node.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    for (name, bytes) in binaries("v1.34.3") {
+        install(&format!("/usr/bin/{name}"), &bytes);
+    }
+    for (name, bytes) in binaries("v1.35.2") {
+        install(&format!("/var/cache/standin/{name}-1.35.2"), &bytes);
+    }
+    install("/usr/bin/apt-mark", APT_MARK.as_bytes());
+    install("/usr/bin/apt-get", APT_GET.as_bytes());
+    install("/etc/standin/holds", b"kubeadm\nkubelet\nkubectl\n");
+    std::fs::write(&node.config, "[kubernetes]\nsource = \"apt\"\n").unwrap();
+    node.env.push((
+        "INPLACED_RECORD_EXEC".into(),
+        "/usr/bin/kubeadm,/usr/bin/kubelet,apt-get,apt-mark".into(),
+    ));
+    node.start();
+    let r = coverage(&node, TO_135).await;
+    let c = change(&r, "kubernetes.version");
+    assert!(c.covered, "{}", c.reason);
+    assert!(
+        c.reason.contains("apt packages pinned to 1.35.2-1.1"),
+        "{}",
+        c.reason
+    );
+    let op = apply(&node, TO_135, "k8s-apt").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    let get = "run apt-get install -y --allow-downgrades -o Dpkg::Options::=--force-confold";
+    assert_eq!(
+        node.actions(),
+        vec![
+            "run apt-mark unhold kubeadm".to_string(),
+            format!("{get} kubeadm=1.35.2-1.1"),
+            "run apt-mark hold kubeadm".into(),
+            "run /usr/bin/kubeadm upgrade node".into(),
+            "run apt-mark unhold kubelet kubectl".into(),
+            format!("{get} kubelet=1.35.2-1.1 kubectl=1.35.2-1.1"),
+            "run apt-mark hold kubelet kubectl".into(),
+            "daemon-reload".into(),
+            "restart kubelet.service".into(),
+        ]
+    );
+    let mut holds: Vec<String> = node
+        .read("/etc/standin/holds")
+        .lines()
+        .map(String::from)
+        .collect();
+    holds.sort();
+    assert_eq!(holds, vec!["kubeadm", "kubectl", "kubelet"]);
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+}
+
+#[test]
+fn the_version_is_validated_and_set_once() {
+    use inplaced::spec::{NodeSpec, yaml};
+    let s = NodeSpec::from_pb(&yaml::parse("kubernetes: {version: 1.35.2}\n").unwrap()).unwrap();
+    assert_eq!(s.kubernetes.unwrap().version.to_string(), "v1.35.2");
+    let e = NodeSpec::from_pb(&yaml::parse("kubernetes: {version: v1.35}\n").unwrap()).unwrap_err();
+    assert_eq!(e.field, "kubernetes.version");
+    assert!(e.message.contains("vMAJOR.MINOR.PATCH"), "{e}");
+    let twice = "kubernetes: {version: v1.35.2}\ndropins:\n- name: 10-k.yaml\n  content: \"kubernetes: {version: v1.35.2}\"\n";
+    let e = NodeSpec::from_pb(&yaml::parse(twice).unwrap()).unwrap_err();
+    assert_eq!(e.field, "dropins[10-k.yaml].kubernetes.version");
+    assert!(e.message.contains("set it once"), "{e}");
+    // the hash of a spec without the section is what it was
+    let plain =
+        NodeSpec::from_pb(&yaml::parse("sysctls: {vm.swappiness: \"10\"}\n").unwrap()).unwrap();
+    let with = NodeSpec::from_pb(
+        &yaml::parse("sysctls: {vm.swappiness: \"10\"}\nkubernetes: {version: v1.35.2}\n").unwrap(),
+    )
+    .unwrap();
+    assert_ne!(plain.hash(), with.hash());
+}
