@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod capi;
+pub mod k8s;
 pub mod pki;
 mod tree;
 
