@@ -330,8 +330,9 @@ for a; do
 done
 "#;
 
-#[tokio::test]
-async fn apt_installs_pinned_packages_and_puts_the_holds_back() {
+/// The ubuntu fixture at v1.34.3 with the apt source: stand-in apt-get and apt-mark,
+/// packages of v1.34.3 and v1.35.2 in the stand-in pool, all three held.
+fn apt_node() -> Node {
     let mut node = Node::new("ubuntu-2404-grub");
     let install = |rel: &str, bytes: &[u8]| {
         let p = node.path(rel);
@@ -341,6 +342,7 @@ async fn apt_installs_pinned_packages_and_puts_the_holds_back() {
     };
     for (name, bytes) in binaries("v1.34.3") {
         install(&format!("/usr/bin/{name}"), &bytes);
+        install(&format!("/var/cache/standin/{name}-1.34.3"), &bytes);
     }
     for (name, bytes) in binaries("v1.35.2") {
         install(&format!("/var/cache/standin/{name}-1.35.2"), &bytes);
@@ -353,6 +355,42 @@ async fn apt_installs_pinned_packages_and_puts_the_holds_back() {
         "INPLACED_RECORD_EXEC".into(),
         "/usr/bin/kubeadm,/usr/bin/kubelet,apt-get,apt-mark".into(),
     ));
+    node
+}
+
+#[tokio::test]
+async fn apt_rolls_back_to_the_previous_packages() {
+    let mut node = apt_node();
+    std::fs::write(node.path("/etc/standin/kubeadm-upgrade-fails"), "").unwrap();
+    let config = node.read("/var/lib/kubelet/config.yaml");
+    node.start();
+    let op = apply(&node, TO_135, "k8s-apt-fail").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
+    let get = "run apt-get install -y --allow-downgrades -o Dpkg::Options::=--force-confold";
+    assert_eq!(
+        node.actions(),
+        vec![
+            "run apt-mark unhold kubeadm".to_string(),
+            format!("{get} kubeadm=1.35.2-1.1"),
+            "run apt-mark hold kubeadm".into(),
+            "run /usr/bin/kubeadm upgrade node".into(),
+            // undone in reverse: the previous package, its hold, then the kubelet
+            "run apt-mark unhold kubeadm".into(),
+            format!("{get} kubeadm=1.34.3-1.1"),
+            "run apt-mark hold kubeadm".into(),
+            "restart kubelet.service".into(),
+        ]
+    );
+    assert_eq!(
+        std::fs::read(node.path("/usr/bin/kubeadm")).unwrap(),
+        binaries("v1.34.3")["kubeadm"]
+    );
+    assert_eq!(node.read("/var/lib/kubelet/config.yaml"), config);
+}
+
+#[tokio::test]
+async fn apt_installs_pinned_packages_and_puts_the_holds_back() {
+    let mut node = apt_node();
     node.start();
     let r = coverage(&node, TO_135).await;
     let c = change(&r, "kubernetes.version");

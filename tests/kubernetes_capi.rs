@@ -49,6 +49,9 @@ async fn a_machine_version_change_is_covered_and_applied_in_place() {
     let mirror = Mirror::start();
     let new = mirror.release("v1.35.2");
     let (_pki, node, ext) = setup(&mirror);
+    // kubeadm upgrade node takes a while, so that a poll sees it
+    std::fs::create_dir_all(node.path("/etc/standin")).unwrap();
+    std::fs::write(node.path("/etc/standin/kubeadm-upgrade-sleep"), "2").unwrap();
     let req = version_request("v1.34.3", "v1.35.2");
     let resp = ext.can_update_machine(&req).await;
     assert_eq!(resp["status"], "Success", "{resp}");
@@ -81,15 +84,24 @@ async fn a_machine_version_change_is_covered_and_applied_in_place() {
         "desired": req["desired"],
     });
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut progress = Vec::new();
     let done = loop {
         let r = ext.update_machine(&upd).await;
         if r["retryAfterSeconds"] == 0 {
             break r;
         }
+        progress.push(r["message"].as_str().unwrap_or("").to_string());
         assert!(Instant::now() < deadline, "never finished: {r}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(done["status"], "Success", "{done}");
+    // the in-progress message names the step
+    assert!(
+        progress
+            .iter()
+            .any(|m| m == "Committing: kubeadm upgrade node"),
+        "{progress:?}"
+    );
     let m = done["message"].as_str().unwrap();
     assert!(m.starts_with("in-place update done: "), "{m}");
     assert!(m.contains("ran /usr/bin/kubeadm upgrade node"), "{m}");

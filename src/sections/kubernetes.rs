@@ -52,13 +52,21 @@ fn manifests_dir(config: &Config) -> String {
         .to_string()
 }
 
+/// Longest a checksum `HEAD` of coverage may take, in seconds.
+const HEAD_TIMEOUT_SECS: u64 = 5;
+
 /// HEAD of each binary's checksum file of `to` (`source = "url"`).
 fn checksums(config: &Config, to: Version) -> Result<(), String> {
     let kc = &config.kubernetes;
     if kc.url.is_empty() {
         return Err("kubernetes.url is empty; give the release layout's URL template".into());
     }
-    let client = k8s::fetch::Client::new(kc).map_err(|e| e.to_string())?;
+    // coverage must answer within the caller's deadline: a short timeout for the HEADs
+    let quick = k8s::KubernetesConfig {
+        timeout_secs: kc.timeout_secs.min(HEAD_TIMEOUT_SECS),
+        ..kc.clone()
+    };
+    let client = k8s::fetch::Client::new(&quick).map_err(|e| e.to_string())?;
     for b in kc.binaries() {
         let url = k8s::source::checksum_url(&k8s::source::binary_url(kc, to, b));
         client.exists(&url).map_err(|e| {

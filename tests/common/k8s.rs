@@ -14,7 +14,8 @@ use super::Node;
 /// A stand-in kubeadm of `version`: `version -o short` prints it; `upgrade node` writes
 /// the kubelet config (and, on a control-plane node, the manifests' image tags) the way
 /// kubeadm does, or fails after touching the config when
-/// `/etc/standin/kubeadm-upgrade-fails` exists.
+/// `/etc/standin/kubeadm-upgrade-fails` exists; it takes as many seconds as
+/// `/etc/standin/kubeadm-upgrade-sleep` says.
 pub fn kubeadm(version: &str) -> Vec<u8> {
     format!(
         r##"#!/bin/sh
@@ -24,6 +25,7 @@ case "$1 $2" in
 "version -o") echo "{version}" ;;
 "upgrade node")
   echo "[upgrade] Reading configuration from the \"kubeadm-config\" ConfigMap in namespace \"kube-system\"..."
+  [ -e "$R/etc/standin/kubeadm-upgrade-sleep" ] && sleep "$(cat "$R/etc/standin/kubeadm-upgrade-sleep")"
   if [ -e "$R/etc/standin/kubeadm-upgrade-fails" ]; then
     echo "# half-written by a failing kubeadm" >> "$R/var/lib/kubelet/config.yaml"
     echo "[upgrade/kubelet-config] FATAL: unable to fetch the kubelet-config ConfigMap: connection refused" >&2
