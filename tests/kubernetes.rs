@@ -448,3 +448,69 @@ fn the_version_is_validated_and_set_once() {
     .unwrap();
     assert_ne!(plain.hash(), with.hash());
 }
+
+/// A stand-in dnf: versionlocks in /etc/standin/locks (`name-0:version-rev.*` lines),
+/// packages from /var/cache/standin/<name>-<version>.
+const DNF: &str = r#"#!/bin/sh
+R="$INPLACED_STANDIN_ROOT"; L="$R/etc/standin/locks"
+case "$1 $2" in
+"versionlock list") cat "$L" ;;
+"versionlock delete") shift 2; for p; do grep -v "^$p-[0-9]" "$L" > "$L.new"; mv "$L.new" "$L"; done ;;
+"versionlock add") shift 2; for p; do v=$("$R/usr/bin/$p" --version 2>/dev/null | sed 's/.* v//'); [ -n "$v" ] || v=$("$R/usr/bin/$p" version -o short | sed 's/^v//'); echo "$p-0:$v-150500.1.1.*" >> "$L"; done ;;
+"install -y")
+  for a; do
+    case "$a" in
+    -*|install) ;;
+    *-[0-9]*) p=${a%-*}; v=${a##*-}; cp "$R/var/cache/standin/$p-$v" "$R/usr/bin/$p" || exit 1 ;;
+    esac
+  done ;;
+*) exit 2 ;;
+esac
+"#;
+
+#[tokio::test]
+async fn dnf_installs_pinned_packages_and_puts_the_versionlocks_back() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    for (name, bytes) in binaries("v1.35.2") {
+        let p = node.path(&format!("/var/cache/standin/{name}-1.35.2"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, bytes).unwrap();
+    }
+    let dnf = node.path("/usr/bin/dnf");
+    std::fs::write(&dnf, DNF).unwrap();
+    std::fs::set_permissions(&dnf, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(node.path("/etc/standin")).unwrap();
+    // only kubelet is locked
+    std::fs::write(
+        node.path("/etc/standin/locks"),
+        "kubelet-0:1.34.3-150500.1.1.*\n",
+    )
+    .unwrap();
+    std::fs::write(&node.config, "[kubernetes]\nsource = \"dnf\"\n").unwrap();
+    node.env = vec![(
+        "INPLACED_RECORD_EXEC".into(),
+        "/usr/bin/kubeadm,/usr/bin/kubelet,dnf".into(),
+    )];
+    node.start();
+    let op = apply(&node, TO_135, "k8s-dnf").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    let install = "run dnf install -y --disableexcludes=kubernetes";
+    assert_eq!(
+        node.actions(),
+        vec![
+            format!("{install} kubeadm-1.35.2"),
+            "run /usr/bin/kubeadm upgrade node".into(),
+            "run dnf versionlock delete kubelet".into(),
+            format!("{install} kubelet-1.35.2 kubectl-1.35.2"),
+            "run dnf versionlock add kubelet".into(),
+            "daemon-reload".into(),
+            "restart kubelet.service".into(),
+        ]
+    );
+    assert_eq!(
+        node.read("/etc/standin/locks"),
+        "kubelet-0:1.35.2-150500.1.1.*\n"
+    );
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+}
