@@ -54,6 +54,19 @@ pub enum FetchError {
     },
 }
 
+/// `url` without the credentials of its user-info part (`https://user:secret@host/…` →
+/// `https://…@host/…`), for messages: a mirror URL may carry them, messages never do.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://…{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
 /// An HTTP client built from `[kubernetes]`.
 #[derive(Debug)]
 pub struct Client {
@@ -71,7 +84,7 @@ impl Client {
         if !config.proxy.is_empty() {
             let p = ureq::Proxy::new(&config.proxy).map_err(|e| FetchError::Config {
                 key: "proxy",
-                message: format!("{:?} is not a proxy URL: {e}", config.proxy),
+                message: format!("{:?} is not a proxy URL: {e}", redact_url(&config.proxy)),
             })?;
             b = b.proxy(Some(p));
         } else {
@@ -89,7 +102,7 @@ impl Client {
     /// `HEAD url` answers 2xx: the checksum file of a version exists (no side effects).
     pub fn exists(&self, url: &str) -> Result<(), FetchError> {
         let http = |message: String| FetchError::Http {
-            url: url.to_string(),
+            url: redact_url(url),
             message,
         };
         let resp = self
@@ -108,7 +121,7 @@ impl Client {
     /// The body of `GET url`, at most `limit` bytes.
     pub fn get(&self, url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
         let http = |message: String| FetchError::Http {
-            url: url.to_string(),
+            url: redact_url(url),
             message,
         };
         let mut resp = self
@@ -145,7 +158,7 @@ impl Client {
         let actual = hex::encode(Sha256::digest(&bytes));
         if actual != expected {
             return Err(FetchError::Mismatch {
-                url: url.to_string(),
+                url: redact_url(url),
                 expected,
                 actual,
             });
@@ -175,4 +188,22 @@ fn tls_with_bundle(path: &str) -> Result<ureq::tls::TlsConfig, FetchError> {
     Ok(ureq::tls::TlsConfig::builder()
         .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
         .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn credentials_never_reach_messages() {
+        assert_eq!(
+            redact_url("https://bob:s3cret@mirror.example/release/v1.35.2/kubelet"),
+            "https://…@mirror.example/release/v1.35.2/kubelet"
+        );
+        assert_eq!(
+            redact_url("http://127.0.0.1:8080/a@b"),
+            "http://127.0.0.1:8080/a@b"
+        );
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
 }

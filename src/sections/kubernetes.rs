@@ -292,7 +292,10 @@ fn covered_reason(
 ) -> String {
     let kc = &config.kubernetes;
     let source = match kc.source {
-        SourceKind::Url => format!("binaries from {} with their SHA-256 checked", kc.url),
+        SourceKind::Url => format!(
+            "binaries from {} with their SHA-256 checked",
+            k8s::fetch::redact_url(&kc.url)
+        ),
         SourceKind::Apt => format!(
             "apt packages pinned to {}-{}",
             to.bare(),
