@@ -484,6 +484,8 @@ pub struct Config {
     pub api: ApiConfig,
     /// Write policy and limits.
     pub policy: PolicyConfig,
+    /// Kubernetes version upgrades: where the binaries come from.
+    pub kubernetes: crate::kubernetes::KubernetesConfig,
 }
 
 impl Config {

@@ -26,6 +26,7 @@ pub mod config;
 pub mod extension;
 pub mod failpoint;
 pub mod kubelet;
+pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod node;

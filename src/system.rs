@@ -90,9 +90,22 @@ pub trait Rebooter: Send + Sync + std::fmt::Debug {
 pub trait CommandRunner: Send + Sync + std::fmt::Debug {
     /// Runs `argv` to completion; returns its combined output.
     fn run(&self, argv: &[String]) -> Result<String, SystemError>;
+
+    /// Runs a read-only command (`kubelet --version`, `apt-mark showhold`) for its
+    /// output: what observation asks, never recorded as an action.
+    fn query(&self, argv: &[String]) -> Result<String, SystemError> {
+        self.run(argv)
+    }
 }
 
 fn run_command(argv: &[String]) -> Result<String, SystemError> {
+    run_command_env(argv, &[])
+}
+
+fn run_command_env(
+    argv: &[String],
+    env: &[(&str, &std::path::Path)],
+) -> Result<String, SystemError> {
     let action = argv.join(" ");
     let Some((prog, args)) = argv.split_first() else {
         return Err(SystemError {
@@ -102,6 +115,7 @@ fn run_command(argv: &[String]) -> Result<String, SystemError> {
     };
     let out = Command::new(prog)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .output()
         .map_err(|e| SystemError {
             action: action.clone(),
@@ -183,11 +197,16 @@ impl CommandRunner for Systemd {
 /// Records every request (in memory, and in a log file when given) and reports success,
 /// except for requests that start with one of the `failing` prefixes, which are recorded
 /// and fail (fault injection for tests and demos: `INPLACED_RECORD_FAIL="restart kubelet"`).
+///
+/// Programs named in [`Recorder::exec_in`] (stand-ins for kubeadm, the kubelet or a
+/// package manager, installed in a test's sysroot) are also run, from the sysroot, so
+/// that their output and effects are what the agent sees.
 #[derive(Debug, Default)]
 pub struct Recorder {
     log: Option<PathBuf>,
     calls: Mutex<Vec<String>>,
     failing: Vec<String>,
+    exec: Option<(PathBuf, Vec<String>)>,
 }
 
 impl Recorder {
@@ -197,7 +216,41 @@ impl Recorder {
             log: Some(log),
             calls: Mutex::new(Vec::new()),
             failing: Vec::new(),
+            exec: None,
         }
+    }
+
+    /// Runs the `programs` (argv[0] as the agent names them: `/usr/bin/kubeadm`, or a
+    /// bare name found in the sysroot's `/usr/bin`) from the sysroot `root`, with
+    /// `INPLACED_STANDIN_ROOT=<root>` in their environment (`INPLACED_RECORD_EXEC`).
+    pub fn exec_in(mut self, root: PathBuf, programs: impl IntoIterator<Item = String>) -> Self {
+        let p: Vec<String> = programs.into_iter().filter(|p| !p.is_empty()).collect();
+        if !p.is_empty() {
+            self.exec = Some((root, p));
+        }
+        self
+    }
+
+    /// The stand-in run for `argv` from the sysroot, when its program is listed.
+    fn exec(&self, argv: &[String]) -> Option<Result<String, SystemError>> {
+        let (root, programs) = self.exec.as_ref()?;
+        let prog = argv.first()?;
+        if !programs.iter().any(|p| p == prog) {
+            return None;
+        }
+        let rel = if prog.starts_with('/') {
+            prog.trim_start_matches('/').to_string()
+        } else {
+            format!("usr/bin/{prog}")
+        };
+        let mut full = vec![root.join(rel).display().to_string()];
+        full.extend(argv[1..].iter().cloned());
+        Some(
+            run_command_env(&full, &[("INPLACED_STANDIN_ROOT", root)]).map_err(|e| SystemError {
+                action: argv.join(" "),
+                detail: e.detail,
+            }),
+        )
     }
 
     /// Makes requests starting with any of `prefixes` fail (after being recorded).
@@ -272,8 +325,20 @@ impl Rebooter for Recorder {
 
 impl CommandRunner for Recorder {
     fn run(&self, argv: &[String]) -> Result<String, SystemError> {
-        self.record(format!("run {}", argv.join(" ")))
-            .map(|_| String::new())
+        self.record(format!("run {}", argv.join(" ")))?;
+        self.exec(argv).unwrap_or(Ok(String::new()))
+    }
+
+    /// Stand-ins are run, unrecorded; any other query fails (there is no host to ask).
+    fn query(&self, argv: &[String]) -> Result<String, SystemError> {
+        self.exec(argv).unwrap_or_else(|| {
+            Err(SystemError {
+                action: argv.join(" "),
+                detail:
+                    "not run by the recording service manager (list it in INPLACED_RECORD_EXEC)"
+                        .into(),
+            })
+        })
     }
 }
 

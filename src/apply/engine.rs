@@ -37,6 +37,8 @@ pub(super) enum Undo {
     Dir(String),
     /// A live sysctl changed: key, previous value.
     Sysctl(String, String),
+    /// A step of a Kubernetes version upgrade.
+    Kubernetes(crate::kubernetes::upgrade::Restore),
 }
 
 /// What an operation carries from phase to phase.
@@ -183,6 +185,7 @@ impl Agent {
     /// Committing → Acting: every write and removal (each checked against what the plan
     /// saw), the directories left empty, the live sysctls.
     fn committing(&self, run: &mut Run<'_>) -> Result<Next, Fail> {
+        self.upgrade_kubernetes(run)?;
         self.write_files(run)?;
         self.remove_files(run)?;
         self.set_sysctls(run)?;
@@ -474,7 +477,7 @@ impl Agent {
 
     /// The kubelet is active (as far as the service manager can tell) and its health
     /// endpoint answers 2xx within the configured timeout.
-    fn kubelet_health(&self) -> Result<(), String> {
+    pub(super) fn kubelet_health(&self) -> Result<(), String> {
         let timeout = std::time::Duration::from_secs(self.config.kubelet.health_timeout_secs);
         self.services
             .wait_active(&self.config.kubelet.unit, timeout)
@@ -546,6 +549,7 @@ impl Agent {
                     .root
                     .write_in_place(&crate::sysctl::sysctl_path(k), format!("{v}\n").as_bytes())
                     .map_err(|e| format!("sysctl {k}: {e}")),
+                Undo::Kubernetes(r) => r.undo(&self.root, &*self.services, &*self.runner),
             };
             if let Err(e) = r {
                 failed.push(e);
@@ -649,7 +653,8 @@ impl Agent {
     /// [`crate::phase::allowed`].
     pub(super) fn publish(&self, op: &mut pb::Operation, phase: Phase, message: impl Into<String>) {
         debug_assert!(
-            phase::allowed(phase::of(op), phase),
+            phase::allowed(phase::of(op), phase)
+                || (phase::of(op) == phase && !is_settled(op.phase)),
             "operation {}: {:?} -> {phase:?} is not an allowed transition",
             op.id,
             phase::of(op)

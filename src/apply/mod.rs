@@ -34,6 +34,7 @@ mod converge;
 mod drift;
 mod engine;
 mod journal;
+mod kubernetes;
 mod status;
 pub mod watch;
 
@@ -314,7 +315,15 @@ impl Agent {
         opts: Options,
         record: AppliedRecord,
     ) -> Result<Plan, AgentError> {
-        let obs = plan::observe(&self.root, &self.state, &self.config, desired, &record)?;
+        let runner = Some(self.runner.as_ref());
+        let obs = plan::observe::observe_with(
+            &self.root,
+            &self.state,
+            &self.config,
+            desired,
+            &record,
+            runner,
+        )?;
         let mut p = plan::plan(desired, &obs, &record, &self.config, opts);
         p.report.facts = Some(self.facts.clone());
         p.report.preservation = Some(self.preservation.clone());

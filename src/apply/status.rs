@@ -42,6 +42,24 @@ impl Agent {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
             drift_detections,
+            kubernetes_version: self.kubernetes_version(),
         })
+    }
+}
+
+impl Agent {
+    /// `kubelet --version` of the kubelet in `[kubernetes] bin_dir` ("" when absent or
+    /// it can not be asked).
+    fn kubernetes_version(&self) -> String {
+        let kubelet = self.config.kubernetes.bin_path("kubelet");
+        if !matches!(self.root.stat(&kubelet), Ok(Some(_))) {
+            return String::new();
+        }
+        self.runner
+            .query(&[kubelet, "--version".into()])
+            .ok()
+            .and_then(|o| crate::kubernetes::parse_kubelet_version(&o).ok())
+            .map(|v| v.to_string())
+            .unwrap_or_default()
     }
 }

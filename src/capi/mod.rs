@@ -188,6 +188,10 @@ pub enum Capability {
     KubeletExtraArgs,
     /// `ntp`.
     Ntp,
+    /// Kubernetes version upgrades (`spec.template.spec.version`) a patch or one minor
+    /// version up, as the version skew policy allows.
+    #[serde(rename = "kubernetes-version")]
+    KubernetesVersion,
 }
 
 /// The coverage the declared capabilities give to `ids`. Disruption follows the agents'
@@ -209,7 +213,9 @@ pub fn capability_coverage(caps: &[Capability], units: &[DiffUnit]) -> NodeCover
     }
     let mut changes = BTreeMap::new();
     for id in units.iter().flat_map(|u| &u.ids) {
-        let family = if id.starts_with("kubelet.flags[") {
+        let family = if id == translate::VERSION_ID {
+            Capability::KubernetesVersion
+        } else if id.starts_with("kubelet.flags[") {
             Capability::KubeletExtraArgs
         } else if id == "ntp" {
             Capability::Ntp
@@ -318,6 +324,7 @@ fn diff(
     root: &[&str],
 ) -> translate::Analysis {
     let mut units = translate::machine(machine.0, machine.1, root);
+    let version = translate::version_delta(machine.0, machine.1, root);
     units.extend(translate::infrastructure(infra.0, infra.1, root));
     let mut analysis = match bootstrap {
         (Some(c), Some(d)) => translate::kubeadm(c, d, root, bootstrap_is_v1beta1(d)),
@@ -333,7 +340,47 @@ fn diff(
     };
     units.append(&mut analysis.units);
     analysis.units = units;
+    analysis.delta.kubernetes = version;
     analysis
+}
+
+/// Covered units split by object: (the Machine's or MachineSet's own: the version,
+/// the bootstrap config's).
+fn by_object(covered: &[DiffUnit]) -> (Vec<DiffUnit>, Vec<DiffUnit>) {
+    covered
+        .iter()
+        .cloned()
+        .partition(|u| u.ids.iter().any(|id| id == translate::VERSION_ID))
+}
+
+/// True when two version strings name the same release (`v1.35.2` = `1.35.2`).
+pub fn same_version(a: &str, b: &str) -> bool {
+    match (
+        crate::kubernetes::Version::parse(a),
+        crate::kubernetes::Version::parse(b),
+    ) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// The NodeSpec UpdateMachine applies: the desired bootstrap config's
+/// ([`desired_node_spec`]) and, when the node reports its Kubernetes version
+/// (`node_version`, `NodeStatus.kubernetes_version`), the Machine's `spec.version`. A
+/// node that reports none was never covered for a version change (its coverage says the
+/// version is not known), so its updates stay what they were.
+pub fn update_node_spec(desired: &MachineObjects, node_version: &str) -> pb::NodeSpec {
+    let mut spec = desired_node_spec(desired);
+    if !node_version.is_empty() {
+        spec.kubernetes = desired
+            .machine
+            .pointer("/spec/version")
+            .and_then(Value::as_str)
+            .map(|v| pb::Kubernetes {
+                version: v.to_string(),
+            });
+    }
+    spec
 }
 
 /// The differences of a CanUpdateMachine request (see [`diff`]).
@@ -432,10 +479,12 @@ pub fn can_update_machine(
     let empty = NodeCoverage::default();
     let cov = cov.unwrap_or(&empty);
     let d = decide(diff.units, cov);
-    // Machine and InfraMachine units are always blocked: every covered unit is the
-    // bootstrap config's.
+    // InfraMachine units are always blocked; of the Machine's, only the version can be
+    // covered
+    let (own, boot) = by_object(&d.covered);
+    let machine_patch = patch_of(&current.machine, &desired.machine, &own);
     let bootstrap_config_patch = match (&current.bootstrap_config, &desired.bootstrap_config) {
-        (Some(c), Some(dd)) => patch_of(c, dd, &d.covered),
+        (Some(c), Some(dd)) => patch_of(c, dd, &boot),
         _ => None,
     };
     let preserve = !d.uncovered.is_empty()
@@ -459,7 +508,7 @@ pub fn can_update_machine(
         kind: "CanUpdateMachineResponse".into(),
         status: Status::Success,
         message: message(name, &d, &cov.disruption, preserve.then_some(&reasons[..])),
-        machine_patch: None,
+        machine_patch,
         infrastructure_machine_patch: None,
         affects_availability: bootstrap_config_patch
             .as_ref()
@@ -479,7 +528,13 @@ fn set_disruption(d: &Decision) -> String {
         .flat_map(|u| &u.ids)
         .filter_map(|id| id.strip_prefix("kubelet.flags[")?.strip_suffix(']'))
         .collect();
-    if !crate::plan::kubelet_state_files(&flags, true).is_empty() {
+    let version = d
+        .covered
+        .iter()
+        .any(|u| u.ids.iter().any(|id| id == translate::VERSION_ID));
+    if version {
+        "drain (a minor Kubernetes upgrade, or a control-plane node) or a kubelet restart (a patch upgrade of a worker)".into()
+    } else if !crate::plan::kubelet_state_files(&flags, true).is_empty() {
         "drain, kubelet stopped, its CPU/memory manager checkpoint removed, kubelet started".into()
     } else if !flags.is_empty() {
         "restart of kubelet.service".into()
@@ -501,11 +556,13 @@ pub fn can_update_machine_set(
     let units = machine_set_diff(current, desired).units;
     let cov = capability_coverage(caps, &units);
     let d = decide(units, &cov);
+    let (own, boot) = by_object(&d.covered);
+    let machine_set_patch = patch_of(&current.machine_set, &desired.machine_set, &own);
     let bootstrap_config_template_patch = match (
         &current.bootstrap_config_template,
         &desired.bootstrap_config_template,
     ) {
-        (Some(c), Some(dd)) => patch_of(c, dd, &d.covered),
+        (Some(c), Some(dd)) => patch_of(c, dd, &boot),
         _ => None,
     };
     let kind = desired
@@ -551,7 +608,7 @@ pub fn can_update_machine_set(
             &set_disruption(&d),
             preserve.then_some(&reasons[..]),
         ),
-        machine_set_patch: None,
+        machine_set_patch,
         infrastructure_machine_template_patch: None,
         affects_availability: bootstrap_config_template_patch
             .as_ref()

@@ -647,8 +647,8 @@ const MACHINE_IGNORED: [&str; 8] = [
 ];
 
 /// Differences of a Machine spec (`root` = `["spec"]`) or a MachineSet's machine
-/// template (`["spec","template","spec"]`), after CAPI's clean-up. None can be applied in
-/// place by inplaced.
+/// template (`["spec","template","spec"]`), after CAPI's clean-up. Only `version` can be
+/// applied in place (see [`version_unit`]); the others are blocked.
 pub fn machine(current: &Value, desired: &Value, root: &[&str]) -> Vec<DiffUnit> {
     let clean = |v: &Value| {
         let mut s = get(v, root).cloned().unwrap_or(Value::Null);
@@ -673,14 +673,58 @@ pub fn machine(current: &Value, desired: &Value, root: &[&str]) -> Vec<DiffUnit>
         if !seen.insert(top.clone()) {
             continue;
         }
+        if top == "version" {
+            out.push(version_unit(current, desired, root));
+            continue;
+        }
         let reason = match top.as_str() {
-            "version" => "Kubernetes version upgrades are not applied in place by inplaced",
             "failureDomain" => "moving the Machine to another failure domain needs another host",
             _ => "no in-place handler for this Machine field",
         };
         out.push(DiffUnit::blocked(&toks(root, &[&top]), reason));
     }
     out
+}
+
+/// The agent change id of a Kubernetes version change.
+pub const VERSION_ID: &str = "kubernetes.version";
+
+/// The unit of a `version` change (Machine `spec.version`, MachineSet
+/// `spec.template.spec.version`): copied verbatim, covered when the node covers
+/// `kubernetes.version`. Blocked when the desired version is not a release version, and
+/// for a MachineSet (whose Machines' nodes are not asked) when the version skew policy
+/// forbids the step from the template's current version.
+fn version_unit(current: &Value, desired: &Value, root: &[&str]) -> DiffUnit {
+    let t = toks(root, &["version"]);
+    let ver = |v: &Value| {
+        get(v, &t)
+            .and_then(Value::as_str)
+            .map(crate::kubernetes::Version::parse)
+    };
+    let unit = DiffUnit {
+        ids: vec![VERSION_ID.to_string()],
+        ..DiffUnit::open(&t)
+    };
+    match (ver(current), ver(desired)) {
+        (_, None) => DiffUnit::blocked(&t, "the desired version is removed"),
+        (_, Some(Err(e))) => DiffUnit::blocked(&t, e),
+        (Some(Ok(from)), Some(Ok(to))) if root.len() > 1 => {
+            match crate::kubernetes::skew(from, to, false) {
+                Ok(_) => unit,
+                Err(e) => DiffUnit::blocked(&t, e),
+            }
+        }
+        _ => unit,
+    }
+}
+
+/// The desired version when `version` differs: what the node's coverage is asked about.
+pub fn version_delta(current: &Value, desired: &Value, root: &[&str]) -> Option<pb::Kubernetes> {
+    let t = toks(root, &["version"]);
+    let d = get(desired, &t).and_then(Value::as_str)?;
+    (get(current, &t).and_then(Value::as_str) != Some(d)).then(|| pb::Kubernetes {
+        version: d.to_string(),
+    })
 }
 
 /// Differences of an InfraMachine spec (or template spec): re-provisioning material

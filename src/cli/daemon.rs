@@ -18,7 +18,9 @@ pub enum ServiceManagerKind {
     Systemd,
     /// Append each unit action, command and reboot request to <state-dir>/actions.log and
     /// report success (demo and tests, where no systemd runs). Requests starting with a
-    /// prefix listed in INPLACED_RECORD_FAIL (comma-separated) fail instead.
+    /// prefix listed in INPLACED_RECORD_FAIL (comma-separated) fail instead. Programs
+    /// listed in INPLACED_RECORD_EXEC (comma-separated, e.g. `/usr/bin/kubeadm`) are run
+    /// from the root (test stand-ins for kubeadm, the kubelet, a package manager).
     Record,
 }
 
@@ -75,9 +77,14 @@ fn run(args: Args) -> anyhow::Result<()> {
             std::fs::create_dir_all(&args.state_dir)
                 .with_context(|| format!("creating {}", args.state_dir.display()))?;
             let failing = std::env::var("INPLACED_RECORD_FAIL").unwrap_or_default();
+            let exec = std::env::var("INPLACED_RECORD_EXEC").unwrap_or_default();
             let r = Arc::new(
                 Recorder::with_log(args.state_dir.join("actions.log"))
-                    .failing(failing.split(',').map(|s| s.trim().to_string())),
+                    .failing(failing.split(',').map(|s| s.trim().to_string()))
+                    .exec_in(
+                        args.root.clone(),
+                        exec.split(',').map(|s| s.trim().to_string()),
+                    ),
             );
             (r.clone(), r.clone(), r)
         }

@@ -228,6 +228,9 @@ pub fn status(s: &pb::NodeStatus) -> String {
         }
     );
     let _ = writeln!(out, "managed items:   {}", s.managed_items);
+    if !s.kubernetes_version.is_empty() {
+        let _ = writeln!(out, "kubernetes:      {}", s.kubernetes_version);
+    }
     match &s.current_operation {
         Some(op) => {
             let _ = writeln!(

@@ -235,7 +235,9 @@ impl Default for PreservationConfig {
 #[serde(deny_unknown_fields)]
 pub struct MachineSetConfig {
     /// Change families every agent of a MachineSet handles: `files`, `kubeletExtraArgs`,
-    /// `ntp`.
+    /// `ntp` (the default), and `kubernetes-version` (opt in when every agent has a
+    /// `[kubernetes]` source: version changes a patch or one minor up, as the skew policy
+    /// allows).
     #[serde(default = "default_caps")]
     pub capabilities: Vec<Capability>,
 }

@@ -234,7 +234,10 @@ impl Extension {
         let (addr, mut c) = self.agent(m, eff).await?;
         let unreachable =
             |s: tonic::Status| AgentError(format!("agent at {addr}: GetCoverage: {}", s.message()));
-        match node_coverage(&mut c, eff, capi::desired_node_spec(desired)).await {
+        let mut spec = capi::desired_node_spec(desired);
+        // a version change is asked about too (UpdateMachine applies it)
+        spec.kubernetes = diff.delta.kubernetes.clone();
+        match node_coverage(&mut c, eff, spec).await {
             Ok(cov) => Ok(cov),
             Err(s) if refuses_spec(&s) => {
                 let mut cov = node_coverage(&mut c, eff, pb::NodeSpec::default())
@@ -306,19 +309,29 @@ impl Extension {
                 0,
             );
         }
-        let spec = capi::desired_node_spec(&req.desired);
-        let id = operation_id(&m, &spec);
-        let resp = self.drive(&m, &eff, spec, &id).await;
+        let (resp, id) = self.drive(&m, &eff, &req.desired).await;
         tracing::info!(machine = %m.key(), operation = %id, status = ?resp.status, retry = resp.retry_after_seconds, "UpdateMachine: {}", resp.message);
         resp
     }
 
+    /// Drives the update of `desired` on the node: (the answer, the operation id).
     async fn drive(
         &self,
         m: &MachineRef,
         eff: &Effective,
-        spec: pb::NodeSpec,
-        id: &str,
+        desired: &MachineObjects,
+    ) -> (UpdateMachineResponse, String) {
+        let mut id = operation_id(m, &capi::desired_node_spec(desired));
+        let resp = self.drive_spec(m, eff, desired, &mut id).await;
+        (resp, id)
+    }
+
+    async fn drive_spec(
+        &self,
+        m: &MachineRef,
+        eff: &Effective,
+        desired: &MachineObjects,
+        id: &mut String,
     ) -> UpdateMachineResponse {
         let wait =
             |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
@@ -345,6 +358,11 @@ impl Extension {
             tracing::warn!(machine = %m.key(), agent = %addr, error = %e, "UpdateMachine refused: wrong node");
             return UpdateMachineResponse::new(Status::Failure, e, 0);
         }
+        // the Machine's version joins the spec when the node reports its own
+        let spec = capi::update_node_spec(desired, &status.kubernetes_version);
+        *id = operation_id(m, &spec);
+        let id = id.as_str();
+        let target = spec.kubernetes.as_ref().map(|k| k.version.clone());
         let attempt = |o: &pb::Operation| -> Option<u32> {
             if o.id == id {
                 return Some(0);
@@ -391,6 +409,19 @@ impl Extension {
         };
         let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
         match phase {
+            // done only when the node runs the target version
+            // (the status was read after the history that holds the operation)
+            Phase::Succeeded
+                if target
+                    .as_ref()
+                    .is_some_and(|v| !capi::same_version(v, &status.kubernetes_version)) =>
+            {
+                wait(format!(
+                    "waiting for the node to report Kubernetes {} (it reports {:?})",
+                    target.unwrap_or_default(),
+                    status.kubernetes_version
+                ))
+            }
             Phase::Succeeded => {
                 // What changed on the node, without the bookkeeping (saved originals).
                 let acts: Vec<&str> = op

@@ -22,12 +22,26 @@ pub fn observe(
     desired: &NodeSpec,
     record: &AppliedRecord,
 ) -> Result<Observed, ObserveError> {
+    observe_with(root, state, config, desired, record, None)
+}
+
+/// [`observe`] with a runner for the read-only commands sections ask
+/// (`kubelet --version`).
+pub fn observe_with(
+    root: &Sysroot,
+    state: &StateDir,
+    config: &Config,
+    desired: &NodeSpec,
+    record: &AppliedRecord,
+    runner: Option<&dyn crate::system::CommandRunner>,
+) -> Result<Observed, ObserveError> {
     let node = NodeView {
         root,
         state,
         config,
         desired,
         record,
+        runner,
     };
     let mut obs = Observed::empty();
     file_items::observe(&node, &mut obs)?;

@@ -25,6 +25,7 @@ pub mod file_items;
 pub mod files;
 pub mod kernel_args;
 pub mod kubelet;
+pub mod kubernetes;
 pub mod ntp;
 pub mod observe;
 pub mod steps;
@@ -46,6 +47,9 @@ pub use steps::Steps;
 /// steps (the file items of `files`, `ntp`, `dropins` are written first, in this order),
 /// never the order of the report, whose changes are sorted by id.
 pub static SECTIONS: &[&dyn Section] = &[
+    // first: the version upgrade runs before every other step, the other sections apply
+    // to the upgraded node
+    &kubernetes::Kubernetes,
     &files::Files,
     &ntp::Ntp,
     &dropins::Dropins,

@@ -130,6 +130,26 @@ pub struct Observed {
     /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked
     /// for ([`crate::ntp::detect`]); its file is in `files`.
     pub ntp: Option<Result<crate::ntp::Daemon, String>>,
+    /// The node's Kubernetes binaries and kubeadm files when the spec names a version.
+    pub kubernetes: Option<KubernetesObs>,
+}
+
+/// The node's Kubernetes as observed (`kubernetes` section).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesObs {
+    /// `kubelet --version`, or why it is not known.
+    pub kubelet: Result<crate::kubernetes::Version, String>,
+    /// `kubeadm version -o short`, or why it is not known.
+    pub kubeadm: Result<crate::kubernetes::Version, String>,
+    /// kubeadm's kubelet files that are missing (a node kubeadm did not set up).
+    pub missing_kubeadm_files: Vec<String>,
+    /// The node has the kube-apiserver static Pod.
+    pub control_plane: bool,
+    /// Control-plane manifests: path → image tags named.
+    pub manifests: Vec<(String, Vec<String>)>,
+    /// `source = "url"`: the checksum files of the target version exist, or the first
+    /// that does not (a HEAD request each).
+    pub checksums: Option<Result<(), String>>,
 }
 
 /// Errors observing the node (I/O failures other than "absent").
@@ -214,6 +234,7 @@ impl Observed {
             boot_id: None,
             sysctls: SysctlObs::default(),
             ntp: None,
+            kubernetes: None,
         }
     }
 }
@@ -232,4 +253,6 @@ pub struct NodeView<'a> {
     pub desired: &'a NodeSpec,
     /// The applied record.
     pub record: &'a AppliedRecord,
+    /// Read-only commands (`kubelet --version`); None: none can be run.
+    pub runner: Option<&'a dyn crate::system::CommandRunner>,
 }

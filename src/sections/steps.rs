@@ -71,6 +71,9 @@ pub struct Steps {
     pub kernel_args_by_command: bool,
     /// Saved originals no longer needed after the commit.
     pub drop_originals: Vec<String>,
+    /// A Kubernetes version upgrade, run before every other step
+    /// ([`crate::kubernetes::upgrade`]).
+    pub kubernetes: Option<crate::kubernetes::upgrade::Upgrade>,
 }
 
 /// Mode and owner a [`Write`] gives the file: the existing file's own when `keep_meta`.

@@ -73,6 +73,8 @@ pub struct NodeSpec {
     pub sysctls: BTreeMap<String, String>,
     /// Time sources for the node's time daemon; None = not managed.
     pub ntp: Option<NtpSpec>,
+    /// The node's Kubernetes version; None = not managed.
+    pub kubernetes: Option<KubernetesSpec>,
     /// The node.d drop-ins, sorted by name. Their items are already merged into the
     /// fields above; each is also kept as `/etc/inplaced/node.d/<name>`.
     pub dropins: Vec<DropInSpec>,
@@ -83,6 +85,13 @@ pub struct NodeSpec {
 pub struct NtpSpec {
     /// NTP servers in order of preference, at least one.
     pub servers: Vec<String>,
+}
+
+/// The validated Kubernetes version (`kubernetes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubernetesSpec {
+    /// The target version.
+    pub version: crate::kubernetes::Version,
 }
 
 /// A validated NodeSpec drop-in (`dropins[i]`), kept in [`DROPIN_DIR`].
@@ -175,6 +184,7 @@ struct Sources {
     flags: BTreeMap<String, String>,
     sysctls: BTreeMap<String, (String, String)>,
     ntp: Option<String>,
+    kubernetes: Option<String>,
 }
 
 impl Sources {
@@ -288,6 +298,17 @@ impl Sources {
             }
             self.ntp = Some(src);
             spec.ntp = Some(ntp);
+        }
+        if let Some(k) = part.kubernetes {
+            let src = format!("{prefix}kubernetes");
+            if let Some(other) = &self.kubernetes {
+                return Err(SpecError::new(
+                    format!("{src}.version"),
+                    format!("kubernetes.version is already set by {other}; set it once"),
+                ));
+            }
+            self.kubernetes = Some(src);
+            spec.kubernetes = Some(k);
         }
         Ok(())
     }
@@ -632,6 +653,13 @@ impl NodeSpec {
                 servers: ntp.servers.clone(),
             });
         }
+        if let Some(k) = &p.kubernetes
+            && !k.version.is_empty()
+        {
+            let version = crate::kubernetes::Version::parse(&k.version)
+                .map_err(|m| SpecError::new("kubernetes.version", m))?;
+            spec.kubernetes = Some(KubernetesSpec { version });
+        }
         Ok(spec)
     }
 
@@ -661,6 +689,9 @@ impl NodeSpec {
         // only when set, so the hash of a spec without them is what it always was
         if let Some(ntp) = &self.ntp {
             v["ntp"] = serde_json::json!(ntp.servers);
+        }
+        if let Some(k) = &self.kubernetes {
+            v["kubernetes"] = serde_json::json!(k.version.to_string());
         }
         if !self.dropins.is_empty() {
             v["dropins"] = self

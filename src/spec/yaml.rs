@@ -14,6 +14,8 @@
 //! sysctls: {vm.max_map_count: "262144"}
 //! ntp:
 //!   servers: [ntp1.example.com, ntp2.example.com]
+//! kubernetes:
+//!   version: v1.35.2        # upgraded in place with kubeadm
 //! dropins:                  # NodeSpec drop-ins kept in /etc/inplaced/node.d
 //!   - name: 10-tuning.yaml
 //!     content: |
@@ -48,7 +50,16 @@ struct YamlSpec {
     #[serde(default)]
     ntp: Option<YamlNtp>,
     #[serde(default)]
+    kubernetes: Option<YamlKubernetes>,
+    #[serde(default)]
     dropins: Vec<YamlDropIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlKubernetes {
+    #[serde(default)]
+    version: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -167,6 +178,7 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
             kernel_args: vec![],
             sysctls: BTreeMap::new(),
             ntp: None,
+            kubernetes: None,
             dropins: vec![],
         }
     } else {
@@ -256,6 +268,7 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
         out.sysctls.insert(k, value);
     }
     out.ntp = y.ntp.map(|n| pb::Ntp { servers: n.servers });
+    out.kubernetes = y.kubernetes.map(|k| pb::Kubernetes { version: k.version });
     out.dropins = y
         .dropins
         .into_iter()

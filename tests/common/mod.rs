@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod capi;
+pub mod k8s;
 pub mod pki;
 mod tree;
 pub mod upstream;
@@ -68,6 +69,8 @@ pub struct Node {
     pub log_file: Option<PathBuf>,
     /// RLIMIT_NOFILE (soft and hard) for the daemon.
     pub nofile: Option<u64>,
+    /// More environment for the daemon (`INPLACED_RECORD_EXEC`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Node {
@@ -117,6 +120,7 @@ impl Node {
             failpoints: None,
             log_file: None,
             nofile: None,
+            env: Vec::new(),
         }
     }
 
@@ -197,6 +201,7 @@ impl Node {
         if let Some(f) = &self.failpoints {
             cmd.env("INPLACED_FAILPOINTS", f);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd.spawn().expect("spawn inplaced");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
