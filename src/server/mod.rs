@@ -350,8 +350,10 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     start_metrics(&agent, &metrics, &stop).await?;
-    let (listener, reader_gid) = bind_socket(&agent, socket)?;
+    // TCP first: once the local socket accepts, every listener is bound (the tests and
+    // inplacectl wait for the socket)
     let tcp = bind_tcp(&agent).await?;
+    let (listener, reader_gid) = bind_socket(&agent, socket)?;
     let policy = &agent.config().policy;
     let max_message = policy.max_spec_bytes as usize + (1 << 20);
     limits::install(limits::WireLimits {
