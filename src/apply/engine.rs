@@ -700,6 +700,7 @@ impl Agent {
     /// Reboots for an operation waiting in `RebootRequired` (or asks again for one in
     /// `Rebooting` whose reboot has not happened). Refused while an operation runs.
     pub fn reboot(&self, id: &str) -> Result<pb::Operation, super::AgentError> {
+        self.check_available()?;
         let mut op = {
             let inner = self.lock();
             if let Some(r) = &inner.running {

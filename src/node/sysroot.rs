@@ -52,6 +52,34 @@ pub enum SysrootError {
     },
 }
 
+impl SysrootError {
+    /// The same error with `prefix` written before its path: the state directory opens
+    /// itself as a sysroot, and its errors must name the full path
+    /// (`/var/lib/inplaced/applied-spec.pb`, not `/applied-spec.pb`).
+    pub fn prefixed(self, prefix: &Path) -> SysrootError {
+        let full = |p: String| format!("{}{p}", prefix.display());
+        match self {
+            SysrootError::BadPath { path } => SysrootError::BadPath { path: full(path) },
+            SysrootError::Symlink { path } => SysrootError::Symlink { path: full(path) },
+            SysrootError::NotADirectory { path, kind } => SysrootError::NotADirectory {
+                path: full(path),
+                kind,
+            },
+            SysrootError::Io { path, op, error } => SysrootError::Io {
+                path: full(path),
+                op,
+                error,
+            },
+        }
+    }
+
+    /// True for ENOSPC or EDQUOT (a full file system or quota) and EROFS (read-only).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, SysrootError::Io { error, .. }
+            if matches!(error.raw_os_error(), Some(28 | 122 | 30)))
+    }
+}
+
 /// Result alias for sysroot operations.
 pub type Result<T> = std::result::Result<T, SysrootError>;
 
