@@ -21,7 +21,8 @@
 //! `INPLACED_FAILPOINTS="stage-enospc"` instead makes staging fail with ENOSPC, as a
 //! full state directory would. `state-full:N` makes the Nth write to the state directory
 //! and every later one fail with ENOSPC (a state directory that fills up and stays full:
-//! [`sticky`]).
+//! [`sticky`]). `full-after-commit` fills it just after the commit point (through
+//! `state-full`), before the applied record is installed.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -82,4 +83,14 @@ pub fn sticky(name: &str) -> bool {
         return true;
     }
     false
+}
+
+/// Turns the sticky condition `name` on now (a failpoint that fills the disk at a chosen
+/// instant).
+pub fn set_sticky(name: &str) {
+    {
+        let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
+        t.insert(name.to_string(), 1);
+    }
+    let _ = sticky(name);
 }

@@ -341,13 +341,19 @@ impl StateDir {
             error: e,
         })?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
-            SysrootError::Io {
-                path: path.display().to_string(),
-                op: "chmod state directory",
-                error: e,
-            }
-        })?;
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0);
+        // a read-only state directory that already has the mode still opens
+        if mode != 0o700 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(
+                |e| SysrootError::Io {
+                    path: path.display().to_string(),
+                    op: "chmod state directory",
+                    error: e,
+                },
+            )?;
+        }
         Ok(StateDir {
             path: path.to_path_buf(),
             dir: Sysroot::open(path)?.without_failpoints(),
@@ -367,13 +373,19 @@ impl StateDir {
             op,
             error: e,
         };
-        let mut f = std::fs::OpenOptions::new()
+        let opened = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&p)
-            .map_err(|e| io("open", e))?;
+            .open(&p);
+        // a read-only state directory is still locked (flock needs no write access)
+        let mut f = match opened {
+            Err(e) if e.raw_os_error() == Some(30) => {
+                std::fs::File::open(&p).map_err(|e| io("open", e))?
+            }
+            r => r.map_err(|e| io("open", e))?,
+        };
         if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             let mut pid = String::new();
             let _ = f.read_to_string(&mut pid);
@@ -386,9 +398,11 @@ impl StateDir {
                 },
             });
         }
-        f.set_len(0).map_err(|e| io("truncate", e))?;
-        f.rewind().map_err(|e| io("seek", e))?;
-        writeln!(f, "{}", std::process::id()).map_err(|e| io("write", e))?;
+        // the pid is informational: a full or read-only directory keeps the lock without it
+        let _ = f
+            .set_len(0)
+            .and_then(|()| f.rewind().map(|_| ()))
+            .and_then(|()| writeln!(f, "{}", std::process::id()));
         self._lock = Some(f);
         Ok(())
     }
@@ -647,14 +661,12 @@ impl StateDir {
     /// Bytes the journal of an operation needs beyond its pre-images and originals: the
     /// intent, the spec and the record (twice each: in the journal, then installed), with
     /// room for the headers and the operation's own file.
-    pub fn bookkeeping_bytes(intent: &Intent, spec: &[u8], record: &AppliedRecord) -> u64 {
-        fn json_len(v: &impl Serialize) -> u64 {
-            serde_json::to_vec_pretty(v)
-                .map(|b| b.len() as u64)
-                .unwrap_or(0)
-        }
-        let intent_len = json_len(intent);
-        let record_len = json_len(record) + 64;
+    pub fn bookkeeping_bytes(paths: usize, spec: &[u8], record: &AppliedRecord) -> u64 {
+        let record_len = serde_json::to_vec_pretty(record)
+            .map(|b| b.len() as u64)
+            .unwrap_or(0);
+        // an intent entry is a path, three hashes and metadata: well under 1 KiB
+        let intent_len = paths as u64 * 1024;
         intent_len + 2 * (spec.len() as u64 + record_len) + 64 * 1024
     }
 

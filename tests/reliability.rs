@@ -532,3 +532,193 @@ proptest::proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------
+// A full or failing state directory.
+
+/// Applies and returns the gRPC error (the call must be refused).
+async fn refused(node: &Node, yaml: &str, id: &str) -> tonic::Status {
+    node.client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(spec(yaml)),
+            operation_id: id.into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("apply must be refused")
+}
+
+/// The state directory fills up just after the commit point: the operation is what it
+/// is (Succeeded: its changes are on the node) with the failing bookkeeping named by
+/// its full path; mutations are refused with UNAVAILABLE naming the state directory,
+/// read-only calls served; the next start installs the journal's record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_after_the_commit_point_is_committed_not_failed() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.failpoints = Some("full-after-commit".into());
+    node.start();
+    let op = apply(&node, WORKLOAD, "full").await;
+    let state = node.state.display().to_string();
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    assert!(
+        op.message
+            .contains("committed, but installing the applied record failed")
+            && op.message.contains(&format!(
+                "{state}/applied.json: write: No space left on device"
+            )),
+        "{}",
+        op.message
+    );
+    assert_eq!(node.read("/etc/rel/a.conf"), "a\n");
+    let s = status(&node).await;
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.contains(&format!("{state}/journal/full"))),
+        "{:?}",
+        s.problems
+    );
+    let e = refused(&node, "{}\n", "next").await;
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(
+        e.message()
+            .contains(&format!("the state directory {state} can not be written")),
+        "{}",
+        e.message()
+    );
+    // read-only calls are served
+    assert!(common::coverage(&node, WORKLOAD).await.changes.is_empty());
+    assert_eq!(node.operations().await[0].id, "full");
+    node.stop();
+    node.failpoints = None;
+    node.start();
+    let s = status(&node).await;
+    assert!(s.problems.is_empty(), "{:?}", s.problems);
+    assert_eq!(s.managed_items, 5, "the journal's record was installed");
+    assert!(common::coverage(&node, WORKLOAD).await.changes.is_empty());
+    assert_eq!(
+        apply(&node, "{}\n", "drop").await.phase,
+        Phase::Succeeded as i32
+    );
+}
+
+/// A state directory that is full from the start: the daemon starts and serves
+/// read-only calls with a problem line, and refuses mutations (apply and reboot) with
+/// UNAVAILABLE naming the state directory. A committed journal pending at that start is
+/// kept and installed once there is space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_state_directory_at_start_serves_and_refuses_changes() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    crash_at(&mut node, "record", WORKLOAD).await;
+    node.failpoints = Some("state-full:1".into());
+    node.start();
+    let state = node.state.display().to_string();
+    let s = status(&node).await;
+    let all = s.problems.join("\n");
+    assert!(
+        all.contains(&format!(
+            "{state}/applied.json: write: No space left on device"
+        )) && all.contains("the journal is kept"),
+        "{all}"
+    );
+    assert!(
+        all.contains("the state directory can not be written"),
+        "{all}"
+    );
+    let e = refused(&node, WORKLOAD, "x").await;
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(e.message().contains(&state), "{}", e.message());
+    let e = node
+        .client()
+        .await
+        .reboot(pb::RebootRequest {
+            operation_id: "crash".into(),
+        })
+        .await
+        .expect_err("reboot refused");
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(
+        node.state.join("journal/crash/committed").exists(),
+        "journal kept"
+    );
+    node.stop();
+    node.failpoints = None;
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    assert_eq!(status(&node).await.managed_items, 5);
+    assert!(!node.state.join("journal/crash").exists());
+}
+
+/// The state directory on a real 2 MiB tmpfs (when this test may mount one): a spec
+/// whose journal and records do not fit is refused before the first node write, saying
+/// how much is needed and where; a read-only remount still lets the daemon start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_tmpfs_state_directory() {
+    struct Mount(PathBuf);
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::create_dir_all(&node.state).unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs"])
+        .arg(&node.state)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "a_small_tmpfs_state_directory: can not mount a tmpfs here; covered by the failpoint tests"
+        );
+        return;
+    }
+    let _m = Mount(node.state.clone());
+    let before = tree(&node.root);
+    node.start();
+    let big = "x".repeat(1_200_000);
+    let yaml = format!("files:\n- path: /etc/rel/big.bin\n  content: \"{big}\"\n");
+    let op = apply(&node, &yaml, "big").await;
+    let state = node.state.display().to_string();
+    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
+    assert!(
+        op.message
+            .contains(&format!("the state directory {state} needs "))
+            && op.message.contains("nothing was changed"),
+        "{}",
+        op.message
+    );
+    assert_eq!(tree(&node.root), before);
+    assert!(!node.state.join("journal/big").exists());
+    // a small spec still fits
+    assert_eq!(
+        apply(&node, WORKLOAD, "small").await.phase,
+        Phase::Succeeded as i32
+    );
+    node.stop();
+    let ro = std::process::Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&node.state)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ro);
+    node.start();
+    let s = status(&node).await;
+    assert_eq!(s.managed_items, 5);
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.contains("can not be written") && p.contains(&state)),
+        "{:?}",
+        s.problems
+    );
+    let e = refused(&node, "{}\n", "ro").await;
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    node.stop();
+}

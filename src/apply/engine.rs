@@ -154,6 +154,7 @@ impl Agent {
         if crate::failpoint::triggered("stage-enospc") {
             return Err(staging("No space left on device (os error 28)".into()));
         }
+        self.journal_fits(run).map_err(staging)?;
         for w in &steps.writes {
             if let Some(orig) = &w.save_original {
                 self.state
@@ -178,6 +179,42 @@ impl Agent {
                 steps.writes.len() + steps.removes.len()
             ),
         ))
+    }
+
+    /// The journal (originals, pre-images, intent) and the bookkeeping after the commit
+    /// (journal record and spec, applied record and spec) fit in the state directory;
+    /// else nothing is written and the error says how much is needed and where.
+    fn journal_fits(&self, run: &Run<'_>) -> Result<(), String> {
+        let steps = &run.plan.steps;
+        let paths: Vec<&str> = steps
+            .writes
+            .iter()
+            .map(|w| w.path.as_str())
+            .chain(steps.removes.iter().map(|r| r.path.as_str()))
+            .collect();
+        let pre: u64 = paths
+            .iter()
+            .filter_map(|p| self.root.stat(p).ok().flatten())
+            .filter(|e| e.kind == crate::node::sysroot::Kind::File)
+            .map(|e| e.len)
+            .sum();
+        let originals: u64 = steps
+            .writes
+            .iter()
+            .filter_map(|w| w.save_original.as_ref())
+            .map(|o| o.len() as u64)
+            .sum();
+        let needed = pre
+            + originals
+            + crate::state::StateDir::bookkeeping_bytes(paths.len(), run.spec_pb, &run.record);
+        let free = self.state.free_bytes().map_err(|e| e.to_string())?;
+        if needed > free {
+            return Err(format!(
+                "the state directory {} needs {needed} bytes for this operation's journal and records, and {free} are free; free space there (or shrink the spec) and re-apply",
+                self.state.path().display()
+            ));
+        }
+        Ok(())
     }
 
     /// Committing → Acting: every write and removal (each checked against what the plan
@@ -377,10 +414,16 @@ impl Agent {
             .journal_commit(&run.op.id, run.spec_pb, &run.record, final_phase as i32)
             .map_err(|e| fail(format!("recording the applied state: {e}")))?;
         crate::failpoint::hit("record");
+        if crate::failpoint::triggered("full-after-commit") {
+            crate::failpoint::set_sticky("state-full");
+        }
         run.undo.clear();
-        Ok(self
-            .install(run)
-            .unwrap_or_else(|| self.settle(run, needs_reboot)))
+        let problem = self.install(run);
+        let mut next = self.settle(run, needs_reboot);
+        if let Some(p) = problem {
+            next.message = format!("{}; {p}", next.message);
+        }
+        Ok(next)
     }
 
     /// The kubelet's health after its restart; when it fails, everything is undone at
@@ -410,20 +453,26 @@ impl Agent {
     }
 
     /// Installs the committed record and the applied spec, then removes the journal and
-    /// the originals no longer needed. Past the commit point a failure undoes nothing:
-    /// the journal keeps the record and the next start installs it (`Failed` now).
-    fn install(&self, run: &mut Run<'_>) -> Option<Next> {
+    /// the originals no longer needed. Past the commit point a failure undoes nothing and
+    /// does not make the operation `Failed` (its changes are on the node): the journal
+    /// keeps the record, the next start installs it, and until then the problem is listed
+    /// in status and mutations are refused. Returns that problem.
+    fn install(&self, run: &mut Run<'_>) -> Option<String> {
         if let Err(e) = self
             .state
             .save_record(&run.record)
             .and_then(|()| self.state.save_applied_spec(run.spec_pb))
         {
-            return Some(Next::to(
-                Phase::Failed,
-                format!(
-                    "installing the applied record failed ({e}); the changes are committed in the journal and the record is installed at the next start"
-                ),
+            let p = format!(
+                "committed, but installing the applied record failed ({e}); the journal {} keeps it and the next start installs it",
+                self.state.full(&format!("/journal/{}", run.op.id))
+            );
+            self.problem(format!("operation {}: {p}", run.op.id));
+            self.set_unavailable(format!(
+                "operation {}'s applied record is not installed ({e})",
+                run.op.id
             ));
+            return Some(p);
         }
         crate::failpoint::hit("applied");
         let _ = self.state.journal_remove(&run.op.id);

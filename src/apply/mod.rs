@@ -237,7 +237,8 @@ impl Agent {
         let root = Sysroot::open(&parts.root).map_err(|e| AgentError::Internal(e.to_string()))?;
         let mut state = StateDir::open(&parts.state_dir)?;
         state.lock()?;
-        state.remove_stale_temps()?;
+        // a read-only state directory keeps its temporary files (reported below)
+        let stale = state.remove_stale_temps().err();
         let mut node_facts = facts::detect(&root, &parts.config.preservation.bindings);
         node_facts.kernel_args_backend =
             match crate::bootloader::detect(&root, parts.config.kernel_args.backend) {
@@ -262,7 +263,8 @@ impl Agent {
         ));
         let (_, problem) = state.load_record_or_quarantine()?;
         let quarantined = problem.is_some();
-        let problems: Vec<String> = problem.into_iter().collect();
+        let mut problems: Vec<String> = problem.into_iter().collect();
+        problems.extend(stale.map(|e| format!("removing temporary files: {e}")));
         let agent = Arc::new(Agent {
             root,
             state,
@@ -285,6 +287,10 @@ impl Agent {
         let record = agent.state.load_record().unwrap_or_default();
         for p in agent.state.check(&record, quarantined) {
             agent.problem(p);
+        }
+        if let Err(e) = agent.state.probe_writable() {
+            agent.problem(format!("the state directory can not be written: {e}"));
+            agent.set_unavailable(e.to_string());
         }
         if let Err(e) = agent.recover() {
             agent.problem(format!("settling the operations of the previous run: {e}"));
