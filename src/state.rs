@@ -150,6 +150,12 @@ pub struct AppliedRecord {
     /// cause a reboot loop.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernel_args_removed: Vec<PendingRemoval>,
+    /// Boot id of the boot in which the managed kernel arguments were staged while the
+    /// running kernel lacked some of them (empty: all were running). Until the boot id
+    /// changes the running kernel may lack them; after, every one must be in
+    /// `/proc/cmdline` (drift otherwise).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub kernel_args_staged_in: String,
     /// Managed sysctls by dotted key.
     pub sysctls: BTreeMap<String, ManagedValue<String>>,
 }

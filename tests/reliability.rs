@@ -722,3 +722,97 @@ async fn a_small_tmpfs_state_directory() {
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     node.stop();
 }
+
+// ---------------------------------------------------------------------------------
+// Post-boot verification of the whole applied set.
+
+const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
+
+/// Simulates a reboot into `extra` after the Ubuntu fixture's command line and restarts
+/// the daemon.
+fn boot_with(node: &mut Node, extra: &str, boot_id: &str) {
+    node.stop();
+    std::fs::write(
+        node.path("/proc/cmdline"),
+        format!("{UBUNTU_PROC} {extra}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        node.path("/proc/sys/kernel/random/boot_id"),
+        format!("{boot_id}\n"),
+    )
+    .unwrap();
+    node.start();
+}
+
+fn drift_ids(s: &pb::NodeStatus) -> Vec<String> {
+    s.drift.iter().map(|d| d.id.clone()).collect()
+}
+
+/// The example: op1 `[a=1]` waits for the reboot, op2 `[a=1, b=2]` supersedes
+/// it; a boot with `b=2` but not `a=1` fails op2 naming `a=1` (no further reboot) and
+/// shows as drift of `kernelArgs[a]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_operations_argument_is_verified_after_the_boot() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op1 = apply(&node, "kernelArgs: [a=1]\n", "op1").await;
+    assert_eq!(op1.phase, Phase::RebootRequired as i32, "{}", op1.message);
+    let op2 = apply(&node, "kernelArgs: [a=1, b=2]\n", "op2").await;
+    assert_eq!(op2.phase, Phase::RebootRequired as i32, "{}", op2.message);
+    boot_with(&mut node, "b=2", "22222222-2222-2222-2222-222222222222");
+    let op2 = node.settle("op2").await;
+    assert_eq!(op2.phase, Phase::Failed as i32, "{}", op2.message);
+    assert!(op2.message.contains("lacks a=1"), "{}", op2.message);
+    assert!(!op2.message.contains("b=2"), "{}", op2.message);
+    assert!(
+        node.actions().iter().all(|a| !a.starts_with("reboot")),
+        "no reboot loop"
+    );
+    let s = status(&node).await;
+    assert_eq!(drift_ids(&s), ["kernelArgs[a]"], "{:?}", s.drift);
+    assert_eq!(s.drift[0].expected, "a=1");
+}
+
+/// `[a, b]` then `[b, c]` without a reboot in between: after the boot `b` (staged by the
+/// first operation) is checked as well as `c`, and `a` (removed) must be gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argument_kept_from_an_earlier_operation_is_verified_after_the_boot() {
+    for (booted, want) in [
+        ("c", Err("lacks b")),
+        ("b", Err("lacks c")),
+        ("a b c", Err("still has a")),
+        ("b c", Ok(())),
+    ] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        node.start();
+        apply(&node, "kernelArgs: [a, b]\n", "v1").await;
+        let v2 = apply(&node, "kernelArgs: [b, c]\n", "v2").await;
+        assert_eq!(v2.phase, Phase::RebootRequired as i32, "{}", v2.message);
+        boot_with(&mut node, booted, "33333333-3333-3333-3333-333333333333");
+        let v2 = node.settle("v2").await;
+        let s = status(&node).await;
+        match want {
+            Ok(()) => {
+                assert_eq!(
+                    v2.phase,
+                    Phase::Succeeded as i32,
+                    "{booted}: {}",
+                    v2.message
+                );
+                assert!(s.drift.is_empty(), "{booted}: {:?}", s.drift);
+            }
+            Err(why) => {
+                assert_eq!(v2.phase, Phase::Failed as i32, "{booted}: {}", v2.message);
+                assert!(v2.message.contains(why), "{booted}: {}", v2.message);
+                let key = why.rsplit(' ').next().unwrap();
+                assert_eq!(
+                    drift_ids(&s),
+                    [format!("kernelArgs[{key}]")],
+                    "{booted}: {:?}",
+                    s.drift
+                );
+            }
+        }
+    }
+}

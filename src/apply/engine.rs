@@ -651,18 +651,38 @@ impl Agent {
         let next_boot = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
             .map(|b| b.next_boot().render())
             .unwrap_or_default();
-        plan::verify_after_boot(&op.changes, &running, &next_boot)
+        let mut found = plan::verify_after_boot(&op.changes, &running, &next_boot);
+        // the whole applied set, whatever operation staged it (an operation superseded
+        // before the reboot staged part of what this boot must show)
+        let record = self.state.load_record().unwrap_or_default();
+        let boot = crate::sections::Boot {
+            running: &running,
+            next_boot: &next_boot,
+        };
+        let all = crate::sections::kernel_args::verify_applied(&record, &boot, &self.boot_id());
+        for m in all.missing {
+            if !found.missing.contains(&m) {
+                found.missing.push(m);
+            }
+        }
+        for l in all.lingering {
+            if !found.lingering.contains(&l) {
+                found.lingering.push(l);
+            }
+        }
+        found
     }
 
     /// RebootRequired | Rebooting → VerifyingAfterBoot → Succeeded | Failed: the node
-    /// booted (a new boot id); the running command line must show the operation.
+    /// booted (a new boot id); the running command line must show the operation and the
+    /// whole applied set of kernel arguments, whatever operation staged them.
     fn after_boot(&self, op: &mut pb::Operation, boot_id: &str) {
         op.phase = Phase::VerifyingAfterBoot as i32;
         let found = self.verify_boot(op);
         if found.missing.is_empty() && found.lingering.is_empty() {
             op.phase = Phase::Succeeded as i32;
             op.message = format!(
-                "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline"
+                "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline (every managed argument present, every pending removal gone)"
             );
         } else {
             let mut why = Vec::new();

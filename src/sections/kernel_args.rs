@@ -43,6 +43,77 @@ fn split(wanted: &[Arg], have: &[Arg]) -> (Vec<Arg>, Vec<Arg>) {
     (found, missing)
 }
 
+/// The whole applied set after a boot, whatever operation staged it: every managed
+/// argument of `record` must be in the running command line, and every removal pending
+/// from an earlier boot gone (unless the next boot's configuration holds it from
+/// another owner).
+pub fn verify_applied(
+    record: &crate::state::AppliedRecord,
+    boot: &Boot<'_>,
+    boot_id: &str,
+) -> AfterBoot {
+    let run = Cmdline::parse(boot.running);
+    let config = Cmdline::parse(boot.next_boot);
+    let count = |c: &Cmdline, r: &Arg| c.args().iter().filter(|a| a.matches_exactly(r)).count();
+    let lingering = record
+        .kernel_args_removed
+        .iter()
+        .filter(|p| p.boot_id != boot_id)
+        .filter_map(|p| Arg::parse_one(&p.arg).ok())
+        .filter(|r| count(&run, r) > count(&config, r))
+        .map(|r| r.as_str().to_string())
+        .collect();
+    AfterBoot {
+        missing: missing_args(&record.kernel_args, boot.running),
+        lingering,
+    }
+}
+
+/// Managed arguments the running kernel lacks, and pending removals it still has, once
+/// the node booted after they were staged: one drift per key (`kernelArgs[<key>]`).
+fn running_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
+    let record = view.record;
+    let read = |p: &str| view.root.read_string(p).ok().flatten().unwrap_or_default();
+    let boot_id = read("/proc/sys/kernel/random/boot_id").trim().to_string();
+    let running = read("/proc/cmdline");
+    if running.is_empty()
+        || boot_id.is_empty()
+        || (!record.kernel_args_staged_in.is_empty() && record.kernel_args_staged_in == boot_id)
+    {
+        return Vec::new();
+    }
+    let run = Cmdline::parse(&running);
+    let mut out = Vec::new();
+    for m in missing_args(&record.kernel_args, &running) {
+        let key = Arg::parse_one(&m)
+            .map(|a| a.key().to_string())
+            .unwrap_or(m.clone());
+        out.push(pb::Drift {
+            since: None,
+            id: format!("kernelArgs[{key}]"),
+            expected: m.clone(),
+            observed: format!("/proc/cmdline lacks {m} after a boot"),
+        });
+    }
+    for p in record
+        .kernel_args_removed
+        .iter()
+        .filter(|p| p.boot_id != boot_id)
+    {
+        if let Ok(a) = Arg::parse_one(&p.arg)
+            && run.contains_exact(&a)
+        {
+            out.push(pb::Drift {
+                since: None,
+                id: format!("kernelArgs[{}]", a.key()),
+                expected: format!("{} removed", p.arg),
+                observed: format!("/proc/cmdline still has {} after a boot", p.arg),
+            });
+        }
+    }
+    out
+}
+
 /// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted; an
 /// argument that does not parse is skipped).
 pub fn missing_args(wanted: &[String], cmdline: &str) -> Vec<String> {
@@ -114,8 +185,10 @@ impl KernelArgs {
                 pending.push(p.clone());
             }
         }
+        // every removal is pending in this boot (running or not): after the boot it must
+        // be gone, whatever operation comes in between
         for a in &args.to_remove {
-            if args.still_running(a) && !boot.is_empty() {
+            if !boot.is_empty() {
                 pending.push(PendingRemoval {
                     arg: a.as_str().to_string(),
                     boot_id: boot.clone(),
@@ -385,6 +458,12 @@ impl KernelArgs {
         };
         let (lingering, pending) = self.lingering(input, &args);
         out.next.kernel_args_removed = pending;
+        out.next.kernel_args_staged_in = match &args.running {
+            Some(_) if args.owned.iter().any(|a| !args.still_running(a)) => {
+                input.obs.boot_id.clone().unwrap_or_default()
+            }
+            _ => String::new(),
+        };
         let by_key = args.by_key();
         let problem = self.problem(input, backend, &args);
         let edits = if problem.is_none() && !by_key.is_empty() {
@@ -511,22 +590,23 @@ impl Section for KernelArgs {
 
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
         let record = view.record;
+        let mut out = running_drift(view);
         if record.kernel_args.is_empty() {
-            return Vec::new();
+            return out;
         }
         let Ok(b) = crate::bootloader::detect(view.root, view.config.kernel_args.backend) else {
             return Vec::new();
         };
         let missing = missing_args(&record.kernel_args, &b.next_boot().render());
-        if missing.is_empty() {
-            return Vec::new();
+        if !missing.is_empty() {
+            out.push(pb::Drift {
+                since: None,
+                id: "kernelArgs".into(),
+                expected: record.kernel_args.join(" "),
+                observed: format!("next boot lacks {}", missing.join(" ")),
+            });
         }
-        vec![pb::Drift {
-            since: None,
-            id: "kernelArgs".into(),
-            expected: record.kernel_args.join(" "),
-            observed: format!("next boot lacks {}", missing.join(" ")),
-        }]
+        out
     }
 
     fn watched(&self, view: &DriftView<'_>) -> Vec<String> {
