@@ -816,3 +816,139 @@ async fn an_argument_kept_from_an_earlier_operation_is_verified_after_the_boot()
         }
     }
 }
+
+// ---------------------------------------------------------------------------------
+// The effective command line: an argument already where it takes effect is never
+// written twice; order-sensitive huge page parameters stay in a working order.
+
+/// Every file under the Ubuntu fixture's boot configuration, for "not edited" checks.
+fn grub_files(node: &Node) -> Vec<String> {
+    [
+        "/etc/default/grub",
+        "/etc/default/grub.d/50-cloudimg-settings.cfg",
+        "/etc/default/grub.d/60-hugepages.cfg",
+    ]
+    .iter()
+    .map(|p| node.read(p))
+    .collect()
+}
+
+/// The example (`hugepages=16`, set by a grub.d file in
+/// `GRUB_CMDLINE_LINUX_DEFAULT`) and others of the class (`console=ttyS0`, refused before
+/// although there; the whole huge page triple): nothing to do, nothing written, nothing
+/// claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argument_already_in_the_effective_command_line_is_not_written_again() {
+    for args in [
+        "[hugepages=16]",
+        "[console=ttyS0]",
+        "[default_hugepagesz=1G, hugepagesz=1G, hugepages=16]",
+        "[intel_iommu=on, console=tty1]",
+    ] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        let before = grub_files(&node);
+        node.start();
+        let yaml = format!("kernelArgs: {args}\n");
+        let r = common::coverage(&node, &yaml).await;
+        assert!(r.changes.is_empty(), "{args}: {:#?}", r.changes);
+        assert!(r.fully_covered, "{args}");
+        let op = apply(&node, &yaml, "same").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{args}: {}", op.message);
+        assert_eq!(
+            grub_files(&node),
+            before,
+            "{args}: the boot configuration was edited"
+        );
+        assert_eq!(status(&node).await.managed_items, 0, "{args}: claimed");
+        // dropping it removes nothing the agent did not add
+        assert_eq!(
+            apply(&node, "{}\n", "drop").await.phase,
+            Phase::Succeeded as i32
+        );
+        assert_eq!(grub_files(&node), before, "{args}");
+    }
+}
+
+/// `quiet` is in `/etc/default/grub`'s `GRUB_CMDLINE_LINUX_DEFAULT`, which a grub.d file
+/// replaces: it is not on the effective command line, so it is added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_argument_of_an_overridden_assignment_is_added() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let r = common::coverage(&node, "kernelArgs: [quiet]\n").await;
+    assert_eq!(r.changes.len(), 1, "{:#?}", r.changes);
+    assert_eq!(r.changes[0].id, "kernelArgs[quiet]");
+    assert!(r.changes[0].covered, "{}", r.changes[0].reason);
+}
+
+/// A `hugepages=` of another value would land in `GRUB_CMDLINE_LINUX`, before the
+/// `hugepagesz=1G` of `GRUB_CMDLINE_LINUX_DEFAULT`: not covered, with the reason; with
+/// its own `hugepagesz=` before it in the spec it is covered and written in that order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_sensitive_huge_page_arguments_keep_a_working_order() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    for args in ["[hugepages=32]", "[default_hugepagesz=2M]"] {
+        let r = common::coverage(&node, &format!("kernelArgs: {args}\n")).await;
+        assert_eq!(r.changes.len(), 1, "{args}: {:#?}", r.changes);
+        let c = &r.changes[0];
+        assert!(!c.covered, "{args}: {}", c.reason);
+        assert!(
+            c.reason.contains("order-sensitive")
+                && c.reason.contains("before GRUB_CMDLINE_LINUX_DEFAULT")
+                && c.reason.contains("hugepagesz=1G"),
+            "{args}: {}",
+            c.reason
+        );
+    }
+    let op = apply(
+        &node,
+        "kernelArgs: [hugepagesz=2M, hugepages=512]\n",
+        "pair",
+    )
+    .await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{}", op.message);
+    let grub = node.read("/etc/default/grub");
+    assert!(
+        grub.contains("GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt hugepagesz=2M hugepages=512\""),
+        "{grub}"
+    );
+}
+
+/// The same class on BLS: entries that already reserve 1 GiB pages; a bare `hugepages=`
+/// appended after them would count 1 GiB pages; `[hugepages=4]`, already there, is
+/// nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bls_huge_pages_are_read_in_the_kernels_order() {
+    let mut node = Node::new("fedora-41-bls");
+    for f in [
+        "/etc/kernel/cmdline",
+        "/etc/default/grub",
+        "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.14.11-200.fc41.x86_64.conf",
+        "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.15.9-201.fc41.x86_64.conf",
+        "/proc/cmdline",
+    ] {
+        let t = node.read(f).replace(
+            "transparent_hugepage=madvise",
+            "transparent_hugepage=madvise hugepagesz=1G hugepages=4",
+        );
+        std::fs::write(node.path(f), t).unwrap();
+    }
+    node.start();
+    let r = common::coverage(&node, "kernelArgs: [hugepages=512]\n").await;
+    let c = common::change(&r, "kernelArgs[hugepages]");
+    assert!(!c.covered);
+    assert!(
+        c.reason.contains("order-sensitive") && c.reason.contains("appended after them"),
+        "{}",
+        c.reason
+    );
+    assert!(
+        common::coverage(&node, "kernelArgs: [hugepages=4]\n")
+            .await
+            .changes
+            .is_empty()
+    );
+    let r = common::coverage(&node, "kernelArgs: [hugepagesz=2M, hugepages=512]\n").await;
+    assert!(r.fully_covered, "{:#?}", r.changes);
+}

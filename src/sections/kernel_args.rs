@@ -135,6 +135,8 @@ struct Args {
     to_add: Vec<Arg>,
     owned: Vec<Arg>,
     running: Option<Cmdline>,
+    /// The next boot's effective command line after the removals, before the additions.
+    effective: Cmdline,
 }
 
 impl Args {
@@ -250,6 +252,65 @@ impl KernelArgs {
     }
 }
 
+/// The huge page parameters, whose meaning depends on their order: `hugepages=` applies
+/// to the size of the `hugepagesz=` before it (or the default size, which
+/// `default_hugepagesz=` sets).
+const HUGEPAGE_KEYS: [&str; 3] = ["hugepages", "hugepagesz", "default_hugepagesz"];
+
+fn hugepage_key(a: &Arg) -> Option<&'static str> {
+    let k = a.key().replace('-', "_");
+    HUGEPAGE_KEYS.into_iter().find(|h| *h == k)
+}
+
+/// Why appending `kc`'s huge page argument would change its meaning, if it would: the
+/// effective command line already has huge page parameters the agent did not add, and a
+/// `hugepages=` without its own `hugepagesz=` before it (or a `default_hugepagesz=`)
+/// would be read against them in an order the spec does not say (on GRUB before
+/// `GRUB_CMDLINE_LINUX_DEFAULT`, elsewhere after everything).
+fn hugepage_order(backend: &dyn KernelArgsBackend, args: &Args, kc: &KeyChange) -> Option<String> {
+    let existing: Vec<&str> = args
+        .effective
+        .args()
+        .iter()
+        .filter(|a| hugepage_key(a).is_some() && !args.owned.iter().any(|o| o.matches_exactly(a)))
+        .map(|a| a.as_str())
+        .collect();
+    if existing.is_empty() {
+        return None;
+    }
+    let place = match backend.read_after() {
+        Some((what, after)) if after.args().iter().any(|a| hugepage_key(a).is_some()) => {
+            format!("appended to {}, before {what}", backend.sources()[0].what)
+        }
+        _ => "appended after them".to_string(),
+    };
+    for a in &kc.appended {
+        let own_size = || {
+            let pos = args
+                .to_add
+                .iter()
+                .position(|t| t.matches_exactly(a))
+                .unwrap_or(0);
+            args.to_add[..pos]
+                .iter()
+                .any(|t| hugepage_key(t) == Some("hugepagesz"))
+        };
+        let sensitive = match hugepage_key(a) {
+            Some("hugepages") => !own_size(),
+            Some("default_hugepagesz") => true,
+            _ => false,
+        };
+        if sensitive {
+            return Some(format!(
+                "{} is order-sensitive (hugepages= applies to the size of the hugepagesz= before it, or to the default size) and the next boot already has {}; {place}, it would be read against those and reserve pages of another size; give hugepagesz=<size> before it in the spec, or change the huge page settings where they are set",
+                a.as_str(),
+                existing.join(" ")
+            ));
+        }
+    }
+    None
+}
+
 /// The report reason of one key's change.
 fn key_reason(
     backend: &dyn KernelArgsBackend,
@@ -310,8 +371,11 @@ impl KernelArgs {
                         || kc.removed.iter().any(|r| run.contains_exact(r))
                 }
             };
+            // huge page parameters accumulate (one pool per size) rather than the last
+            // one winning: their order is checked instead (hugepage_order)
             let shadow = later.iter().find(|l| {
-                kc.appended.iter().any(|a| a.same_key(l))
+                hugepage_key(l).is_none()
+                    && kc.appended.iter().any(|a| a.same_key(l))
                     && !kc.appended.iter().any(|a| a.matches_exactly(l))
             });
             let others: Vec<&Arg> = configured
@@ -323,9 +387,11 @@ impl KernelArgs {
                 })
                 .collect();
             let reason = key_reason(backend, kc, &others, needs_reboot);
+            let order = hugepage_order(backend, args, kc);
             let covered = match (edit.problem, edit.edits, shadow) {
                 (Some(p), _, _) => Err(p.clone()),
                 (None, Err(e), _) => Err(e.clone()),
+                (None, Ok(_), _) if order.is_some() => Err(order.clone().unwrap_or_default()),
                 (None, Ok(_), Some(l)) => Err(format!(
                     "{} on the running command line comes from GRUB_CMDLINE_LINUX_DEFAULT (or a grub.d file), which grub-mkconfig places after GRUB_CMDLINE_LINUX, so it would still win; change it there",
                     l.as_str()
@@ -442,9 +508,11 @@ impl KernelArgs {
         desired: &[Arg],
         (kept, to_remove): (Vec<Arg>, Vec<Arg>),
     ) {
-        let next_boot = backend.next_boot().apply(&to_remove, &[]);
+        // the next boot's command line in the order the kernel reads it: a desired
+        // argument already there (even from GRUB_CMDLINE_LINUX_DEFAULT) is not added
+        let effective = backend.effective_next_boot().apply(&to_remove, &[]);
         // desired args missing from the next boot (counting duplicates)
-        let to_add = split(desired, next_boot.args()).1;
+        let to_add = split(desired, effective.args()).1;
         let mut owned = kept;
         owned.extend(to_add.iter().cloned());
         out.next.kernel_args = owned.iter().map(|a| a.as_str().to_string()).collect();
@@ -455,6 +523,7 @@ impl KernelArgs {
             to_add,
             owned,
             running,
+            effective,
         };
         let (lingering, pending) = self.lingering(input, &args);
         out.next.kernel_args_removed = pending;
