@@ -952,3 +952,142 @@ async fn bls_huge_pages_are_read_in_the_kernels_order() {
     let r = common::coverage(&node, "kernelArgs: [hugepagesz=2M, hugepages=512]\n").await;
     assert!(r.fully_covered, "{:#?}", r.changes);
 }
+
+// ---------------------------------------------------------------------------------
+// Odd but legal input gets a clear answer.
+
+/// Applies and returns the refusal's code and message.
+async fn refusal(node: &Node, yaml: &str) -> (tonic::Code, String) {
+    let e = refused(node, yaml, "odd").await;
+    (e.code(), e.message().to_string())
+}
+
+/// A file name over NAME_MAX (the 256 bytes, and one of 1000), a path over
+/// PATH_MAX: INVALID_ARGUMENT naming the limit, not an internal stat error; 255 bytes is
+/// fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_long_file_names_and_paths_are_invalid_arguments() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let file = |p: &str| format!("files:\n- path: {p}\n  content: \"x\\n\"\n");
+    for n in [256, 1000] {
+        let (code, msg) = refusal(&node, &file(&format!("/etc/{}", "n".repeat(n)))).await;
+        assert_eq!(code, tonic::Code::InvalidArgument, "{n}: {msg}");
+        assert!(
+            msg.contains("files[0].path")
+                && msg.contains(&format!("is {n} bytes, over the 255-byte file name limit"))
+                && msg.contains("NAME_MAX"),
+            "{n}: {msg}"
+        );
+    }
+    let deep = format!("/etc{}", "/d".repeat(2100));
+    let (code, msg) = refusal(&node, &file(&deep)).await;
+    assert_eq!(code, tonic::Code::InvalidArgument, "{msg}");
+    assert!(
+        msg.contains("4096-byte path limit") && msg.contains("PATH_MAX"),
+        "{msg}"
+    );
+    let ok = format!("/etc/{}", "n".repeat(255));
+    let op = apply(&node, &file(&ok), "long").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+}
+
+/// A sysctl of a VLAN interface in procps' dotted form (`/` for the `.` in `eth0.100`)
+/// and in the slashed form both reach `/proc/sys/net/ipv4/conf/eth0.100/rp_filter`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vlan_sysctl_maps_to_its_proc_path_in_both_forms() {
+    for (key, value) in [
+        ("net.ipv4.conf.eth0/100.rp_filter", "2"),
+        ("net/ipv4/conf/eth0.100/rp_filter", "0"),
+    ] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        let proc = node.path("/proc/sys/net/ipv4/conf/eth0.100/rp_filter");
+        std::fs::create_dir_all(proc.parent().unwrap()).unwrap();
+        std::fs::write(&proc, "1\n").unwrap();
+        node.start();
+        let op = apply(&node, &format!("sysctls:\n  {key}: \"{value}\"\n"), "vlan").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{key}: {}", op.message);
+        assert_eq!(
+            std::fs::read_to_string(&proc).unwrap(),
+            format!("{value}\n"),
+            "{key}"
+        );
+        assert!(
+            !node.path("/proc/sys/net/ipv4/conf/eth0").exists(),
+            "{key}: a wrong path was created"
+        );
+        let dropin = node.read("/etc/sysctl.d/99-zz-inplaced.conf");
+        assert!(
+            dropin.contains(&format!("{key} = {value}")),
+            "{key}: {dropin}"
+        );
+    }
+}
+
+/// A created file someone replaced with a symlink (and one replaced with a directory),
+/// then dropped from the spec: the operation says it was left alone and why; nothing is
+/// deleted, the target is untouched, and it is no longer managed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_managed_file_replaced_by_a_symlink_is_named_when_dropped() {
+    for kind in ["symlink", "directory"] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        node.start();
+        let yaml = "files:\n- path: /etc/rel/x.conf\n  content: \"x\\n\"\n";
+        assert_eq!(
+            apply(&node, yaml, "one").await.phase,
+            Phase::Succeeded as i32
+        );
+        let p = node.path("/etc/rel/x.conf");
+        std::fs::remove_file(&p).unwrap();
+        if kind == "symlink" {
+            std::os::unix::fs::symlink("/etc/hostname", &p).unwrap();
+        } else {
+            std::fs::create_dir(&p).unwrap();
+        }
+        let s = status(&node).await;
+        assert_eq!(drift_ids(&s), ["files[/etc/rel/x.conf]"], "{kind}");
+        let op = apply(&node, "{}\n", "drop").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{kind}: {}", op.message);
+        assert_eq!(op.message, "1 change(s) applied", "{kind}");
+        let c = &op.changes[0];
+        assert_eq!(c.id, "files[/etc/rel/x.conf]");
+        assert!(
+            c.reason.contains(&format!("is a {kind}")) && c.reason.contains("left alone"),
+            "{kind}: {}",
+            c.reason
+        );
+        assert!(std::fs::symlink_metadata(&p).is_ok(), "{kind}: deleted");
+        assert_eq!(node.read("/etc/hostname"), "edge-1-cp-7xk2p\n");
+        let s = status(&node).await;
+        assert_eq!(s.managed_items, 0, "{kind}");
+        assert!(s.drift.is_empty(), "{kind}: {:?}", s.drift);
+    }
+}
+
+/// A 255-byte file name killed between its temporary file and the rename: the
+/// temporary file (whose name had to be shortened) is found and removed at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_longest_name_crash_leaves_no_temporary_file() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let yaml = format!(
+        "files:\n- path: /etc/{}\n  content: \"x\\n\"\n",
+        "n".repeat(255)
+    );
+    crash_at(&mut node, "write-temp", &yaml).await;
+    let temps = |root: &Path| {
+        std::fs::read_dir(root.join("etc"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".tmp")
+            })
+            .count()
+    };
+    assert_eq!(temps(&node.root), 1, "the crash left its temporary file");
+    node.start();
+    assert_eq!(node.settle("crash").await.phase, Phase::Failed as i32);
+    assert_eq!(temps(&node.root), 0);
+}

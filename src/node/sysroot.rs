@@ -80,6 +80,19 @@ impl SysrootError {
     }
 }
 
+/// The start of the temporary file names of `name` (`.<name>.inplaced-`); for a name too
+/// long to take the suffix within NAME_MAX (255 bytes), its hash stands in for it.
+fn temp_prefix(name: &str) -> String {
+    if name.len() <= 200 {
+        format!(".{name}.inplaced-")
+    } else {
+        format!(
+            ".{}.inplaced-",
+            &crate::spec::sha256_hex(name.as_bytes())[..32]
+        )
+    }
+}
+
 /// Result alias for sysroot operations.
 pub type Result<T> = std::result::Result<T, SysrootError>;
 
@@ -535,7 +548,7 @@ impl Sysroot {
             return Ok(Vec::new());
         };
         let dir_path = join(parents);
-        let prefix = format!(".{name}.inplaced-");
+        let prefix = temp_prefix(name);
         let mut removed = Vec::new();
         for n in self.list_dir(&dir_path)?.unwrap_or_default() {
             if n.starts_with(&prefix) && n.ends_with(".tmp") {
@@ -652,7 +665,7 @@ impl Sysroot {
         }
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp_name = format!(".{name}.inplaced-{}-{seq}.tmp", std::process::id());
+        let tmp_name = format!("{}{}-{seq}.tmp", temp_prefix(name), std::process::id());
         let fd = rustix::fs::openat(
             &dir,
             tmp_name.as_str(),
