@@ -118,6 +118,10 @@ pub struct ManagedField {
     /// Value applied and prior value.
     #[serde(flatten)]
     pub value: ManagedValue<serde_json::Value>,
+    /// The prior value's source text (`cluster.local`, `"off"`), restored byte for byte
+    /// when the field leaves the spec; None when absent or not a one-line scalar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior_raw: Option<String>,
 }
 
 /// A kernel argument removed from the boot configuration, not yet from the running kernel.

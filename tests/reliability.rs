@@ -1091,3 +1091,56 @@ async fn a_longest_name_crash_leaves_no_temporary_file() {
     assert_eq!(node.settle("crash").await.phase, Phase::Failed as i32);
     assert_eq!(temps(&node.root), 0);
 }
+
+// ---------------------------------------------------------------------------------
+// Reverts are byte-faithful.
+
+/// The example (`clusterDomain: "off"`, `resolvConf: "null"`, both quoted by
+/// necessity) and others of the class (a single-quoted original, a nested map value, an
+/// integer field): after the empty spec the file is byte-identical to before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_restores_each_fields_original_bytes() {
+    let cfg = "/var/lib/kubelet/config.yaml";
+    for (edit_original, yaml) in [
+        (
+            None,
+            "kubelet:\n  config:\n    clusterDomain: \"off\"\n    resolvConf: \"null\"\n",
+        ),
+        (
+            Some((
+                "clusterDomain: cluster.local",
+                "clusterDomain: 'cluster.local'",
+            )),
+            "kubelet:\n  config:\n    clusterDomain: \"yes\"\n",
+        ),
+        (
+            Some((
+                "resolvConf: /run/systemd/resolve/resolv.conf",
+                "resolvConf: \"/run/systemd/resolve/resolv.conf\"",
+            )),
+            "kubelet:\n  config:\n    resolvConf: /etc/resolv.conf\n",
+        ),
+        (
+            None,
+            "kubelet:\n  config:\n    evictionHard:\n      memory.available: \"off\"\n",
+        ),
+    ] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        if let Some((from, to)) = edit_original {
+            let t = node.read(cfg).replace(from, to);
+            std::fs::write(node.path(cfg), t).unwrap();
+        }
+        let before = node.read(cfg);
+        node.start();
+        let op = apply(&node, yaml, "set").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{yaml}: {}", op.message);
+        assert_ne!(node.read(cfg), before, "{yaml}");
+        let op = apply(&node, "{}\n", "revert").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{yaml}: {}", op.message);
+        assert_eq!(
+            node.read(cfg),
+            before,
+            "{yaml}: not byte-identical after the revert"
+        );
+    }
+}
