@@ -1144,3 +1144,59 @@ async fn a_revert_restores_each_fields_original_bytes() {
         );
     }
 }
+
+/// A spec value of the wrong type for its KubeletConfiguration field (types of
+/// `k8s.io/kubelet/config/v1beta1`): an unquoted `no` in a string-valued map, `0644`
+/// for a string, a string for an integer, a string in `featureGates` (bool-valued).
+/// INVALID_ARGUMENT naming the field and the expected type; nothing written. Quoted, the
+/// same values are written as strings the kubelet reads back as strings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_field_types_decide_how_a_value_is_written() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let cfg = "/var/lib/kubelet/config.yaml";
+    let before = node.read(cfg);
+    node.start();
+    for (yaml, field, want) in [
+        (
+            "evictionHard:\n      memory.available: no",
+            "kubelet.config.evictionHard[\"memory.available\"]",
+            "as a string",
+        ),
+        (
+            "clusterDomain: 0644",
+            "kubelet.config.clusterDomain",
+            "as a string",
+        ),
+        (
+            "maxPods: \"110\"",
+            "kubelet.config.maxPods",
+            "as an integer",
+        ),
+        (
+            "featureGates:\n      KubeletTracing: \"yes\"",
+            "kubelet.config.featureGates[\"KubeletTracing\"]",
+            "as a boolean",
+        ),
+        (
+            "serializeImagePulls: \"false\"",
+            "kubelet.config.serializeImagePulls",
+            "as a boolean",
+        ),
+    ] {
+        let (code, msg) = refusal(&node, &format!("kubelet:\n  config:\n    {yaml}\n")).await;
+        assert_eq!(code, tonic::Code::InvalidArgument, "{yaml}: {msg}");
+        assert!(msg.contains(field) && msg.contains(want), "{yaml}: {msg}");
+    }
+    assert_eq!(node.read(cfg), before);
+    let op = apply(
+        &node,
+        "kubelet:\n  config:\n    clusterDomain: \"0644\"\n    evictionHard:\n      memory.available: \"no\"\n",
+        "quoted",
+    )
+    .await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    let text = node.read(cfg);
+    let doc = inplaced::kubelet::config::parse(&text).unwrap();
+    assert_eq!(doc["clusterDomain"], "0644", "{text}");
+    assert_eq!(doc["evictionHard"]["memory.available"], "no", "{text}");
+}

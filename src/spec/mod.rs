@@ -620,6 +620,8 @@ impl NodeSpec {
                         ));
                     }
                 }
+                crate::kubelet::fields::check_types(&map)
+                    .map_err(|(f, m)| SpecError::new(format!("kubelet.config.{f}"), m))?;
                 if !map.is_empty() {
                     spec.kubelet_config = Some(map);
                 }
@@ -946,7 +948,7 @@ mod tests {
                 "kubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
                 &[(
                     "a.yaml",
-                    "kubelet:\n  config:\n    systemReserved: {cpu: 1}\n",
+                    "kubelet:\n  config:\n    systemReserved: {cpu: \"1\"}\n",
                 )],
                 "dropins[a.yaml].kubelet.config.systemReserved.cpu",
                 "kubelet.config.systemReserved.cpu",
