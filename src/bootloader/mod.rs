@@ -416,24 +416,7 @@ pub fn detect(
         }
     };
     let mut notes = Vec::new();
-    let default = match grub_default::value_after(&fragments, "GRUB_CMDLINE_LINUX_DEFAULT") {
-        Ok(Some(v)) => {
-            let from = last_assigning("GRUB_CMDLINE_LINUX_DEFAULT")
-                .map(|(p, _)| p)
-                .unwrap_or_default();
-            Some((
-                format!("GRUB_CMDLINE_LINUX_DEFAULT (set last by {from})"),
-                Cmdline::parse(&v),
-            ))
-        }
-        Ok(None) => None,
-        Err(e) => {
-            notes.push(format!(
-                "GRUB_CMDLINE_LINUX_DEFAULT is not known ({e}): arguments there are not seen"
-            ));
-            None
-        }
-    };
+    let default = grub_cmdline_default(&fragments, &mut notes);
     if path != "/etc/default/grub" {
         notes.push(format!(
             "{path} reassigns GRUB_CMDLINE_LINUX after /etc/default/grub, so it is edited there"
@@ -479,6 +462,34 @@ pub fn detect(
         problem,
         regenerate,
     }))
+}
+
+/// `GRUB_CMDLINE_LINUX_DEFAULT` after every fragment (what normal entries read after
+/// `GRUB_CMDLINE_LINUX`), described with the file that sets it last; a value that can
+/// not be evaluated is a note of the backend's reason and None.
+fn grub_cmdline_default(
+    fragments: &[(String, String)],
+    notes: &mut Vec<String>,
+) -> Option<(String, Cmdline)> {
+    const VAR: &str = "GRUB_CMDLINE_LINUX_DEFAULT";
+    match grub_default::value_after(fragments, VAR) {
+        Ok(Some(v)) => {
+            let from = fragments
+                .iter()
+                .rev()
+                .find(|(_, t)| grub_default::assigns(t, VAR))
+                .map(|(p, _)| p.as_str())
+                .unwrap_or_default();
+            Some((format!("{VAR} (set last by {from})"), Cmdline::parse(&v)))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            notes.push(format!(
+                "{VAR} is not known ({e}): arguments there are not seen"
+            ));
+            None
+        }
+    }
 }
 
 fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {

@@ -387,11 +387,10 @@ impl KernelArgs {
                 })
                 .collect();
             let reason = key_reason(backend, kc, &others, needs_reboot);
-            let order = hugepage_order(backend, args, kc);
             let covered = match (edit.problem, edit.edits, shadow) {
                 (Some(p), _, _) => Err(p.clone()),
                 (None, Err(e), _) => Err(e.clone()),
-                (None, Ok(_), _) if order.is_some() => Err(order.clone().unwrap_or_default()),
+                (None, Ok(_), _) if let Some(o) = hugepage_order(backend, args, kc) => Err(o),
                 (None, Ok(_), Some(l)) => Err(format!(
                     "{} on the running command line comes from GRUB_CMDLINE_LINUX_DEFAULT (or a grub.d file), which grub-mkconfig places after GRUB_CMDLINE_LINUX, so it would still win; change it there",
                     l.as_str()
