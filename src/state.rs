@@ -12,7 +12,12 @@
 //! journal/<op>/spec.pb         the NodeSpec it applies, then
 //! journal/<op>/record.json     the applied record it commits, then
 //! journal/<op>/committed       the commit point: present = roll forward, absent = roll back
+//! quarantine/<op>-<time>/      a journal that did not verify, moved aside whole, with REPORT
 //! ```
+//!
+//! `intent.json`, `progress`, `spec.pb`, `record.json` and `applied-spec.pb` are sealed
+//! ([`seal`]: a header line with the body's SHA-256 and length); each pre-image's hash and
+//! length are in the intent. Nothing is trusted before it verifies.
 //!
 //! Every file is written atomically and durably through [`Sysroot::write_atomic`] with mode
 //! 0600. The applied record holds hashes and non-secret settings, never file content;
