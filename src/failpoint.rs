@@ -19,7 +19,10 @@
 //! | `reboot-required` | the operation is persisted as RebootRequired, before any reboot |
 //!
 //! `INPLACED_FAILPOINTS="stage-enospc"` instead makes staging fail with ENOSPC, as a
-//! full state directory would.
+//! full state directory would. `state-full:N` makes the Nth write to the state directory
+//! and every later one fail with ENOSPC (a state directory that fills up and stays full:
+//! [`sticky`]). `full-after-commit` fills it just after the commit point (through
+//! `state-full`), before the applied record is installed.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -64,4 +67,30 @@ pub fn hit(name: &str) {
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         std::process::abort();
     }
+}
+
+/// True from the moment the failpoint `name` is reached its configured number of times
+/// on: a condition that, once it holds, keeps holding (a full disk).
+pub fn sticky(name: &str) -> bool {
+    static ON: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    let on = ON.get_or_init(|| Mutex::new(std::collections::HashSet::new()));
+    let mut on = on.lock().unwrap_or_else(|p| p.into_inner());
+    if on.contains(name) {
+        return true;
+    }
+    if triggered(name) {
+        on.insert(name.to_string());
+        return true;
+    }
+    false
+}
+
+/// Turns the sticky condition `name` on now (a failpoint that fills the disk at a chosen
+/// instant).
+pub fn set_sticky(name: &str) {
+    {
+        let mut t = table().lock().unwrap_or_else(|p| p.into_inner());
+        t.insert(name.to_string(), 1);
+    }
+    let _ = sticky(name);
 }

@@ -12,7 +12,12 @@
 //! journal/<op>/spec.pb         the NodeSpec it applies, then
 //! journal/<op>/record.json     the applied record it commits, then
 //! journal/<op>/committed       the commit point: present = roll forward, absent = roll back
+//! quarantine/<op>-<time>/      a journal that did not verify, moved aside whole, with REPORT
 //! ```
+//!
+//! `intent.json`, `progress`, `spec.pb`, `record.json` and `applied-spec.pb` are sealed
+//! ([`seal`]: a header line with the body's SHA-256 and length); each pre-image's hash and
+//! length are in the intent. Nothing is trusted before it verifies.
 //!
 //! Every file is written atomically and durably through [`Sysroot::write_atomic`] with mode
 //! 0600. The applied record holds hashes and non-secret settings, never file content;
@@ -118,6 +123,10 @@ pub struct ManagedField {
     /// Value applied and prior value.
     #[serde(flatten)]
     pub value: ManagedValue<serde_json::Value>,
+    /// The prior value's source text (`cluster.local`, `"off"`), restored byte for byte
+    /// when the field leaves the spec; None when absent or not a one-line scalar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior_raw: Option<String>,
 }
 
 /// A kernel argument removed from the boot configuration, not yet from the running kernel.
@@ -150,6 +159,12 @@ pub struct AppliedRecord {
     /// cause a reboot loop.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernel_args_removed: Vec<PendingRemoval>,
+    /// Boot id of the boot in which the managed kernel arguments were staged while the
+    /// running kernel lacked some of them (empty: all were running). Until the boot id
+    /// changes the running kernel may lack them; after, every one must be in
+    /// `/proc/cmdline` (drift otherwise).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub kernel_args_staged_in: String,
     /// Managed sysctls by dotted key.
     pub sysctls: BTreeMap<String, ManagedValue<String>>,
 }
@@ -176,6 +191,11 @@ impl AppliedRecord {
 pub struct PreImage {
     /// File name under `journal/<op>/pre/`.
     pub file: String,
+    /// `sha256:<hex>` of the pre-image, recorded before the intent is written: a
+    /// pre-image is restored only when it still has it.
+    pub sha256: String,
+    /// Its length in bytes.
+    pub len: u64,
     /// Mode (0o7777 mask).
     pub mode: u32,
     /// Owner.
@@ -195,6 +215,9 @@ pub struct IntentEntry {
     /// Directories that did not exist and a write creates, outermost first.
     #[serde(default)]
     pub missing_dirs: Vec<String>,
+    /// `sha256:<hex>` of the content the operation writes (None: it removes the path).
+    #[serde(default)]
+    pub new_sha256: Option<String>,
 }
 
 /// The write-ahead intent of an operation, written and fsynced before its first change.
@@ -211,17 +234,92 @@ pub struct Intent {
     pub units: Vec<String>,
 }
 
-/// What the journal of an interrupted operation says.
+/// A journal file read back: absent, verified against its checksum and parsed, or
+/// damaged (with why).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sealed<T> {
+    /// The file is not there.
+    Absent,
+    /// The file verifies and parses.
+    Valid(T),
+    /// The file is there but does not verify or parse: the reason, with its full path.
+    Damaged(String),
+}
+
+/// What a committed journal holds: the record to install, the phase to end in, the
+/// NodeSpec (protobuf bytes) applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Committed {
+    /// The applied record to install.
+    pub record: AppliedRecord,
+    /// The phase the operation ends in.
+    pub phase: i32,
+    /// The NodeSpec applied (protobuf bytes), installed as `applied-spec.pb`.
+    pub spec: Vec<u8>,
+}
+
+/// What the journal of an interrupted operation says, each file verified.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JournalState {
-    /// The intent (None when the crash came before it was complete).
-    pub intent: Option<Intent>,
-    /// The last completed step (`staged`, `written`, `acted`...).
-    pub progress: String,
-    /// The committed record and the phase to end in, when the commit point was reached.
-    pub committed: Option<(AppliedRecord, i32)>,
-    /// The NodeSpec (protobuf bytes) the committed operation applied, if journaled.
-    pub spec: Option<Vec<u8>>,
+    /// The intent (Absent when the crash came before it was complete).
+    pub intent: Sealed<Intent>,
+    /// The intent parsed without its checksum, when it does not verify: what it names
+    /// can be reported, never acted on.
+    pub unverified_intent: Option<Intent>,
+    /// The last completed step (`staged`, `written`, `acted`).
+    pub progress: Sealed<String>,
+    /// None before the commit point (no `committed` marker); past it, the record.
+    pub committed: Option<Sealed<Committed>>,
+}
+
+/// The first line of every sealed journal file.
+const SEAL: &str = "inplaced-sealed";
+
+/// `body` behind a header line with its SHA-256 and length, so that a truncated, extended
+/// or altered file is told from a good one.
+pub fn seal(body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "{SEAL} sha256:{} len={}\n",
+        crate::spec::sha256_hex(body),
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// The body of a sealed file when its header is intact and the body has the recorded
+/// length and SHA-256; else why not.
+pub fn unseal(bytes: &[u8]) -> Result<&[u8], String> {
+    let nl = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or("no checksum header")?;
+    let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| "checksum header not UTF-8")?;
+    let body = &bytes[nl + 1..];
+    let mut parts = header.split(' ');
+    let (Some(SEAL), Some(sha), Some(len), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("bad checksum header {header:?}"));
+    };
+    let len: usize = len
+        .strip_prefix("len=")
+        .and_then(|l| l.parse().ok())
+        .ok_or_else(|| format!("bad length in checksum header {header:?}"))?;
+    if body.len() != len {
+        return Err(format!("{} bytes where {len} were written", body.len()));
+    }
+    let seen = format!("sha256:{}", crate::spec::sha256_hex(body));
+    if seen != sha {
+        return Err(format!("content is {seen}, {sha} was written"));
+    }
+    Ok(body)
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn sha256_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", crate::spec::sha256_hex(bytes))
 }
 
 /// Drift bookkeeping, kept across restarts (`drift.json`).
@@ -258,13 +356,19 @@ impl StateDir {
             error: e,
         })?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
-            SysrootError::Io {
-                path: path.display().to_string(),
-                op: "chmod state directory",
-                error: e,
-            }
-        })?;
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0);
+        // a read-only state directory that already has the mode still opens
+        if mode != 0o700 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(
+                |e| SysrootError::Io {
+                    path: path.display().to_string(),
+                    op: "chmod state directory",
+                    error: e,
+                },
+            )?;
+        }
         Ok(StateDir {
             path: path.to_path_buf(),
             dir: Sysroot::open(path)?.without_failpoints(),
@@ -284,13 +388,19 @@ impl StateDir {
             op,
             error: e,
         };
-        let mut f = std::fs::OpenOptions::new()
+        let opened = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&p)
-            .map_err(|e| io("open", e))?;
+            .open(&p);
+        // a read-only state directory is still locked (flock needs no write access)
+        let mut f = match opened {
+            Err(e) if e.raw_os_error() == Some(30) => {
+                std::fs::File::open(&p).map_err(|e| io("open", e))?
+            }
+            r => r.map_err(|e| io("open", e))?,
+        };
         if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             let mut pid = String::new();
             let _ = f.read_to_string(&mut pid);
@@ -303,9 +413,11 @@ impl StateDir {
                 },
             });
         }
-        f.set_len(0).map_err(|e| io("truncate", e))?;
-        f.rewind().map_err(|e| io("seek", e))?;
-        writeln!(f, "{}", std::process::id()).map_err(|e| io("write", e))?;
+        // the pid is informational: a full or read-only directory keeps the lock without it
+        let _ = f
+            .set_len(0)
+            .and_then(|()| f.rewind().map(|_| ()))
+            .and_then(|()| writeln!(f, "{}", std::process::id()));
         self._lock = Some(f);
         Ok(())
     }
@@ -314,14 +426,14 @@ impl StateDir {
     /// [`Sysroot::write_atomic`]).
     pub fn remove_stale_temps(&self) -> Result<(), StateError> {
         for dir in ["/", "/operations", "/originals"] {
-            for n in self.dir.list_dir(dir)?.unwrap_or_default() {
+            for n in self.io(self.dir.list_dir(dir))?.unwrap_or_default() {
                 if n.starts_with('.') && n.contains(".inplaced-") && n.ends_with(".tmp") {
                     let p = if dir == "/" {
                         format!("/{n}")
                     } else {
                         format!("{dir}/{n}")
                     };
-                    self.dir.remove(&p)?;
+                    self.io(self.dir.remove(&p))?;
                 }
             }
         }
@@ -334,8 +446,46 @@ impl StateDir {
     }
 
     fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), StateError> {
-        self.dir
-            .write_atomic(rel, bytes, 0o600, self.uid, self.gid)?;
+        if crate::failpoint::sticky("state-full") {
+            return Err(SysrootError::Io {
+                path: format!("{}{rel}", self.path.display()),
+                op: "write",
+                error: std::io::Error::from_raw_os_error(28),
+            }
+            .into());
+        }
+        self.io(self.dir.write_atomic(rel, bytes, 0o600, self.uid, self.gid))?;
+        Ok(())
+    }
+
+    /// A sysroot result with the state directory's path before the error's path.
+    fn io<T>(&self, r: Result<T, SysrootError>) -> Result<T, StateError> {
+        r.map_err(|e| StateError::Io(e.prefixed(&self.path)))
+    }
+
+    /// The full path of `rel` (`/journal/x`) in the state directory.
+    pub fn full(&self, rel: &str) -> String {
+        format!("{}{rel}", self.path.display())
+    }
+
+    /// Free bytes in the state directory's file system (for an unprivileged agent:
+    /// what it may use).
+    pub fn free_bytes(&self) -> Result<u64, StateError> {
+        let st = rustix::fs::statvfs(&self.path).map_err(|e| {
+            StateError::Io(SysrootError::Io {
+                path: self.path.display().to_string(),
+                op: "statvfs",
+                error: e.into(),
+            })
+        })?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+
+    /// Checks that the state directory takes a write: a probe file written durably and
+    /// removed. The error names the directory and the cause (full, read-only...).
+    pub fn probe_writable(&self) -> Result<(), StateError> {
+        self.write("/.probe", b"probe")?;
+        self.io(self.dir.remove("/.probe"))?;
         Ok(())
     }
 
@@ -348,7 +498,7 @@ impl StateDir {
 
     /// Loads the applied record (empty if none was written yet).
     pub fn load_record(&self) -> Result<AppliedRecord, StateError> {
-        match self.dir.read("/applied.json")? {
+        match self.io(self.dir.read("/applied.json"))? {
             None => Ok(AppliedRecord::default()),
             Some(b) => serde_json::from_slice(&b).map_err(|e| self.corrupt("/applied.json", e)),
         }
@@ -364,18 +514,102 @@ impl StateDir {
     /// an older inplaced applied the record). Bytes that do not decode are
     /// [`StateError::Corrupt`].
     pub fn load_applied_spec(&self) -> Result<Option<pb::NodeSpec>, StateError> {
-        match self.dir.read("/applied-spec.pb")? {
+        match self.io(self.dir.read("/applied-spec.pb"))? {
             None => Ok(None),
-            Some(b) => <pb::NodeSpec as prost::Message>::decode(b.as_slice())
-                .map(Some)
-                .map_err(|e| self.corrupt("/applied-spec.pb", e)),
+            Some(b) => {
+                // sealed since the journal carries checksums; raw protobuf before
+                let body = if b.starts_with(SEAL.as_bytes()) {
+                    unseal(&b).map_err(|e| self.corrupt("/applied-spec.pb", e))?
+                } else {
+                    b.as_slice()
+                };
+                <pb::NodeSpec as prost::Message>::decode(body)
+                    .map(Some)
+                    .map_err(|e| self.corrupt("/applied-spec.pb", e))
+            }
         }
     }
 
     /// Persists the NodeSpec applied last (protobuf bytes, mode 0600: it holds file
     /// content).
     pub fn save_applied_spec(&self, spec: &[u8]) -> Result<(), StateError> {
-        self.write("/applied-spec.pb", spec)
+        self.write("/applied-spec.pb", &seal(spec))
+    }
+
+    /// What is wrong with the state files at start, beyond the applied record's own
+    /// parse (see [`StateDir::load_record_or_quarantine`]): a last applied spec that does
+    /// not verify, one of the record and the spec without the other, a saved original
+    /// that no longer has its recorded hash, a drift book that does not parse.
+    /// `quarantined`: the record was just moved aside (already reported).
+    pub fn check(&self, record: &AppliedRecord, quarantined: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        let has = |rel: &str| matches!(self.dir.stat(rel), Ok(Some(_)));
+        match self.load_applied_spec() {
+            Err(e) => out.push(e.to_string()),
+            Ok(Some(_)) if !quarantined && !has("/applied.json") => out.push(format!(
+                "{}: missing although {} is there: the items applied before are not managed until applied again",
+                self.full("/applied.json"),
+                self.full("/applied-spec.pb")
+            )),
+            Ok(None) if !record.is_empty() => out.push(format!(
+                "{}: missing although {} manages {} item(s): node.d convergence is off until the next Apply",
+                self.full("/applied-spec.pb"),
+                self.full("/applied.json"),
+                record.len()
+            )),
+            _ => {}
+        }
+        for (path, m) in &record.files {
+            if let Original::Saved { backup, sha256, .. } = &m.original {
+                let rel = format!("/originals/{backup}");
+                let seen = self.dir.read(&rel).ok().flatten().map(|b| sha256_of(&b));
+                if seen.as_deref() != Some(sha256.as_str()) {
+                    out.push(format!(
+                        "{}: the saved original of {path} is {}, {sha256} was saved: dropping {path} from the spec will not be covered",
+                        self.full(&rel),
+                        seen.unwrap_or_else(|| "missing".into())
+                    ));
+                }
+            }
+        }
+        for name in self
+            .dir
+            .list_dir("/operations")
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+        {
+            let Some(id) = name
+                .strip_suffix(".json")
+                .filter(|_| !name.starts_with('.'))
+            else {
+                continue;
+            };
+            let rel = format!("/operations/{name}");
+            if let Ok(Some(b)) = self.dir.read(&rel) {
+                match serde_json::from_slice::<pb::Operation>(&b) {
+                    Ok(op) if op.id == id => {}
+                    Ok(op) => out.push(format!(
+                        "{}: holds operation {:?}, not {id:?}; left out of the history",
+                        self.full(&rel),
+                        op.id
+                    )),
+                    Err(e) => out.push(format!(
+                        "{}: does not parse ({e}); left out of the history",
+                        self.full(&rel)
+                    )),
+                }
+            }
+        }
+        if let Ok(Some(b)) = self.dir.read("/drift.json")
+            && let Err(e) = serde_json::from_slice::<DriftBook>(&b)
+        {
+            out.push(format!(
+                "{}: does not parse ({e}); drift counts start again",
+                self.full("/drift.json")
+            ));
+        }
+        out
     }
 
     /// Saves the original bytes of `path`. Called only before the first overwrite of a
@@ -389,12 +623,12 @@ impl StateDir {
 
     /// Reads a saved original.
     pub fn read_original(&self, name: &str) -> Result<Option<Vec<u8>>, StateError> {
-        Ok(self.dir.read(&format!("/originals/{name}"))?)
+        self.io(self.dir.read(&format!("/originals/{name}")))
     }
 
     /// Deletes a saved original once it is no longer needed.
     pub fn drop_original(&self, name: &str) -> Result<(), StateError> {
-        self.dir.remove(&format!("/originals/{name}"))?;
+        self.io(self.dir.remove(&format!("/originals/{name}")))?;
         Ok(())
     }
 
@@ -410,20 +644,20 @@ impl StateDir {
         Ok(file)
     }
 
-    /// Writes the intent; from here on a crash is rolled back at the next start.
+    /// Writes the intent (sealed); from here on a crash is rolled back at the next start.
     pub fn journal_intent(&self, intent: &Intent) -> Result<(), StateError> {
         let rel = format!("/journal/{}/intent.json", intent.operation);
         let b = serde_json::to_vec_pretty(intent).map_err(|e| self.corrupt(&rel, e))?;
-        self.write(&rel, &b)
+        self.write(&rel, &seal(&b))
     }
 
-    /// Records the last step operation `op` completed.
+    /// Records the last step operation `op` completed (sealed).
     pub fn journal_progress(&self, op: &str, step: &str) -> Result<(), StateError> {
-        self.write(&format!("/journal/{op}/progress"), step.as_bytes())
+        self.write(&format!("/journal/{op}/progress"), &seal(step.as_bytes()))
     }
 
     /// The commit point: the spec applied (protobuf bytes), the record to install and the
-    /// phase to end in, then the marker.
+    /// phase to end in, each sealed, then the marker.
     pub fn journal_commit(
         &self,
         op: &str,
@@ -431,58 +665,185 @@ impl StateDir {
         record: &AppliedRecord,
         phase: i32,
     ) -> Result<(), StateError> {
-        self.write(&format!("/journal/{op}/spec.pb"), spec)?;
+        self.write(&format!("/journal/{op}/spec.pb"), &seal(spec))?;
         let rel = format!("/journal/{op}/record.json");
         let b = serde_json::to_vec_pretty(&serde_json::json!({"phase": phase, "record": record}))
             .map_err(|e| self.corrupt(&rel, e))?;
-        self.write(&rel, &b)?;
+        self.write(&rel, &seal(&b))?;
         self.write(&format!("/journal/{op}/committed"), b"")
     }
 
-    /// Reads a pre-image.
-    pub fn journal_read_pre(&self, op: &str, file: &str) -> Result<Option<Vec<u8>>, StateError> {
-        Ok(self.dir.read(&format!("/journal/{op}/pre/{file}"))?)
+    /// Bytes the journal of an operation needs beyond its pre-images and originals: the
+    /// intent, the spec and the record (twice each: in the journal, then installed), with
+    /// room for the headers and the operation's own file.
+    pub fn bookkeeping_bytes(paths: usize, spec: &[u8], record: &AppliedRecord) -> u64 {
+        let record_len = serde_json::to_vec_pretty(record)
+            .map(|b| b.len() as u64)
+            .unwrap_or(0);
+        // an intent entry is a path, three hashes and metadata: well under 1 KiB
+        let intent_len = paths as u64 * 1024;
+        intent_len + 2 * (spec.len() as u64 + record_len) + 64 * 1024
     }
 
-    /// The journals left by interrupted operations, by operation id.
+    /// Pre-image `pre` of operation `op`, when it verifies against the length and
+    /// SHA-256 the intent recorded; else why not (with its full path).
+    pub fn journal_read_pre(&self, op: &str, pre: &PreImage) -> Result<Vec<u8>, String> {
+        let rel = format!("/journal/{op}/pre/{}", pre.file);
+        let full = self.full(&rel);
+        match self.io(self.dir.read(&rel)) {
+            Err(e) => Err(e.to_string()),
+            Ok(None) => Err(format!("{full}: pre-image missing")),
+            Ok(Some(b)) if b.len() as u64 != pre.len => Err(format!(
+                "{full}: pre-image has {} bytes, {} were journaled",
+                b.len(),
+                pre.len
+            )),
+            Ok(Some(b)) if sha256_of(&b) != pre.sha256 => Err(format!(
+                "{full}: pre-image is {}, {} was journaled",
+                sha256_of(&b),
+                pre.sha256
+            )),
+            Ok(Some(b)) => Ok(b),
+        }
+    }
+
+    /// A sealed journal file read back, verified and parsed by `parse`.
+    fn read_sealed<T>(&self, rel: &str, parse: impl Fn(&[u8]) -> Result<T, String>) -> Sealed<T> {
+        let full = self.full(rel);
+        match self.io(self.dir.read(rel)) {
+            Err(e) => Sealed::Damaged(e.to_string()),
+            Ok(None) => Sealed::Absent,
+            Ok(Some(b)) => match unseal(&b).and_then(&parse) {
+                Ok(v) => Sealed::Valid(v),
+                Err(why) => Sealed::Damaged(format!("{full}: {why}")),
+            },
+        }
+    }
+
+    /// The journals left by interrupted operations, by operation id, each file verified.
     pub fn journals(&self) -> Result<Vec<(String, JournalState)>, StateError> {
         let mut out = Vec::new();
-        for op in self.dir.list_dir("/journal")?.unwrap_or_default() {
-            let base = format!("/journal/{op}");
-            let intent = match self.dir.read(&format!("{base}/intent.json"))? {
-                Some(b) => serde_json::from_slice(&b).ok(),
-                None => None,
-            };
-            let progress = self
-                .dir
-                .read_string(&format!("{base}/progress"))
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| "begun".into());
-            let committed = if self.dir.stat(&format!("{base}/committed"))?.is_some() {
-                self.dir
-                    .read(&format!("{base}/record.json"))?
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                    .and_then(|v| {
-                        let phase = v.get("phase")?.as_i64()? as i32;
-                        let record = serde_json::from_value(v.get("record")?.clone()).ok()?;
-                        Some((record, phase))
-                    })
-            } else {
-                None
-            };
-            let spec = self.dir.read(&format!("{base}/spec.pb"))?;
-            out.push((
-                op,
-                JournalState {
-                    intent,
-                    progress,
-                    committed,
-                    spec,
-                },
-            ));
+        for op in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
+            out.push((op.clone(), self.journal(&op)?));
         }
         Ok(out)
+    }
+
+    fn journal(&self, op: &str) -> Result<JournalState, StateError> {
+        let base = format!("/journal/{op}");
+        let json = |b: &[u8]| serde_json::from_slice::<Intent>(b).map_err(|e| e.to_string());
+        let intent = self.read_sealed(&format!("{base}/intent.json"), json);
+        let unverified_intent = match &intent {
+            Sealed::Damaged(_) => self
+                .dir
+                .read(&format!("{base}/intent.json"))
+                .ok()
+                .flatten()
+                .and_then(|b| {
+                    let start = b.iter().position(|c| *c == b'{')?;
+                    serde_json::from_slice(&b[start..]).ok()
+                }),
+            _ => None,
+        };
+        let progress =
+            self.read_sealed(&format!("{base}/progress"), |b| {
+                match std::str::from_utf8(b) {
+                    Ok(p @ ("staged" | "written" | "acted")) => Ok(p.to_string()),
+                    _ => Err(format!("unknown step {:?}", String::from_utf8_lossy(b))),
+                }
+            });
+        let committed = if self
+            .io(self.dir.stat(&format!("{base}/committed")))?
+            .is_some()
+        {
+            Some(self.committed(&base))
+        } else {
+            None
+        };
+        Ok(JournalState {
+            intent,
+            unverified_intent,
+            progress,
+            committed,
+        })
+    }
+
+    /// The record and spec of a journal past its commit point, both verified.
+    fn committed(&self, base: &str) -> Sealed<Committed> {
+        let record = self.read_sealed(&format!("{base}/record.json"), |b| {
+            let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+            let phase = v
+                .get("phase")
+                .and_then(serde_json::Value::as_i64)
+                .ok_or("no phase")? as i32;
+            let record = serde_json::from_value(v.get("record").cloned().unwrap_or_default())
+                .map_err(|e| e.to_string())?;
+            Ok((record, phase))
+        });
+        let spec = self.read_sealed(&format!("{base}/spec.pb"), |b| Ok(b.to_vec()));
+        match (record, spec) {
+            (Sealed::Valid((record, phase)), Sealed::Valid(spec)) => Sealed::Valid(Committed {
+                record,
+                phase,
+                spec,
+            }),
+            (Sealed::Damaged(w), _) | (_, Sealed::Damaged(w)) => Sealed::Damaged(w),
+            (Sealed::Absent, _) => Sealed::Damaged(format!(
+                "{}: missing although {} is there",
+                self.full(&format!("{base}/record.json")),
+                self.full(&format!("{base}/committed"))
+            )),
+            (_, Sealed::Absent) => Sealed::Damaged(format!(
+                "{}: missing although {} is there",
+                self.full(&format!("{base}/spec.pb")),
+                self.full(&format!("{base}/committed"))
+            )),
+        }
+    }
+
+    /// Moves the journal of `op` aside whole, to `quarantine/<op>-<unix seconds>`, with
+    /// `report` (what it names and what is on disk) written next to it; returns the new
+    /// path. Nothing is ever restored from a quarantined journal.
+    pub fn journal_quarantine(&self, op: &str, report: &str) -> Result<String, StateError> {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let from = self.path.join("journal").join(op);
+        let qdir = self.path.join("quarantine");
+        let to = qdir.join(format!("{op}-{ts}"));
+        let io = |p: &Path, what: &'static str, e: std::io::Error| {
+            StateError::Io(SysrootError::Io {
+                path: p.display().to_string(),
+                op: what,
+                error: e,
+            })
+        };
+        std::fs::create_dir_all(&qdir).map_err(|e| io(&qdir, "create quarantine", e))?;
+        std::fs::rename(&from, &to).map_err(|e| io(&from, "move journal to quarantine", e))?;
+        for d in [&qdir, &self.path.join("journal")] {
+            if let Ok(f) = std::fs::File::open(d) {
+                let _ = f.sync_all();
+            }
+        }
+        let _ = std::fs::write(to.join("REPORT"), report);
+        Ok(to.display().to_string())
+    }
+
+    /// The quarantined journals still in the state directory, with their reports.
+    pub fn quarantined(&self) -> Vec<(String, String)> {
+        let qdir = self.path.join("quarantine");
+        let mut out: Vec<(String, String)> = std::fs::read_dir(&qdir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| {
+                let report = std::fs::read_to_string(e.path().join("REPORT")).unwrap_or_default();
+                (e.path().display().to_string(), report)
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// Removes the journal of `op` (the operation is settled).
@@ -565,7 +926,10 @@ impl StateDir {
     /// log (history must not stop the agent), and left in place for inspection.
     pub fn list_operations(&self) -> Result<Vec<pb::Operation>, StateError> {
         let mut ops = Vec::new();
-        for name in self.dir.list_dir("/operations")?.unwrap_or_default() {
+        for name in self
+            .io(self.dir.list_dir("/operations"))?
+            .unwrap_or_default()
+        {
             let Some(id) = name.strip_suffix(".json") else {
                 continue;
             };
@@ -573,7 +937,7 @@ impl StateDir {
                 continue;
             }
             let rel = format!("/operations/{name}");
-            if let Some(b) = self.dir.read(&rel)? {
+            if let Some(b) = self.io(self.dir.read(&rel))? {
                 match serde_json::from_slice::<pb::Operation>(&b) {
                     Ok(op) if op.id == id => ops.push(op),
                     Ok(_) => {
@@ -592,10 +956,30 @@ impl StateDir {
         Ok(ops)
     }
 
+    /// Moves `operations/<id>.json` (which does not parse) aside to
+    /// `operations/<id>.json.corrupt-<unix seconds>`; returns the new path.
+    pub fn operation_quarantine(&self, id: &str) -> Result<String, StateError> {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let from = self.path.join("operations").join(format!("{id}.json"));
+        let to = self
+            .path
+            .join("operations")
+            .join(format!("{id}.json.corrupt-{ts}"));
+        std::fs::rename(&from, &to).map_err(|e| SysrootError::Io {
+            path: from.display().to_string(),
+            op: "move corrupt operation aside",
+            error: e,
+        })?;
+        Ok(to.display().to_string())
+    }
+
     /// One operation by id.
     pub fn get_operation(&self, id: &str) -> Result<Option<pb::Operation>, StateError> {
         let rel = format!("/operations/{id}.json");
-        match self.dir.read(&rel)? {
+        match self.io(self.dir.read(&rel))? {
             None => Ok(None),
             Some(b) => serde_json::from_slice(&b)
                 .map(Some)
@@ -609,7 +993,7 @@ impl StateDir {
         let ops = self.list_operations()?;
         for op in ops.iter().skip(keep) {
             if crate::phase::is_terminal(op.phase) {
-                self.dir.remove(&format!("/operations/{}.json", op.id))?;
+                self.io(self.dir.remove(&format!("/operations/{}.json", op.id)))?;
             }
         }
         Ok(())

@@ -7,14 +7,25 @@
 
 use std::collections::BTreeMap;
 
-/// `/proc/sys/...` of a sysctl key, as sysctl(8) maps it: the slashed form
-/// (`net/ipv4/conf/eth0.100/rp_filter`, needed when a component holds a dot) is used as
-/// is; in the dotted form (`vm.max_map_count`) every dot separates components.
+/// `/proc/sys/...` of a sysctl key, as procps `sysctl(8)` and systemd-sysctl map it: when
+/// the first separator of the key is a `/`, the key is in the slashed form
+/// (`net/ipv4/conf/eth0.100/rp_filter`) and used as is; otherwise it is in the dotted form
+/// and every `.` separates components while a `/` stands for a `.` inside one
+/// (`net.ipv4.conf.eth0/100.rp_filter` is `net/ipv4/conf/eth0.100/rp_filter`).
 pub fn sysctl_path(key: &str) -> String {
-    if key.contains('/') {
-        format!("/proc/sys/{key}")
-    } else {
-        format!("/proc/sys/{}", key.replace('.', "/"))
+    match key.find(['.', '/']) {
+        Some(i) if key.as_bytes()[i] == b'/' => format!("/proc/sys/{key}"),
+        _ => {
+            let swapped: String = key
+                .chars()
+                .map(|c| match c {
+                    '.' => '/',
+                    '/' => '.',
+                    c => c,
+                })
+                .collect();
+            format!("/proc/sys/{swapped}")
+        }
     }
 }
 
@@ -107,4 +118,28 @@ pub fn boot_value(
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sysctl_path;
+
+    #[test]
+    fn dotted_and_slashed_forms_map_as_procps_does() {
+        let want = "/proc/sys/net/ipv4/conf/eth0.100/rp_filter";
+        assert_eq!(sysctl_path("net.ipv4.conf.eth0/100.rp_filter"), want);
+        assert_eq!(sysctl_path("net/ipv4/conf/eth0.100/rp_filter"), want);
+        assert_eq!(
+            sysctl_path("vm.max_map_count"),
+            "/proc/sys/vm/max_map_count"
+        );
+        assert_eq!(
+            sysctl_path("vm/max_map_count"),
+            "/proc/sys/vm/max_map_count"
+        );
+        assert_eq!(
+            sysctl_path("net.ipv4.conf.bond0/2/3.rp_filter"),
+            "/proc/sys/net/ipv4/conf/bond0.2.3/rp_filter"
+        );
+    }
 }

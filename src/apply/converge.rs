@@ -13,7 +13,7 @@ type Broken = (String, String, String);
 
 impl Agent {
     /// Lists `msg` in `NodeStatus.problems`.
-    fn note(&self, msg: String) {
+    pub(super) fn note(&self, msg: String) {
         self.problems
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -21,7 +21,7 @@ impl Agent {
     }
 
     /// Logs `msg` and lists it in `NodeStatus.problems`.
-    fn problem(&self, msg: String) {
+    pub(super) fn problem(&self, msg: String) {
         tracing::warn!("{msg}");
         self.note(msg);
     }

@@ -156,6 +156,7 @@ impl Agent {
         if crate::failpoint::triggered("stage-enospc") {
             return Err(staging("No space left on device (os error 28)".into()));
         }
+        self.journal_fits(run).map_err(staging)?;
         for w in &steps.writes {
             if let Some(orig) = &w.save_original {
                 self.state
@@ -180,6 +181,42 @@ impl Agent {
                 steps.writes.len() + steps.removes.len()
             ),
         ))
+    }
+
+    /// The journal (originals, pre-images, intent) and the bookkeeping after the commit
+    /// (journal record and spec, applied record and spec) fit in the state directory;
+    /// else nothing is written and the error says how much is needed and where.
+    fn journal_fits(&self, run: &Run<'_>) -> Result<(), String> {
+        let steps = &run.plan.steps;
+        let paths: Vec<&str> = steps
+            .writes
+            .iter()
+            .map(|w| w.path.as_str())
+            .chain(steps.removes.iter().map(|r| r.path.as_str()))
+            .collect();
+        let pre: u64 = paths
+            .iter()
+            .filter_map(|p| self.root.stat(p).ok().flatten())
+            .filter(|e| e.kind == crate::node::sysroot::Kind::File)
+            .map(|e| e.len)
+            .sum();
+        let originals: u64 = steps
+            .writes
+            .iter()
+            .filter_map(|w| w.save_original.as_ref())
+            .map(|o| o.len() as u64)
+            .sum();
+        let needed = pre
+            + originals
+            + crate::state::StateDir::bookkeeping_bytes(paths.len(), run.spec_pb, &run.record);
+        let free = self.state.free_bytes().map_err(|e| e.to_string())?;
+        if needed > free {
+            return Err(format!(
+                "the state directory {} needs {needed} bytes for this operation's journal and records, and {free} are free; free space there (or shrink the spec) and re-apply",
+                self.state.path().display()
+            ));
+        }
+        Ok(())
     }
 
     /// Committing → Acting: every write and removal (each checked against what the plan
@@ -380,10 +417,16 @@ impl Agent {
             .journal_commit(&run.op.id, run.spec_pb, &run.record, final_phase as i32)
             .map_err(|e| fail(format!("recording the applied state: {e}")))?;
         crate::failpoint::hit("record");
+        if crate::failpoint::triggered("full-after-commit") {
+            crate::failpoint::set_sticky("state-full");
+        }
         run.undo.clear();
-        Ok(self
-            .install(run)
-            .unwrap_or_else(|| self.settle(run, needs_reboot)))
+        let problem = self.install(run);
+        let mut next = self.settle(run, needs_reboot);
+        if let Some(p) = problem {
+            next.message = format!("{}; {p}", next.message);
+        }
+        Ok(next)
     }
 
     /// The kubelet's health after its restart; when it fails, everything is undone at
@@ -413,20 +456,26 @@ impl Agent {
     }
 
     /// Installs the committed record and the applied spec, then removes the journal and
-    /// the originals no longer needed. Past the commit point a failure undoes nothing:
-    /// the journal keeps the record and the next start installs it (`Failed` now).
-    fn install(&self, run: &mut Run<'_>) -> Option<Next> {
+    /// the originals no longer needed. Past the commit point a failure undoes nothing and
+    /// does not make the operation `Failed` (its changes are on the node): the journal
+    /// keeps the record, the next start installs it, and until then the problem is listed
+    /// in status and mutations are refused. Returns that problem.
+    fn install(&self, run: &mut Run<'_>) -> Option<String> {
         if let Err(e) = self
             .state
             .save_record(&run.record)
             .and_then(|()| self.state.save_applied_spec(run.spec_pb))
         {
-            return Some(Next::to(
-                Phase::Failed,
-                format!(
-                    "installing the applied record failed ({e}); the changes are committed in the journal and the record is installed at the next start"
-                ),
+            let p = format!(
+                "committed, but installing the applied record failed ({e}); the journal {} keeps it and the next start installs it",
+                self.state.full(&format!("/journal/{}", run.op.id))
+            );
+            self.problem(format!("operation {}: {p}", run.op.id));
+            self.set_unavailable(format!(
+                "operation {}'s applied record is not installed ({e})",
+                run.op.id
             ));
+            return Some(p);
         }
         crate::failpoint::hit("applied");
         let _ = self.state.journal_remove(&run.op.id);
@@ -606,18 +655,38 @@ impl Agent {
         let next_boot = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
             .map(|b| b.next_boot().render())
             .unwrap_or_default();
-        plan::verify_after_boot(&op.changes, &running, &next_boot)
+        let mut found = plan::verify_after_boot(&op.changes, &running, &next_boot);
+        // the whole applied set, whatever operation staged it (an operation superseded
+        // before the reboot staged part of what this boot must show)
+        let record = self.state.load_record().unwrap_or_default();
+        let boot = crate::sections::Boot {
+            running: &running,
+            next_boot: &next_boot,
+        };
+        let all = crate::sections::kernel_args::verify_applied(&record, &boot, &self.boot_id());
+        for m in all.missing {
+            if !found.missing.contains(&m) {
+                found.missing.push(m);
+            }
+        }
+        for l in all.lingering {
+            if !found.lingering.contains(&l) {
+                found.lingering.push(l);
+            }
+        }
+        found
     }
 
     /// RebootRequired | Rebooting → VerifyingAfterBoot → Succeeded | Failed: the node
-    /// booted (a new boot id); the running command line must show the operation.
+    /// booted (a new boot id); the running command line must show the operation and the
+    /// whole applied set of kernel arguments, whatever operation staged them.
     fn after_boot(&self, op: &mut pb::Operation, boot_id: &str) {
         op.phase = Phase::VerifyingAfterBoot as i32;
         let found = self.verify_boot(op);
         if found.missing.is_empty() && found.lingering.is_empty() {
             op.phase = Phase::Succeeded as i32;
             op.message = format!(
-                "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline"
+                "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline (every managed argument present, every pending removal gone)"
             );
         } else {
             let mut why = Vec::new();
@@ -705,6 +774,7 @@ impl Agent {
     /// Reboots for an operation waiting in `RebootRequired` (or asks again for one in
     /// `Rebooting` whose reboot has not happened). Refused while an operation runs.
     pub fn reboot(&self, id: &str) -> Result<pb::Operation, super::AgentError> {
+        self.check_available()?;
         let mut op = {
             let inner = self.lock();
             if let Some(r) = &inner.running {

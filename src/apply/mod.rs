@@ -99,6 +99,10 @@ pub enum AgentError {
     /// Node or state I/O failed (INTERNAL).
     #[error("{0}")]
     Internal(String),
+    /// The state directory can not be written (full, read-only, a journal it could not
+    /// settle): mutations are refused, read-only calls served (UNAVAILABLE).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl From<StateError> for AgentError {
@@ -162,6 +166,8 @@ pub struct Agent {
     runner: Arc<dyn CommandRunner>,
     default_healthz: Option<String>,
     problems: Mutex<Vec<String>>,
+    /// Why mutations are refused (the state directory can not be written), if they are.
+    unavailable: Mutex<Option<String>>,
     drift_lock: Mutex<()>,
     inner: Mutex<Inner>,
 }
@@ -232,7 +238,8 @@ impl Agent {
         let root = Sysroot::open(&parts.root).map_err(|e| AgentError::Internal(e.to_string()))?;
         let mut state = StateDir::open(&parts.state_dir)?;
         state.lock()?;
-        state.remove_stale_temps()?;
+        // a read-only state directory keeps its temporary files (reported below)
+        let stale = state.remove_stale_temps().err();
         let mut node_facts = facts::detect(&root, &parts.config.preservation.bindings);
         node_facts.kernel_args_backend =
             match crate::bootloader::detect(&root, parts.config.kernel_args.backend) {
@@ -256,6 +263,9 @@ impl Agent {
             "inplaced itself (its configuration)".to_string(),
         ));
         let (_, problem) = state.load_record_or_quarantine()?;
+        let quarantined = problem.is_some();
+        let mut problems: Vec<String> = problem.into_iter().collect();
+        problems.extend(stale.map(|e| format!("removing temporary files: {e}")));
         let agent = Arc::new(Agent {
             root,
             state,
@@ -268,13 +278,45 @@ impl Agent {
             rebooter: parts.rebooter,
             runner: parts.runner,
             default_healthz: parts.default_healthz,
-            problems: Mutex::new(problem.into_iter().collect()),
+            problems: Mutex::new(problems),
+            unavailable: Mutex::new(None),
             drift_lock: Mutex::new(()),
             inner: Mutex::new(Inner::default()),
         });
-        agent.recover_journals()?;
-        agent.recover()?;
+        agent.recover_journals();
+        // the state as the journals left it: the record a roll-forward installed
+        let record = agent.state.load_record().unwrap_or_default();
+        for p in agent.state.check(&record, quarantined) {
+            agent.problem(p);
+        }
+        if let Err(e) = agent.state.probe_writable() {
+            agent.problem(format!("the state directory can not be written: {e}"));
+            agent.set_unavailable(e.to_string());
+        }
+        if let Err(e) = agent.recover() {
+            agent.problem(format!("settling the operations of the previous run: {e}"));
+        }
         Ok(agent)
+    }
+
+    /// From now on mutations are refused with `UNAVAILABLE`, naming the state directory
+    /// and `why`; read-only calls are still served.
+    fn set_unavailable(&self, why: String) {
+        let mut u = self.unavailable.lock().unwrap_or_else(|p| p.into_inner());
+        if u.is_none() {
+            *u = Some(format!(
+                "the state directory {} can not be written: {why}; changes are refused until it can (free space or make it writable, then restart inplaced)",
+                self.state.path().display()
+            ));
+        }
+    }
+
+    /// `UNAVAILABLE` when the state directory can not be written.
+    fn check_available(&self) -> Result<(), AgentError> {
+        match &*self.unavailable.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(AgentError::Unavailable(why.clone())),
+            None => Ok(()),
+        }
     }
 
     /// The node's current boot id (`/proc/sys/kernel/random/boot_id` in the sysroot).
@@ -436,6 +478,7 @@ impl Agent {
         if r.dry_run {
             return self.dry_run(r);
         }
+        self.check_available()?;
         // claim the single operation slot, then plan without holding the lock
         if let Some(existing) = self.claim(&r)? {
             return Ok(existing);

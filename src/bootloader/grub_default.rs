@@ -654,6 +654,53 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
     }
 }
 
+/// The value of `var` after sourcing `fragments` in order, as `grub-mkconfig` does
+/// (`/etc/default/grub`, then `/etc/default/grub.d/*.cfg`): each fragment's last
+/// assignment wins, and an assignment that appends to the variable itself
+/// (`VAR="$VAR more"`, `VAR="${VAR} more"`) is evaluated with the value so far. Any other
+/// expansion is an error naming the fragment.
+pub fn value_after(fragments: &[(String, String)], var: &str) -> Result<Option<String>, String> {
+    let mut cur: Option<String> = None;
+    for (path, text) in fragments {
+        if !assigns(text, var) {
+            continue;
+        }
+        cur = match read_var(text, var) {
+            Ok(v) => v,
+            Err(GrubError::Unevaluable {
+                text: raw, line, ..
+            }) => Some(
+                self_append(&raw, var, cur.as_deref().unwrap_or(""))
+                    .ok_or_else(|| format!("{path}: line {line}: {var} can not be evaluated"))?,
+            ),
+            Err(e) => return Err(format!("{path}: {e}")),
+        };
+    }
+    Ok(cur)
+}
+
+/// `VAR="$VAR more"` (or `${VAR}`, optionally after `export `) with `$VAR` replaced by
+/// `cur`; None for anything else (other expansions, escapes, command substitution).
+fn self_append(raw: &str, var: &str, cur: &str) -> Option<String> {
+    let raw = raw.trim().strip_prefix("export ").unwrap_or(raw.trim());
+    let value = raw.strip_prefix(var)?.strip_prefix('=')?;
+    let inner = value.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains(['\\', '`', '"']) {
+        return None;
+    }
+    let braced = format!("${{{var}}}");
+    let mut out = inner.replace(&braced, cur);
+    let plain = format!("${var}");
+    while let Some(i) = out.find(&plain) {
+        let after = &out[i + plain.len()..];
+        if after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            return None;
+        }
+        out = format!("{}{cur}{after}", &out[..i]);
+    }
+    (!out.contains('$')).then_some(out)
+}
+
 /// Returns the value of the LAST assignment of `var` in the shell fragment,
 /// after shell quote removal, or `None` when the fragment never assigns it
 /// (or a later plain `unset var` clears it).
@@ -831,6 +878,36 @@ mod tests {
         let now = Cmdline::parse(&read_var(&new, V).unwrap().unwrap());
         let back = set_var(&new, V, &now.apply(&isol, &[]).render()).unwrap();
         assert_eq!(back, text);
+    }
+
+    #[test]
+    fn default_after_grub_d_self_appends() {
+        let frags: Vec<(String, String)> = [
+            "ubuntu-2404-grub/etc/default/grub",
+            "ubuntu-2404-grub/etc/default/grub.d/50-cloudimg-settings.cfg",
+            "ubuntu-2404-grub/etc/default/grub.d/60-hugepages.cfg",
+        ]
+        .iter()
+        .map(|p| (p.to_string(), fixture(p)))
+        .collect();
+        assert_eq!(
+            value_after(&frags, "GRUB_CMDLINE_LINUX_DEFAULT")
+                .unwrap()
+                .as_deref(),
+            Some("console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16")
+        );
+        let braced = vec![
+            ("a".to_string(), "X=\"one\"\n".to_string()),
+            ("b".to_string(), "export X=\"${X} two\"\n".to_string()),
+        ];
+        assert_eq!(
+            value_after(&braced, "X").unwrap().as_deref(),
+            Some("one two")
+        );
+        let other = vec![("c".to_string(), "X=\"$Y two\"\n".to_string())];
+        assert!(value_after(&other, "X").unwrap_err().contains("c: line 1"));
+        let prefix = vec![("d".to_string(), "X=\"$XY\"\n".to_string())];
+        assert!(value_after(&prefix, "X").is_err());
     }
 
     #[test]

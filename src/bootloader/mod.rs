@@ -135,6 +135,20 @@ pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
             .unwrap_or_default()
     }
 
+    /// The next boot's command line in the order the kernel reads it: the edited source,
+    /// then what the boot loader puts after it (GRUB: `GRUB_CMDLINE_LINUX`, then
+    /// `GRUB_CMDLINE_LINUX_DEFAULT` for normal entries). An argument here is already where
+    /// it takes effect.
+    fn effective_next_boot(&self) -> Cmdline {
+        self.next_boot()
+    }
+
+    /// What the kernel reads after the edited source, and where it comes from (GRUB's
+    /// `GRUB_CMDLINE_LINUX_DEFAULT`); None when nothing follows it.
+    fn read_after(&self) -> Option<(String, Cmdline)> {
+        None
+    }
+
     /// For backends that edit through a tool rather than files (rpm-ostree), the command
     /// that removes `remove` and appends `append`; `None` for file backends.
     fn command_edit(&self, _remove: &[Arg], _append: &[Arg]) -> Option<Vec<String>> {
@@ -159,6 +173,8 @@ pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
 #[derive(Debug)]
 pub struct GrubDefault {
     sources: Vec<Source>,
+    /// `GRUB_CMDLINE_LINUX_DEFAULT` after every fragment, and the file that sets it last.
+    default: Option<(String, Cmdline)>,
     notes: Vec<String>,
     problem: Option<String>,
     regenerate: Vec<String>,
@@ -187,6 +203,15 @@ impl KernelArgsBackend for GrubDefault {
     }
     fn regenerate(&self) -> Option<Vec<String>> {
         Some(self.regenerate.clone())
+    }
+    fn effective_next_boot(&self) -> Cmdline {
+        match &self.default {
+            Some((_, d)) => self.next_boot().apply(&[], d.args()),
+            None => self.next_boot(),
+        }
+    }
+    fn read_after(&self) -> Option<(String, Cmdline)> {
+        self.default.clone()
     }
 }
 
@@ -391,6 +416,7 @@ pub fn detect(
         }
     };
     let mut notes = Vec::new();
+    let default = grub_cmdline_default(&fragments, &mut notes);
     if path != "/etc/default/grub" {
         notes.push(format!(
             "{path} reassigns GRUB_CMDLINE_LINUX after /etc/default/grub, so it is edited there"
@@ -431,10 +457,39 @@ pub fn detect(
             bytes: text.into_bytes(),
             format: SourceFormat::GrubVar,
         }],
+        default,
         notes,
         problem,
         regenerate,
     }))
+}
+
+/// `GRUB_CMDLINE_LINUX_DEFAULT` after every fragment (what normal entries read after
+/// `GRUB_CMDLINE_LINUX`), described with the file that sets it last; a value that can
+/// not be evaluated is a note of the backend's reason and None.
+fn grub_cmdline_default(
+    fragments: &[(String, String)],
+    notes: &mut Vec<String>,
+) -> Option<(String, Cmdline)> {
+    const VAR: &str = "GRUB_CMDLINE_LINUX_DEFAULT";
+    match grub_default::value_after(fragments, VAR) {
+        Ok(Some(v)) => {
+            let from = fragments
+                .iter()
+                .rev()
+                .find(|(_, t)| grub_default::assigns(t, VAR))
+                .map(|(p, _)| p.as_str())
+                .unwrap_or_default();
+            Some((format!("{VAR} (set last by {from})"), Cmdline::parse(&v)))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            notes.push(format!(
+                "{VAR} is not known ({e}): arguments there are not seen"
+            ));
+            None
+        }
+    }
 }
 
 fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {

@@ -294,3 +294,262 @@ mod tests {
         assert!(is_known("maxPods") && !is_known("maxPodz"));
     }
 }
+
+/// The type of a KubeletConfiguration field as the kubelet decodes it, from the Go types
+/// of `k8s.io/kubelet/config/v1beta1` (`types.go`, `KubeletConfiguration` and the
+/// structs it embeds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldType {
+    /// `string` (and string enums).
+    Str,
+    /// `metav1.Duration`: a Go duration string such as `5m0s`.
+    Duration,
+    /// `bool` / `*bool`.
+    Bool,
+    /// `int32` / `int64`.
+    Int,
+    /// `float64`.
+    Float,
+    /// `map[string]string` (eviction thresholds, reservations, policy options).
+    MapOfStr,
+    /// `map[string]bool` (`featureGates`).
+    MapOfBool,
+    /// `[]string`.
+    ListOfStr,
+    /// `[]int32`.
+    ListOfInt,
+}
+
+impl FieldType {
+    /// What a value of this type looks like, for messages.
+    pub fn expected(self) -> &'static str {
+        match self {
+            FieldType::Str => "a string",
+            FieldType::Duration => "a duration string such as \"5m0s\"",
+            FieldType::Bool => "a boolean (true or false)",
+            FieldType::Int => "an integer",
+            FieldType::Float => "a number",
+            FieldType::MapOfStr => "a map of strings",
+            FieldType::MapOfBool => "a map of booleans",
+            FieldType::ListOfStr => "a list of strings",
+            FieldType::ListOfInt => "a list of integers",
+        }
+    }
+
+    /// True when `v` (JSON, as the spec carries it) is of this type.
+    pub fn accepts(self, v: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        let int = |v: &Value| v.as_f64().is_some_and(|f| f.fract() == 0.0);
+        match self {
+            FieldType::Str | FieldType::Duration => v.is_string(),
+            FieldType::Bool => v.is_boolean(),
+            FieldType::Int => int(v),
+            FieldType::Float => v.is_number(),
+            FieldType::MapOfStr => v
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string)),
+            FieldType::MapOfBool => v
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_boolean)),
+            FieldType::ListOfStr => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            FieldType::ListOfInt => v.as_array().is_some_and(|a| a.iter().all(int)),
+        }
+    }
+}
+
+/// Field types by JSON path (`a` or `a.b.c`); fields not listed (logging, tracing,
+/// reservedMemory, registerWithTaints, ...) are not checked here.
+const TYPES: &[(&str, FieldType)] = {
+    use FieldType::*;
+    &[
+        ("address", Str),
+        ("allowedUnsafeSysctls", ListOfStr),
+        ("authentication.anonymous.enabled", Bool),
+        ("authentication.webhook.cacheTTL", Duration),
+        ("authentication.webhook.enabled", Bool),
+        ("authentication.x509.clientCAFile", Str),
+        ("authorization.mode", Str),
+        ("authorization.webhook.cacheAuthorizedTTL", Duration),
+        ("authorization.webhook.cacheUnauthorizedTTL", Duration),
+        ("cgroupDriver", Str),
+        ("cgroupRoot", Str),
+        ("cgroupsPerQOS", Bool),
+        ("clusterDNS", ListOfStr),
+        ("clusterDomain", Str),
+        ("configMapAndSecretChangeDetectionStrategy", Str),
+        ("containerLogMaxFiles", Int),
+        ("containerLogMaxSize", Str),
+        ("containerLogMaxWorkers", Int),
+        ("containerLogMonitorInterval", Duration),
+        ("containerRuntimeEndpoint", Str),
+        ("contentType", Str),
+        ("cpuCFSQuota", Bool),
+        ("cpuCFSQuotaPeriod", Duration),
+        ("cpuManagerPolicy", Str),
+        ("cpuManagerPolicyOptions", MapOfStr),
+        ("cpuManagerReconcilePeriod", Duration),
+        ("crashLoopBackOff.maxContainerRestartPeriod", Duration),
+        ("draManagerReconcilePeriod", Duration),
+        ("enableContentionProfiling", Bool),
+        ("enableControllerAttachDetach", Bool),
+        ("enableDebugFlagsHandler", Bool),
+        ("enableDebuggingHandlers", Bool),
+        ("enableProfilingHandler", Bool),
+        ("enableServer", Bool),
+        ("enableSystemLogHandler", Bool),
+        ("enableSystemLogQuery", Bool),
+        ("enforceNodeAllocatable", ListOfStr),
+        ("eventBurst", Int),
+        ("eventRecordQPS", Int),
+        ("evictionHard", MapOfStr),
+        ("evictionMaxPodGracePeriod", Int),
+        ("evictionMinimumReclaim", MapOfStr),
+        ("evictionPressureTransitionPeriod", Duration),
+        ("evictionSoft", MapOfStr),
+        ("evictionSoftGracePeriod", MapOfStr),
+        ("failCgroupV1", Bool),
+        ("failSwapOn", Bool),
+        ("featureGates", MapOfBool),
+        ("fileCheckFrequency", Duration),
+        ("hairpinMode", Str),
+        ("healthzBindAddress", Str),
+        ("healthzPort", Int),
+        ("httpCheckFrequency", Duration),
+        ("imageGCHighThresholdPercent", Int),
+        ("imageGCLowThresholdPercent", Int),
+        ("imageMaximumGCAge", Duration),
+        ("imageMinimumGCAge", Duration),
+        ("imagePullCredentialsVerificationPolicy", Str),
+        ("imageServiceEndpoint", Str),
+        ("iptablesDropBit", Int),
+        ("iptablesMasqueradeBit", Int),
+        ("kernelMemcgNotification", Bool),
+        ("kubeAPIBurst", Int),
+        ("kubeAPIQPS", Int),
+        ("kubeReserved", MapOfStr),
+        ("kubeReservedCgroup", Str),
+        ("kubeletCgroups", Str),
+        ("localStorageCapacityIsolation", Bool),
+        ("makeIPTablesUtilChains", Bool),
+        ("maxOpenFiles", Int),
+        ("maxParallelImagePulls", Int),
+        ("maxPods", Int),
+        ("memoryManagerPolicy", Str),
+        ("memoryReservationPolicy", Str),
+        ("memorySwap.swapBehavior", Str),
+        ("memoryThrottlingFactor", Float),
+        ("mergeDefaultEvictionSettings", Bool),
+        ("nodeLeaseDurationSeconds", Int),
+        ("nodeStatusMaxImages", Int),
+        ("nodeStatusReportFrequency", Duration),
+        ("nodeStatusUpdateFrequency", Duration),
+        ("oomScoreAdj", Int),
+        ("podCIDR", Str),
+        ("podLogsDir", Str),
+        ("podPidsLimit", Int),
+        ("podsPerCore", Int),
+        ("port", Int),
+        ("preloadedImagesVerificationAllowlist", ListOfStr),
+        ("protectKernelDefaults", Bool),
+        ("providerID", Str),
+        ("qosReserved", MapOfStr),
+        ("readOnlyPort", Int),
+        ("registerNode", Bool),
+        ("registryBurst", Int),
+        ("registryPullQPS", Int),
+        ("reservedSystemCPUs", Str),
+        ("resolvConf", Str),
+        ("rotateCertificates", Bool),
+        ("runOnce", Bool),
+        ("runtimeRequestTimeout", Duration),
+        ("seccompDefault", Bool),
+        ("serializeImagePulls", Bool),
+        ("serverTLSBootstrap", Bool),
+        ("showHiddenMetricsForVersion", Str),
+        ("shutdownGracePeriod", Duration),
+        ("shutdownGracePeriodCriticalPods", Duration),
+        ("singleProcessOOMKill", Bool),
+        ("staticPodPath", Str),
+        ("staticPodURL", Str),
+        ("streamingConnectionIdleTimeout", Duration),
+        ("syncFrequency", Duration),
+        ("systemCgroups", Str),
+        ("systemReserved", MapOfStr),
+        ("systemReservedCgroup", Str),
+        ("tlsCertFile", Str),
+        ("tlsCipherSuites", ListOfStr),
+        ("tlsCurvePreferences", ListOfInt),
+        ("tlsMinVersion", Str),
+        ("tlsPrivateKeyFile", Str),
+        ("topologyManagerPolicy", Str),
+        ("topologyManagerPolicyOptions", MapOfStr),
+        ("topologyManagerScope", Str),
+        ("userNamespaces.idsPerPod", Int),
+        ("volumePluginDir", Str),
+        ("volumeStatsAggPeriod", Duration),
+    ]
+};
+
+/// The type of the field at `path` (`["evictionHard"]`, `["authentication", "webhook",
+/// "enabled"]`), if the table knows it.
+pub fn field_type(path: &[String]) -> Option<FieldType> {
+    let key = path.join(".");
+    TYPES.iter().find(|(p, _)| *p == key).map(|(_, t)| *t)
+}
+
+/// Checks every field of a partial KubeletConfiguration against its Go type: a value
+/// YAML read as another type (`no` as a boolean for a string, `0644` as a number) is
+/// refused with the field (`evictionHard["memory.available"]`) and what was expected,
+/// never written as something else. Returns (field, message).
+pub fn check_types(
+    partial: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), (String, String)> {
+    for (k, v) in partial {
+        check_at(&mut vec![k.clone()], v)?;
+    }
+    Ok(())
+}
+
+fn check_at(path: &mut Vec<String>, v: &serde_json::Value) -> Result<(), (String, String)> {
+    let Some(t) = field_type(path) else {
+        if let Some(m) = v.as_object() {
+            for (k, x) in m {
+                path.push(k.clone());
+                check_at(path, x)?;
+                path.pop();
+            }
+        }
+        return Ok(());
+    };
+    if t.accepts(v) {
+        return Ok(());
+    }
+    // a map of the right shape with one value of the wrong type: name that entry
+    let entry = match (t, v.as_object()) {
+        (FieldType::MapOfStr, Some(m)) => m
+            .iter()
+            .find(|(_, x)| !x.is_string())
+            .map(|(k, x)| (k, x, FieldType::Str)),
+        (FieldType::MapOfBool, Some(m)) => m
+            .iter()
+            .find(|(_, x)| !x.is_boolean())
+            .map(|(k, x)| (k, x, FieldType::Bool)),
+        _ => None,
+    };
+    let (field, value, want) = match entry {
+        Some((k, x, want)) => (format!("{}[{k:?}]", path.join(".")), x, want),
+        None => (path.join("."), v, t),
+    };
+    let hint = if want == FieldType::Str {
+        "; quote it (\"no\", \"0644\") so that YAML keeps it a string"
+    } else {
+        ""
+    };
+    Err((
+        field,
+        format!(
+            "is {value}, but the kubelet reads this field as {}{hint}",
+            want.expected()
+        ),
+    ))
+}

@@ -52,6 +52,47 @@ pub enum SysrootError {
     },
 }
 
+impl SysrootError {
+    /// The same error with `prefix` written before its path: the state directory opens
+    /// itself as a sysroot, and its errors must name the full path
+    /// (`/var/lib/inplaced/applied-spec.pb`, not `/applied-spec.pb`).
+    pub fn prefixed(self, prefix: &Path) -> SysrootError {
+        let full = |p: String| format!("{}{p}", prefix.display());
+        match self {
+            SysrootError::BadPath { path } => SysrootError::BadPath { path: full(path) },
+            SysrootError::Symlink { path } => SysrootError::Symlink { path: full(path) },
+            SysrootError::NotADirectory { path, kind } => SysrootError::NotADirectory {
+                path: full(path),
+                kind,
+            },
+            SysrootError::Io { path, op, error } => SysrootError::Io {
+                path: full(path),
+                op,
+                error,
+            },
+        }
+    }
+
+    /// True for ENOSPC or EDQUOT (a full file system or quota) and EROFS (read-only).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, SysrootError::Io { error, .. }
+            if matches!(error.raw_os_error(), Some(28 | 122 | 30)))
+    }
+}
+
+/// The start of the temporary file names of `name` (`.<name>.inplaced-`); for a name too
+/// long to take the suffix within NAME_MAX (255 bytes), its hash stands in for it.
+fn temp_prefix(name: &str) -> String {
+    if name.len() <= 200 {
+        format!(".{name}.inplaced-")
+    } else {
+        format!(
+            ".{}.inplaced-",
+            &crate::spec::sha256_hex(name.as_bytes())[..32]
+        )
+    }
+}
+
 /// Result alias for sysroot operations.
 pub type Result<T> = std::result::Result<T, SysrootError>;
 
@@ -507,7 +548,7 @@ impl Sysroot {
             return Ok(Vec::new());
         };
         let dir_path = join(parents);
-        let prefix = format!(".{name}.inplaced-");
+        let prefix = temp_prefix(name);
         let mut removed = Vec::new();
         for n in self.list_dir(&dir_path)?.unwrap_or_default() {
             if n.starts_with(&prefix) && n.ends_with(".tmp") {
@@ -624,7 +665,7 @@ impl Sysroot {
         }
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp_name = format!(".{name}.inplaced-{}-{seq}.tmp", std::process::id());
+        let tmp_name = format!("{}{}-{seq}.tmp", temp_prefix(name), std::process::id());
         let fd = rustix::fs::openat(
             &dir,
             tmp_name.as_str(),

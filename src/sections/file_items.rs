@@ -486,14 +486,12 @@ fn plan_dropped(
         d,
         summary: rule.summary,
     };
-    match &m.original {
-        Original::Unchanged => {}
-        Original::Absent => {
-            if matches!(obs, FileObs::File { .. }) {
-                revert.delete(m, out);
-            }
-        }
-        Original::Saved { .. } => revert.restore(&m.original, input, out),
+    match (&m.original, &obs) {
+        (Original::Unchanged, _) => {}
+        (_, FileObs::Conflict(c)) => revert.left_alone(c, out),
+        (Original::Absent, FileObs::File { .. }) => revert.delete(m, out),
+        (Original::Absent, _) => {}
+        (Original::Saved { .. }, _) => revert.restore(&m.original, input, out),
     }
 }
 
@@ -533,6 +531,26 @@ impl Revert<'_> {
             }
             _ => None,
         }
+    }
+
+    /// A recorded file that is no longer a regular file (a symlink, a directory): it is
+    /// neither deleted nor restored, only no longer managed, and the change says so.
+    fn left_alone(&self, conflict: &str, out: &mut Output) {
+        let why = format!(
+            "dropped from the spec, but {conflict}: left alone (not deleted, not restored) and no longer managed"
+        );
+        out.changes.push(
+            ChangeBuilder {
+                id: self.id.clone(),
+                op: ChangeOperation::Delete,
+                before: conflict.to_string(),
+                after: "left alone, no longer managed".into(),
+                covered: Ok(why.as_str()),
+                disruption: super::common::disruption(pb::DisruptionLevel::None, &[]),
+                targets: vec![self.path.to_string()],
+            }
+            .build(),
+        );
     }
 
     /// Deletes a file the agent created, and the directories it created for it.

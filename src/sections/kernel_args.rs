@@ -43,6 +43,77 @@ fn split(wanted: &[Arg], have: &[Arg]) -> (Vec<Arg>, Vec<Arg>) {
     (found, missing)
 }
 
+/// The whole applied set after a boot, whatever operation staged it: every managed
+/// argument of `record` must be in the running command line, and every removal pending
+/// from an earlier boot gone (unless the next boot's configuration holds it from
+/// another owner).
+pub fn verify_applied(
+    record: &crate::state::AppliedRecord,
+    boot: &Boot<'_>,
+    boot_id: &str,
+) -> AfterBoot {
+    let run = Cmdline::parse(boot.running);
+    let config = Cmdline::parse(boot.next_boot);
+    let count = |c: &Cmdline, r: &Arg| c.args().iter().filter(|a| a.matches_exactly(r)).count();
+    let lingering = record
+        .kernel_args_removed
+        .iter()
+        .filter(|p| p.boot_id != boot_id)
+        .filter_map(|p| Arg::parse_one(&p.arg).ok())
+        .filter(|r| count(&run, r) > count(&config, r))
+        .map(|r| r.as_str().to_string())
+        .collect();
+    AfterBoot {
+        missing: missing_args(&record.kernel_args, boot.running),
+        lingering,
+    }
+}
+
+/// Managed arguments the running kernel lacks, and pending removals it still has, once
+/// the node booted after they were staged: one drift per key (`kernelArgs[<key>]`).
+fn running_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
+    let record = view.record;
+    let read = |p: &str| view.root.read_string(p).ok().flatten().unwrap_or_default();
+    let boot_id = read("/proc/sys/kernel/random/boot_id").trim().to_string();
+    let running = read("/proc/cmdline");
+    if running.is_empty()
+        || boot_id.is_empty()
+        || (!record.kernel_args_staged_in.is_empty() && record.kernel_args_staged_in == boot_id)
+    {
+        return Vec::new();
+    }
+    let run = Cmdline::parse(&running);
+    let mut out = Vec::new();
+    for m in missing_args(&record.kernel_args, &running) {
+        let key = Arg::parse_one(&m)
+            .map(|a| a.key().to_string())
+            .unwrap_or(m.clone());
+        out.push(pb::Drift {
+            since: None,
+            id: format!("kernelArgs[{key}]"),
+            expected: m.clone(),
+            observed: format!("/proc/cmdline lacks {m} after a boot"),
+        });
+    }
+    for p in record
+        .kernel_args_removed
+        .iter()
+        .filter(|p| p.boot_id != boot_id)
+    {
+        if let Ok(a) = Arg::parse_one(&p.arg)
+            && run.contains_exact(&a)
+        {
+            out.push(pb::Drift {
+                since: None,
+                id: format!("kernelArgs[{}]", a.key()),
+                expected: format!("{} removed", p.arg),
+                observed: format!("/proc/cmdline still has {} after a boot", p.arg),
+            });
+        }
+    }
+    out
+}
+
 /// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted; an
 /// argument that does not parse is skipped).
 pub fn missing_args(wanted: &[String], cmdline: &str) -> Vec<String> {
@@ -64,6 +135,8 @@ struct Args {
     to_add: Vec<Arg>,
     owned: Vec<Arg>,
     running: Option<Cmdline>,
+    /// The next boot's effective command line after the removals, before the additions.
+    effective: Cmdline,
 }
 
 impl Args {
@@ -114,8 +187,10 @@ impl KernelArgs {
                 pending.push(p.clone());
             }
         }
+        // every removal is pending in this boot (running or not): after the boot it must
+        // be gone, whatever operation comes in between
         for a in &args.to_remove {
-            if args.still_running(a) && !boot.is_empty() {
+            if !boot.is_empty() {
                 pending.push(PendingRemoval {
                     arg: a.as_str().to_string(),
                     boot_id: boot.clone(),
@@ -175,6 +250,65 @@ impl KernelArgs {
             backend.problem()
         }
     }
+}
+
+/// The huge page parameters, whose meaning depends on their order: `hugepages=` applies
+/// to the size of the `hugepagesz=` before it (or the default size, which
+/// `default_hugepagesz=` sets).
+const HUGEPAGE_KEYS: [&str; 3] = ["hugepages", "hugepagesz", "default_hugepagesz"];
+
+fn hugepage_key(a: &Arg) -> Option<&'static str> {
+    let k = a.key().replace('-', "_");
+    HUGEPAGE_KEYS.into_iter().find(|h| *h == k)
+}
+
+/// Why appending `kc`'s huge page argument would change its meaning, if it would: the
+/// effective command line already has huge page parameters the agent did not add, and a
+/// `hugepages=` without its own `hugepagesz=` before it (or a `default_hugepagesz=`)
+/// would be read against them in an order the spec does not say (on GRUB before
+/// `GRUB_CMDLINE_LINUX_DEFAULT`, elsewhere after everything).
+fn hugepage_order(backend: &dyn KernelArgsBackend, args: &Args, kc: &KeyChange) -> Option<String> {
+    let existing: Vec<&str> = args
+        .effective
+        .args()
+        .iter()
+        .filter(|a| hugepage_key(a).is_some() && !args.owned.iter().any(|o| o.matches_exactly(a)))
+        .map(|a| a.as_str())
+        .collect();
+    if existing.is_empty() {
+        return None;
+    }
+    let place = match backend.read_after() {
+        Some((what, after)) if after.args().iter().any(|a| hugepage_key(a).is_some()) => {
+            format!("appended to {}, before {what}", backend.sources()[0].what)
+        }
+        _ => "appended after them".to_string(),
+    };
+    for a in &kc.appended {
+        let own_size = || {
+            let pos = args
+                .to_add
+                .iter()
+                .position(|t| t.matches_exactly(a))
+                .unwrap_or(0);
+            args.to_add[..pos]
+                .iter()
+                .any(|t| hugepage_key(t) == Some("hugepagesz"))
+        };
+        let sensitive = match hugepage_key(a) {
+            Some("hugepages") => !own_size(),
+            Some("default_hugepagesz") => true,
+            _ => false,
+        };
+        if sensitive {
+            return Some(format!(
+                "{} is order-sensitive (hugepages= applies to the size of the hugepagesz= before it, or to the default size) and the next boot already has {}; {place}, it would be read against those and reserve pages of another size; give hugepagesz=<size> before it in the spec, or change the huge page settings where they are set",
+                a.as_str(),
+                existing.join(" ")
+            ));
+        }
+    }
+    None
 }
 
 /// The report reason of one key's change.
@@ -237,8 +371,11 @@ impl KernelArgs {
                         || kc.removed.iter().any(|r| run.contains_exact(r))
                 }
             };
+            // huge page parameters accumulate (one pool per size) rather than the last
+            // one winning: their order is checked instead (hugepage_order)
             let shadow = later.iter().find(|l| {
-                kc.appended.iter().any(|a| a.same_key(l))
+                hugepage_key(l).is_none()
+                    && kc.appended.iter().any(|a| a.same_key(l))
                     && !kc.appended.iter().any(|a| a.matches_exactly(l))
             });
             let others: Vec<&Arg> = configured
@@ -253,6 +390,7 @@ impl KernelArgs {
             let covered = match (edit.problem, edit.edits, shadow) {
                 (Some(p), _, _) => Err(p.clone()),
                 (None, Err(e), _) => Err(e.clone()),
+                (None, Ok(_), _) if let Some(o) = hugepage_order(backend, args, kc) => Err(o),
                 (None, Ok(_), Some(l)) => Err(format!(
                     "{} on the running command line comes from GRUB_CMDLINE_LINUX_DEFAULT (or a grub.d file), which grub-mkconfig places after GRUB_CMDLINE_LINUX, so it would still win; change it there",
                     l.as_str()
@@ -369,9 +507,11 @@ impl KernelArgs {
         desired: &[Arg],
         (kept, to_remove): (Vec<Arg>, Vec<Arg>),
     ) {
-        let next_boot = backend.next_boot().apply(&to_remove, &[]);
+        // the next boot's command line in the order the kernel reads it: a desired
+        // argument already there (even from GRUB_CMDLINE_LINUX_DEFAULT) is not added
+        let effective = backend.effective_next_boot().apply(&to_remove, &[]);
         // desired args missing from the next boot (counting duplicates)
-        let to_add = split(desired, next_boot.args()).1;
+        let to_add = split(desired, effective.args()).1;
         let mut owned = kept;
         owned.extend(to_add.iter().cloned());
         out.next.kernel_args = owned.iter().map(|a| a.as_str().to_string()).collect();
@@ -382,9 +522,16 @@ impl KernelArgs {
             to_add,
             owned,
             running,
+            effective,
         };
         let (lingering, pending) = self.lingering(input, &args);
         out.next.kernel_args_removed = pending;
+        out.next.kernel_args_staged_in = match &args.running {
+            Some(_) if args.owned.iter().any(|a| !args.still_running(a)) => {
+                input.obs.boot_id.clone().unwrap_or_default()
+            }
+            _ => String::new(),
+        };
         let by_key = args.by_key();
         let problem = self.problem(input, backend, &args);
         let edits = if problem.is_none() && !by_key.is_empty() {
@@ -511,22 +658,23 @@ impl Section for KernelArgs {
 
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
         let record = view.record;
+        let mut out = running_drift(view);
         if record.kernel_args.is_empty() {
-            return Vec::new();
+            return out;
         }
         let Ok(b) = crate::bootloader::detect(view.root, view.config.kernel_args.backend) else {
             return Vec::new();
         };
         let missing = missing_args(&record.kernel_args, &b.next_boot().render());
-        if missing.is_empty() {
-            return Vec::new();
+        if !missing.is_empty() {
+            out.push(pb::Drift {
+                since: None,
+                id: "kernelArgs".into(),
+                expected: record.kernel_args.join(" "),
+                observed: format!("next boot lacks {}", missing.join(" ")),
+            });
         }
-        vec![pb::Drift {
-            since: None,
-            id: "kernelArgs".into(),
-            expected: record.kernel_args.join(" "),
-            observed: format!("next boot lacks {}", missing.join(" ")),
-        }]
+        out
     }
 
     fn watched(&self, view: &DriftView<'_>) -> Vec<String> {

@@ -351,9 +351,10 @@ impl Kubelet {
             if now == m.value.prior {
                 continue;
             }
-            ce.edits.push(match &m.value.prior {
-                Some(v) => LeafEdit::Set(m.path.clone(), v.clone()),
-                None => LeafEdit::Remove(m.path.clone()),
+            ce.edits.push(match (&m.value.prior, &m.prior_raw) {
+                (Some(v), Some(raw)) => LeafEdit::SetRaw(m.path.clone(), v.clone(), raw.clone()),
+                (Some(v), None) => LeafEdit::Set(m.path.clone(), v.clone()),
+                (None, _) => LeafEdit::Remove(m.path.clone()),
             });
             ce.ids.push(id.clone());
             let resets = kubelet_state_files(&[m.path[0].as_str()], false);
@@ -393,13 +394,15 @@ impl Kubelet {
             Err(_) => None,
         };
         if parsed.is_ok() {
-            let prior = match input.record.kubelet_config.get(&id) {
-                Some(m) => m.value.prior.clone(),
-                None => now.clone(),
+            let (prior, prior_raw) = match (input.record.kubelet_config.get(&id), parsed) {
+                (Some(m), _) => (m.value.prior.clone(), m.prior_raw.clone()),
+                (None, Ok((text, _, _))) => (now.clone(), kcfg::raw_scalar(text, path)),
+                (None, Err(_)) => (now.clone(), None),
             };
             out.next.kubelet_config.insert(
                 id.clone(),
                 ManagedField {
+                    prior_raw,
                     path: path.clone(),
                     value: ManagedValue {
                         value: value.clone(),

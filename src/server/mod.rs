@@ -37,6 +37,7 @@ impl From<AgentError> for Status {
             AgentError::AlreadyExists { .. } => Status::already_exists(msg),
             AgentError::NotFound(_) => Status::not_found(msg),
             AgentError::Internal(_) => Status::internal(msg),
+            AgentError::Unavailable(_) => Status::unavailable(msg),
         }
     }
 }

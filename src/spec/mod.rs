@@ -380,6 +380,31 @@ fn validate_path(field: &str, path: &str) -> Result<(), SpecError> {
             format!("path {path:?} is not normalized; remove '.', '..', repeated or trailing '/'"),
         ));
     }
+    validate_path_length(field, path)
+}
+
+/// Linux's limits: a file name of at most 255 bytes (NAME_MAX), a path of at most 4095
+/// bytes (PATH_MAX, 4096 with its terminating NUL).
+fn validate_path_length(field: &str, path: &str) -> Result<(), SpecError> {
+    if let Some(c) = path.split('/').find(|c| c.len() > 255) {
+        let shown: String = c.chars().take(16).collect();
+        return Err(SpecError::new(
+            field,
+            format!(
+                "path component {shown:?}... is {} bytes, over the 255-byte file name limit of Linux (NAME_MAX)",
+                c.len()
+            ),
+        ));
+    }
+    if path.len() > 4095 {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "path is {} bytes, over the 4096-byte path limit of Linux (PATH_MAX, with its terminating NUL)",
+                path.len()
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -616,6 +641,8 @@ impl NodeSpec {
                         ));
                     }
                 }
+                crate::kubelet::fields::check_types(&map)
+                    .map_err(|(f, m)| SpecError::new(format!("kubelet.config.{f}"), m))?;
                 if !map.is_empty() {
                     spec.kubelet_config = Some(map);
                 }
@@ -952,7 +979,7 @@ mod tests {
                 "kubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
                 &[(
                     "a.yaml",
-                    "kubelet:\n  config:\n    systemReserved: {cpu: 1}\n",
+                    "kubelet:\n  config:\n    systemReserved: {cpu: \"1\"}\n",
                 )],
                 "dropins[a.yaml].kubelet.config.systemReserved.cpu",
                 "kubelet.config.systemReserved.cpu",

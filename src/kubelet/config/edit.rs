@@ -171,7 +171,8 @@ pub(super) fn splice_for(
     e: &LeafEdit,
 ) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
     match e {
-        LeafEdit::Set(path, v) => splice_set(text, root, next, (path, v)),
+        LeafEdit::Set(path, v) => splice_set(text, root, next, (path, v), None),
+        LeafEdit::SetRaw(path, v, raw) => splice_set(text, root, next, (path, v), Some(raw)),
         LeafEdit::Remove(path) => splice_remove(text, root, next, path),
     }
 }
@@ -183,6 +184,7 @@ fn splice_set(
     root: &Node,
     next: &Value,
     (path, v): (&[String], &Value),
+    raw: Option<&str>,
 ) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
     let mut node = root;
     for i in 0..path.len() {
@@ -202,7 +204,11 @@ fn splice_set(
             return Ok(Ok(Some(Splice {
                 start: val.start(),
                 end: val.end(),
-                with: render_replacing(val, v),
+                with: match raw {
+                    // the original text, when it still reads back as the value
+                    Some(r) if scalar_text_is(r, v) => r.to_string(),
+                    _ => render_replacing(val, v),
+                },
             })));
         }
         let empty_flow_map =
@@ -217,6 +223,30 @@ fn splice_set(
         node = val;
     }
     Ok(Err(NotFaithful))
+}
+
+/// True when `raw`, as the value of a key, reads back as `v` (go-yaml v2 resolution).
+fn scalar_text_is(raw: &str, v: &Value) -> bool {
+    !raw.contains('\n')
+        && super::scalars::parse(&format!("k: {raw}\n"))
+            .ok()
+            .and_then(|d| d.get("k").cloned())
+            .as_ref()
+            == Some(v)
+}
+
+/// The source text of the simple scalar at `path` in `text` (`cluster.local`,
+/// `"off"`), to restore it byte for byte later; None when the path is absent or not a
+/// one-line scalar.
+pub fn raw_scalar(text: &str, path: &[String]) -> Option<String> {
+    let root = parse_tree(text).ok()?;
+    let mut node = &root;
+    for (i, k) in path.iter().enumerate() {
+        let entries = block_map_entries(node).ok()?;
+        let (_, val) = find_entry(entries, k, &path[..i]).ok()??;
+        node = val;
+    }
+    is_simple_scalar(text, node).then(|| text[node.start()..node.end()].to_string())
 }
 
 /// The splice of a removal: the lines of the shallowest entry that no longer exists

@@ -52,7 +52,7 @@ mod tree;
 use serde_json::{Map, Value};
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, StructureStyle};
 
-pub use edit::edit;
+pub use edit::{edit, raw_scalar};
 pub use render::render_scalar;
 use render::*;
 pub use scalars::parse;
@@ -75,6 +75,11 @@ pub enum LeafEdit {
     Set(FieldPath, Value),
     /// Remove the field at the path and any parent mapping left empty by the removal.
     Remove(FieldPath),
+    /// Set a scalar field back to a value whose original source text is known (a revert):
+    /// where the field is a simple scalar the text is spliced in as it was, so the file is
+    /// byte-identical to before; a text that does not read back as the value is ignored
+    /// and the value rendered as for `Set`.
+    SetRaw(FieldPath, Value, String),
 }
 
 /// Errors from parsing or editing a kubelet configuration file.
@@ -233,7 +238,7 @@ pub fn get<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
 /// Apply one edit to a value (the semantics [`edit`] must reproduce in text).
 fn apply(doc: &mut Value, e: &LeafEdit) -> Result<(), ConfigError> {
     match e {
-        LeafEdit::Set(path, v) => {
+        LeafEdit::Set(path, v) | LeafEdit::SetRaw(path, v, _) => {
             let Some((last, parents)) = path.split_last() else {
                 return Err(ConfigError::EmptyPath);
             };
