@@ -179,15 +179,19 @@ async fn update_machine_refuses_another_nodes_agent() {
     );
     assert!(node.operations().await.is_empty());
     assert_eq!(snapshot(&node.root), before);
-    // status.nodeRef.name, when CAPI sends it, is the node the agent must be
+    // a status.nodeRef.name in the request naming the other node changes nothing: the
+    // request is not trusted to say which node it may change (resolver.trust_node_ref)
     let mut req = update_request();
     req["desired"]["machine"]["status"] =
         json!({"nodeRef": {"name": "edge-1-md-0-5f8c7d9b4x-k2v9w"}});
     let r = ext.update_machine(&req).await;
+    assert_eq!(r["status"], "Failure", "{r}");
     assert!(
-        !r["message"].as_str().unwrap().contains("not Machine"),
+        r["message"].as_str().unwrap().contains("not Machine"),
         "{r}"
     );
+    assert!(node.operations().await.is_empty());
+    assert_eq!(snapshot(&node.root), before);
 }
 
 /// The agent's allowlist: a certificate no entry matches is disconnected before any

@@ -119,6 +119,11 @@ pub fn redact(obj: &mut Value) {
     }
 }
 
+/// Largest decompressed `files[].content` the extension inflates (16 MiB, the agents'
+/// default `policy.max_file_bytes`); a larger one is not covered, and is never inflated
+/// past this bound.
+pub const MAX_DECODED_FILE_BYTES: u64 = 16 << 20;
+
 /// Why a top-level KubeadmConfigSpec field is never applied in place.
 fn field_reason(field: &str) -> &'static str {
     match field {
@@ -289,12 +294,20 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
             // No detail: the decoder's message quotes a byte of the content.
             .map_err(|_| "content is not valid base64".to_string())
     };
+    // A gzip bomb (1 MB of request for 1 GB of zeros) must not be inflated whole: stop one
+    // byte past the limit the agents apply to a file anyway.
     let gunzip = |b: &[u8]| {
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(b)
+            .take(MAX_DECODED_FILE_BYTES + 1)
             .read_to_end(&mut out)
-            .map(|_| out)
-            .map_err(|e| format!("content is not valid gzip ({e})"))
+            .map_err(|e| format!("content is not valid gzip ({e})"))?;
+        if out.len() as u64 > MAX_DECODED_FILE_BYTES {
+            return Err(format!(
+                "content decompresses to more than {MAX_DECODED_FILE_BYTES} bytes (the agents' default policy.max_file_bytes)"
+            ));
+        }
+        Ok(out)
     };
     let content = match str_of(f, "encoding").unwrap_or("") {
         "" | "text/plain" => raw.as_bytes().to_vec(),
@@ -755,6 +768,28 @@ pub fn infrastructure(current: &Value, desired: &Value, root: &[&str]) -> Vec<Di
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_gzip_bomb_is_refused_without_inflating_it() {
+        use std::io::Write;
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&vec![0u8; (MAX_DECODED_FILE_BYTES + 1) as usize])
+            .unwrap();
+        let gz = z.finish().unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&gz);
+        let f = json!({"path": "/etc/bomb", "encoding": "gzip+base64", "content": b64});
+        let e = decode_file(&f).expect_err("refused");
+        assert!(
+            e.contains("decompresses to more than 16777216 bytes"),
+            "{e}"
+        );
+        // at the limit it decodes
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(b"x = 1\n").unwrap();
+        let ok = json!({"path": "/etc/ok", "encoding": "gzip+base64",
+            "content": base64::engine::general_purpose::STANDARD.encode(z.finish().unwrap())});
+        assert!(decode_file(&ok).is_ok());
+    }
 
     #[test]
     fn v1beta1_map_and_v1beta2_list_give_the_same_node_spec() {

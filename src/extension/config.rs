@@ -138,9 +138,14 @@ pub struct ResolverConfig {
     pub fixed: BTreeMap<String, String>,
     /// The Kubernetes node name a Machine's agent must report before UpdateMachine changes
     /// anything, as a template over `{name}` and `{namespace}` only (default `{name}`: the
-    /// Machine's name, as Metal3 and BYOH name nodes). A `status.nodeRef.name` in the
-    /// request takes precedence.
+    /// Machine's name, as Metal3 and BYOH name nodes).
     pub node_name: Option<String>,
+    /// Take the node name from the request's `status.nodeRef.name` instead, when present
+    /// (default false). Only for fleets whose node names no template can give: the value
+    /// comes from the request, so whoever can write a Machine's status could point it at
+    /// another node.
+    #[serde(default)]
+    pub trust_node_ref: bool,
 }
 
 /// `[update]`: how UpdateMachine drives the agent.

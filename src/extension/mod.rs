@@ -488,7 +488,8 @@ impl Extension {
         addr: &str,
         status: &pb::NodeStatus,
     ) -> Result<(), String> {
-        let want = resolve::expected_node_name(m, self.config.resolver.node_name.as_deref())?;
+        let r = &self.config.resolver;
+        let want = resolve::expected_node_name(m, r.node_name.as_deref(), r.trust_node_ref)?;
         let have = status
             .facts
             .as_ref()

@@ -131,11 +131,15 @@ impl AgentResolver for TemplateResolver {
 }
 
 /// The Kubernetes node name the agent of `m` must report before UpdateMachine changes
-/// anything: `status.nodeRef.name` when the request carries it, else `template`
-/// (`resolver.node_name`, default `{name}`, over `{name}` and `{namespace}` only),
-/// lower-cased as node names are.
-pub fn expected_node_name(m: &MachineRef, template: Option<&str>) -> Result<String, String> {
-    if let Some(n) = &m.node_ref {
+/// anything: `template` (`resolver.node_name`, default `{name}`, over `{name}` and
+/// `{namespace}` only), or with `trust_node_ref` the request's `status.nodeRef.name` when
+/// it carries one; lower-cased as node names are.
+pub fn expected_node_name(
+    m: &MachineRef,
+    template: Option<&str>,
+    trust_node_ref: bool,
+) -> Result<String, String> {
+    if let Some(n) = m.node_ref.as_ref().filter(|_| trust_node_ref) {
         return Ok(n.to_lowercase());
     }
     let bare = MachineRef {

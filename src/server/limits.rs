@@ -70,6 +70,8 @@ enum Kind {
     StructEntry,
     Value,
     ListValue,
+    /// A message whose own fields are all strings or scalars (`Ntp`, `Kubernetes`).
+    Leaves,
 }
 
 /// The message type of field `n` of a `kind`, if it is one the walk descends into.
@@ -77,6 +79,8 @@ fn child(kind: Kind, n: u64) -> Option<Kind> {
     match (kind, n) {
         (Kind::Request, 1) => Some(Kind::NodeSpec),
         (Kind::NodeSpec, 2) => Some(Kind::Kubelet),
+        // ntp.servers and kubernetes.version: every field below counts
+        (Kind::NodeSpec, 5 | 7) => Some(Kind::Leaves),
         (Kind::Kubelet, 1) => Some(Kind::Struct),
         (Kind::Struct, 1) => Some(Kind::StructEntry),
         (Kind::StructEntry, 2) => Some(Kind::Value),
@@ -317,6 +321,17 @@ mod tests {
             l,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn ntp_servers_count() {
+        let spec = pb::NodeSpec {
+            ntp: Some(pb::Ntp {
+                servers: vec![String::new(); 1000],
+            }),
+            ..Default::default()
+        };
+        assert_eq!(count(&spec_bytes(spec)).elements, 1 + 1000);
     }
 
     #[test]

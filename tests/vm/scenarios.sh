@@ -206,7 +206,11 @@ s5_crash() {
     expect "interrupted operation message" "$(ctl -o json get vm-crash-v2)" '"message": ".*interrupted'
     # the write-ahead journal of the operation (<state>/journal/<id>) is gone once settled
     expect "journal recovered (none left in the state dir)" "$(gx 'ls -A /var/lib/inplaced/journal 2>/dev/null | wc -l')" '^0$'
-    expect "journal: rolled back at start" "$(gx 'journalctl -u inplaced --no-pager -n 300 -o cat')" 'rolled back an interrupted operation'
+    # the restart names the settled operation and every path it restored (issue 12 §1)
+    local journal
+    journal=$(gx 'journalctl -u inplaced --no-pager -n 2000 -o cat')
+    expect "journal: the interrupted operation settled at start" "$journal" 'settled an interrupted operation'
+    expect "journal: each restored path named" "$journal" 'rolled back from the journal'
     out=$(ctl apply -f "$spec_dir/crash-v2.yaml" --id vm-crash-v2b --wait 2>&1) || fail "re-apply v2: $(tail -3 <<<"$out")"
     expect "re-apply converges" "$(crash_check)" '^old 0 new 300 bad 0 stray 0'
 }
