@@ -35,29 +35,6 @@ fn temp_files(root: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Starts the daemon with a failpoint and applies; the daemon must die.
-async fn die_at(node: &mut Node, failpoint: &str, yaml: &str) {
-    node.failpoints = Some(failpoint.to_string());
-    node.start();
-    let _ = node
-        .client()
-        .await
-        .apply(pb::ApplyRequest {
-            desired: Some(spec(yaml)),
-            operation_id: "crash".into(),
-            ..Default::default()
-        })
-        .await;
-    let status = node.wait_exit(std::time::Duration::from_secs(20));
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        status.and_then(|s| s.signal()),
-        Some(9),
-        "{failpoint}: the agent must die by SIGKILL"
-    );
-    node.failpoints = None;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_every_failpoint_recovers_to_old_or_new() {
     let yaml = workload();
@@ -91,7 +68,7 @@ async fn killed_at_every_failpoint_recovers_to_old_or_new() {
             .into_iter()
             .map(|(p, c, m)| (p.strip_prefix(&node.root).unwrap().to_path_buf(), (c, m)))
             .collect();
-        die_at(&mut node, fp, &yaml).await;
+        node.die_at(fp, &yaml).await;
         node.start();
         let op = node.settle("crash").await;
         let after: BTreeMap<_, _> = snapshot(&node.root)
@@ -151,7 +128,8 @@ async fn killed_at_every_failpoint_recovers_to_old_or_new() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_after_reboot_required_stays_reboot_required() {
     let mut node = Node::new("ubuntu-2404-grub");
-    die_at(&mut node, "reboot-required", "kernelArgs: [nosmt]\n").await;
+    node.die_at("reboot-required", "kernelArgs: [nosmt]\n")
+        .await;
     node.start();
     let op = node.settle("crash").await;
     assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");

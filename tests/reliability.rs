@@ -6,7 +6,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use common::{Node, apply, copy_tree, snapshot, spec, status};
 use inplaced::pb::{self, Phase};
@@ -35,30 +34,6 @@ fn tree(root: &Path) -> Tree {
         .into_iter()
         .map(|(p, c, m)| (p.strip_prefix(root).unwrap().to_path_buf(), (c, m)))
         .collect()
-}
-
-/// Starts the daemon with `failpoint`, applies `yaml` as operation `crash`, waits for
-/// the SIGKILL.
-async fn crash_at(node: &mut Node, failpoint: &str, yaml: &str) {
-    node.failpoints = Some(failpoint.into());
-    node.start();
-    let _ = node
-        .client()
-        .await
-        .apply(pb::ApplyRequest {
-            desired: Some(spec(yaml)),
-            operation_id: "crash".into(),
-            ..Default::default()
-        })
-        .await;
-    use std::os::unix::process::ExitStatusExt;
-    let st = node.wait_exit(Duration::from_secs(20));
-    assert_eq!(
-        st.and_then(|s| s.signal()),
-        Some(9),
-        "{failpoint}: no SIGKILL"
-    );
-    node.failpoints = None;
 }
 
 /// The journal's intent, read past its checksum header.
@@ -102,7 +77,7 @@ async fn a_truncated_pre_image_quarantines_the_journal_and_restores_nothing() {
     let config = "/var/lib/kubelet/config.yaml";
     let before = node.read(config);
     let ino = inode(&node.path(config));
-    crash_at(&mut node, "write:2", WORKLOAD).await;
+    node.die_at("write:2", WORKLOAD).await;
     let crashed = tree(&node.root);
     std::fs::write(pre_of(&node, config), b"").unwrap();
     node.start();
@@ -177,7 +152,7 @@ async fn a_truncated_pre_image_quarantines_the_journal_and_restores_nothing() {
 async fn a_garbage_or_missing_pre_image_is_never_restored() {
     for damage in ["garbage", "delete", "extend"] {
         let mut node = Node::new("ubuntu-2404-grub");
-        crash_at(&mut node, "write:4", WORKLOAD).await;
+        node.die_at("write:4", WORKLOAD).await;
         let crashed = tree(&node.root);
         let pre = pre_of(&node, "/etc/hostname");
         let len = std::fs::metadata(&pre).unwrap().len() as usize;
@@ -218,7 +193,7 @@ async fn a_garbage_or_missing_pre_image_is_never_restored() {
 async fn a_damaged_intent_is_quarantined_and_reported() {
     for damage in ["flip", "truncate", "delete"] {
         let mut node = Node::new("ubuntu-2404-grub");
-        crash_at(&mut node, "write:3", WORKLOAD).await;
+        node.die_at("write:3", WORKLOAD).await;
         let crashed = tree(&node.root);
         let p = node.state.join("journal/crash/intent.json");
         let mut b = std::fs::read(&p).unwrap();
@@ -262,7 +237,7 @@ async fn a_damaged_intent_is_quarantined_and_reported() {
 async fn a_garbage_operation_file_does_not_stop_the_agent() {
     let mut node = Node::new("ubuntu-2404-grub");
     let old = tree(&node.root);
-    crash_at(&mut node, "write:2", WORKLOAD).await;
+    node.die_at("write:2", WORKLOAD).await;
     std::fs::write(
         node.state.join("operations/crash.json"),
         b"{\"id\": garbage",
@@ -296,7 +271,7 @@ async fn a_verified_rollback_names_each_path_and_skips_untouched_ones() {
     let config = "/var/lib/kubelet/config.yaml";
     let old = tree(&node.root);
     let ino = inode(&node.path(config));
-    crash_at(&mut node, "write:3", WORKLOAD).await;
+    node.die_at("write:3", WORKLOAD).await;
     node.start();
     let op = node.settle("crash").await;
     assert_eq!(tree(&node.root), old);
@@ -325,7 +300,7 @@ async fn a_verified_rollback_names_each_path_and_skips_untouched_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_changed_by_another_writer_is_left_and_named() {
     let mut node = Node::new("ubuntu-2404-grub");
-    crash_at(&mut node, "write:2", WORKLOAD).await;
+    node.die_at("write:2", WORKLOAD).await;
     std::fs::write(node.path("/etc/rel/a.conf"), "someone else\n").unwrap();
     node.start();
     let op = node.settle("crash").await;
@@ -392,7 +367,7 @@ fn fixtures() -> &'static (Tree, Tree, Vec<Crashed>) {
                     Phase::Succeeded as i32
                 );
                 node.stop();
-                crash_at(&mut node, fp, &wl).await;
+                node.die_at(fp, &wl).await;
                 let dir = tempfile::tempdir().unwrap();
                 copy_tree(&node.root, &dir.path().join("root"));
                 copy_tree(&node.state, &dir.path().join("state"));
@@ -610,7 +585,7 @@ async fn full_after_the_commit_point_is_committed_not_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_state_directory_at_start_serves_and_refuses_changes() {
     let mut node = Node::new("ubuntu-2404-grub");
-    crash_at(&mut node, "record", WORKLOAD).await;
+    node.die_at("record", WORKLOAD).await;
     node.failpoints = Some("state-full:1".into());
     node.start();
     let state = node.state.display().to_string();
@@ -1073,7 +1048,7 @@ async fn a_longest_name_crash_leaves_no_temporary_file() {
         "files:\n- path: /etc/{}\n  content: \"x\\n\"\n",
         "n".repeat(255)
     );
-    crash_at(&mut node, "write-temp", &yaml).await;
+    node.die_at("write-temp", &yaml).await;
     let temps = |root: &Path| {
         std::fs::read_dir(root.join("etc"))
             .unwrap()

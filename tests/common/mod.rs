@@ -234,6 +234,30 @@ impl Node {
             .unwrap_or_default()
     }
 
+    /// Starts the daemon with `failpoint` (`INPLACED_FAILPOINTS`), applies `yaml` as
+    /// operation `crash`, and asserts the daemon dies there by SIGKILL.
+    pub async fn die_at(&mut self, failpoint: &str, yaml: &str) {
+        use std::os::unix::process::ExitStatusExt;
+        self.failpoints = Some(failpoint.to_string());
+        self.start();
+        let _ = self
+            .client()
+            .await
+            .apply(pb::ApplyRequest {
+                desired: Some(spec(yaml)),
+                operation_id: "crash".into(),
+                ..Default::default()
+            })
+            .await;
+        let status = self.wait_exit(Duration::from_secs(20));
+        assert_eq!(
+            status.and_then(|s| s.signal()),
+            Some(9),
+            "{failpoint}: the agent must die by SIGKILL"
+        );
+        self.failpoints = None;
+    }
+
     /// Waits for the daemon to exit by itself (e.g. at a failpoint); None on timeout.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
