@@ -82,6 +82,51 @@ async fn node_coverage(
     Ok(NodeCoverage::from_report(&r))
 }
 
+/// Which attempt of update `id` to start, if any, from the node's `history` (newest
+/// first) and `status`: `(start, newest)`, where `newest` is the latest attempt (`id` or
+/// `id-rN`) and answers when nothing is started.
+fn choose_attempt(
+    id: &str,
+    history: &[pb::Operation],
+    status: &pb::NodeStatus,
+) -> (Option<String>, Option<pb::Operation>) {
+    let attempt = |o: &pb::Operation| -> Option<u32> {
+        if o.id == id {
+            return Some(0);
+        }
+        o.id.strip_prefix(id)?.strip_prefix("-r")?.parse().ok()
+    };
+    let next = format!(
+        "{id}-r{}",
+        history.iter().filter_map(attempt).max().unwrap_or(0) + 1
+    );
+    let newest = history.iter().find(|o| attempt(o).is_some()).cloned();
+    // Which attempt to start, if any; otherwise `newest` answers.
+    let start = match &newest {
+        None => Some(id.to_string()),
+        // Stopped mid-way by a crash or stop of the agent (and rolled back from its
+        // journal): the agent runs it again when applied with the same id.
+        Some(op) if crate::apply::is_interrupted(op) => Some(op.id.clone()),
+        // Done once, but the node has applied something else since (the update was
+        // reverted to an earlier spec, or its node.d changed): apply it again.
+        Some(op) if op.phase == Phase::Succeeded as i32 => {
+            (status.applied_spec_hash != op.spec_hash).then_some(next)
+        }
+        // Failed, but another operation succeeded on the node after it (the update
+        // was fixed forward and is now reverted to this spec): the failure is stale.
+        Some(op)
+            if crate::apply::is_terminal(op.phase)
+                && history
+                    .first()
+                    .is_some_and(|h| h.id != op.id && h.phase == Phase::Succeeded as i32) =>
+        {
+            Some(next)
+        }
+        Some(_) => None,
+    };
+    (start, newest)
+}
+
 /// Whether the agent refused the spec itself (invalid, or over one of its limits:
 /// `INVALID_ARGUMENT`, or `RESOURCE_EXHAUSTED` for the message size): a property of the
 /// desired KubeadmConfig, so "not covered" with the node's reason, never a retry.
@@ -363,40 +408,7 @@ impl Extension {
         *id = operation_id(m, &spec);
         let id = id.as_str();
         let target = spec.kubernetes.as_ref().map(|k| k.version.clone());
-        let attempt = |o: &pb::Operation| -> Option<u32> {
-            if o.id == id {
-                return Some(0);
-            }
-            o.id.strip_prefix(id)?.strip_prefix("-r")?.parse().ok()
-        };
-        let next = format!(
-            "{id}-r{}",
-            history.iter().filter_map(attempt).max().unwrap_or(0) + 1
-        );
-        let newest = history.iter().find(|o| attempt(o).is_some()).cloned();
-        // Which attempt to start, if any; otherwise `newest` answers.
-        let start = match &newest {
-            None => Some(id.to_string()),
-            // Stopped mid-way by a crash or stop of the agent (and rolled back from its
-            // journal): the agent runs it again when applied with the same id.
-            Some(op) if crate::apply::is_interrupted(op) => Some(op.id.clone()),
-            // Done once, but the node has applied something else since (the update was
-            // reverted to an earlier spec, or its node.d changed): apply it again.
-            Some(op) if op.phase == Phase::Succeeded as i32 => {
-                (status.applied_spec_hash != op.spec_hash).then_some(next)
-            }
-            // Failed, but another operation succeeded on the node after it (the update
-            // was fixed forward and is now reverted to this spec): the failure is stale.
-            Some(op)
-                if crate::apply::is_terminal(op.phase)
-                    && history
-                        .first()
-                        .is_some_and(|h| h.id != op.id && h.phase == Phase::Succeeded as i32) =>
-            {
-                Some(next)
-            }
-            Some(_) => None,
-        };
+        let (start, newest) = choose_attempt(id, &history, &status);
         let op = match (start, newest) {
             (None, Some(op)) => op,
             (start, _) => {
@@ -407,6 +419,23 @@ impl Extension {
                 }
             }
         };
+        self.answer(&mut c, eff, &op, target, &status).await
+    }
+
+    /// The UpdateMachine answer for the operation `op` of this update: done (only once the
+    /// node reports the `target` Kubernetes version, if any), failed, waiting, or a reboot
+    /// asked for when the operation waits for one.
+    async fn answer(
+        &self,
+        c: &mut NodeAgentClient<Channel>,
+        eff: &Effective,
+        op: &pb::Operation,
+        target: Option<String>,
+        status: &pb::NodeStatus,
+    ) -> UpdateMachineResponse {
+        let wait =
+            |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
+        let t = eff.agent_timeout;
         let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
         match phase {
             // done only when the node runs the target version
@@ -839,6 +868,39 @@ mod tests {
             m.starts_with("current: invalid type, expected struct MachineObjects"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn attempts_restart_only_when_the_node_moved_on() {
+        let op = |id: &str, phase: Phase, hash: &str| pb::Operation {
+            id: id.into(),
+            phase: phase as i32,
+            spec_hash: hash.into(),
+            ..Default::default()
+        };
+        let st = |hash: &str| pb::NodeStatus {
+            applied_spec_hash: hash.into(),
+            ..Default::default()
+        };
+        assert_eq!(choose_attempt("u", &[], &st("")).0.as_deref(), Some("u"));
+        let done = [op("u", Phase::Succeeded, "h")];
+        assert_eq!(choose_attempt("u", &done, &st("h")).0, None);
+        assert_eq!(
+            choose_attempt("u", &done, &st("other")).0.as_deref(),
+            Some("u-r1")
+        );
+        // a stale failure, fixed forward by another operation since
+        let stale = [
+            op("x", Phase::Succeeded, "x"),
+            op("u-r1", Phase::Failed, "h"),
+        ];
+        assert_eq!(
+            choose_attempt("u", &stale, &st("x")).0.as_deref(),
+            Some("u-r2")
+        );
+        let failed = [op("u", Phase::Failed, "h")];
+        let (start, newest) = choose_attempt("u", &failed, &st("h"));
+        assert_eq!((start, newest.map(|o| o.id)), (None, Some("u".to_string())));
     }
 
     #[test]
