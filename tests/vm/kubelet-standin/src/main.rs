@@ -13,8 +13,9 @@
 //! the healthz address: `/healthz` (`ok`), `/args`, `/effective`.
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::ExitCode;
+use std::time::Duration;
 
 const KNOWN: &[&str] = &[
     "bootstrap-kubeconfig",
@@ -86,14 +87,19 @@ fn main() -> ExitCode {
     if top.get("kind").map(String::as_str) != Some("KubeletConfiguration")
         || top.get("apiVersion").map(String::as_str) != Some("kubelet.config.k8s.io/v1beta1")
     {
-        return fail(format!("{config}: not a kubelet.config.k8s.io/v1beta1 KubeletConfiguration"));
+        return fail(format!(
+            "{config}: not a kubelet.config.k8s.io/v1beta1 KubeletConfiguration"
+        ));
     }
     if let Some(m) = top.get("maxPods") {
         if m.parse::<i32>().is_err() {
             return fail(format!("{config}: maxPods: {m:?} is not an integer"));
         }
     }
-    let addr = top.get("healthzBindAddress").cloned().unwrap_or("127.0.0.1".into());
+    let addr = top
+        .get("healthzBindAddress")
+        .cloned()
+        .unwrap_or("127.0.0.1".into());
     let port = top.get("healthzPort").cloned().unwrap_or("10248".into());
     let max_pods = flags
         .get("max-pods")
@@ -102,34 +108,63 @@ fn main() -> ExitCode {
         .unwrap_or("110".into());
 
     let args_text: String = argv.iter().map(|a| format!("{a}\n")).collect();
-    let effective = format!("max-pods={max_pods}\nhealthz={addr}:{port}\npid={}\n", std::process::id());
+    let effective = format!(
+        "max-pods={max_pods}\nhealthz={addr}:{port}\npid={}\n",
+        std::process::id()
+    );
     let _ = std::fs::create_dir_all("/run/kubelet-standin");
     let _ = std::fs::write("/run/kubelet-standin/args", &args_text);
     let _ = std::fs::write("/run/kubelet-standin/effective", &effective);
     eprintln!("I kubelet-standin: started with {}", argv.join(" "));
-    eprintln!("I kubelet-standin: effective {}", effective.replace('\n', " "));
+    eprintln!(
+        "I kubelet-standin: effective {}",
+        effective.replace('\n', " ")
+    );
 
     let listener = match TcpListener::bind(format!("{addr}:{port}")) {
         Ok(l) => l,
         Err(e) => return fail(format!("listen {addr}:{port}: {e}")),
     };
     for stream in listener.incoming() {
-        let Ok(mut s) = stream else { continue };
-        let mut buf = [0u8; 2048];
-        let n = s.read(&mut buf).unwrap_or(0);
-        let req = String::from_utf8_lossy(&buf[..n]);
-        let path = req.split_whitespace().nth(1).unwrap_or("/");
-        let (status, body) = match path {
-            "/healthz" => ("200 OK", "ok".to_string()),
-            "/args" => ("200 OK", args_text.clone()),
-            "/effective" => ("200 OK", effective.clone()),
-            _ => ("404 Not Found", "404 page not found\n".to_string()),
-        };
-        let _ = write!(
-            s,
-            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
+        let Ok(s) = stream else { continue };
+        serve_one(s, &args_text, &effective);
     }
     ExitCode::SUCCESS
+}
+
+/// Answers one HTTP/1.x request the way Go's `net/http` server does at the boundary a
+/// client sees: the whole request head is read (up to the blank line, 8 KiB, 2 s) before
+/// answering, the response goes out in one write, and the connection is half-closed and
+/// drained before it is dropped. Closing a socket with unread request bytes makes Linux
+/// send a RST, which discards a response the client has not read yet (the VM test saw
+/// `Connection reset by peer` and a lost body when the request arrived in two segments).
+fn serve_one(mut s: TcpStream, args_text: &str, effective: &str) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let req = String::from_utf8_lossy(&head);
+    let path = req.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = match path {
+        "/healthz" => ("200 OK", "ok"),
+        "/args" => ("200 OK", args_text),
+        "/effective" => ("200 OK", effective),
+        _ => ("404 Not Found", "404 page not found\n"),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if s.write_all(response.as_bytes()).is_err() {
+        return;
+    }
+    let _ = s.flush();
+    let _ = s.shutdown(Shutdown::Write);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
 }
