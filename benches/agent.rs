@@ -129,8 +129,7 @@ impl Daemon {
 
     /// Spawns the daemon; returns the time from spawn until a Health Check answers SERVING.
     async fn start(&mut self) -> Duration {
-        let bin = env!("CARGO_BIN_EXE_inplaced");
-        let mut cmd = Command::new(bin);
+        let mut cmd = Command::new(daemon_binary());
         cmd.arg("--root")
             .arg(&self.root)
             .arg("--state-dir")
@@ -511,6 +510,14 @@ struct Counts {
     big_calls: usize,
 }
 
+/// The daemon under test: `INPLACED_BENCH_BIN` (a path) when set, e.g. the glibc-baseline
+/// release binary `packaging/check.sh` builds (`target/x86_64-unknown-linux-gnu/release/inplaced`),
+/// else the bench profile's own build.
+fn daemon_binary() -> String {
+    std::env::var("INPLACED_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_inplaced").to_string())
+}
+
 fn main() {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
     let n = if quick {
@@ -546,7 +553,7 @@ async fn run(quick: bool, n: Counts) {
     let mut rep = Report::default();
     note(format!(
         "binary {} quick={quick} nproc={}",
-        env!("CARGO_BIN_EXE_inplaced"),
+        daemon_binary(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     ));
 

@@ -6,8 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --quiet --bins
-bin=${CARGO_TARGET_DIR:-target}/debug
+# INPLACED_BIN_DIR: run other builds of the binaries (packaging/check.sh runs the packaged ones)
+if [ -n "${INPLACED_BIN_DIR:-}" ]; then
+    bin=$INPLACED_BIN_DIR
+else
+    cargo build --quiet --bins
+    bin=${CARGO_TARGET_DIR:-target}/debug
+fi
 work=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 cp -r examples/node "$work/root"

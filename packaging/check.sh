@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
-# Builds the release binaries, the .deb (cargo-deb) and the .rpm (cargo-generate-rpm), and
-# checks their contents, maintainer scripts and the systemd unit.
+# Builds the release binaries against the glibc baseline (2.28: RHEL 8, Ubuntu 20.04,
+# Debian 11 and every later release), the .deb (cargo-deb) and the .rpm
+# (cargo-generate-rpm) from them, and checks their contents, the glibc symbol versions the
+# binaries require, maintainer scripts and the systemd unit; then runs the example node's
+# demo with the packaged binaries.
 #
 #   bash packaging/check.sh            # packages land in <target-dir>/packages/
 #
-# Installs what it lacks itself (as root, on Debian/Ubuntu): dpkg-deb, rpm and
-# systemd-analyze through apt-get; cargo-deb and cargo-generate-rpm through
-# `cargo install --locked` at pinned versions. Prints `packaging: N passed, M failed` last
-# and exits non-zero when anything failed.
+# Why cargo-zigbuild: a binary linked here needs this machine's glibc (GLIBC_2.34 and up),
+# and Rust's x86_64-unknown-linux-gnu target has no knob for an older glibc. Zig ships the
+# stub libraries of every glibc version and links against the one named in the target
+# suffix (`x86_64-unknown-linux-gnu.2.28`), with the Rust target already installed: no
+# sysroot image, container or second toolchain. The alternatives were a build in a RHEL 8
+# container (no container runtime or registry here) or musl (static, but a different libc
+# for getaddrinfo/NSS and a slower allocator on the daemon's hot paths).
+#
+# Installs what it lacks itself (as root, on Debian/Ubuntu): dpkg-deb, rpm, objdump and
+# systemd-analyze through apt-get; cargo-deb, cargo-generate-rpm and cargo-zigbuild through
+# `cargo install --locked` at pinned versions; Zig from PyPI (`ziglang`, pinned) into a
+# venv under the target directory. Prints `packaging: N passed, M failed` last and exits
+# non-zero when anything failed.
 set -euo pipefail
 shopt -s inherit_errexit 2>/dev/null || true
 cd "$(dirname "$0")/.."
 
 CARGO_DEB_VERSION=3.8.0
 CARGO_GENERATE_RPM_VERSION=0.21.1
+CARGO_ZIGBUILD_VERSION=0.24.1
+ZIGLANG_VERSION=0.17.1
+# the oldest glibc the packages support: RHEL 8 ships 2.28, Ubuntu 20.04 2.31, Debian 11 2.31
+GLIBC_BASELINE=2.28
+TRIPLE=x86_64-unknown-linux-gnu
 
 say() { printf 'packaging: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
@@ -42,10 +59,14 @@ need_cmd dpkg-deb dpkg
 need_cmd rpm rpm
 need_cmd systemd-analyze systemd
 need_cmd man man-db
+need_cmd objdump binutils
+need_cmd python3 python3
 
 command -v cargo >/dev/null || die "cargo is required (Rust 1.95 or newer)"
 need_cargo_tool() { # subcommand crate version
-    if ! cargo "$1" --version >/dev/null 2>&1; then
+    # `cargo-<tool> --version` prints "cargo-<tool> X.Y.Z" for all three (cargo zigbuild
+    # has no --version of its own); another version is replaced by the pinned one
+    if ! "cargo-$1" --version 2>/dev/null | grep -qx "cargo-$1 $3"; then
         say "cargo install --locked $2@$3"
         local t0=$SECONDS
         cargo install --locked --quiet "$2@$3" || die "cargo install $2 failed"
@@ -54,6 +75,7 @@ need_cargo_tool() { # subcommand crate version
 }
 need_cargo_tool deb cargo-deb "$CARGO_DEB_VERSION"
 need_cargo_tool generate-rpm cargo-generate-rpm "$CARGO_GENERATE_RPM_VERSION"
+need_cargo_tool zigbuild cargo-zigbuild "$CARGO_ZIGBUILD_VERSION"
 
 # ---------------------------------------------------------------------------------------
 # build
@@ -65,17 +87,33 @@ out=$target_dir/packages
 rm -rf "$out"
 mkdir -p "$out"
 
-t0=$SECONDS
-say "cargo build --release --locked"
-cargo build --release --locked
-say "release build: $((SECONDS - t0)) s"
-# man pages and shell completions from the clap definitions (Cargo.toml's package assets)
-cargo run --release --locked --quiet --example gen-docs -- "$target_dir/assets" >/dev/null ||
-    die "generating man pages and completions failed"
+# Zig from PyPI, in a venv of its own (Debian's python3 refuses system-wide pip installs);
+# cargo-zigbuild runs it as `python -m ziglang` through CARGO_ZIGBUILD_PYTHON_PATH.
+zig_venv=$target_dir/zig-venv
+if ! "$zig_venv/bin/python" -m ziglang version 2>/dev/null | grep -qx "${ZIGLANG_VERSION%%.post*}"; then
+    python3 -m venv "$zig_venv" >/dev/null 2>&1 || { apt_install python3-venv; python3 -m venv "$zig_venv"; }
+    say "pip install ziglang==$ZIGLANG_VERSION"
+    "$zig_venv/bin/pip" install --quiet --disable-pip-version-check "ziglang==$ZIGLANG_VERSION" ||
+        die "pip install ziglang failed"
+fi
+export CARGO_ZIGBUILD_PYTHON_PATH=$zig_venv/bin/python
 
 t0=$SECONDS
-cargo deb --no-build --locked --output "$out/" >/dev/null || die "cargo deb failed"
-cargo generate-rpm --target-dir "$target_dir" --output "$out/" || die "cargo generate-rpm failed"
+say "cargo zigbuild --release --locked --target $TRIPLE.$GLIBC_BASELINE (inplaced, inplacectl)"
+cargo zigbuild --release --locked --quiet --target "$TRIPLE.$GLIBC_BASELINE" --bin inplaced --bin inplacectl ||
+    die "release build against glibc $GLIBC_BASELINE failed"
+say "release build (glibc $GLIBC_BASELINE baseline): $((SECONDS - t0)) s"
+bindir=$target_dir/$TRIPLE/release
+# man pages and shell completions from the clap definitions (Cargo.toml's package assets);
+# their text does not depend on the build, so the debug build the tests made serves
+cargo run --locked --quiet --example gen-docs -- "$target_dir/assets" >/dev/null ||
+    die "generating man pages and completions failed"
+
+# cargo-deb and cargo-generate-rpm both map the assets' target/release/ to
+# target/<triple>/release/ when given --target
+t0=$SECONDS
+cargo deb --no-build --locked --target "$TRIPLE" --output "$out/" >/dev/null || die "cargo deb failed"
+cargo generate-rpm --target-dir "$target_dir" --target "$TRIPLE" --output "$out/" || die "cargo generate-rpm failed"
 say "packages: $((SECONDS - t0)) s"
 
 debs=("$out"/*.deb)
@@ -223,6 +261,33 @@ if "$tmp/rpm/usr/bin/inplaced" --version >/dev/null; then
     ok "rpm: packaged inplaced runs (--version)"
 else
     fail "rpm: packaged inplaced runs (--version)"
+fi
+
+# --- the glibc baseline: no packaged binary requires a symbol version above it. The
+# dynamic symbol table's version needs (objdump -T: `GLIBC_2.17 memcpy`, ...) are what the
+# loader checks at start (`version 'GLIBC_2.34' not found` otherwise).
+max_glibc() { objdump -T "$1" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1; }
+for bin in "$tmp/deb/usr/bin/inplaced" "$tmp/deb/usr/bin/inplacectl" "$tmp/rpm/usr/bin/inplaced" "$tmp/rpm/usr/bin/inplacectl"; do
+    name=${bin#"$tmp/"}
+    need=$(max_glibc "$bin")
+    if [ -z "$need" ]; then
+        fail "glibc: $name has a dynamic symbol table" "objdump -T found no GLIBC_ version"
+    elif [ "$(printf '%s\n%s\n' "$need" "$GLIBC_BASELINE" | sort -V | tail -1)" = "$GLIBC_BASELINE" ]; then
+        ok "glibc: $name requires at most GLIBC_$need (baseline $GLIBC_BASELINE)"
+    else
+        fail "glibc: $name requires GLIBC_$need, above the baseline $GLIBC_BASELINE" \
+            "$(objdump -T "$bin" | grep -E "GLIBC_$need\b" | head -5)"
+    fi
+done
+say "glibc: the packaged binaries require at most GLIBC_$(max_glibc "$tmp/deb/usr/bin/inplaced")"
+
+# --- the packaged binaries do the main job: the README's demo on the bundled example
+# node, with the daemon and CLI from the .deb
+if demo=$(INPLACED_BIN_DIR="$tmp/deb/usr/bin" bash examples/demo.sh 2>&1) &&
+    grep -q Succeeded <<<"$demo" && grep -q RebootRequired <<<"$demo"; then
+    ok "deb binaries: examples/demo.sh (coverage, apply, reboot request) on the example node"
+else
+    fail "deb binaries: examples/demo.sh on the example node" "$(tail -20 <<<"$demo")"
 fi
 
 # --- the unit, as packaged, in a root where /usr/bin/inplaced is the packaged binary.
