@@ -234,8 +234,8 @@ async fn scenario_b_disksetup_preserves_bare_metal_only() {
     vm.stop();
 }
 
-/// Scenarios c and d: the v1beta1 map gives per-key pointers; the gzip+base64 file is
-/// covered, and UpdateMachine lands it decoded with mode 0600 and owner etcd:etcd.
+/// Scenarios c and d: a v1beta1 KubeadmConfig (which CAPI never sends) is not covered,
+/// naming its apiVersion, and UpdateMachine refuses it; the gzip+base64 file is covered, and UpdateMachine lands it decoded with mode 0600 and owner etcd:etcd.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenarios_c_and_d() {
     let pki = Pki::new();
@@ -255,12 +255,43 @@ async fn scenarios_c_and_d() {
     );
 
     let c = fixture("c-v1beta1-kubeletextraargs-map/canupdatemachine-request.json");
-    let want = fixture("c-v1beta1-kubeletextraargs-map/canupdatemachine-response.json");
     let resp = ext.can_update_machine(&c).await;
+    assert_eq!(resp["status"], "Success", "{resp}");
+    assert!(resp.get("bootstrapConfigPatch").is_none(), "{resp}");
+    let msg = resp["message"].as_str().unwrap();
+    assert!(
+        msg.contains("not covered: bootstrapConfig.apiVersion (KubeadmConfig apiVersion \"bootstrap.cluster.x-k8s.io/v1beta1\" is not read")
+            && msg.contains("at bootstrap.cluster.x-k8s.io/v1beta2"),
+        "{msg}"
+    );
+    // UpdateMachine refuses it before it asks the node anything.
+    let rhel_ops = rhel
+        .client()
+        .await
+        .list_operations(inplaced::pb::ListOperationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .operations
+        .len();
+    let up = ext.update_machine(&update_request(&c)).await;
+    assert_eq!(up["status"], "Failure", "{up}");
+    assert!(
+        up["message"].as_str().unwrap().contains(
+            "nothing was applied: KubeadmConfig apiVersion \"bootstrap.cluster.x-k8s.io/v1beta1\""
+        ),
+        "{up}"
+    );
     assert_eq!(
-        ops(&resp, "bootstrapConfigPatch"),
-        ops(&want, "bootstrapConfigPatch"),
-        "{resp}"
+        rhel.client()
+            .await
+            .list_operations(inplaced::pb::ListOperationsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .operations
+            .len(),
+        rhel_ops
     );
 
     let d = fixture("d-gzip-file-etcd-owner/canupdatemachine-request.json");

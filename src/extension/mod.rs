@@ -354,6 +354,18 @@ impl Extension {
                 0,
             );
         }
+        if let Some(e) = req
+            .desired
+            .bootstrap_config
+            .as_ref()
+            .and_then(capi::translate::kubeadm_api_version_problem)
+        {
+            return UpdateMachineResponse::new(
+                Status::Failure,
+                format!("{}: nothing was applied: {e}", m.name),
+                0,
+            );
+        }
         let (resp, id) = self.drive(&m, &eff, &req.desired).await;
         tracing::info!(machine = %m.key(), operation = %id, status = ?resp.status, retry = resp.retry_after_seconds, "UpdateMachine: {}", resp.message);
         resp
