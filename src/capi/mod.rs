@@ -374,12 +374,12 @@ pub fn same_version(a: &str, b: &str) -> bool {
 
 /// The NodeSpec UpdateMachine applies: the desired bootstrap config's
 /// ([`desired_node_spec`]) and, when the node reports its Kubernetes version
-/// (`node_version`, `NodeStatus.kubernetes_version`), the Machine's `spec.version`. A
-/// node that reports none was never covered for a version change (its coverage says the
-/// version is not known), so its updates stay what they were.
-pub fn update_node_spec(desired: &MachineObjects, node_version: &str) -> pb::NodeSpec {
+/// (`reports_version`: `NodeStatus.kubernetes_version` is not empty), the Machine's
+/// `spec.version`. A node that reports none was never covered for a version change (its
+/// coverage says the version is not known), so its updates stay what they were.
+pub fn update_node_spec(desired: &MachineObjects, reports_version: bool) -> pb::NodeSpec {
     let mut spec = desired_node_spec(desired);
-    if !node_version.is_empty() {
+    if reports_version {
         spec.kubernetes = desired
             .machine
             .pointer("/spec/version")
