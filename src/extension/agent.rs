@@ -140,3 +140,156 @@ async fn inspect_old(
     }
     Ok(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::node_agent_server::{NodeAgent, NodeAgentServer};
+    use tonic::{Request, Response, Status};
+
+    /// An agent from before `Inspect`: status, history and coverage only; the spec with a
+    /// sysctl `bad` is refused as GetCoverage refuses an invalid one.
+    struct OldAgent {
+        busy: bool,
+    }
+
+    fn unimplemented<T>() -> Result<Response<T>, Status> {
+        Err(Status::unimplemented("not in this agent"))
+    }
+
+    #[tonic::async_trait]
+    impl NodeAgent for OldAgent {
+        async fn get_coverage(
+            &self,
+            r: Request<pb::GetCoverageRequest>,
+        ) -> Result<Response<pb::CoverageReport>, Status> {
+            let d = r.into_inner().desired.unwrap_or_default();
+            if d.sysctls.contains_key("bad") {
+                return Err(Status::invalid_argument("sysctls[bad]: no such key"));
+            }
+            Ok(Response::new(pb::CoverageReport {
+                fully_covered: true,
+                spec_hash: "sha256:c".into(),
+                preservation: Some(pb::Preservation {
+                    preserve: true,
+                    reasons: vec!["from coverage".into()],
+                }),
+                ..Default::default()
+            }))
+        }
+        async fn apply(
+            &self,
+            _: Request<pb::ApplyRequest>,
+        ) -> Result<Response<pb::Operation>, Status> {
+            unimplemented()
+        }
+        async fn get_operation(
+            &self,
+            _: Request<pb::GetOperationRequest>,
+        ) -> Result<Response<pb::Operation>, Status> {
+            unimplemented()
+        }
+        type WatchOperationStream = tokio_stream::Empty<Result<pb::OperationEvent, Status>>;
+        async fn watch_operation(
+            &self,
+            _: Request<pb::WatchOperationRequest>,
+        ) -> Result<Response<Self::WatchOperationStream>, Status> {
+            unimplemented()
+        }
+        async fn list_operations(
+            &self,
+            _: Request<pb::ListOperationsRequest>,
+        ) -> Result<Response<pb::ListOperationsResponse>, Status> {
+            Ok(Response::new(pb::ListOperationsResponse {
+                operations: vec![pb::Operation {
+                    id: "op".into(),
+                    ..Default::default()
+                }],
+            }))
+        }
+        async fn reboot(
+            &self,
+            _: Request<pb::RebootRequest>,
+        ) -> Result<Response<pb::Operation>, Status> {
+            unimplemented()
+        }
+        async fn get_status(
+            &self,
+            _: Request<pb::GetStatusRequest>,
+        ) -> Result<Response<pb::NodeStatus>, Status> {
+            Ok(Response::new(pb::NodeStatus {
+                boot_id: "b".into(),
+                current_operation: self.busy.then(pb::Operation::default),
+                preservation: Some(pb::Preservation {
+                    preserve: true,
+                    reasons: vec!["from status".into()],
+                }),
+                ..Default::default()
+            }))
+        }
+        async fn inspect(
+            &self,
+            _: Request<pb::InspectRequest>,
+        ) -> Result<Response<pb::InspectResponse>, Status> {
+            unimplemented()
+        }
+    }
+
+    async fn old_agent(busy: bool) -> NodeAgentClient<Channel> {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(NodeAgentServer::new(OldAgent { busy }))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+        );
+        NodeAgentClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap()
+    }
+
+    fn spec(key: &str) -> pb::NodeSpec {
+        pb::NodeSpec {
+            sysctls: [(key.to_string(), "1".to_string())].into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_agent_without_inspect_is_asked_the_old_way() {
+        let t = Duration::from_secs(5);
+        let mut c = old_agent(false).await;
+        let all = pb::InspectRequest {
+            desired: Some(spec("vm.x")),
+            status: true,
+            operations: true,
+            skip_coverage_when_busy: true,
+            ..Default::default()
+        };
+        let v = inspect(&mut c, t, all.clone()).await.unwrap();
+        assert_eq!(v.status.boot_id, "b");
+        assert_eq!(v.operations[0].id, "op");
+        let report = v.coverage.unwrap().unwrap();
+        assert_eq!(report.spec_hash, "sha256:c");
+        assert_eq!(v.preservation.reasons, ["from coverage"]);
+        // a refused spec: the status, and the recommendation from the status
+        let refused = pb::InspectRequest {
+            desired: Some(spec("bad")),
+            ..Default::default()
+        };
+        let v = inspect(&mut c, t, refused).await.unwrap();
+        let e = v.coverage.unwrap().unwrap_err();
+        assert_eq!(
+            (e.code(), e.message()),
+            (tonic::Code::InvalidArgument, "sysctls[bad]: no such key")
+        );
+        assert_eq!(v.preservation.reasons, ["from status"]);
+        // busy: no coverage asked
+        let mut c = old_agent(true).await;
+        let v = inspect(&mut c, t, all).await.unwrap();
+        assert_eq!(
+            v.coverage.unwrap().unwrap_err().code(),
+            tonic::Code::Aborted
+        );
+    }
+}
