@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::capi::{fixture, one_agent};
+use common::capi::{Extension, Pki, fixture, one_agent};
 use inplaced::capi::types::Patch;
 use serde_json::{Value, json};
 
@@ -21,10 +21,15 @@ enum Side {
 }
 
 fn with_unknown(req: &Value, at: &str, side: Side, value: Value) -> Value {
+    with_unknown_in(req, "bootstrapConfig", at, side, value)
+}
+
+/// [`with_unknown`] in the request's object `object` (`bootstrapConfigTemplate`).
+fn with_unknown_in(req: &Value, object: &str, at: &str, side: Side, value: Value) -> Value {
     let mut r = req.clone();
     let (parent, key) = at.rsplit_once('/').unwrap();
     let mut put = |which: &str| {
-        let obj = r[which]["bootstrapConfig"]
+        let obj = r[which][object]
             .pointer_mut(parent)
             .unwrap_or_else(|| panic!("{which}: no {parent}"));
         obj.as_object_mut()
@@ -180,4 +185,37 @@ async fn unknown_members_at_every_depth_on_either_side_are_never_in_place() {
         assert!(not_covered(msg, &unit).is_some(), "{ptr}: {msg}");
     }
     node.stop();
+}
+
+/// The same rule for a MachineSet's KubeadmConfigTemplate (`spec.template.spec`), which
+/// CanUpdateMachineSet answers without asking a node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_members_in_a_machine_set_template_are_never_in_place() {
+    let pki = Pki::new();
+    let ext = Extension::start(&pki, &[], "");
+    // Scenario e: files[0] and kubeletExtraArgs[4] (reserved-cpus) change.
+    let base = fixture("e-machineset-worker-template/canupdatemachineset-request.json");
+    let files = "spec.template.spec.files";
+    let args = "spec.template.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs";
+    let cases = [
+        ("/spec/template/spec/files/0/mode", files, args),
+        (
+            "/spec/template/spec/joinConfiguration/nodeRegistration/kubeletExtraArgs/4/valueFrom",
+            args,
+            files,
+        ),
+    ];
+    for (ptr, unit, other) in cases {
+        for side in [Side::Desired, Side::Current, Side::Both] {
+            let req = with_unknown_in(&base, "bootstrapConfigTemplate", ptr, side, json!("x"));
+            let resp = ext.can_update_machine_set(&req).await;
+            let msg = resp["message"].as_str().unwrap();
+            let why = not_covered(msg, unit).unwrap_or_else(|| panic!("{ptr}: {msg}"));
+            assert!(
+                why.contains(&format!("{ptr} not a field of a v1beta2")),
+                "{msg}"
+            );
+            assert!(in_place(msg).contains(&other.to_string()), "{msg}");
+        }
+    }
 }
