@@ -129,17 +129,20 @@ fn scenario_b_covers_ntp_only_and_preserves_on_bare_metal() {
     assert_eq!(resp.preserve_on_insufficient_coverage, None);
 }
 
+/// Scenario c: a v1beta1 KubeadmConfig, which CAPI never sends, is not read: no patch,
+/// and the message names the apiVersion and the version CAPI sends.
 #[test]
-fn scenario_c_v1beta1_map_gets_key_pointers() {
+fn scenario_c_v1beta1_is_not_covered_naming_the_api_version() {
     let (_, resp) = machine(
         "c-v1beta1-kubeletextraargs-map",
         &all_covered(),
-        PreserveMode::Auto,
+        PreserveMode::Never,
     );
-    let want = fixture("c-v1beta1-kubeletextraargs-map/canupdatemachine-response.json");
-    assert_eq!(
-        ops(&resp.bootstrap_config_patch),
-        expected_ops(&want, "bootstrapConfigPatch")
+    assert!(resp.bootstrap_config_patch.is_none(), "{resp:?}");
+    assert!(
+        resp.message.contains("not covered: bootstrapConfig.apiVersion (KubeadmConfig apiVersion \"bootstrap.cluster.x-k8s.io/v1beta1\" is not read: CAPI sends KubeadmConfigs and KubeadmConfigTemplates at bootstrap.cluster.x-k8s.io/v1beta2"),
+        "{}",
+        resp.message
     );
 }
 

@@ -32,7 +32,7 @@ fn version_request(from: &str, to: &str) -> Value {
 
 /// The agent for Machine site-a/edge-1-cp-7xk2p at v1.34.3 with the url source, and the
 /// extension.
-fn setup(mirror: &Mirror) -> (Pki, Node, Extension) {
+fn setup(mirror: &Mirror) -> (Pki, Node, Extension, String) {
     let pki = Pki::new();
     let mut node = Node::new("ubuntu-2404-grub");
     install_standins(&mut node, "v1.34.3");
@@ -40,15 +40,20 @@ fn setup(mirror: &Mirror) -> (Pki, Node, Extension) {
     let tls = std::fs::read_to_string(&node.config).unwrap();
     std::fs::write(&node.config, format!("{tls}\n{}", url_config(mirror))).unwrap();
     node.start();
-    let ext = Extension::start(&pki, &[("site-a/edge-1-cp-7xk2p", &addr)], "");
-    (pki, node, ext)
+    let metrics = format!("127.0.0.1:{}", common::pki::free_port());
+    let ext = Extension::start(
+        &pki,
+        &[("site-a/edge-1-cp-7xk2p", &addr)],
+        &format!("[metrics]\nlisten = \"{metrics}\"\n"),
+    );
+    (pki, node, ext, metrics)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_version_change_is_covered_and_applied_in_place() {
     let mirror = Mirror::start();
     let new = mirror.release("v1.35.2");
-    let (_pki, node, ext) = setup(&mirror);
+    let (_pki, node, ext, metrics) = setup(&mirror);
     // kubeadm upgrade node takes a while, so that a poll sees it
     std::fs::create_dir_all(node.path("/etc/standin")).unwrap();
     std::fs::write(node.path("/etc/standin/kubeadm-upgrade-sleep"), "2").unwrap();
@@ -116,13 +121,28 @@ async fn a_machine_version_change_is_covered_and_applied_in_place() {
         (json!("Success"), json!(0)),
         "{again}"
     );
+    // Agent RPCs per hook (issue 15 §2): one Inspect per hook call, and the one Apply
+    // that started the update; the spec inspected is the one applied (the node reports
+    // its version), so no other call.
+    let body = common::capi::scrape(&metrics);
+    let calls = progress.len() as f64 + 2.0;
+    assert_eq!(
+        common::capi::agent_rpcs(&body, "CanUpdateMachine"),
+        [("inspect".to_string(), 1.0)],
+        "{body}"
+    );
+    assert_eq!(
+        common::capi::agent_rpcs(&body, "UpdateMachine"),
+        [("apply".to_string(), 1.0), ("inspect".to_string(), calls)],
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_skipping_a_minor_is_not_covered() {
     let mirror = Mirror::start();
     mirror.release("v1.36.0");
-    let (_pki, _node, ext) = setup(&mirror);
+    let (_pki, _node, ext, _metrics) = setup(&mirror);
     let resp = ext
         .can_update_machine(&version_request("v1.34.3", "v1.36.0"))
         .await;

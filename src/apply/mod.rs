@@ -720,6 +720,11 @@ impl Agent {
         Ok(self.state.list_operations()?)
     }
 
+    /// The node's preservation recommendation (from its facts, fixed at start-up).
+    pub fn preservation(&self) -> pb::Preservation {
+        self.preservation.clone()
+    }
+
     /// True while an operation runs.
     pub fn is_busy(&self) -> bool {
         self.lock().running.is_some()

@@ -307,12 +307,6 @@ impl PreserveMode {
     }
 }
 
-fn bootstrap_is_v1beta1(obj: &Value) -> bool {
-    obj.get("apiVersion")
-        .and_then(Value::as_str)
-        .is_some_and(|v| v.ends_with("/v1beta1"))
-}
-
 /// The differences of one request, rooted at `root` (`spec` for a Machine,
 /// `spec.template.spec` for a MachineSet and its templates): the Machine's and the
 /// InfraMachine's (always blocked), then the bootstrap config's, with the changed node
@@ -326,8 +320,22 @@ fn diff(
     let mut units = translate::machine(machine.0, machine.1, root);
     let version = translate::version_delta(machine.0, machine.1, root);
     units.extend(translate::infrastructure(infra.0, infra.1, root));
+    let problem = [bootstrap.0, bootstrap.1]
+        .into_iter()
+        .flatten()
+        .find_map(translate::kubeadm_api_version_problem);
     let mut analysis = match bootstrap {
-        (Some(c), Some(d)) => translate::kubeadm(c, d, root, bootstrap_is_v1beta1(d)),
+        // Not read at all: every difference of the object stays, so CAPI's comparison
+        // fails, and the one unit says why.
+        (Some(_), Some(_)) if problem.is_some() => translate::Analysis {
+            units: vec![DiffUnit {
+                blocked: problem,
+                path: "bootstrapConfig.apiVersion".into(),
+                ..DiffUnit::open(&["apiVersion".to_string()])
+            }],
+            ..Default::default()
+        },
+        (Some(c), Some(d)) => translate::kubeadm(c, d, root),
         (None, None) => translate::Analysis::default(),
         _ => translate::Analysis {
             units: vec![DiffUnit {
@@ -366,12 +374,12 @@ pub fn same_version(a: &str, b: &str) -> bool {
 
 /// The NodeSpec UpdateMachine applies: the desired bootstrap config's
 /// ([`desired_node_spec`]) and, when the node reports its Kubernetes version
-/// (`node_version`, `NodeStatus.kubernetes_version`), the Machine's `spec.version`. A
-/// node that reports none was never covered for a version change (its coverage says the
-/// version is not known), so its updates stay what they were.
-pub fn update_node_spec(desired: &MachineObjects, node_version: &str) -> pb::NodeSpec {
+/// (`reports_version`: `NodeStatus.kubernetes_version` is not empty), the Machine's
+/// `spec.version`. A node that reports none was never covered for a version change (its
+/// coverage says the version is not known), so its updates stay what they were.
+pub fn update_node_spec(desired: &MachineObjects, reports_version: bool) -> pb::NodeSpec {
     let mut spec = desired_node_spec(desired);
-    if !node_version.is_empty() {
+    if reports_version {
         spec.kubernetes = desired
             .machine
             .pointer("/spec/version")
@@ -419,11 +427,14 @@ pub fn machine_set_diff(
 }
 
 /// The whole NodeSpec the desired bootstrap config asks for (see
-/// [`translate::node_spec`]); empty without a bootstrap config.
+/// [`translate::node_spec`]); empty without a bootstrap config, and for one the
+/// translation does not read ([`translate::kubeadm_api_version_problem`]; UpdateMachine
+/// refuses those before it applies anything).
 pub fn desired_node_spec(desired: &MachineObjects) -> pb::NodeSpec {
     desired
         .bootstrap_config
         .as_ref()
+        .filter(|b| translate::kubeadm_api_version_problem(b).is_none())
         .map(|b| translate::node_spec(b, &["spec"]).0)
         .unwrap_or_default()
 }

@@ -3,7 +3,7 @@
 //! CAPI applies the patch to the whole *current* object, then compares `spec` (or
 //! `spec.template.spec`) with desired exactly, with lists atomic. So coverage is expressed
 //! per *unit*: a JSON location that is either copied from desired as a whole (a list, a
-//! struct such as `ntp`) or, for a Go map such as v1beta1 `kubeletExtraArgs`, one key of it.
+//! struct such as `ntp`) or one key of a Go map (a [`Unit::key`]).
 //! A unit that is not listed is left as it is in current: that difference is what makes
 //! CAPI replace (or, with `preserveOnInsufficientCoverage`, keep) the Machine.
 

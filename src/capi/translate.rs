@@ -1,11 +1,11 @@
 //! KubeadmConfig (and Machine / InfraMachine) specs → NodeSpec, unit by unit.
 //!
-//! The spec of a KubeadmConfig (`bootstrap.cluster.x-k8s.io` v1beta2, or v1beta1 where
-//! the shapes differ) is read as raw JSON. Every difference between current and desired
-//! becomes a [`DiffUnit`]: the JSON location CAPI's patch would copy (lists are atomic, so
-//! `spec.files` is one unit; a v1beta1 map gives one unit per key), the node changes it
-//! needs (agent change ids such as `files[/etc/x]`, `kubelet.flags[max-pods]`, `ntp`), or
-//! the reason it can not be applied in place at all. The NodeSpec sent to the node holds
+//! The spec of a KubeadmConfig (`bootstrap.cluster.x-k8s.io/v1beta2`, the only version
+//! CAPI sends: see [`kubeadm_api_version_problem`]) is read as raw JSON. Every difference
+//! between current and desired becomes a [`DiffUnit`]: the JSON location CAPI's patch
+//! would copy (lists are atomic, so `spec.files` is one unit), the node changes it needs
+//! (agent change ids such as `files[/etc/x]`, `kubelet.flags[max-pods]`, `ntp`), or the
+//! reason it can not be applied in place at all. The NodeSpec sent to the node holds
 //! only what the KubeadmConfig says, decoded the way cloud-init's `write_files` would.
 //!
 //! Rules beyond cloud-init's:
@@ -15,6 +15,13 @@
 //!   ever add them, and the node would keep the old one.
 //! - `joinConfiguration.discovery` and `initConfiguration.bootstrapTokens` (bootstrap
 //!   tokens) are never read: see [`redact`].
+//! - Every member of a changed unit is understood or blocks the unit: a member the
+//!   translation does not read (a `files[]` or `kubeletExtraArgs[]` entry's, `ntp`'s),
+//!   on either side of a changed entry, makes the unit not covered with its JSON pointer
+//!   ([`unknown_members`]); copying the list verbatim would pass CAPI's comparison although
+//!   the node never acts on it. An entry identical on both sides needs no node action,
+//!   whatever it holds, and UpdateMachine leaves an entry with unknown members out of the
+//!   NodeSpec (a skipped note) rather than apply a reading of it that may be wrong.
 //! - A file at `/etc/inplaced/node.d/<name>.yaml` is a NodeSpec drop-in: it is sent as a
 //!   [`pb::DropIn`], which the agent parses and merges (see README, "NodeSpec drop-ins").
 
@@ -25,7 +32,17 @@ use base64::Engine;
 use serde_json::Value;
 
 use super::patch::{Unit, get};
+
+mod schema;
+#[cfg(test)]
+mod tests;
+
 use crate::pb;
+use schema::unknown_reason;
+pub use schema::{
+    ARG_FIELDS, FILE_FIELDS, KUBEADM_API_VERSION, NTP_FIELDS, kubeadm_api_version_problem,
+    unknown_members,
+};
 
 /// One difference between current and desired, and whether it can be applied in place.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,9 +195,9 @@ fn diff_paths(
 }
 
 /// Analyses a KubeadmConfig spec pair rooted at `root` (`["spec"]`, or
-/// `["spec","template","spec"]` for a KubeadmConfigTemplate). `v1beta1` selects the map
-/// shape of `kubeletExtraArgs`.
-pub fn kubeadm(current: &Value, desired: &Value, root: &[&str], v1beta1: bool) -> Analysis {
+/// `["spec","template","spec"]` for a KubeadmConfigTemplate), both at
+/// [`KUBEADM_API_VERSION`].
+pub fn kubeadm(current: &Value, desired: &Value, root: &[&str]) -> Analysis {
     let mut out = Analysis::default();
     let cs = get(current, root);
     let ds = get(desired, root);
@@ -208,7 +225,7 @@ pub fn kubeadm(current: &Value, desired: &Value, root: &[&str], v1beta1: bool) -
                     "files" => files(current, desired, root, &mut out),
                     "ntp" => ntp(current, desired, root, &mut out),
                     "verbosity" => out.units.push(DiffUnit::open(&toks(root, h))),
-                    _ => kubelet_args(current, desired, root, v1beta1, &mut out),
+                    _ => kubelet_args(current, desired, root, &mut out),
                 }
             }
             continue;
@@ -410,8 +427,24 @@ fn files(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
             reasons.push(format!("spec.files[{i}] repeats path {path}"));
             continue;
         }
-        let before = cur.iter().find(|c| str_of(c, "path") == Some(path));
-        if before == Some(f) {
+        let before = cur
+            .iter()
+            .enumerate()
+            .find(|(_, c)| str_of(c, "path") == Some(path));
+        if before.map(|(_, c)| c) == Some(f) {
+            continue;
+        }
+        let at = |j: usize| {
+            let mut t = tokens.clone();
+            t.push(j.to_string());
+            t
+        };
+        let mut unknown = unknown_members(f, &FILE_FIELDS, &at(i));
+        if let Some((j, c)) = before {
+            unknown.extend(unknown_members(c, &FILE_FIELDS, &at(j)));
+        }
+        if let Some(r) = unknown_reason("File", &unknown) {
+            reasons.push(format!("{path}: {r}"));
             continue;
         }
         match decode_file(f) {
@@ -439,8 +472,9 @@ fn files(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
     out.units.push(u);
 }
 
-/// `kubeletExtraArgs` as name → value: v1beta2 list of `{name, value}`, v1beta1 map.
-/// Errors name a repeated argument.
+/// `kubeletExtraArgs` (a v1beta2 list of `{name, value}`; `value` may be omitted) as
+/// name → value. Errors name a repeated argument, a member that is not a string, and the
+/// v1beta1 map shape, which CAPI never sends (see [`kubeadm_api_version_problem`]).
 pub fn kubelet_args_of(v: Option<&Value>) -> Result<BTreeMap<String, String>, String> {
     let mut m = BTreeMap::new();
     match v {
@@ -460,35 +494,56 @@ pub fn kubelet_args_of(v: Option<&Value>) -> Result<BTreeMap<String, String>, St
                 }
             }
         }
-        Some(Value::Object(o)) => {
-            for (k, v) in o {
-                let v = v
-                    .as_str()
-                    .ok_or_else(|| format!("kubeletExtraArgs[{k}] must be a string"))?;
-                m.insert(k.clone(), v.to_string());
-            }
+        Some(Value::Object(_)) => {
+            return Err(format!(
+                "kubeletExtraArgs is a map (the v1beta1 shape); at {KUBEADM_API_VERSION} it is a list of {{name, value}}"
+            ));
         }
-        _ => {}
+        None | Some(Value::Null) => {}
+        Some(_) => return Err("kubeletExtraArgs must be a list of {name, value}".into()),
     }
     Ok(m)
 }
 
-fn kubelet_args(
-    current: &Value,
-    desired: &Value,
-    root: &[&str],
-    v1beta1: bool,
-    out: &mut Analysis,
-) {
+/// Pointers of the unknown members of the `kubeletExtraArgs` entries of `list` (at
+/// `tokens`) that are not identical to an entry of `other`.
+fn changed_arg_unknowns(
+    list: Option<&Value>,
+    other: Option<&Value>,
+    tokens: &[String],
+) -> Vec<String> {
+    let empty = vec![];
+    let others = other.and_then(Value::as_array).unwrap_or(&empty);
+    let mut out = Vec::new();
+    for (i, e) in list
+        .and_then(Value::as_array)
+        .unwrap_or(&empty)
+        .iter()
+        .enumerate()
+    {
+        if others.contains(e) {
+            continue;
+        }
+        let mut t = tokens.to_vec();
+        t.push(i.to_string());
+        out.extend(unknown_members(e, &ARG_FIELDS, &t));
+    }
+    out
+}
+
+fn kubelet_args(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
     let tokens = toks(
         root,
         &["joinConfiguration", "nodeRegistration", "kubeletExtraArgs"],
     );
-    let (c, d) = (
-        kubelet_args_of(get(current, &tokens)),
-        kubelet_args_of(get(desired, &tokens)),
-    );
-    let (c, d) = match (c, d) {
+    let (cv, dv) = (get(current, &tokens), get(desired, &tokens));
+    let mut unknown = changed_arg_unknowns(dv, cv, &tokens);
+    unknown.extend(changed_arg_unknowns(cv, dv, &tokens));
+    if let Some(r) = unknown_reason("Arg", &unknown) {
+        out.units.push(DiffUnit::blocked(&tokens, r));
+        return;
+    }
+    let (c, d) = match (kubelet_args_of(cv), kubelet_args_of(dv)) {
         (Ok(c), Ok(d)) => (c, d),
         (Err(e), _) | (_, Err(e)) => {
             out.units.push(DiffUnit::blocked(&tokens, e));
@@ -513,24 +568,11 @@ fn kubelet_args(
             )),
             _ => None,
         };
-        let id = format!("kubelet.flags[{n}]");
         if reason.is_none() {
             flags.insert(n.clone(), after.cloned().unwrap_or_default());
         }
-        if v1beta1 {
-            let mut t = tokens.clone();
-            t.push(n.clone());
-            out.units.push(DiffUnit {
-                path: format!("{}[{n}]", dotted(&tokens)),
-                unit: Unit::key(&t),
-                blocked: reason,
-                ids: vec![id],
-                claims_unknown: false,
-            });
-        } else {
-            whole.ids.push(id);
-            reasons.extend(reason);
-        }
+        whole.ids.push(format!("kubelet.flags[{n}]"));
+        reasons.extend(reason);
     }
     if out
         .delta
@@ -540,30 +582,42 @@ fn kubelet_args(
     {
         out.delta.kubelet = None;
     }
-    if !v1beta1 {
-        if !reasons.is_empty() {
-            whole.blocked = Some(reasons.join("; "));
-        }
-        out.units.push(whole);
+    if !reasons.is_empty() {
+        whole.blocked = Some(reasons.join("; "));
     }
+    out.units.push(whole);
 }
 
 /// The NodeSpec `ntp` for a KubeadmConfig `ntp` value, or why it can not be applied.
 /// `None` = nothing to manage (ntp absent or disabled).
 fn ntp_of(v: Option<&Value>) -> Result<Option<pb::Ntp>, String> {
-    let Some(v) = v else { return Ok(None) };
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    if !v.is_object() {
+        return Err("ntp must be an object with servers and enabled".into());
+    }
+    if v.get("enabled")
+        .is_some_and(|e| !e.is_boolean() && !e.is_null())
+    {
+        return Err("ntp.enabled must be a boolean".into());
+    }
     if v.get("enabled").and_then(Value::as_bool) == Some(false) {
         return Ok(None);
     }
-    let servers: Vec<String> = v
-        .get("servers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut servers = Vec::new();
+    match v.get("servers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) => {
+            for (i, s) in a.iter().enumerate() {
+                let s = s
+                    .as_str()
+                    .ok_or_else(|| format!("ntp.servers[{i}] must be a string"))?;
+                servers.push(s.to_string());
+            }
+        }
+        Some(_) => return Err("ntp.servers must be a list of strings".into()),
+    }
     if servers.is_empty() {
         return Err("ntp without servers means the distribution's default pools, which the agent does not know".into());
     }
@@ -576,8 +630,18 @@ fn ntp(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
         ids: vec!["ntp".into()],
         ..DiffUnit::open(&tokens)
     };
-    let before = ntp_of(get(current, &tokens)).ok().flatten();
-    match ntp_of(get(desired, &tokens)) {
+    let (cv, dv) = (get(current, &tokens), get(desired, &tokens));
+    let mut unknown = Vec::new();
+    for v in [dv, cv].into_iter().flatten() {
+        unknown.extend(unknown_members(v, &NTP_FIELDS, &tokens));
+    }
+    if let Some(r) = unknown_reason("NTP", &unknown) {
+        u.blocked = Some(r);
+        out.units.push(u);
+        return;
+    }
+    let before = ntp_of(cv).ok().flatten();
+    match ntp_of(dv) {
         Ok(Some(n)) => out.delta.ntp = Some(n),
         Ok(None) if before.is_some() => {
             u.blocked = Some("removing ntp (or turning it off) would leave the configured servers in place; the agent can not restore the image's defaults".into())
@@ -595,9 +659,16 @@ fn ntp(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
 pub fn node_spec(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>) {
     let mut spec = pb::NodeSpec::default();
     let mut skipped = Vec::new();
-    if let Some(list) = get(desired, &toks(root, &["files"])).and_then(Value::as_array) {
-        for f in list {
-            match decode_file(f) {
+    let files_t = toks(root, &["files"]);
+    if let Some(list) = get(desired, &files_t).and_then(Value::as_array) {
+        for (i, f) in list.iter().enumerate() {
+            let mut at = files_t.clone();
+            at.push(i.to_string());
+            let decoded = match unknown_reason("File", &unknown_members(f, &FILE_FIELDS, &at)) {
+                Some(r) => Err(r),
+                None => decode_file(f),
+            };
+            match decoded {
                 Ok(NodeFile::File(pf)) => spec.files.push(pf),
                 Ok(NodeFile::DropIn(d)) => spec.dropins.push(d),
                 // A drop-in only the node has rendered (Jinja, a Secret): the agent keeps
@@ -621,10 +692,28 @@ pub fn node_spec(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>) 
         root,
         &["joinConfiguration", "nodeRegistration", "kubeletExtraArgs"],
     );
-    match kubelet_args_of(get(desired, &args_t)) {
+    let args_v = get(desired, &args_t);
+    let unknown = changed_arg_unknowns(args_v, None, &args_t);
+    let unread: BTreeSet<&str> = args_v
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e.as_object()
+                .is_some_and(|m| m.keys().any(|k| !ARG_FIELDS.contains(&k.as_str())))
+        })
+        .filter_map(|e| str_of(e, "name"))
+        .collect();
+    if let Some(r) = unknown_reason("Arg", &unknown) {
+        skipped.push(format!("kubeletExtraArgs: {r}"));
+    }
+    match kubelet_args_of(args_v) {
         Ok(args) => {
             let mut flags = BTreeMap::new();
             for (n, v) in args {
+                if unread.contains(n.as_str()) {
+                    continue;
+                }
                 if has_jinja(&v) {
                     skipped.push(format!("kubelet argument {n}: rendered on the node"));
                 } else {
@@ -640,9 +729,17 @@ pub fn node_spec(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>) 
         }
         Err(e) => skipped.push(e),
     }
-    match ntp_of(get(desired, &toks(root, &["ntp"]))) {
-        Ok(n) => spec.ntp = n,
-        Err(e) => skipped.push(format!("ntp: {e}")),
+    let ntp_t = toks(root, &["ntp"]);
+    let ntp_v = get(desired, &ntp_t);
+    match unknown_reason(
+        "NTP",
+        &ntp_v.map_or(vec![], |v| unknown_members(v, &NTP_FIELDS, &ntp_t)),
+    ) {
+        Some(r) => skipped.push(format!("ntp: {r}")),
+        None => match ntp_of(ntp_v) {
+            Ok(n) => spec.ntp = n,
+            Err(e) => skipped.push(format!("ntp: {e}")),
+        },
     }
     (spec, skipped)
 }
@@ -762,124 +859,4 @@ pub fn infrastructure(current: &Value, desired: &Value, root: &[&str]) -> Vec<Di
             )
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_gzip_bomb_is_refused_without_inflating_it() {
-        use std::io::Write;
-        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        z.write_all(&vec![0u8; (MAX_DECODED_FILE_BYTES + 1) as usize])
-            .unwrap();
-        let gz = z.finish().unwrap();
-        let b64 = base64::engine::general_purpose::STANDARD.encode(&gz);
-        let f = json!({"path": "/etc/bomb", "encoding": "gzip+base64", "content": b64});
-        let e = decode_file(&f).expect_err("refused");
-        assert!(
-            e.contains("decompresses to more than 16777216 bytes"),
-            "{e}"
-        );
-        // at the limit it decodes
-        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        z.write_all(b"x = 1\n").unwrap();
-        let ok = json!({"path": "/etc/ok", "encoding": "gzip+base64",
-            "content": base64::engine::general_purpose::STANDARD.encode(z.finish().unwrap())});
-        assert!(decode_file(&ok).is_ok());
-    }
-
-    #[test]
-    fn v1beta1_map_and_v1beta2_list_give_the_same_node_spec() {
-        let v2 = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
-            {"name": "max-pods", "value": "160"}, {"name": "serialize-image-pulls", "value": "false"}]}}}});
-        let v1 = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": {
-            "serialize-image-pulls": "false", "max-pods": "160"}}}}});
-        assert_eq!(node_spec(&v2, &["spec"]), node_spec(&v1, &["spec"]));
-        assert_eq!(node_spec(&v2, &["spec"]).0.kubelet.unwrap().flags.len(), 2);
-    }
-
-    #[test]
-    fn kubelet_args_must_be_strings() {
-        let v2 = json!([{"name": "max-pods", "value": 250}]);
-        assert_eq!(
-            kubelet_args_of(Some(&v2)).unwrap_err(),
-            "kubeletExtraArgs[0]: name and value must be strings"
-        );
-        let v1 = json!({"max-pods": 250});
-        assert_eq!(
-            kubelet_args_of(Some(&v1)).unwrap_err(),
-            "kubeletExtraArgs[max-pods] must be a string"
-        );
-        // A v1beta2 arg may omit its value (`*string`).
-        let flag = json!([{"name": "fail-swap-on"}]);
-        assert_eq!(kubelet_args_of(Some(&flag)).unwrap()["fail-swap-on"], "");
-    }
-
-    #[test]
-    fn redact_drops_discovery_and_tokens() {
-        let mut v = json!({"spec": {"joinConfiguration": {"discovery": {"bootstrapToken": {"token": "abcdef.0123456789abcdef"}}, "nodeRegistration": {}},
-            "initConfiguration": {"bootstrapTokens": [{"token": "x"}]}}});
-        redact(&mut v);
-        assert_eq!(
-            v,
-            json!({"spec": {"joinConfiguration": {"nodeRegistration": {}}, "initConfiguration": {}}})
-        );
-    }
-
-    #[test]
-    fn removed_arg_and_jinja_change_are_blocked() {
-        let c = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
-            {"name": "a", "value": "1"}, {"name": "node-labels", "value": "x={{ ds.meta_data.uuid }}"}]}}}});
-        let d = json!({"spec": {"joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
-            {"name": "node-labels", "value": "y={{ ds.meta_data.uuid }}"}]}}}});
-        let a = kubeadm(&c, &d, &["spec"], false);
-        let r = a.units[0].blocked.as_deref().unwrap();
-        assert!(r.contains("removing kubelet argument a"), "{r}");
-        assert!(r.contains("node-labels holds cloud-init Jinja"), "{r}");
-        assert!(a.delta.kubelet.is_none());
-    }
-
-    #[test]
-    fn file_decoding_follows_write_files() {
-        let f = json!({"path": "/etc/x", "permissions": "0600", "owner": "etcd:etcd", "encoding": "base64", "content": "aGk="});
-        let NodeFile::File(pf) = decode_file(&f).unwrap() else {
-            panic!()
-        };
-        assert_eq!(
-            (pf.content.as_slice(), pf.mode, pf.owner.as_str()),
-            (&b"hi"[..], Some(0o600), "etcd:etcd")
-        );
-        let bad = json!({"path": "/etc/x", "permissions": "rw"});
-        assert!(
-            decode_file(&bad)
-                .unwrap_err()
-                .contains("permissions \"rw\"")
-        );
-        let num = json!({"path": "/etc/x", "permissions": 511});
-        assert_eq!(
-            decode_file(&num).unwrap_err(),
-            "permissions must be a string"
-        );
-        let b64 = json!({"path": "/etc/x", "encoding": "base64", "content": "c2VjcmV0-"});
-        assert_eq!(
-            decode_file(&b64).unwrap_err(),
-            "content is not valid base64"
-        );
-        let sec = json!({"path": "/etc/x", "contentFrom": {"secret": {"name": "s", "key": "k"}}});
-        assert!(decode_file(&sec).unwrap_err().contains("Secret s/k"));
-        let d0600 = json!({"path": "/etc/inplaced/node.d/10-a.yaml", "permissions": "0600", "content": "{}"});
-        assert!(
-            decode_file(&d0600)
-                .unwrap_err()
-                .contains("kept 0644 root:root")
-        );
-        let d =
-            json!({"path": "/etc/inplaced/node.d/10-a.yaml", "content": "sysctls:\n  vm.x: '1'\n"});
-        assert!(
-            matches!(decode_file(&d).unwrap(), NodeFile::DropIn(pb::DropIn { ref name, .. }) if name == "10-a.yaml")
-        );
-    }
 }

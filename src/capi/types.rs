@@ -83,7 +83,8 @@ pub struct MachineObjects {
     pub machine: Value,
     /// The InfraMachine (e.g. a Metal3Machine), any version.
     pub infrastructure_machine: Value,
-    /// The bootstrap config (a KubeadmConfig, v1beta2 or v1beta1), if the Machine has one.
+    /// The bootstrap config (a KubeadmConfig, `bootstrap.cluster.x-k8s.io/v1beta2`, the
+    /// only version CAPI sends), if the Machine has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_config: Option<Value>,
 }

@@ -6,6 +6,7 @@
 //! | `inplace_extension_hook_calls_total` | counter | `hook` (`CanUpdateMachine`, `CanUpdateMachineSet`, `UpdateMachine`, `Discovery`), `answer` (`covered`, `not_covered`, `preserve`, `nothing`, `in_progress`, `done`, `failure`) |
 //! | `inplace_extension_hook_duration_seconds` | histogram | `hook` |
 //! | `inplace_extension_agent_calls_total` | counter | `result` (`ok`, or the gRPC code in snake case, `deadline_exceeded` for no answer in time) |
+//! | `inplace_extension_agent_rpcs_total` | counter | `hook`, `rpc` (the agent RPC: `inspect`, `get_coverage`, `apply`, ...; one per call made while answering that hook) |
 //! | `inplace_extension_deadline_misses_total` | counter | `hook` (the hook's deadline passed; it answered the fallback) |
 
 use std::sync::OnceLock;
@@ -26,6 +27,7 @@ pub struct ExtensionMetrics {
     hooks: Family<Labels, Counter>,
     latency: Family<Labels, Histogram>,
     agent_calls: Family<Labels, Counter>,
+    agent_rpcs: Family<Labels, Counter>,
     deadline_misses: Family<Labels, Counter>,
 }
 
@@ -84,6 +86,7 @@ impl ExtensionMetrics {
         let latency = Family::<Labels, Histogram>::new_with_constructor(hist as fn() -> Histogram);
         let agent_calls = Family::<Labels, Counter>::default();
         let deadline_misses = Family::<Labels, Counter>::default();
+        let agent_rpcs = Family::<Labels, Counter>::default();
         registry.register("hook_calls", "Hook calls by hook and answer", hooks.clone());
         registry.register(
             "hook_duration_seconds",
@@ -96,6 +99,11 @@ impl ExtensionMetrics {
             agent_calls.clone(),
         );
         registry.register(
+            "agent_rpcs",
+            "Calls to node agents by hook and RPC",
+            agent_rpcs.clone(),
+        );
+        registry.register(
             "deadline_misses",
             "Hook calls that reached their deadline",
             deadline_misses.clone(),
@@ -105,6 +113,7 @@ impl ExtensionMetrics {
             hooks,
             latency,
             agent_calls,
+            agent_rpcs,
             deadline_misses,
         }
     }
@@ -144,6 +153,16 @@ impl ExtensionMetrics {
         };
         self.agent_calls
             .get_or_create(&vec![("result".into(), r)])
+            .inc();
+    }
+
+    /// Records one agent RPC `rpc` made while answering `hook`.
+    pub fn agent_rpc(&self, hook: &str, rpc: &str) {
+        self.agent_rpcs
+            .get_or_create(&vec![
+                ("hook".into(), hook.into()),
+                ("rpc".into(), rpc.into()),
+            ])
             .inc();
     }
 

@@ -9,6 +9,7 @@
 //! after parsing, before anything is logged or sent; request bodies are never logged; file
 //! contents go to the agent only, never into messages.
 
+mod agent;
 pub mod budget;
 pub mod config;
 mod http;
@@ -35,6 +36,7 @@ use crate::capi::types::{
 use crate::capi::{self, NodeCoverage, PreserveMode};
 use crate::client::TlsIdentity;
 use crate::pb::{self, Phase, node_agent_client::NodeAgentClient};
+use agent::{HOOK, call, inspect};
 use config::{Config, Effective};
 use resolve::{AgentResolver, Chain, MachineRef, StaticResolver, TemplateResolver};
 
@@ -52,35 +54,6 @@ pub struct Extension {
 /// Why an agent could not be asked.
 #[derive(Debug)]
 struct AgentError(String);
-
-/// An agent call bounded by `t`; no answer in time is reported as `DEADLINE_EXCEEDED`.
-async fn call<T>(
-    t: Duration,
-    f: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, tonic::Status> {
-    let r = match tokio::time::timeout(t, f).await {
-        Ok(r) => r.map(tonic::Response::into_inner),
-        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
-            "no answer within {t:?}"
-        ))),
-    };
-    metrics::get().agent_call(r.as_ref().map(|_| ()).map_err(tonic::Status::code));
-    r
-}
-
-/// The node's coverage of `spec` under the request's reboot policy.
-async fn node_coverage(
-    c: &mut NodeAgentClient<Channel>,
-    eff: &Effective,
-    spec: pb::NodeSpec,
-) -> Result<NodeCoverage, tonic::Status> {
-    let req = pb::GetCoverageRequest {
-        desired: Some(spec),
-        reboot_policy: eff.reboot_policy as i32,
-    };
-    let r = call(eff.agent_timeout, c.get_coverage(req)).await?;
-    Ok(NodeCoverage::from_report(&r))
-}
 
 /// Which attempt of update `id` to start, if any, from the node's `history` (newest
 /// first) and `status`: `(start, newest)`, where `newest` is the latest attempt (`id` or
@@ -264,11 +237,11 @@ impl Extension {
     }
 
     /// Asks the node about the whole desired NodeSpec, exactly what UpdateMachine will
-    /// apply: an earlier apply makes the agent revert items a partial spec would leave
-    /// out, and drift on an unchanged item must block too. A spec the agent refuses as
-    /// invalid makes every node change of `diff` not covered (a property of the desired
-    /// KubeadmConfig, not a reason for CAPI to retry); the preservation recommendation
-    /// then comes from a report of the empty spec.
+    /// apply (one `Inspect`): an earlier apply makes the agent revert items a partial spec
+    /// would leave out, and drift on an unchanged item must block too. A spec the agent
+    /// refuses as invalid (or too large) makes every node change of `diff` not covered (a
+    /// property of the desired KubeadmConfig, not a reason for CAPI to retry), with the
+    /// node's preservation recommendation.
     async fn ask_coverage(
         &self,
         m: &MachineRef,
@@ -278,26 +251,49 @@ impl Extension {
     ) -> Result<NodeCoverage, AgentError> {
         let (addr, mut c) = self.agent(m, eff).await?;
         let unreachable =
-            |s: tonic::Status| AgentError(format!("agent at {addr}: GetCoverage: {}", s.message()));
+            |s: tonic::Status| AgentError(format!("agent at {addr}: coverage: {}", s.message()));
         let mut spec = capi::desired_node_spec(desired);
         // a version change is asked about too (UpdateMachine applies it)
         spec.kubernetes = diff.delta.kubernetes.clone();
-        match node_coverage(&mut c, eff, spec).await {
-            Ok(cov) => Ok(cov),
+        let req = pb::InspectRequest {
+            desired: Some(spec),
+            reboot_policy: eff.reboot_policy as i32,
+            ..Default::default()
+        };
+        let t = eff.agent_timeout;
+        let (refused, preservation) = match inspect(&mut c, t, req).await {
+            Ok(v) => match v.coverage {
+                Some(Ok(r)) => return Ok(NodeCoverage::from_report(&r)),
+                Some(Err(s)) if refuses_spec(&s) => (s, v.preservation),
+                Some(Err(s)) => return Err(unreachable(s)),
+                None => {
+                    return Err(unreachable(tonic::Status::internal(
+                        "no coverage in the answer",
+                    )));
+                }
+            },
+            // The message itself over the agent's limit: ask again without the spec for
+            // the recommendation.
             Err(s) if refuses_spec(&s) => {
-                let mut cov = node_coverage(&mut c, eff, pb::NodeSpec::default())
+                let v = inspect(&mut c, t, pb::InspectRequest::default())
                     .await
                     .map_err(unreachable)?;
-                for id in diff.units.iter().flat_map(|u| &u.ids) {
-                    cov.changes.insert(
-                        id.clone(),
-                        Err(format!("the node refuses the spec: {}", s.message())),
-                    );
-                }
-                Ok(cov)
+                (s, v.preservation)
             }
-            Err(s) => Err(unreachable(s)),
+            Err(s) => return Err(unreachable(s)),
+        };
+        let mut cov = NodeCoverage {
+            preserve: preservation.preserve,
+            preserve_reasons: preservation.reasons,
+            ..Default::default()
+        };
+        for id in diff.units.iter().flat_map(|u| &u.ids) {
+            cov.changes.insert(
+                id.clone(),
+                Err(format!("the node refuses the spec: {}", refused.message())),
+            );
         }
+        Ok(cov)
     }
 
     /// CanUpdateMachineSet: deterministic, from the translation and the declared
@@ -354,6 +350,18 @@ impl Extension {
                 0,
             );
         }
+        if let Some(e) = req
+            .desired
+            .bootstrap_config
+            .as_ref()
+            .and_then(capi::translate::kubeadm_api_version_problem)
+        {
+            return UpdateMachineResponse::new(
+                Status::Failure,
+                format!("{}: nothing was applied: {e}", m.name),
+                0,
+            );
+        }
         let (resp, id) = self.drive(&m, &eff, &req.desired).await;
         tracing::info!(machine = %m.key(), operation = %id, status = ?resp.status, retry = resp.retry_after_seconds, "UpdateMachine: {}", resp.message);
         resp
@@ -387,39 +395,55 @@ impl Extension {
         };
         let t = eff.agent_timeout;
         let trouble = |s: tonic::Status| wait(format!("agent at {addr}: {}", s.message()));
-        // The newest attempt of this update in the node's history: `id`, or `id-rN`.
-        let history = match call(t, c.list_operations(pb::ListOperationsRequest {})).await {
-            Ok(r) => r.operations,
+        // One round trip: the history of this update (`id` or `id-rN`), the status read
+        // after it (so an operation seen settled is in the applied hash), and the coverage
+        // of the spec as it is applied when the node reports its Kubernetes version
+        // (nearly always; otherwise it is asked about again below). The coverage is left
+        // out while an operation runs: nothing could be started then.
+        let guess = capi::update_node_spec(desired, true);
+        let req = pb::InspectRequest {
+            desired: Some(guess.clone()),
+            reboot_policy: eff.reboot_policy as i32,
+            status: true,
+            operations: true,
+            skip_coverage_when_busy: true,
+        };
+        let view = match inspect(&mut c, t, req).await {
+            Ok(v) => v,
+            Err(s) if refuses_spec(&s) => {
+                return UpdateMachineResponse::new(
+                    Status::Failure,
+                    format!("the node refuses the spec: {}", s.message()),
+                    0,
+                );
+            }
             Err(s) => return trouble(s),
         };
-        // Read after the history, so an operation seen settled is in the applied hash.
-        let status = match call(t, c.get_status(pb::GetStatusRequest {})).await {
-            Ok(st) => st,
-            Err(s) => return trouble(s),
-        };
+        let (history, status) = (&view.operations, &view.status);
         // Before anything changes the node: is this agent the Machine's node? A resolver
         // that uses mutable metadata (annotations, labels) could point elsewhere.
-        if let Err(e) = self.check_node(m, &addr, &status) {
+        if let Err(e) = self.check_node(m, &addr, status) {
             tracing::warn!(machine = %m.key(), agent = %addr, error = %e, "UpdateMachine refused: wrong node");
             return UpdateMachineResponse::new(Status::Failure, e, 0);
         }
         // the Machine's version joins the spec when the node reports its own
-        let spec = capi::update_node_spec(desired, &status.kubernetes_version);
+        let spec = capi::update_node_spec(desired, !status.kubernetes_version.is_empty());
         *id = operation_id(m, &spec);
         let id = id.as_str();
         let target = spec.kubernetes.as_ref().map(|k| k.version.clone());
-        let (start, newest) = choose_attempt(id, &history, &status);
+        let (start, newest) = choose_attempt(id, history, status);
         let op = match (start, newest) {
             (None, Some(op)) => op,
             (start, _) => {
                 let sid = start.unwrap_or_else(|| id.to_string());
-                match self.start(&mut c, eff, spec, &sid).await {
+                let coverage = view.coverage.clone().filter(|_| spec == guess);
+                match self.start(&mut c, eff, spec, coverage, &sid).await {
                     Ok(op) => op,
                     Err(r) => return r,
                 }
             }
         };
-        self.answer(&mut c, eff, &op, target, &status).await
+        self.answer(&mut c, eff, &op, target, status).await
     }
 
     /// The UpdateMachine answer for the operation `op` of this update: done (only once the
@@ -486,7 +510,7 @@ impl Extension {
                 let req = pb::RebootRequest {
                     operation_id: op.id.clone(),
                 };
-                match call(t, c.reboot(req)).await {
+                match call(t, "reboot", c.reboot(req)).await {
                     Ok(_) => wait("rebooting the node to finish the update".into()),
                     // The agent may go down with the reboot before it answers.
                     Err(s) if s.code() == tonic::Code::DeadlineExceeded => {
@@ -541,22 +565,34 @@ impl Extension {
 
     /// Starts the operation: items the node does not cover but already has as desired are
     /// left out (unchanged since provisioning); any other uncovered item is a Failure.
+    /// `coverage` is the node's answer for `spec` when it came with the inspection (else
+    /// it is asked for here).
     async fn start(
         &self,
         c: &mut NodeAgentClient<Channel>,
         eff: &Effective,
         mut spec: pb::NodeSpec,
+        coverage: Option<Result<pb::CoverageReport, tonic::Status>>,
         id: &str,
     ) -> Result<pb::Operation, UpdateMachineResponse> {
         let wait =
             |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
         let fail = |msg: String| UpdateMachineResponse::new(Status::Failure, msg, 0);
-        let req = pb::GetCoverageRequest {
-            desired: Some(spec.clone()),
-            reboot_policy: eff.reboot_policy as i32,
+        let coverage = match coverage {
+            Some(c) => c,
+            None => {
+                let req = pb::GetCoverageRequest {
+                    desired: Some(spec.clone()),
+                    reboot_policy: eff.reboot_policy as i32,
+                };
+                call(eff.agent_timeout, "get_coverage", c.get_coverage(req)).await
+            }
         };
-        let report = match call(eff.agent_timeout, c.get_coverage(req)).await {
+        let report = match coverage {
             Ok(r) => r,
+            Err(s) if s.code() == tonic::Code::Aborted => {
+                return Err(wait(format!("waiting: {}", s.message())));
+            }
             Err(s) if refuses_spec(&s) => {
                 return Err(fail(format!("the node refuses the spec: {}", s.message())));
             }
@@ -581,7 +617,7 @@ impl Extension {
             reboot_policy: eff.reboot_policy as i32,
             dry_run: false,
         };
-        match call(eff.agent_timeout, c.apply(req)).await {
+        match call(eff.agent_timeout, "apply", c.apply(req)).await {
             Ok(op) => Ok(op),
             Err(s) if s.code() == tonic::Code::Aborted => {
                 Err(wait(format!("waiting: {}", s.message())))
@@ -624,7 +660,9 @@ impl Extension {
     ) -> (StatusCode, Value) {
         let hook = metrics::hook_of(path);
         let t = std::time::Instant::now();
-        let r = self.answer_in_time(method, path, deadline, body).await;
+        let r = HOOK
+            .scope(hook, self.answer_in_time(method, path, deadline, body))
+            .await;
         if r.0 == StatusCode::OK {
             metrics::get().hook(
                 hook,

@@ -3,7 +3,7 @@
 //! A 39 MiB message of two million tiny files costs about 1.5 GB and seconds of CPU once
 //! prost has decoded it and the spec model has converted it; counting afterwards is too
 //! late. So the generated service uses [`LimitedCodec`] (`codec_path` in `build.rs`): for a
-//! `GetCoverageRequest` or `ApplyRequest` it walks the wire format of the `desired`
+//! `GetCoverageRequest`, `ApplyRequest` or `InspectRequest` it walks the wire format of the `desired`
 //! NodeSpec first (tags and lengths only, no allocation) and refuses with
 //! `INVALID_ARGUMENT`, naming the list and the `policy.` key, when
 //!
@@ -199,8 +199,10 @@ impl<U: Message + Default + 'static> Decoder for LimitedDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        // Each carries its NodeSpec as field 1 (`desired`).
         let carries_spec = TypeId::of::<U>() == TypeId::of::<pb::GetCoverageRequest>()
-            || TypeId::of::<U>() == TypeId::of::<pb::ApplyRequest>();
+            || TypeId::of::<U>() == TypeId::of::<pb::ApplyRequest>()
+            || TypeId::of::<U>() == TypeId::of::<pb::InspectRequest>();
         if carries_spec && let Some(l) = LIMITS.get() {
             // A DecodeBuf is one message in one contiguous buffer.
             check(count(buf.chunk()), *l)?;
@@ -269,8 +271,17 @@ mod tests {
             kernel_args: vec!["a=1".into(), "b".into()],
             ..Default::default()
         };
-        let c = count(&spec_bytes(spec));
+        let c = count(&spec_bytes(spec.clone()));
         assert_eq!(c.files, 5);
+        // Inspect carries the spec at the same field, next to its flags
+        let inspect = pb::InspectRequest {
+            desired: Some(spec),
+            reboot_policy: 1,
+            status: true,
+            operations: true,
+            skip_coverage_when_busy: true,
+        };
+        assert_eq!(count(&inspect.encode_to_vec()), c);
         // 5 files (not descended into: max_files bounds them); kubelet, its config and
         // one flags entry; the struct entry, its key and value, the list and its 3
         // values; 2 kernel args

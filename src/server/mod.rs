@@ -300,6 +300,58 @@ impl NodeAgent for Service {
         let a = self.agent.clone();
         blocking(move || a.status()).await.map(Response::new)
     }
+
+    async fn inspect(
+        &self,
+        req: Request<pb::InspectRequest>,
+    ) -> Result<Response<pb::InspectResponse>, Status> {
+        self.authorize(&req, Role::Reader)?;
+        let r = req.into_inner();
+        let a = self.agent.clone();
+        let (want_ops, want_status) = (r.operations, r.status);
+        // History first, then the status, as a caller of ListOperations then GetStatus.
+        let (operations, status) = blocking(move || {
+            let ops = if want_ops {
+                a.list_operations()?
+            } else {
+                vec![]
+            };
+            let st = if want_status { Some(a.status()?) } else { None };
+            Ok((ops, st))
+        })
+        .await?;
+        let mut out = pb::InspectResponse {
+            status,
+            operations,
+            preservation: Some(self.agent.preservation()),
+            ..Default::default()
+        };
+        let Some(desired) = r.desired else {
+            return Ok(Response::new(out));
+        };
+        let as_error = |s: Status| pb::InspectError {
+            code: s.code() as i32,
+            message: s.message().to_string(),
+        };
+        if r.skip_coverage_when_busy && self.agent.is_busy() {
+            out.coverage_error = Some(as_error(Status::aborted(
+                "an operation is running on the node; coverage left out (skip_coverage_when_busy)",
+            )));
+            return Ok(Response::new(out));
+        }
+        let policy =
+            pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
+        let _slot = self.planning_slot().await?;
+        let a = self.agent.clone();
+        let t = std::time::Instant::now();
+        let cov = blocking(move || a.coverage(&desired, policy)).await;
+        self.metrics.observe_coverage(t.elapsed().as_secs_f64());
+        match cov {
+            Ok(c) => out.coverage = Some(c),
+            Err(s) => out.coverage_error = Some(as_error(s)),
+        }
+        Ok(Response::new(out))
+    }
 }
 
 /// Concurrent calls on one connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`): the

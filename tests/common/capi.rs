@@ -281,6 +281,31 @@ impl Extension {
     }
 }
 
+/// The metrics text served at `addr` (`[metrics] listen`), with the HTTP head.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// `inplace_extension_agent_rpcs_total` of `hook` in a metrics text: (rpc, count), by rpc.
+pub fn agent_rpcs(metrics: &str, hook: &str) -> Vec<(String, f64)> {
+    let prefix = format!("inplace_extension_agent_rpcs_total{{hook=\"{hook}\",rpc=\"");
+    let mut v: Vec<(String, f64)> = metrics
+        .lines()
+        .filter_map(|l| {
+            let (rpc, n) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            Some((rpc.to_string(), n.parse().ok()?))
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
 /// The usual setup: a copy of fixture node `name`, changed by `prepare` before its agent
 /// starts serving mTLS, and an extension resolving Machine `machine` (`namespace/name`)
 /// to it. Keep the returned Pki alive as long as the others.
