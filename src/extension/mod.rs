@@ -75,6 +75,7 @@ async fn node_coverage(
     spec: pb::NodeSpec,
 ) -> Result<NodeCoverage, tonic::Status> {
     let req = pb::GetCoverageRequest {
+        diff: None,
         desired: Some(spec),
         reboot_policy: eff.reboot_policy as i32,
     };
@@ -552,6 +553,7 @@ impl Extension {
             |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
         let fail = |msg: String| UpdateMachineResponse::new(Status::Failure, msg, 0);
         let req = pb::GetCoverageRequest {
+            diff: None,
             desired: Some(spec.clone()),
             reboot_policy: eff.reboot_policy as i32,
         };
@@ -576,6 +578,7 @@ impl Extension {
             )));
         }
         let req = pb::ApplyRequest {
+            diff: None,
             desired: Some(spec),
             operation_id: id.into(),
             reboot_policy: eff.reboot_policy as i32,
