@@ -351,3 +351,26 @@ fn show_content_is_refused_on_the_remote_api() {
     assert!(!text.contains("s3cr3t"), "{text}");
     assert!(!node.log().contains("s3cr3t"));
 }
+
+#[test]
+fn chrony_servers_diff_in_its_own_file() {
+    let node = started("rhel8-grubenv");
+    let spec = node.spec(
+        "spec.yaml",
+        "ntp:\n  servers: [ntp1.example.invalid, ntp2.example.invalid]\n",
+    );
+    let o = node.ctl(&["coverage", "-f", &spec, "--diff"]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", err(&o));
+    let chrony = section(&text, "/etc/chrony.conf");
+    assert!(
+        chrony.starts_with(
+            "diff /etc/chrony.conf (update; ntp)\n--- /etc/chrony.conf\n+++ /etc/chrony.conf\n"
+        ),
+        "{chrony}"
+    );
+    assert!(
+        chrony.contains("\n+server ntp2.example.invalid iburst\n"),
+        "{chrony}"
+    );
+}

@@ -57,12 +57,7 @@ pub fn confidential_paths(desired: &NodeSpec, record: &AppliedRecord) -> BTreeSe
             .filter(|(_, m)| m.item.is_none())
             .map(|(p, _)| p.clone()),
     );
-    out.extend(
-        desired
-            .dropins
-            .iter()
-            .map(|d| format!("{DROPIN_DIR}/{}", d.name)),
-    );
+    out.extend(desired.dropins.iter().map(|d| d.path()));
     out.extend(
         record
             .files
@@ -316,6 +311,54 @@ mod tests {
             "--- /boot/grub2/grubenv\n+++ /boot/grub2/grubenv\n@@ -1,2 +1,2 @@\n # GRUB Environment Block\n-kernelopts=ro\n+kernelopts=ro quiet\n"
         );
         assert_eq!((d.before_size, d.after_size), (1024, 1024));
+    }
+
+    #[test]
+    fn files_items_and_dropins_are_confidential_also_when_they_leave_the_spec() {
+        let managed = |item: Option<&str>| crate::state::ManagedFile {
+            sha256: String::new(),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            original: crate::state::Original::Absent,
+            created_dirs: vec![],
+            item: item.map(str::to_string),
+        };
+        let desired = NodeSpec {
+            files: vec![crate::spec::FileSpec {
+                path: "/etc/in-spec".into(),
+                content: vec![],
+                sha256: String::new(),
+                mode: 0o600,
+                owner: None,
+                group: None,
+            }],
+            dropins: vec![crate::spec::DropInSpec {
+                name: "10-new.yaml".into(),
+                content: String::new(),
+                sha256: String::new(),
+            }],
+            ..Default::default()
+        };
+        let mut record = AppliedRecord::default();
+        record.files.insert("/etc/dropped".into(), managed(None));
+        record
+            .files
+            .insert("/etc/chrony.conf".into(), managed(Some("ntp")));
+        record.files.insert(
+            format!("{DROPIN_DIR}/05-old.yaml"),
+            managed(Some("dropins[05-old.yaml]")),
+        );
+        let got: Vec<String> = confidential_paths(&desired, &record).into_iter().collect();
+        assert_eq!(
+            got,
+            [
+                "/etc/dropped".to_string(),
+                "/etc/in-spec".into(),
+                format!("{DROPIN_DIR}/05-old.yaml"),
+                format!("{DROPIN_DIR}/10-new.yaml"),
+            ]
+        );
     }
 
     #[test]
