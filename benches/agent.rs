@@ -364,6 +364,7 @@ fn kubelet_spec(n: usize) -> pb::NodeSpec {
 
 async fn coverage(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec) -> pb::CoverageReport {
     c.get_coverage(pb::GetCoverageRequest {
+        diff: None,
         desired: Some(spec.clone()),
         reboot_policy: 0,
     })
@@ -375,6 +376,7 @@ async fn coverage(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec) -> pb::
 /// Time of one GetCoverage call; the request is built before the clock starts.
 async fn timed_coverage(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec) -> Duration {
     let req = pb::GetCoverageRequest {
+        diff: None,
         desired: Some(spec.clone()),
         reboot_policy: 0,
     };
@@ -405,6 +407,7 @@ static ABORTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize:
 /// from the Apply call to the settled event.
 async fn timed_apply(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec, id: &str) -> Duration {
     let req = pb::ApplyRequest {
+        diff: None,
         desired: Some(spec.clone()),
         operation_id: id.into(),
         reboot_policy: 0,

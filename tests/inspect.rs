@@ -63,6 +63,7 @@ async fn inspect_returns_what_the_three_calls_return() {
         .get_coverage(pb::GetCoverageRequest {
             desired: Some(bad.clone()),
             reboot_policy: 0,
+            diff: None,
         })
         .await
         .unwrap_err();

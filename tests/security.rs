@@ -288,6 +288,7 @@ async fn limits_are_checked_before_decoding() {
     ];
     let e = c
         .get_coverage(pb::GetCoverageRequest {
+            diff: None,
             desired: Some(pb::NodeSpec {
                 files,
                 ..Default::default()
@@ -343,6 +344,7 @@ async fn limits_are_checked_before_decoding() {
     // over the message size: RESOURCE_EXHAUSTED, not OUT_OF_RANGE
     let e = c
         .get_coverage(pb::GetCoverageRequest {
+            diff: None,
             desired: Some(pb::NodeSpec {
                 files: vec![pb::File {
                     path: "/etc/big".into(),

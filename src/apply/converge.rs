@@ -73,6 +73,7 @@ impl Agent {
         };
         let id = self.startup_id(&hash);
         let req = pb::ApplyRequest {
+            diff: None,
             desired: Some(desired),
             operation_id: id.clone(),
             reboot_policy: RebootPolicy::CallerHandles as i32,

@@ -31,6 +31,7 @@
 //! this module holds the agent, its requests and the single operation slot.
 
 mod converge;
+mod diff;
 mod drift;
 mod engine;
 mod journal;
@@ -198,6 +199,8 @@ struct Request {
     policy: RebootPolicy,
     opts: Options,
     dry_run: bool,
+    /// A dry run's diff view ([`pb::ApplyRequest::diff`]).
+    diff: Option<pb::DiffOptions>,
 }
 
 /// Refuses a plan that is not fully covered: PERMISSION_DENIED when the policy refuses
@@ -421,10 +424,31 @@ impl Agent {
         desired: &pb::NodeSpec,
         policy: RebootPolicy,
     ) -> Result<pb::CoverageReport, AgentError> {
+        self.coverage_with(desired, policy, None)
+    }
+
+    /// [`Agent::coverage`], with `diff` the report's `diffs` of every file the plan
+    /// writes or removes ([`crate::plan::diff`]); the caller has checked that it may
+    /// see confidential content when `diff.show_content` is set.
+    pub fn coverage_with(
+        &self,
+        desired: &pb::NodeSpec,
+        policy: RebootPolicy,
+        diff: Option<&pb::DiffOptions>,
+    ) -> Result<pb::CoverageReport, AgentError> {
         let desired = self.resolve_kept(desired)?;
         let spec = NodeSpec::from_pb(&desired)?;
         self.check_limits(&spec)?;
-        Ok(self.plan_for(&spec, self.options(policy))?.report)
+        let record = self.state.load_record()?;
+        let plan = self.plan_with(&spec, self.options(policy), record.clone())?;
+        let diffs = match diff {
+            Some(d) => self.diffs(&plan, &spec, &record, d.show_content)?,
+            None => Vec::new(),
+        };
+        Ok(pb::CoverageReport {
+            diffs,
+            ..plan.report
+        })
     }
 
     /// Fills the drop-ins marked `keep` with the node's copy in `/etc/inplaced/node.d`
@@ -495,6 +519,7 @@ impl Agent {
         self.supersede_waiting(&r.id);
         let t = now();
         let op = pb::Operation {
+            diffs: Vec::new(),
             id: r.id.clone(),
             phase: Phase::Validating as i32,
             message: format!("{} change(s) to apply", plan.report.changes.len()),
@@ -550,6 +575,12 @@ impl Agent {
                 RebootPolicy::Unspecified => RebootPolicy::CallerHandles,
                 p => p,
             };
+        if req.diff.is_some() && !req.dry_run {
+            return Err(AgentError::InvalidRequest(SpecError::new(
+                "diff",
+                "a diff is computed only for a dry run; set dry_run too (inplacectl apply --dry-run --diff)",
+            )));
+        }
         let mut opts = self.options(policy);
         opts.leave_files = leave;
         Ok(Request {
@@ -560,12 +591,18 @@ impl Agent {
             policy,
             opts,
             dry_run: req.dry_run,
+            diff: req.diff,
         })
     }
 
     /// A dry run: the operation as it would go, nothing changed.
     fn dry_run(&self, r: Request) -> Result<pb::Operation, AgentError> {
-        let plan = self.plan_for(&r.spec, r.opts)?;
+        let record = self.state.load_record()?;
+        let plan = self.plan_with(&r.spec, r.opts, record.clone())?;
+        let diffs = match &r.diff {
+            Some(d) => self.diffs(&plan, &r.spec, &record, d.show_content)?,
+            None => Vec::new(),
+        };
         let t = now();
         let covered = plan.report.fully_covered;
         Ok(pb::Operation {
@@ -591,6 +628,7 @@ impl Agent {
             actions: vec![],
             boot_id: self.boot_id(),
             dry_run: true,
+            diffs,
         })
     }
 

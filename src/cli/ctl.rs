@@ -15,6 +15,8 @@ use crate::pb::{self, Phase, RebootPolicy};
 pub enum Output {
     /// Human-readable tables.
     Table,
+    /// Tables with every reason in full (the kernel-argument backend in each row).
+    Wide,
     /// proto3 JSON mapping (camelCase), for machines.
     Json,
 }
@@ -28,6 +30,28 @@ pub enum Policy {
     Agent,
     /// Changes that need a reboot are not covered.
     Forbidden,
+}
+
+/// The diff view of `coverage` and `apply --dry-run`.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct DiffArgs {
+    /// Also print a unified diff of every file the change edits, computed by the agent
+    /// from the plan an apply would execute (apply: with --dry-run only).
+    #[arg(long)]
+    pub diff: bool,
+    /// Show the content of files items and drop-ins in the diff (they may be secrets;
+    /// root on the local socket only). Without it they are named by SHA-256 and size.
+    #[arg(long, requires = "diff")]
+    pub show_content: bool,
+}
+
+impl DiffArgs {
+    /// The request's diff options (None without --diff).
+    fn options(self) -> Option<pb::DiffOptions> {
+        self.diff.then_some(pb::DiffOptions {
+            show_content: self.show_content,
+        })
+    }
 }
 
 /// Local client of the inplaced node agent.
@@ -84,6 +108,9 @@ pub enum Command {
         /// The reboot policy the apply would use.
         #[arg(long, value_enum, default_value_t = Policy::Caller)]
         reboot_policy: Policy,
+        /// The diff view (--diff, --show-content).
+        #[command(flatten)]
+        diff: DiffArgs,
     },
     /// Applies a NodeSpec as an operation.
     Apply {
@@ -102,6 +129,9 @@ pub enum Command {
         /// Who reboots when a change needs it.
         #[arg(long, value_enum, default_value_t = Policy::Caller)]
         reboot_policy: Policy,
+        /// The diff view (--diff, --show-content).
+        #[command(flatten)]
+        diff: DiffArgs,
     },
     /// Follows an operation until it settles.
     Watch {
@@ -246,6 +276,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             })?,
     };
     let json = args.output == Output::Json;
+    let wide = args.output == Output::Wide;
     match args.command {
         Command::Status => {
             let s = client
@@ -254,15 +285,24 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .into_inner();
             show(json, &s, render::status)?;
         }
-        Command::Coverage { reboot_policy, .. } => {
+        Command::Coverage {
+            reboot_policy,
+            diff,
+            ..
+        } => {
             let r = client
                 .get_coverage(pb::GetCoverageRequest {
                     desired: spec,
                     reboot_policy: policy_of(reboot_policy) as i32,
+                    diff: diff.options(),
                 })
                 .await?
                 .into_inner();
-            show(json, &r, render::coverage)?;
+            if wide {
+                show(json, &r, render::coverage_wide)?;
+            } else {
+                show(json, &r, render::coverage)?;
+            }
             if !r.fully_covered {
                 return Ok(ExitCode::from(3));
             }
@@ -272,8 +312,16 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             wait,
             dry_run,
             reboot_policy,
+            diff,
             ..
         } => {
+            if diff.diff && !dry_run {
+                return Err(crate::spec::SpecError::new(
+                    "--diff",
+                    "shows what an apply would change and needs --dry-run: run `inplacectl apply --dry-run --diff -f FILE` first, then apply without them",
+                )
+                .into());
+            }
             let policy = policy_of(reboot_policy);
             let op = client
                 .apply(pb::ApplyRequest {
@@ -281,6 +329,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     operation_id: id.unwrap_or_default(),
                     reboot_policy: policy as i32,
                     dry_run,
+                    diff: diff.options(),
                 })
                 .await?
                 .into_inner();

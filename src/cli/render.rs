@@ -53,8 +53,32 @@ fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-/// Table of changes.
+/// Table of changes, every reason in full.
 pub fn changes(changes: &[pb::Change]) -> String {
+    changes_table(changes, |c| c.reason.as_str())
+}
+
+/// The id prefix of the kernel-argument changes (`kernelArgs`, `kernelArgs[isolcpus]`).
+const KERNEL_ARGS: &str = "kernelArgs";
+
+/// A kernel-argument change's reason without the backend explanation `backend` it starts
+/// with (the planner puts the backend's reason first, then `; ` and the rest), or the
+/// reason unchanged.
+fn short_reason<'a>(c: &'a pb::Change, backend: &str) -> &'a str {
+    if backend.is_empty() || !c.id.starts_with(KERNEL_ARGS) {
+        return &c.reason;
+    }
+    match c.reason.strip_prefix(backend) {
+        Some(rest) => rest.trim_start_matches([';', ' ']),
+        None => &c.reason,
+    }
+}
+
+/// The table with `reason` for each row's reason column.
+fn changes_table<'a>(
+    changes: &'a [pb::Change],
+    reason: impl Fn(&'a pb::Change) -> &'a str,
+) -> String {
     let mut out = String::new();
     if changes.is_empty() {
         out.push_str("no changes: the node already matches the spec\n");
@@ -80,7 +104,7 @@ pub fn changes(changes: &[pb::Change]) -> String {
             operation_name(c.operation),
             yes(c.covered),
             disruption(c.disruption.as_ref()),
-            c.reason
+            reason(c)
         );
     }
     out
@@ -123,10 +147,36 @@ pub fn facts(f: &pb::NodeFacts, p: Option<&pb::Preservation>) -> String {
     out
 }
 
-/// A coverage report.
+/// A coverage report: the kernel-argument backend's explanation once under the table,
+/// not in every kernelArgs row (`-o wide` keeps it there, see [`coverage_wide`]).
 pub fn coverage(r: &pb::CoverageReport) -> String {
+    let backend = r
+        .facts
+        .as_ref()
+        .map_or("", |f| f.kernel_args_backend.as_str());
+    let mut out = changes_table(&r.changes, |c| short_reason(c, backend));
+    let shortened = r
+        .changes
+        .iter()
+        .any(|c| short_reason(c, backend).len() < c.reason.len());
+    if shortened {
+        let _ = writeln!(out, "\n{KERNEL_ARGS} backend: {backend}");
+    }
+    out.push_str(&report_summary(r, !shortened));
+    out
+}
+
+/// A coverage report with every reason in full (`-o wide`).
+pub fn coverage_wide(r: &pb::CoverageReport) -> String {
     let mut out = changes(&r.changes);
-    out.push('\n');
+    out.push_str(&report_summary(r, true));
+    out
+}
+
+/// The lines under a report's table: coverage, disruption, facts (the kernel-args
+/// backend line only with `backend`), spec hash, diffs.
+fn report_summary(r: &pb::CoverageReport, backend: bool) -> String {
+    let mut out = String::from("\n");
     let _ = writeln!(out, "fully covered:   {}", yes(r.fully_covered));
     let _ = writeln!(
         out,
@@ -135,9 +185,53 @@ pub fn coverage(r: &pb::CoverageReport) -> String {
     );
     let _ = writeln!(out, "reboot required: {}", yes(r.reboot_required));
     if let Some(f) = &r.facts {
-        out.push_str(&facts(f, r.preservation.as_ref()));
+        let text = facts(f, r.preservation.as_ref());
+        for line in text.lines() {
+            if backend || !line.starts_with("kernel args:") {
+                let _ = writeln!(out, "{line}");
+            }
+        }
     }
     let _ = writeln!(out, "spec:            {}", r.spec_hash);
+    out.push_str(&diffs(&r.diffs));
+    out
+}
+
+/// The file diffs of a report or dry run: each file's header line (path, operation, the
+/// changes that edit it), then its unified diff, or its hashes and sizes when the content
+/// is withheld.
+pub fn diffs(diffs: &[pb::FileDiff]) -> String {
+    let mut out = String::new();
+    for d in diffs {
+        let _ = writeln!(
+            out,
+            "\ndiff {} ({}; {})",
+            d.path,
+            operation_name(d.operation),
+            d.change_ids.join(", ")
+        );
+        if !d.unified.is_empty() {
+            out.push_str(&d.unified);
+            if !d.unified.ends_with('\n') {
+                out.push('\n');
+            }
+            continue;
+        }
+        let side = |sha: &str, size: u64| {
+            if sha.is_empty() {
+                "absent".to_string()
+            } else {
+                format!("{sha} ({size} bytes)")
+            }
+        };
+        if !d.withheld.is_empty() {
+            let _ = writeln!(out, "  content withheld: {}", d.withheld);
+        } else {
+            let _ = writeln!(out, "  content unchanged (mode or owner only)");
+        }
+        let _ = writeln!(out, "  before: {}", side(&d.before_sha256, d.before_size));
+        let _ = writeln!(out, "  after:  {}", side(&d.after_sha256, d.after_size));
+    }
     out
 }
 
@@ -157,6 +251,7 @@ pub fn operation(op: &pb::Operation) -> String {
         out.push('\n');
         out.push_str(&changes(&op.changes));
     }
+    out.push_str(&diffs(&op.diffs));
     if !op.actions.is_empty() {
         out.push_str("\nactions:\n");
         for a in &op.actions {
@@ -315,6 +410,67 @@ mod tests {
     fn time_format() {
         assert_eq!(format_time(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_time(1_798_502_400), "2026-12-29T00:00:00Z");
+    }
+
+    fn kernel_change(id: &str, reason: &str) -> pb::Change {
+        pb::Change {
+            id: id.into(),
+            reason: reason.into(),
+            covered: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_backend_is_explained_once_under_the_table_and_in_every_row_when_wide() {
+        let backend = "bls: 2 kernel entries in /boot/loader/entries";
+        let r = pb::CoverageReport {
+            changes: vec![
+                kernel_change(
+                    "kernelArgs[isolcpus]",
+                    &format!("{backend}; appended after the existing arguments"),
+                ),
+                kernel_change("kernelArgs[quiet]", &format!("{backend}; removes exactly")),
+                kernel_change(
+                    "sysctls[vm.x]",
+                    &format!("{backend}; not a kernel argument"),
+                ),
+            ],
+            facts: Some(pb::NodeFacts {
+                kernel_args_backend: backend.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let short = coverage(&r);
+        assert_eq!(short.matches(backend).count(), 2, "{short}");
+        assert!(
+            short.contains("  appended after the existing arguments\n"),
+            "{short}"
+        );
+        assert!(
+            short.contains(&format!("\nkernelArgs backend: {backend}\n")),
+            "{short}"
+        );
+        assert!(!short.contains("kernel args:"), "{short}");
+        let wide = coverage_wide(&r);
+        assert_eq!(wide.matches(backend).count(), 4, "{wide}");
+        assert!(!wide.contains("kernelArgs backend:"), "{wide}");
+    }
+
+    #[test]
+    fn a_reason_from_another_backend_is_kept_whole() {
+        let r = pb::CoverageReport {
+            changes: vec![kernel_change("kernelArgs", "grub: other; appended")],
+            facts: Some(pb::NodeFacts {
+                kernel_args_backend: "bls: 1 kernel entry".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let out = coverage(&r);
+        assert!(out.contains("grub: other; appended"), "{out}");
+        assert!(!out.contains("kernelArgs backend:"), "{out}");
     }
 
     #[test]

@@ -115,6 +115,7 @@ async fn inspect_old(
         t,
         "get_coverage",
         c.get_coverage(pb::GetCoverageRequest {
+            diff: None,
             desired: Some(desired),
             reboot_policy: req.reboot_policy,
         }),

@@ -582,6 +582,7 @@ impl Extension {
             Some(c) => c,
             None => {
                 let req = pb::GetCoverageRequest {
+                    diff: None,
                     desired: Some(spec.clone()),
                     reboot_policy: eff.reboot_policy as i32,
                 };
@@ -616,6 +617,7 @@ impl Extension {
             operation_id: id.into(),
             reboot_policy: eff.reboot_policy as i32,
             dry_run: false,
+            diff: None,
         };
         match call(eff.agent_timeout, "apply", c.apply(req)).await {
             Ok(op) => Ok(op),

@@ -16,6 +16,7 @@
 //! its saved original, a kubelet field or flag or sysctl set back to its prior value, a
 //! kernel argument the agent added removed); nothing the agent did not add is touched.
 
+pub mod diff;
 pub mod observe;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,6 +137,7 @@ fn report(mut changes: Vec<pb::Change>, spec_hash: String) -> pb::CoverageReport
             .is_some_and(|d| d.level == DisruptionLevel::Reboot as i32)
     });
     pb::CoverageReport {
+        diffs: Vec::new(),
         changes,
         fully_covered,
         max_disruption: Some(pb::Disruption {

@@ -237,6 +237,7 @@ mod tests {
 
     fn spec_bytes(spec: pb::NodeSpec) -> Vec<u8> {
         pb::GetCoverageRequest {
+            diff: None,
             desired: Some(spec),
             reboot_policy: 0,
         }

@@ -153,6 +153,30 @@ impl Service {
         )))
     }
 
+    /// Refuses `show_content` (DESIGN §6, §7: secret content is never echoed back) unless
+    /// the caller is an admin on the local Unix socket; a remote caller, admin or not,
+    /// gets `PERMISSION_DENIED` naming the rule.
+    fn authorize_content<T>(
+        &self,
+        req: &Request<T>,
+        diff: Option<&pb::DiffOptions>,
+    ) -> Result<(), Status> {
+        if !diff.is_some_and(|d| d.show_content) {
+            return Ok(());
+        }
+        if req.extensions().get::<tls::TlsPeer>().is_some() {
+            return Err(Status::permission_denied(
+                "show_content is refused on the remote API: the content of files items and drop-ins may be secret and is shown only to root on the node's local socket; ask without show_content to see their SHA-256 and size",
+            ));
+        }
+        if self.role_of(req)? < Role::Admin {
+            return Err(Status::permission_denied(
+                "show_content needs the admin role on the local socket (root): the content of files items and drop-ins may be secret; ask without show_content to see their SHA-256 and size",
+            ));
+        }
+        Ok(())
+    }
+
     fn authorize<T>(&self, req: &Request<T>, need: Role) -> Result<(), Status> {
         let role = self.role_of(req)?;
         if role < need {
@@ -182,6 +206,7 @@ impl NodeAgent for Service {
         req: Request<pb::GetCoverageRequest>,
     ) -> Result<Response<pb::CoverageReport>, Status> {
         self.authorize(&req, Role::Reader)?;
+        self.authorize_content(&req, req.get_ref().diff.as_ref())?;
         let a = self.agent.clone();
         let r = req.into_inner();
         let desired = r.desired.unwrap_or_default();
@@ -189,7 +214,7 @@ impl NodeAgent for Service {
             pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
         let _slot = self.planning_slot().await?;
         let t = std::time::Instant::now();
-        let r = blocking(move || a.coverage(&desired, policy)).await;
+        let r = blocking(move || a.coverage_with(&desired, policy, r.diff.as_ref())).await;
         self.metrics.observe_coverage(t.elapsed().as_secs_f64());
         r.map(Response::new)
     }
@@ -199,6 +224,7 @@ impl NodeAgent for Service {
         req: Request<pb::ApplyRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
         self.authorize(&req, Role::Admin)?;
+        self.authorize_content(&req, req.get_ref().diff.as_ref())?;
         let a = self.agent.clone();
         let r = req.into_inner();
         let _slot = self.planning_slot().await?;

@@ -402,6 +402,7 @@ pub async fn apply_with(
         .client()
         .await
         .apply(pb::ApplyRequest {
+            diff: None,
             desired: Some(spec(yaml)),
             operation_id: id.into(),
             reboot_policy: policy as i32,
