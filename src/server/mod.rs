@@ -153,14 +153,57 @@ impl Service {
         )))
     }
 
-    fn authorize<T>(&self, req: &Request<T>, need: Role) -> Result<(), Status> {
+    /// Checks the caller's role against `need`, and returns how its errors are shown
+    /// ([`Shown`]).
+    fn authorize<T>(&self, req: &Request<T>, need: Role) -> Result<Shown, Status> {
         let role = self.role_of(req)?;
         if role < need {
             return Err(Status::permission_denied(
                 "this call changes the node and needs the admin role (root); readers may only read",
             ));
         }
-        Ok(())
+        Ok(Shown {
+            node_root: is_node_root(req),
+            state_dir: self.agent.state_path().display().to_string(),
+        })
+    }
+}
+
+/// True for a caller on the Unix socket who is root on the node (or the agent's own
+/// user): the only callers whose error messages may name the agent's own paths.
+fn is_node_root<T>(req: &Request<T>) -> bool {
+    if req.extensions().get::<tls::TlsPeer>().is_some() {
+        return false;
+    }
+    req.extensions()
+        .get::<tonic::transport::server::UdsConnectInfo>()
+        .and_then(|i| i.peer_cred)
+        .is_some_and(|c| c.uid() == 0 || c.uid() == rustix::process::geteuid().as_raw())
+}
+
+/// How errors are shown to one caller: as they are to root on the node; to anyone else
+/// (a reader on the socket, a remote mTLS client) with the state directory's path
+/// replaced by `<state directory>`, the full message going to the agent's log.
+#[derive(Debug, Clone)]
+struct Shown {
+    node_root: bool,
+    state_dir: String,
+}
+
+impl Shown {
+    fn status(&self, s: Status) -> Status {
+        if self.node_root || self.state_dir.is_empty() || !s.message().contains(&self.state_dir) {
+            return s;
+        }
+        tracing::warn!(error = %s.message(), "error answered without the state directory's path");
+        Status::new(
+            s.code(),
+            s.message().replace(&self.state_dir, "<state directory>"),
+        )
+    }
+
+    fn result<T>(&self, r: Result<T, Status>) -> Result<T, Status> {
+        r.map_err(|s| self.status(s))
     }
 }
 
@@ -181,7 +224,7 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::GetCoverageRequest>,
     ) -> Result<Response<pb::CoverageReport>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
         let r = req.into_inner();
         let desired = r.desired.unwrap_or_default();
@@ -191,29 +234,31 @@ impl NodeAgent for Service {
         let t = std::time::Instant::now();
         let r = blocking(move || a.coverage(&desired, policy)).await;
         self.metrics.observe_coverage(t.elapsed().as_secs_f64());
-        r.map(Response::new)
+        shown.result(r).map(Response::new)
     }
 
     async fn apply(
         &self,
         req: Request<pb::ApplyRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
-        self.authorize(&req, Role::Admin)?;
+        let shown = self.authorize(&req, Role::Admin)?;
         let a = self.agent.clone();
         let r = req.into_inner();
         let _slot = self.planning_slot().await?;
-        blocking(move || a.apply(r)).await.map(Response::new)
+        shown
+            .result(blocking(move || a.apply(r)).await)
+            .map(Response::new)
     }
 
     async fn get_operation(
         &self,
         req: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
         let id = req.into_inner().id;
-        blocking(move || a.get_operation(&id))
-            .await
+        shown
+            .result(blocking(move || a.get_operation(&id)).await)
             .map(Response::new)
     }
 
@@ -223,9 +268,9 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let id = req.into_inner().id;
-        let (events, rx) = self.agent.watch(&id).map_err(Status::from)?;
+        let (events, rx) = shown.result(self.agent.watch(&id).map_err(Status::from))?;
         let (tx, out) = tokio::sync::mpsc::channel(16);
         let agent = self.agent.clone();
         tokio::spawn(async move {
@@ -275,10 +320,10 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::ListOperationsRequest>,
     ) -> Result<Response<pb::ListOperationsResponse>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
-        blocking(move || a.list_operations())
-            .await
+        shown
+            .result(blocking(move || a.list_operations()).await)
             .map(|operations| Response::new(pb::ListOperationsResponse { operations }))
     }
 
@@ -286,19 +331,23 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::RebootRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
-        self.authorize(&req, Role::Admin)?;
+        let shown = self.authorize(&req, Role::Admin)?;
         let a = self.agent.clone();
         let id = req.into_inner().operation_id;
-        blocking(move || a.reboot(&id)).await.map(Response::new)
+        shown
+            .result(blocking(move || a.reboot(&id)).await)
+            .map(Response::new)
     }
 
     async fn get_status(
         &self,
         req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::NodeStatus>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
-        blocking(move || a.status()).await.map(Response::new)
+        shown
+            .result(blocking(move || a.status()).await)
+            .map(Response::new)
     }
 }
 
