@@ -192,3 +192,37 @@ async fn an_empty_or_absent_kubelet_file_is_not_read_as_empty_settings() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_boot_configuration_makes_kernel_arg_changes_not_covered() {
+    let yaml = format!("kernelArgs: [nosmt]\n{OTHER}");
+    // grubenv holds kernelopts, which RHEL 8's BLS entries use
+    for (gone, want) in [
+        (Gone::Removed, "/boot/grub2/grubenv does not exist"),
+        (Gone::Emptied, "/boot/grub2/grubenv"),
+    ] {
+        let mut node = Node::new("rhel8-grubenv");
+        node.start();
+        assert!(change(&coverage(&node, &yaml).await, "kernelArgs[nosmt]").covered);
+        gone.apply(&node, "/boot/grub2/grubenv");
+        let r = coverage(&node, &yaml).await;
+        let c = change(&r, "kernelArgs[nosmt]");
+        assert!(!c.covered && c.reason.contains(want), "{gone:?}: {c:?}");
+        assert!(change(&r, "sysctls[vm.max_map_count]").covered);
+    }
+    // an emptied BLS entry names no kernel: not read as an entry without options
+    let mut node = Node::new("fedora-41-bls");
+    node.start();
+    let entry = "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.15.9-201.fc41.x86_64.conf";
+    Gone::Emptied.apply(&node, entry);
+    let r = coverage(&node, &yaml).await;
+    let c = change(&r, "kernelArgs[nosmt]");
+    assert!(!c.covered, "{c:?}");
+    assert!(
+        c.reason
+            .contains(&format!("{entry} could not be read: it is empty")),
+        "{}",
+        c.reason
+    );
+    assert!(change(&r, "sysctls[vm.max_map_count]").covered);
+}

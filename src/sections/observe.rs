@@ -189,8 +189,9 @@ pub struct KubernetesObs {
     pub missing_kubeadm_files: Vec<String>,
     /// The node has the kube-apiserver static Pod.
     pub control_plane: bool,
-    /// Control-plane manifests: path → image tags named.
-    pub manifests: Vec<(String, Vec<String>)>,
+    /// Control-plane manifests: path → image tags named, or why the manifest is not
+    /// known (absent, unreadable or empty on a control-plane node).
+    pub manifests: Vec<(String, Observation<Vec<String>>)>,
     /// `source = "url"`: the checksum files of the target version exist, or the first
     /// that does not (a HEAD request each).
     pub checksums: Option<Result<(), String>>,

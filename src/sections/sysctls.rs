@@ -434,19 +434,15 @@ impl Section for Sysctls {
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
         let mut out = Vec::new();
         for (key, m) in &view.record.sysctls {
-            let seen = view
-                .root
-                .read_string(&sysctl_path(key))
-                .ok()
-                .flatten()
-                .map(|s| normalize(&s));
+            // unknown is not empty: an unreadable or empty value is shown as unknown
+            let seen = observe_running(view.root, &sysctl_path(key)).map(|s| normalize(&s));
             let want = normalize(&m.value);
-            if seen.as_deref() != Some(want.as_str()) {
+            if seen.as_deref().ok() != Some(want.as_str()) {
                 out.push(pb::Drift {
                     since: None,
                     id: format!("sysctls[{key}]"),
                     expected: want,
-                    observed: seen.unwrap_or_else(|| "absent".into()),
+                    observed: seen.unwrap_or_else(|u| format!("unknown ({})", u.why)),
                 });
             }
         }
