@@ -10,8 +10,11 @@
 //!                                                         └→ Failed | RolledBack
 //! ```
 //!
-//! Any phase before the commit may also end `Failed` (an agent stop interrupts it, or
-//! staging fails) or `RolledBack` (a failure after the first write).
+//! Any phase before the commit may also end `Failed` (staging fails, or an agent stop
+//! interrupts it before its journal is complete, or its journal does not verify) or
+//! `RolledBack` (a failure after the first write, or an agent stop whose journal the next
+//! start rolls back). Recovery at start settles an interrupted operation directly, outside
+//! [`TRANSITIONS`] (`apply::journal`).
 
 use crate::pb::Operation;
 pub use crate::pb::Phase;
@@ -69,10 +72,12 @@ pub fn is_terminal(phase: i32) -> bool {
     )
 }
 
-/// True for an operation the agent stopped in the middle of (phase Failed, message
+/// True for an operation the agent stopped in the middle of (phase `Failed`, or
+/// `RolledBack` when the next start rolled it back from its journal, with a message
 /// starting with [`INTERRUPTED`]): re-applying it with the same id runs it again.
 pub fn is_interrupted(op: &Operation) -> bool {
-    op.phase == Phase::Failed as i32 && op.message.starts_with(INTERRUPTED)
+    matches!(from_i32(op.phase), Phase::Failed | Phase::RolledBack)
+        && op.message.starts_with(INTERRUPTED)
 }
 
 /// The allowed transitions, `from → to`, besides `in-flight → Failed` (an interrupted

@@ -978,6 +978,11 @@ impl StateDir {
 
     /// One operation by id.
     pub fn get_operation(&self, id: &str) -> Result<Option<pb::Operation>, StateError> {
+        // never a path: callers validate ids (`apply::validate_operation_id`); this is
+        // the last line
+        if !crate::spec::is_safe_name(id, 255) {
+            return Ok(None);
+        }
         let rel = format!("/operations/{id}.json");
         match self.io(self.dir.read(&rel))? {
             None => Ok(None),

@@ -81,9 +81,23 @@ async fn killed_at_every_failpoint_recovers_to_old_or_new() {
             temp_files(&node.root)
         );
         match Phase::try_from(op.phase).unwrap() {
+            // stopped before its intent was complete: nothing to roll back
             Phase::Failed => {
                 assert!(
-                    op.message.starts_with("interrupted:"),
+                    op.message.starts_with("interrupted:")
+                        && op.message.contains("nothing was changed"),
+                    "{fp}: {}",
+                    op.message
+                );
+                assert_eq!(after, old, "{fp}: the old state exactly");
+            }
+            // rolled back from the journal at start: the phase says so (issue 20 §5)
+            Phase::RolledBack => {
+                assert!(
+                    op.message.starts_with("interrupted:")
+                        && op
+                            .message
+                            .contains("rolled back from the write-ahead journal"),
                     "{fp}: {}",
                     op.message
                 );

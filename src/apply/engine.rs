@@ -644,23 +644,23 @@ impl Agent {
         Ok(())
     }
 
-    /// What the booted node lacks or still has of `op`.
-    fn verify_boot(&self, op: &pb::Operation) -> crate::sections::AfterBoot {
-        let running = self
-            .root
-            .read_string("/proc/cmdline")
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+    /// What the booted node lacks or still has of `op`; unknown (never "lacks
+    /// everything") when `/proc/cmdline` can not be read or is empty.
+    fn verify_boot(
+        &self,
+        op: &pb::Operation,
+    ) -> Result<crate::sections::AfterBoot, crate::sections::observe::Unknown> {
+        let running = crate::sections::observe::observe_running(&self.root, "/proc/cmdline")?;
+        let running = running.trim_end();
         let next_boot = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
             .map(|b| b.next_boot().render())
             .unwrap_or_default();
-        let mut found = plan::verify_after_boot(&op.changes, &running, &next_boot);
+        let mut found = plan::verify_after_boot(&op.changes, running, &next_boot);
         // the whole applied set, whatever operation staged it (an operation superseded
         // before the reboot staged part of what this boot must show)
         let record = self.state.load_record().unwrap_or_default();
         let boot = crate::sections::Boot {
-            running: &running,
+            running,
             next_boot: &next_boot,
         };
         let all = crate::sections::kernel_args::verify_applied(&record, &boot, &self.boot_id());
@@ -674,7 +674,7 @@ impl Agent {
                 found.lingering.push(l);
             }
         }
-        found
+        Ok(found)
     }
 
     /// RebootRequired | Rebooting → VerifyingAfterBoot → Succeeded | Failed: the node
@@ -682,7 +682,17 @@ impl Agent {
     /// whole applied set of kernel arguments, whatever operation staged them.
     fn after_boot(&self, op: &mut pb::Operation, boot_id: &str) {
         op.phase = Phase::VerifyingAfterBoot as i32;
-        let found = self.verify_boot(op);
+        let found = match self.verify_boot(op) {
+            Ok(found) => found,
+            Err(u) => {
+                op.phase = Phase::Failed as i32;
+                op.message = format!(
+                    "booted (boot id {boot_id}) but {u}: the kernel arguments could not be verified; check /proc/cmdline, then re-apply"
+                );
+                op.boot_id = boot_id.to_string();
+                return;
+            }
+        };
         if found.missing.is_empty() && found.lingering.is_empty() {
             op.phase = Phase::Succeeded as i32;
             op.message = format!(
@@ -708,7 +718,10 @@ impl Agent {
     /// Rebooting → Succeeded on a node without a boot id, once `/proc/cmdline` shows the
     /// operation; true when it did.
     fn after_boot_without_id(&self, op: &mut pb::Operation) -> bool {
-        let found = self.verify_boot(op);
+        // not verified while /proc/cmdline is unknown: it stays Rebooting
+        let Ok(found) = self.verify_boot(op) else {
+            return false;
+        };
         if !(found.missing.is_empty() && found.lingering.is_empty()) {
             return false;
         }
@@ -774,6 +787,7 @@ impl Agent {
     /// Reboots for an operation waiting in `RebootRequired` (or asks again for one in
     /// `Rebooting` whose reboot has not happened). Refused while an operation runs.
     pub fn reboot(&self, id: &str) -> Result<pb::Operation, super::AgentError> {
+        super::validate_operation_id(id).map_err(super::AgentError::InvalidRequest)?;
         self.check_available()?;
         let mut op = {
             let inner = self.lock();

@@ -21,8 +21,9 @@
 //!
 //! At start ([`Agent::recover_journals`]): a journal with `committed` is rolled forward (its
 //! record installed, the operation ends in the phase it recorded); any other is rolled
-//! back and the operation ends `Failed` (`interrupted`); re-applying it with the same id
-//! runs it again.
+//! back and the operation ends `RolledBack` (`interrupted`, naming every path put back);
+//! one that never completed its intent, or whose journal does not verify, ends `Failed`.
+//! Re-applying either with the same id runs it again.
 //!
 //! ## What the journal guarantees
 //!
@@ -372,8 +373,10 @@ impl Agent {
         if !done.restored.is_empty() || !done.removed.is_empty() {
             let _ = self.restart_units(&intent.units);
         }
+        // the phase says what happened (issue 20 §5): the journal's pre-images were put
+        // back, whatever the step reached
         Settled {
-            phase: Phase::Failed as i32,
+            phase: Phase::RolledBack as i32,
             message: rolled_back_message(&step, &done, note),
             remove: true,
         }

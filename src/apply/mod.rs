@@ -220,18 +220,38 @@ fn refuse_uncovered(plan: &Plan) -> Result<(), AgentError> {
     Err(AgentError::NotCovered(list.join("; ")))
 }
 
-/// Validates an operation id: 1–128 bytes of `[A-Za-z0-9._-]`, not starting with `.`.
+/// Longest operation id, in bytes.
+pub const MAX_OPERATION_ID: usize = 128;
+
+/// Validates an operation id: 1–128 bytes of `[A-Za-z0-9._-]`, not starting with `.` or
+/// `-` ([`crate::spec::is_safe_name`]). The one check of every RPC and CLI command that
+/// takes an operation id (the id names the operation's file in the state directory).
 pub fn validate_operation_id(id: &str) -> Result<(), SpecError> {
-    if crate::spec::is_safe_name(id, 128) {
-        Ok(())
-    } else {
-        Err(SpecError::new(
-            "operationId",
-            format!(
-                "{id:?} is not a valid operation id; use 1-128 characters of A-Z a-z 0-9 . _ -"
-            ),
-        ))
+    validate_operation_id_field("operationId", id)
+}
+
+/// [`validate_operation_id`] for the request field `field` (`id` in `GetOperation`).
+pub fn validate_operation_id_field(field: &str, id: &str) -> Result<(), SpecError> {
+    if crate::spec::is_safe_name(id, MAX_OPERATION_ID) {
+        return Ok(());
     }
+    let shown: String = id.chars().take(40).collect();
+    let why = if id.is_empty() {
+        "is required".to_string()
+    } else if id.len() > MAX_OPERATION_ID {
+        format!(
+            "{shown:?}... is {} bytes, over {MAX_OPERATION_ID}",
+            id.len()
+        )
+    } else {
+        format!("{shown:?} is not a valid operation id")
+    };
+    Err(SpecError::new(
+        field,
+        format!(
+            "{why}; an operation id is 1-{MAX_OPERATION_ID} characters of A-Z a-z 0-9 . _ -, not starting with '.' or '-'"
+        ),
+    ))
 }
 
 impl Agent {
@@ -416,6 +436,11 @@ impl Agent {
     /// The agent config.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The state directory's path (kept out of what callers who are not root see).
+    pub fn state_path(&self) -> &std::path::Path {
+        self.state.path()
     }
 
     /// Coverage of `desired` under `policy` (no side effects).
@@ -723,8 +748,10 @@ impl Agent {
         Ok(self.state.get_operation(id)?)
     }
 
-    /// One operation.
+    /// One operation; INVALID_ARGUMENT for an id that is not one
+    /// ([`validate_operation_id`]).
     pub fn get_operation(&self, id: &str) -> Result<pb::Operation, AgentError> {
+        validate_operation_id_field("id", id).map_err(AgentError::InvalidRequest)?;
         let inner = self.lock();
         self.get_operation_locked(&inner, id)?
             .ok_or_else(|| AgentError::NotFound(id.to_string()))
@@ -742,6 +769,7 @@ impl Agent {
         ),
         AgentError,
     > {
+        validate_operation_id_field("id", id).map_err(AgentError::InvalidRequest)?;
         let inner = self.lock();
         if let Some(live) = inner.live.get(id) {
             return Ok((live.events.clone(), Some(live.tx.subscribe())));

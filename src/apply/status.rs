@@ -36,11 +36,15 @@ impl Agent {
             managed_items: record.len() as u32,
             preservation: Some(self.preservation.clone()),
             root: self.root.path().display().to_string(),
-            problems: self
-                .problems
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            problems: {
+                let mut p = self
+                    .problems
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                p.extend(self.unknown_observations(&record));
+                p
+            },
             drift_detections,
             kubernetes_version: self.kubernetes_version(),
         })
@@ -48,6 +52,22 @@ impl Agent {
 }
 
 impl Agent {
+    /// The running-state observations the managed items depend on that can not be made
+    /// (issue 20 §2), each as a problem: the node observed for the applied record.
+    fn unknown_observations(&self, record: &crate::state::AppliedRecord) -> Vec<String> {
+        let desired = crate::spec::NodeSpec::default();
+        match crate::plan::observe(&self.root, &self.state, &self.config, &desired, record) {
+            Ok(obs) => obs
+                .unknown
+                .iter()
+                .map(|u| {
+                    format!("unknown observation: {u}; changes that depend on it are not covered")
+                })
+                .collect(),
+            Err(e) => vec![format!("the node could not be observed: {e}")],
+        }
+    }
+
     /// `kubelet --version` of the kubelet in `[kubernetes] bin_dir` ("" when absent or
     /// it can not be asked).
     fn kubernetes_version(&self) -> String {

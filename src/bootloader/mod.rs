@@ -502,6 +502,12 @@ fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {
         let Some(text) = read_text(root, &path)? else {
             continue;
         };
+        // unknown is not empty: an empty entry names no kernel and no options
+        if text.trim().is_empty() {
+            return Err(NoBackend(format!(
+                "{path} could not be read: it is empty, which a boot entry can not be (it names no kernel); remove it or restore it"
+            )));
+        }
         let entry = bls::Entry::parse(n, &text).map_err(|e| NoBackend(format!("{path}: {e}")))?;
         if entry.is_rescue() {
             continue;

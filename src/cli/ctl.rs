@@ -118,7 +118,7 @@ pub enum Command {
         #[arg(short = 'f', long)]
         file: PathBuf,
         /// Operation id (idempotency key); generated if absent.
-        #[arg(long)]
+        #[arg(long, value_parser = operation_id)]
         id: Option<String>,
         /// Wait for the operation to settle, showing its progress.
         #[arg(long)]
@@ -136,11 +136,13 @@ pub enum Command {
     /// Follows an operation until it settles.
     Watch {
         /// Operation id.
+        #[arg(value_parser = operation_id)]
         id: String,
     },
     /// Shows one operation.
     Get {
         /// Operation id.
+        #[arg(value_parser = operation_id)]
         id: String,
     },
     /// Operation history, newest first.
@@ -148,8 +150,17 @@ pub enum Command {
     /// Reboots the node for an operation waiting in REBOOT_REQUIRED.
     Reboot {
         /// Operation id.
+        #[arg(value_parser = operation_id)]
         id: String,
     },
+}
+
+/// An operation id argument, checked by the agent's own rule
+/// ([`crate::apply::validate_operation_id`]) before anything is sent.
+fn operation_id(s: &str) -> Result<String, String> {
+    crate::apply::validate_operation_id(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.message)
 }
 
 /// Runs `inplacectl`. Exit codes: 0 success; 1 error, or a watched operation that ended

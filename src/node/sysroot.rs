@@ -357,8 +357,12 @@ impl Sysroot {
                 Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
                 Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
                     let p = join(&parts[..=i]);
-                    let st = rustix::fs::statat(&fd, *c, AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(|e| io_err(&p, "stat", e))?;
+                    let st = match rustix::fs::statat(&fd, *c, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => st,
+                        // removed since the open: absent
+                        Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                        Err(e) => return Err(io_err(&p, "stat", e)),
+                    };
                     return Ok(Probe::ParentConflict(SysrootConflict {
                         path: p,
                         kind: kind_of(&st),
@@ -367,33 +371,61 @@ impl Sysroot {
                 Err(e) => return Err(io_err(&join(&parts[..=i]), "open", e)),
             }
         }
-        let st = match rustix::fs::statat(&fd, *name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
-            Err(e) => return Err(io_err(path, "stat", e)),
-        };
-        let entry = entry_of(&st);
-        if entry.kind != Kind::File || entry.len > max_read {
+        // The file may be unlinked, or replaced by a rename, between the stat and the open
+        // (an apply running beside a coverage call): a name that is gone is absent, and a
+        // name replaced under us is looked at once more, so that the metadata returned is
+        // always that of the content read (fstat of the opened file).
+        for _ in 0..2 {
+            let st = match rustix::fs::statat(&fd, *name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                Err(e) => return Err(io_err(path, "stat", e)),
+            };
+            let entry = entry_of(&st);
+            if entry.kind != Kind::File || entry.len > max_read {
+                return Ok(Probe::Present {
+                    entry,
+                    content: None,
+                });
+            }
+            let file = match rustix::fs::openat(
+                &fd,
+                *name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(file) => file,
+                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                // replaced by a symlink since the stat: look again
+                Err(rustix::io::Errno::LOOP) => continue,
+                Err(e) => return Err(io_err(path, "open", e)),
+            };
+            let st = rustix::fs::fstat(&file).map_err(|e| io_err(path, "stat", e))?;
+            let opened = entry_of(&st);
+            if opened.kind != Kind::File || opened.len > max_read {
+                // replaced by a directory, a device or a larger file since the stat
+                continue;
+            }
+            let mut f = std::fs::File::from(file);
+            let mut buf = Vec::with_capacity(opened.len as usize);
+            (&mut f)
+                .take(max_read + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| io_err(path, "read", e))?;
+            if buf.len() as u64 > max_read {
+                continue;
+            }
             return Ok(Probe::Present {
-                entry,
-                content: None,
+                entry: opened,
+                content: Some(buf),
             });
         }
-        let file = rustix::fs::openat(
-            &fd,
-            *name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io_err(path, "open", e))?;
-        let mut f = std::fs::File::from(file);
-        let mut buf = Vec::with_capacity(entry.len as usize);
-        f.read_to_end(&mut buf)
-            .map_err(|e| io_err(path, "read", e))?;
-        Ok(Probe::Present {
-            entry,
-            content: Some(buf),
-        })
+        // replaced twice in a row while being looked at: not an observation, ask again
+        Err(io_err(
+            path,
+            "read",
+            io::Error::other("replaced twice while being read; ask again"),
+        ))
     }
 
     /// Checks the parents of `path` before a write: present, missing from some point, or in
@@ -853,6 +885,56 @@ mod tests {
         assert_eq!(
             s.read_string_following("/etc/os-release").unwrap().unwrap(),
             "ID=x\n"
+        );
+    }
+
+    /// A file unlinked, or replaced by a rename, while it is being probed is absent or the
+    /// new file, never an error, and the metadata is that of the content read (issue 16
+    /// §4: `open: No such file or directory` between the stat and the open).
+    #[test]
+    fn probe_sees_a_file_that_comes_and_goes_as_absent_or_whole() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (d, s) = tmp();
+        std::fs::create_dir_all(d.path().join("etc/x")).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let churn = {
+            let (dir, stop) = (d.path().join("etc/x"), stop.clone());
+            std::thread::spawn(move || {
+                let (f, tmp) = (dir.join("f.conf"), dir.join(".f.tmp"));
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    std::fs::write(
+                        &tmp,
+                        format!("{n:0>width$}\n", width = (n % 7 + 1) as usize),
+                    )
+                    .unwrap();
+                    std::fs::rename(&tmp, &f).unwrap();
+                    if n.is_multiple_of(2) {
+                        std::fs::remove_file(&f).unwrap();
+                    }
+                    n += 1;
+                }
+            })
+        };
+        let (mut absent, mut present) = (0, 0);
+        for _ in 0..50_000 {
+            match s.probe("/etc/x/f.conf", 1 << 20) {
+                Ok(Probe::Absent) => absent += 1,
+                Ok(Probe::Present {
+                    entry,
+                    content: Some(c),
+                }) => {
+                    assert_eq!(entry.len, c.len() as u64, "metadata of another file");
+                    present += 1;
+                }
+                other => panic!("probe during churn: {other:?}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        churn.join().unwrap();
+        assert!(
+            absent > 0 && present > 0,
+            "{absent} absent, {present} present"
         );
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::common::{ChangeBuilder, disruption};
-use super::observe::{NodeView, ObserveError, Observed};
+use super::observe::{NodeView, ObserveError, Observed, observe_running};
 use super::steps::Steps;
 use super::{AfterBoot, Boot, DriftView, Input, Output, Section};
 use crate::bootloader::KernelArgsBackend;
@@ -230,12 +230,16 @@ impl KernelArgs {
         backend: &dyn KernelArgsBackend,
         args: &Args,
     ) -> Option<String> {
-        let current_len = input
-            .obs
-            .proc_cmdline
-            .as_ref()
-            .map(|c| c.len())
-            .unwrap_or_else(|| backend.next_boot().render().len());
+        // unknown is not empty: without the running command line, neither what a change
+        // needs (a reboot, or nothing) nor what the boot shows can be told
+        let current_len = match &input.obs.proc_cmdline {
+            Ok(c) => c.len(),
+            Err(u) => {
+                return Some(format!(
+                    "{u}; the running kernel command line is not known, so whether a change of kernel arguments needs a reboot can not be told"
+                ));
+            }
+        };
         let added: usize = args.to_add.iter().map(|a| a.as_str().len() + 1).sum();
         let removed: usize = args.to_remove.iter().map(|a| a.as_str().len() + 1).sum();
         let projected = (current_len + added).saturating_sub(removed);
@@ -516,7 +520,12 @@ impl KernelArgs {
         owned.extend(to_add.iter().cloned());
         out.next.kernel_args = owned.iter().map(|a| a.as_str().to_string()).collect();
         // the running command line, parsed once for this section
-        let running = input.obs.proc_cmdline.as_ref().map(|c| Cmdline::parse(c));
+        let running = input
+            .obs
+            .proc_cmdline
+            .as_ref()
+            .ok()
+            .map(|c| Cmdline::parse(c));
         let args = Args {
             to_remove,
             to_add,
@@ -567,11 +576,10 @@ impl Section for KernelArgs {
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
         let root = node.root;
         obs.kernel = crate::bootloader::detect(root, node.config.kernel_args.backend);
-        obs.proc_cmdline = root
-            .read_string("/proc/cmdline")
-            .ok()
-            .flatten()
-            .map(|s| s.trim_end().to_string());
+        obs.proc_cmdline = observe_running(root, "/proc/cmdline").map(|s| s.trim_end().to_string());
+        if let Err(u) = &obs.proc_cmdline {
+            obs.unknown.push(u.clone());
+        }
         obs.boot_id = root
             .read_string("/proc/sys/kernel/random/boot_id")
             .ok()

@@ -536,8 +536,18 @@ impl Section for Kubelet {
         }
         let config = &node.config.kubelet;
         let mut kubelet = KubeletObs {
-            config: observe_text(node.root, &config.config_path)?,
-            flags: observe_text(node.root, &config.flags_path)?,
+            config: never_empty(
+                obs,
+                observe_text(node.root, &config.config_path)?,
+                &config.config_path,
+                "a kubelet's KubeletConfiguration file",
+            ),
+            flags: never_empty(
+                obs,
+                observe_text(node.root, &config.flags_path)?,
+                &config.flags_path,
+                "kubeadm's flags file (it always sets KUBELET_KUBEADM_ARGS)",
+            ),
             ..KubeletObs::default()
         };
         for p in &config.extra_args_paths {
@@ -648,4 +658,25 @@ fn flags_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
         }
     }
     out
+}
+
+/// Unknown is not empty (issue 20 §2): a present file that holds only whitespace, where
+/// `what` can not be empty, is a problem naming the file (its changes are not covered)
+/// and an [`Unknown`] for `status`. An absent file stays absent (its own reason).
+///
+/// [`Unknown`]: crate::sections::observe::Unknown
+fn never_empty(obs: &mut Observed, t: TextObs, path: &str, what: &str) -> TextObs {
+    match t {
+        TextObs::Text(text, _) if text.trim().is_empty() => {
+            let u = crate::sections::observe::Unknown {
+                source: path.to_string(),
+                why: format!("it is empty, which {what} can not be"),
+            };
+            obs.unknown.push(u.clone());
+            TextObs::Problem(format!(
+                "{u}; its current settings are not known, so no change to it is planned"
+            ))
+        }
+        t => t,
+    }
 }

@@ -15,7 +15,7 @@
 //! [`Upgrade`] the engine runs before every other section's ([`crate::kubernetes::upgrade`]).
 
 use super::common::{ChangeBuilder, disruption};
-use super::observe::{KubernetesObs, NodeView, ObserveError, Observed};
+use super::observe::{KubernetesObs, NodeView, ObserveError, Observed, observe_running};
 use super::{Input, Output, Section};
 use crate::config::Config;
 use crate::kubernetes::upgrade::Upgrade;
@@ -103,17 +103,17 @@ impl Section for Kubernetes {
         if control_plane {
             for c in CONTROL_PLANE_COMPONENTS {
                 let path = format!("{dir}/{c}.yaml");
-                let text = node
-                    .root
-                    .read_string(&path)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
-                let tags = k8s::manifest_tags(&text)
-                    .into_iter()
-                    .filter(|(img, _)| img.ends_with(c))
-                    .map(|(_, t)| t)
-                    .collect();
+                // unknown is not empty: a manifest that can not be read names no tag
+                let tags = observe_running(node.root, &path).map(|text| {
+                    k8s::manifest_tags(&text)
+                        .into_iter()
+                        .filter(|(img, _)| img.ends_with(c))
+                        .map(|(_, t)| t)
+                        .collect()
+                });
+                if let Err(u) = &tags {
+                    obs.unknown.push(u.clone());
+                }
                 manifests.push((path, tags));
             }
         }
@@ -213,15 +213,16 @@ fn targets(config: &Config, obs: &KubernetesObs) -> Vec<String> {
 /// On a control-plane node whose kubelet is at the target: a manifest naming another tag.
 fn stale_manifest(obs: &KubernetesObs, to: Version) -> Option<String> {
     let want = to.to_string();
-    obs.manifests
-        .iter()
-        .find(|(_, tags)| !tags.contains(&want))
-        .map(|(path, tags)| {
-            format!(
-                "the kubelet runs {want} but {path} names {}; run kubeadm upgrade node by hand or re-provision",
-                if tags.is_empty() { "no image tag".to_string() } else { tags.join(", ") }
-            )
-        })
+    obs.manifests.iter().find_map(|(path, tags)| match tags {
+        Err(u) => Some(format!(
+            "the kubelet runs {want} but {u}, so whether the control plane runs {want} too can not be told"
+        )),
+        Ok(tags) if !tags.contains(&want) => Some(format!(
+            "the kubelet runs {want} but {path} names {}; run kubeadm upgrade node by hand or re-provision",
+            if tags.is_empty() { "no image tag".to_string() } else { tags.join(", ") }
+        )),
+        Ok(_) => None,
+    })
 }
 
 /// Why the upgrade is not covered, in the order a user fixes things.

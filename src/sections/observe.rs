@@ -89,10 +89,51 @@ pub struct KubeletObs {
 /// A live kernel parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SysctlLive {
-    /// Current value (trailing newline removed).
+    /// Current value (trailing newline removed); meaningless when `unknown` is set.
     pub value: String,
     /// Whether the file under /proc/sys is writable at all.
     pub writable: bool,
+    /// The file exists but its value could not be read, or read empty (a kernel
+    /// parameter always has a value): why. A change of the key is then not covered.
+    pub unknown: Option<Unknown>,
+}
+
+/// A running-state observation that could not be made (issue 20 §2): the source is
+/// absent, unreadable, or empty where it can not be. Unknown is never read as empty: a
+/// change that depends on it is not covered, naming `source` and `why`, and `status`
+/// lists it as a problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    /// What was read (`/proc/cmdline`).
+    pub source: String,
+    /// Why it is not known (`it is absent`, `it is empty, which it can not be ...`).
+    pub why: String,
+}
+
+impl std::fmt::Display for Unknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} could not be read: {}", self.source, self.why)
+    }
+}
+
+/// A running-state value as observed: the value, or why it is not known.
+pub type Observation<T> = Result<T, Unknown>;
+
+/// Reads a running-state text file that is never empty on a live node (`/proc/cmdline`,
+/// a `/proc/sys` value): absent, unreadable, or empty (only whitespace) is [`Unknown`].
+pub fn observe_running(root: &Sysroot, path: &str) -> Observation<String> {
+    let unknown = |why: String| Unknown {
+        source: path.to_string(),
+        why,
+    };
+    match root.read_string(path) {
+        Ok(Some(t)) if !t.trim().is_empty() => Ok(t),
+        Ok(Some(_)) => Err(unknown(
+            "it is empty, which it never is on a running node".into(),
+        )),
+        Ok(None) => Err(unknown("it is absent".into())),
+        Err(e) => Err(unknown(e.to_string())),
+    }
 }
 
 /// Sysctls as observed.
@@ -121,8 +162,9 @@ pub struct Observed {
     pub kubelet: KubeletObs,
     /// Kernel-args backend, or why there is none.
     pub kernel: Result<Box<dyn KernelArgsBackend>, NoBackend>,
-    /// Running kernel command line (`/proc/cmdline`), if readable.
-    pub proc_cmdline: Option<String>,
+    /// Running kernel command line (`/proc/cmdline`, trailing whitespace removed), or why
+    /// it is not known.
+    pub proc_cmdline: Observation<String>,
     /// Boot id (`/proc/sys/kernel/random/boot_id`), if readable.
     pub boot_id: Option<String>,
     /// Sysctls.
@@ -132,6 +174,8 @@ pub struct Observed {
     pub ntp: Option<Result<crate::ntp::Daemon, String>>,
     /// The node's Kubernetes binaries and kubeadm files when the spec names a version.
     pub kubernetes: Option<KubernetesObs>,
+    /// Every observation a section could not make ([`Unknown`]), for `status`.
+    pub unknown: Vec<Unknown>,
 }
 
 /// The node's Kubernetes as observed (`kubernetes` section).
@@ -145,8 +189,9 @@ pub struct KubernetesObs {
     pub missing_kubeadm_files: Vec<String>,
     /// The node has the kube-apiserver static Pod.
     pub control_plane: bool,
-    /// Control-plane manifests: path → image tags named.
-    pub manifests: Vec<(String, Vec<String>)>,
+    /// Control-plane manifests: path → image tags named, or why the manifest is not
+    /// known (absent, unreadable or empty on a control-plane node).
+    pub manifests: Vec<(String, Observation<Vec<String>>)>,
     /// `source = "url"`: the checksum files of the target version exist, or the first
     /// that does not (a HEAD request each).
     pub checksums: Option<Result<(), String>>,
@@ -230,11 +275,15 @@ impl Observed {
             originals: BTreeMap::new(),
             kubelet: KubeletObs::default(),
             kernel: Err(NoBackend("not observed".into())),
-            proc_cmdline: None,
+            proc_cmdline: Err(Unknown {
+                source: "/proc/cmdline".into(),
+                why: "not observed".into(),
+            }),
             boot_id: None,
             sysctls: SysctlObs::default(),
             ntp: None,
             kubernetes: None,
+            unknown: Vec::new(),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::common::{ChangeBuilder, disruption};
 use super::observe::{
-    NodeView, ObserveError, Observed, SysctlLive, SysctlObs, TextObs, observe_text,
+    NodeView, ObserveError, Observed, SysctlLive, SysctlObs, TextObs, observe_running, observe_text,
 };
 use super::steps::{Remove, Write};
 use super::{DriftView, Input, Output, Section};
@@ -38,14 +38,15 @@ pub fn read_live(root: &Sysroot, key: &str) -> Result<Option<SysctlLive>, Sysroo
         }
         Err(e) => return Err(e),
     };
-    let value = root
-        .read_string(&p)?
-        .unwrap_or_default()
-        .trim_end_matches('\n')
-        .to_string();
+    // unknown is not empty: a value that can not be read, or reads empty, is unknown
+    let (value, unknown) = match observe_running(root, &p) {
+        Ok(v) => (v.trim_end_matches('\n').to_string(), None),
+        Err(u) => (String::new(), Some(u)),
+    };
     Ok(Some(SysctlLive {
         value,
         writable: entry.mode & 0o222 != 0,
+        unknown,
     }))
 }
 
@@ -113,6 +114,11 @@ fn key_problem(
     match live {
         None => Some(format!(
             "{path} does not exist on this node: the key is unknown or its kernel module is not loaded"
+        )),
+        Some(SysctlLive {
+            unknown: Some(u), ..
+        }) => Some(format!(
+            "{u}; the live value of {key} is not known, so whether setting it changes anything can not be told"
         )),
         Some(l) if !l.writable => Some(format!("{path} is read-only")),
         _ => None,
@@ -342,6 +348,16 @@ fn apply_file_value(
                 );
             }
         }
+        Some(SysctlLive {
+            unknown: Some(u), ..
+        }) => {
+            if let Some(i) = id {
+                out.changes[i].covered = false;
+                out.changes[i].reason = format!(
+                    "sets {key}, but {u}: whether applying it live changes anything can not be told"
+                );
+            }
+        }
         Some(live) if normalize(&live.value) != normalize(value) => {
             if !live.writable {
                 if let Some(i) = id {
@@ -390,6 +406,13 @@ impl Section for Sysctls {
             }
         }
         sysctls.drop_in = Some(observe_text(node.root, &node.config.sysctl.drop_in)?);
+        obs.unknown.extend(
+            sysctls
+                .live
+                .values()
+                .flatten()
+                .filter_map(|l| l.unknown.clone()),
+        );
         obs.sysctls = sysctls;
         Ok(())
     }
@@ -411,19 +434,15 @@ impl Section for Sysctls {
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
         let mut out = Vec::new();
         for (key, m) in &view.record.sysctls {
-            let seen = view
-                .root
-                .read_string(&sysctl_path(key))
-                .ok()
-                .flatten()
-                .map(|s| normalize(&s));
+            // unknown is not empty: an unreadable or empty value is shown as unknown
+            let seen = observe_running(view.root, &sysctl_path(key)).map(|s| normalize(&s));
             let want = normalize(&m.value);
-            if seen.as_deref() != Some(want.as_str()) {
+            if seen.as_deref().ok() != Some(want.as_str()) {
                 out.push(pb::Drift {
                     since: None,
                     id: format!("sysctls[{key}]"),
                     expected: want,
-                    observed: seen.unwrap_or_else(|| "absent".into()),
+                    observed: seen.unwrap_or_else(|u| format!("unknown ({})", u.why)),
                 });
             }
         }

@@ -177,14 +177,57 @@ impl Service {
         Ok(())
     }
 
-    fn authorize<T>(&self, req: &Request<T>, need: Role) -> Result<(), Status> {
+    /// Checks the caller's role against `need`, and returns how its errors are shown
+    /// ([`Shown`]).
+    fn authorize<T>(&self, req: &Request<T>, need: Role) -> Result<Shown, Status> {
         let role = self.role_of(req)?;
         if role < need {
             return Err(Status::permission_denied(
                 "this call changes the node and needs the admin role (root); readers may only read",
             ));
         }
-        Ok(())
+        Ok(Shown {
+            node_root: is_node_root(req),
+            state_dir: self.agent.state_path().display().to_string(),
+        })
+    }
+}
+
+/// True for a caller on the Unix socket who is root on the node (or the agent's own
+/// user): the only callers whose error messages may name the agent's own paths.
+fn is_node_root<T>(req: &Request<T>) -> bool {
+    if req.extensions().get::<tls::TlsPeer>().is_some() {
+        return false;
+    }
+    req.extensions()
+        .get::<tonic::transport::server::UdsConnectInfo>()
+        .and_then(|i| i.peer_cred)
+        .is_some_and(|c| c.uid() == 0 || c.uid() == rustix::process::geteuid().as_raw())
+}
+
+/// How errors are shown to one caller: as they are to root on the node; to anyone else
+/// (a reader on the socket, a remote mTLS client) with the state directory's path
+/// replaced by `<state directory>`, the full message going to the agent's log.
+#[derive(Debug, Clone)]
+struct Shown {
+    node_root: bool,
+    state_dir: String,
+}
+
+impl Shown {
+    fn status(&self, s: Status) -> Status {
+        if self.node_root || self.state_dir.is_empty() || !s.message().contains(&self.state_dir) {
+            return s;
+        }
+        tracing::warn!(error = %s.message(), "error answered without the state directory's path");
+        Status::new(
+            s.code(),
+            s.message().replace(&self.state_dir, "<state directory>"),
+        )
+    }
+
+    fn result<T>(&self, r: Result<T, Status>) -> Result<T, Status> {
+        r.map_err(|s| self.status(s))
     }
 }
 
@@ -205,7 +248,7 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::GetCoverageRequest>,
     ) -> Result<Response<pb::CoverageReport>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         self.authorize_content(&req, req.get_ref().diff.as_ref())?;
         let a = self.agent.clone();
         let r = req.into_inner();
@@ -216,30 +259,32 @@ impl NodeAgent for Service {
         let t = std::time::Instant::now();
         let r = blocking(move || a.coverage_with(&desired, policy, r.diff.as_ref())).await;
         self.metrics.observe_coverage(t.elapsed().as_secs_f64());
-        r.map(Response::new)
+        shown.result(r).map(Response::new)
     }
 
     async fn apply(
         &self,
         req: Request<pb::ApplyRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
-        self.authorize(&req, Role::Admin)?;
+        let shown = self.authorize(&req, Role::Admin)?;
         self.authorize_content(&req, req.get_ref().diff.as_ref())?;
         let a = self.agent.clone();
         let r = req.into_inner();
         let _slot = self.planning_slot().await?;
-        blocking(move || a.apply(r)).await.map(Response::new)
+        shown
+            .result(blocking(move || a.apply(r)).await)
+            .map(Response::new)
     }
 
     async fn get_operation(
         &self,
         req: Request<pb::GetOperationRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
         let id = req.into_inner().id;
-        blocking(move || a.get_operation(&id))
-            .await
+        shown
+            .result(blocking(move || a.get_operation(&id)).await)
             .map(Response::new)
     }
 
@@ -249,9 +294,9 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let id = req.into_inner().id;
-        let (events, rx) = self.agent.watch(&id).map_err(Status::from)?;
+        let (events, rx) = shown.result(self.agent.watch(&id).map_err(Status::from))?;
         let (tx, out) = tokio::sync::mpsc::channel(16);
         let agent = self.agent.clone();
         tokio::spawn(async move {
@@ -301,10 +346,10 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::ListOperationsRequest>,
     ) -> Result<Response<pb::ListOperationsResponse>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
-        blocking(move || a.list_operations())
-            .await
+        shown
+            .result(blocking(move || a.list_operations()).await)
             .map(|operations| Response::new(pb::ListOperationsResponse { operations }))
     }
 
@@ -312,31 +357,35 @@ impl NodeAgent for Service {
         &self,
         req: Request<pb::RebootRequest>,
     ) -> Result<Response<pb::Operation>, Status> {
-        self.authorize(&req, Role::Admin)?;
+        let shown = self.authorize(&req, Role::Admin)?;
         let a = self.agent.clone();
         let id = req.into_inner().operation_id;
-        blocking(move || a.reboot(&id)).await.map(Response::new)
+        shown
+            .result(blocking(move || a.reboot(&id)).await)
+            .map(Response::new)
     }
 
     async fn get_status(
         &self,
         req: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::NodeStatus>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let a = self.agent.clone();
-        blocking(move || a.status()).await.map(Response::new)
+        shown
+            .result(blocking(move || a.status()).await)
+            .map(Response::new)
     }
 
     async fn inspect(
         &self,
         req: Request<pb::InspectRequest>,
     ) -> Result<Response<pb::InspectResponse>, Status> {
-        self.authorize(&req, Role::Reader)?;
+        let shown = self.authorize(&req, Role::Reader)?;
         let r = req.into_inner();
         let a = self.agent.clone();
         let (want_ops, want_status) = (r.operations, r.status);
         // History first, then the status, as a caller of ListOperations then GetStatus.
-        let (operations, status) = blocking(move || {
+        let listed = blocking(move || {
             let ops = if want_ops {
                 a.list_operations()?
             } else {
@@ -345,7 +394,8 @@ impl NodeAgent for Service {
             let st = if want_status { Some(a.status()?) } else { None };
             Ok((ops, st))
         })
-        .await?;
+        .await;
+        let (operations, status) = shown.result(listed)?;
         let mut out = pb::InspectResponse {
             status,
             operations,
@@ -355,9 +405,12 @@ impl NodeAgent for Service {
         let Some(desired) = r.desired else {
             return Ok(Response::new(out));
         };
-        let as_error = |s: Status| pb::InspectError {
-            code: s.code() as i32,
-            message: s.message().to_string(),
+        let as_error = |s: Status| {
+            let s = shown.status(s);
+            pb::InspectError {
+                code: s.code() as i32,
+                message: s.message().to_string(),
+            }
         };
         if r.skip_coverage_when_busy && self.agent.is_busy() {
             out.coverage_error = Some(as_error(Status::aborted(

@@ -121,13 +121,15 @@ pub fn is_name_char(c: char) -> bool {
 }
 
 /// A safe name: 1 to `max` bytes of [`is_name_char`], not starting with `.` (so never `.`,
-/// `..` or a hidden file, and never a path).
+/// `..` or a hidden file, and never a path) nor `-` (never taken for an option by the
+/// tools that get it as an argument). The one rule for every identifier that becomes a
+/// file name: drop-in names, operation ids.
 pub fn is_safe_name(s: &str, max: usize) -> bool {
-    !s.is_empty() && s.len() <= max && !s.starts_with('.') && s.chars().all(is_name_char)
+    !s.is_empty() && s.len() <= max && !s.starts_with(['.', '-']) && s.chars().all(is_name_char)
 }
 
-/// Validates a drop-in file name: 1-255 bytes of `[A-Za-z0-9._-]`, not starting with `.`,
-/// ending in `.yaml` after a non-empty stem.
+/// Validates a drop-in file name: 1-255 bytes of `[A-Za-z0-9._-]`, not starting with `.`
+/// or `-`, ending in `.yaml` after a non-empty stem.
 pub fn validate_dropin_name(field: &str, name: &str) -> Result<(), SpecError> {
     let ok = is_safe_name(name, 255) && name.len() > ".yaml".len() && name.ends_with(".yaml");
     if ok {
@@ -136,7 +138,7 @@ pub fn validate_dropin_name(field: &str, name: &str) -> Result<(), SpecError> {
         Err(SpecError::new(
             field,
             format!(
-                "{name:?} is not a valid drop-in name; use A-Z a-z 0-9 . _ -, not starting with '.', ending in .yaml (e.g. 10-tuning.yaml)"
+                "{name:?} is not a valid drop-in name; use A-Z a-z 0-9 . _ -, not starting with '.' or '-', ending in .yaml (e.g. 10-tuning.yaml)"
             ),
         ))
     }
