@@ -43,6 +43,8 @@
 use std::collections::HashMap;
 
 mod edit;
+#[cfg(test)]
+mod layout_tests;
 mod render;
 mod scalars;
 #[cfg(test)]
