@@ -225,10 +225,7 @@ mod tests {
         );
         assert_eq!(chrony_edit("x\nserver a", &s(&["b"])), "x\nserver b iburst");
         let appended = chrony_edit("driftfile /d", &s(&["n1", "n2"]));
-        assert_eq!(
-            appended,
-            "driftfile /d\nserver n1 iburst\nserver n2 iburst"
-        );
+        assert_eq!(appended, "driftfile /d\nserver n1 iburst\nserver n2 iburst");
         assert_eq!(chrony_edit("", &s(&["n1"])), "server n1 iburst\n");
     }
 

@@ -625,9 +625,15 @@ pub(super) fn rerender(expected: &Value) -> Result<Edited, ConfigError> {
 /// * `Remove` deletes the key's lines (including a trailing comment on its last line) and those
 ///   of parents left empty; removing the last top-level key leaves `{}`.
 ///
+/// * inside a flow mapping a value is replaced in place, a new key appended after the last
+///   entry (`, key: value`), a removed key taken out with one separating comma; a
+///   non-empty flow collection replaced by a collection stays flow style (`[a, b]`);
+/// * all edits are splices of one parse of `text` applied in one pass (O(text + edits));
+///   where two splices would overlap (edits of a field and of its parent) the edits are
+///   made one by one instead, with the same result.
+///
 /// A multi-line plain or quoted scalar that is Set is replaced together with its key's lines.
-/// When an edit point uses something that cannot be edited faithfully (a non-empty flow
-/// collection being edited into or inserted into, an anchor or alias on the edited node or its
+/// When an edit point uses something that cannot be edited faithfully (an anchor or alias on the edited node or its
 /// parent mapping, a tag on a parent mapping, a key that does not start its line, a block scalar
 /// `|`/`>` being replaced or followed by an insertion) or the faithful result does not read back
 /// as expected (e.g. an alias elsewhere refers to an anchor inside a replaced block), the whole
@@ -685,10 +691,23 @@ fn edit_batch(
     let mut keys = Keys::default();
     // The last edit of a path decides its value (`expected` holds it).
     let mut seen = std::collections::HashSet::new();
+    // A parent missing (or null, or `{}`) before the edits is rendered whole from
+    // `expected` by the first edit below it: the others below it have nothing to add
+    // (rendering it once per edit was O(N²) for N new featureGates).
+    let mut rendered = std::collections::HashSet::new();
     let mut splices = Vec::new();
     for (idx, e) in edits.iter().enumerate().rev() {
         let path = e.path();
         if !seen.insert(path) || get(before, path) == get(expected, path) {
+            continue;
+        }
+        if matches!(e, LeafEdit::Set(..) | LeafEdit::SetRaw(..))
+            && let Some(i) = (1..path.len()).find(|&i| {
+                !get(before, &path[..i])
+                    .is_some_and(|v| v.as_object().is_some_and(|m| !m.is_empty()))
+            })
+            && !rendered.insert(&path[..i])
+        {
             continue;
         }
         if matches!(e, LeafEdit::Set(..) | LeafEdit::SetRaw(..)) && get(expected, path).is_none() {
