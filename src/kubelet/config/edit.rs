@@ -703,8 +703,7 @@ fn edit_batch(
         }
         if matches!(e, LeafEdit::Set(..) | LeafEdit::SetRaw(..))
             && let Some(i) = (1..path.len()).find(|&i| {
-                !get(before, &path[..i])
-                    .is_some_and(|v| v.as_object().is_some_and(|m| !m.is_empty()))
+                get(before, &path[..i]).is_none_or(|v| v.as_object().is_none_or(|m| m.is_empty()))
             })
             && !rendered.insert(&path[..i])
         {
