@@ -360,6 +360,115 @@ fn kubelet_spec(n: usize) -> pb::NodeSpec {
 }
 
 // ------------------------------------------------------------------------------------------
+// Kubelet config fields: µs per field at 10 / 100 / 1000 featureGates
+
+/// Median of `reps` runs of `f`.
+fn median_of(reps: usize, mut f: impl FnMut()) -> Duration {
+    let mut ts: Vec<Duration> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    ts.sort();
+    ts[ts.len() / 2]
+}
+
+/// Issue 16 §2: the per-field cost of kubelet config edits must be flat in the number of
+/// fields. The library's `edit` of N new featureGates into the example node's
+/// config.yaml, against a floor measured in the same run (one parse of the edited
+/// document: the least a faithful editor must do); then GetCoverage of the same N-field
+/// partial config through the daemon. Run alone with `BENCH_ONLY=kubelet`.
+async fn kubelet_fields_scaling(rep: &mut Report, quick: bool) {
+    use inplaced::kubelet::config as kcfg;
+    let base =
+        std::fs::read_to_string(example("node/var/lib/kubelet/config.yaml")).expect("config.yaml");
+    let mut per_field = Vec::new();
+    for nk in [10usize, 100, 1000] {
+        let edits: Vec<kcfg::LeafEdit> = (0..nk)
+            .map(|i| {
+                kcfg::LeafEdit::Set(
+                    vec!["featureGates".into(), format!("BenchGate{i:04}")],
+                    serde_json::Value::Bool(i % 2 == 0),
+                )
+            })
+            .collect();
+        let out = kcfg::edit(&base, &edits).expect("edit");
+        assert!(out.faithful);
+        let reps = if quick { 5 } else { 21 };
+        let t_edit = median_of(reps, || {
+            std::hint::black_box(kcfg::edit(&base, &edits).unwrap());
+        });
+        let t_parse = median_of(reps, || {
+            std::hint::black_box(kcfg::parse(&out.text).unwrap());
+        });
+        let pf = us(t_edit) / nk as f64;
+        rep.fig(&format!("kubelet_edit_fields_{nk}_per_field"), pf, "us");
+        rep.fig(&format!("kubelet_edit_fields_{nk}_total"), ms(t_edit), "ms");
+        rep.floor(
+            &format!("floor_kubelet_parse_{nk}_fields"),
+            us(t_parse),
+            "us",
+        );
+        rep.ratio(
+            &format!("ratio_kubelet_edit_{nk}_vs_parse_floor"),
+            us(t_edit),
+            us(t_parse),
+        );
+        per_field.push(pf);
+    }
+    rep.ratio(
+        "ratio_kubelet_edit_per_field_1000_vs_10",
+        per_field[2],
+        per_field[0],
+    );
+    rep.ratio(
+        "ratio_kubelet_edit_per_field_100_vs_10",
+        per_field[1],
+        per_field[0],
+    );
+
+    let mut cov = Daemon::new("kcov");
+    cov.start().await;
+    let ch = inplaced::client::channel(&cov.socket).await.unwrap();
+    let mut c = NodeAgentClient::new(ch.clone());
+    let mut per_field = Vec::new();
+    for (nk, calls) in [(10usize, 100usize), (100, 50), (1000, 20)] {
+        let calls = if quick {
+            calls.div_ceil(4).max(3)
+        } else {
+            calls
+        };
+        let spec = kubelet_spec(nk);
+        let r = coverage(&mut c, &spec).await;
+        assert_eq!(r.changes.len(), nk, "{nk} featureGates");
+        let mut ts = Vec::new();
+        for _ in 0..calls {
+            ts.push(timed_coverage(&mut c, &spec).await);
+        }
+        let p50 = pct(&ts, 50.0);
+        let pf = us(p50) / nk as f64;
+        rep.fig(&format!("coverage_kubelet_only_{nk}_p50"), us(p50), "us");
+        rep.fig(&format!("coverage_kubelet_only_{nk}_per_field"), pf, "us");
+        per_field.push(pf);
+    }
+    rep.ratio(
+        "ratio_coverage_kubelet_per_field_1000_vs_10",
+        per_field[2],
+        per_field[0],
+    );
+    rep.ratio(
+        "ratio_coverage_kubelet_per_field_100_vs_10",
+        per_field[1],
+        per_field[0],
+    );
+    drop(c);
+    drop(ch);
+    cov.stop().await;
+}
+
+// ------------------------------------------------------------------------------------------
 // Calls
 
 async fn coverage(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec) -> pb::CoverageReport {
@@ -554,6 +663,13 @@ fn main() {
 
 async fn run(quick: bool, n: Counts) {
     let mut rep = Report::default();
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "kubelet") {
+        kubelet_fields_scaling(&mut rep, quick).await;
+        for l in &rep.tail {
+            println!("{l}");
+        }
+        return;
+    }
     note(format!(
         "binary {} quick={quick} nproc={}",
         daemon_binary(),

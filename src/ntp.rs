@@ -95,32 +95,70 @@ pub fn unit_for_path(path: &str) -> Option<&'static str> {
 }
 
 /// True for a chrony `server` or `pool` directive line (chrony.conf(5): the directive is
-/// the first word; `!`, `;`, `#` and `%` start comments).
+/// the first word, matched without regard to case as chronyd's `strcasecmp` does; `!`,
+/// `;`, `#` and `%` start comments, so such lines are never directives).
 fn is_source_line(line: &str) -> bool {
     let mut words = line.split_whitespace();
-    matches!(words.next(), Some("server" | "pool"))
+    words
+        .next()
+        .is_some_and(|w| w.eq_ignore_ascii_case("server") || w.eq_ignore_ascii_case("pool"))
 }
 
-/// chrony.conf with its `server` and `pool` lines replaced by one `server <name> iburst`
-/// line per server, at the position of the first such line (appended at the end when
-/// there is none); every other byte unchanged, line endings included.
+/// The name a `server`/`pool` line names (its second word).
+fn source_name(line: &str) -> Option<&str> {
+    line.split_whitespace().nth(1)
+}
+
+/// chrony.conf with its `server` and `pool` lines replaced by one line per server, at
+/// the position of the first such line (appended at the end when there is none); every
+/// other byte unchanged (comments, `include`/`confdir`/`sourcedir` lines, a missing final
+/// newline stays missing).
+///
+/// A server that a `server` line already names keeps that line byte for byte (its
+/// options: `iburst prefer maxpoll 6`); a new one is written canonically as
+/// `server <name> iburst`. New lines end as the file's lines do (`\r\n` when the file
+/// uses it).
 ///
 /// ```
 /// let text = "# c\npool 2.pool.ntp.org iburst\ndriftfile /x\nserver a\n";
-/// let out = inplaced::ntp::chrony_edit(text, &["n1".into(), "n2".into()]);
-/// assert_eq!(out, "# c\nserver n1 iburst\nserver n2 iburst\ndriftfile /x\n");
+/// let out = inplaced::ntp::chrony_edit(text, &["n1".into(), "a".into()]);
+/// assert_eq!(out, "# c\nserver n1 iburst\nserver a\ndriftfile /x\n");
 /// ```
 pub fn chrony_edit(text: &str, servers: &[String]) -> String {
-    let ours: String = servers
-        .iter()
-        .map(|s| format!("server {s} iburst\n"))
-        .collect();
+    let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    let kept = |name: &str| {
+        text.split_inclusive('\n').find(|l| {
+            is_source_line(l)
+                && l.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.eq_ignore_ascii_case("server"))
+                && source_name(l) == Some(name)
+        })
+    };
+    let mut ours = String::new();
+    for s in servers {
+        match kept(s) {
+            Some(l) if l.ends_with('\n') => ours.push_str(l),
+            Some(l) => {
+                ours.push_str(l);
+                ours.push_str(eol);
+            }
+            None => {
+                ours.push_str(&format!("server {s} iburst"));
+                ours.push_str(eol);
+            }
+        }
+    }
     let mut out = String::with_capacity(text.len() + ours.len());
     let mut placed = false;
+    let mut last_was_source = false;
+    let mut ours_end = usize::MAX;
     for line in text.split_inclusive('\n') {
-        if is_source_line(line) {
+        last_was_source = is_source_line(line);
+        if last_was_source {
             if !placed {
                 out.push_str(&ours);
+                ours_end = out.len();
                 placed = true;
             }
             continue;
@@ -128,10 +166,18 @@ pub fn chrony_edit(text: &str, servers: &[String]) -> String {
         out.push_str(line);
     }
     if !placed {
-        if !out.is_empty() && !out.ends_with('\n') {
-            out.push('\n');
+        let open_end = !out.is_empty() && !out.ends_with('\n');
+        if open_end {
+            out.push_str(eol);
         }
         out.push_str(&ours);
+        if open_end {
+            // no final newline before: none after
+            out.truncate(out.len() - eol.len());
+        }
+    } else if last_was_source && !text.ends_with('\n') && out.len() == ours_end {
+        // the file ended in a source line without a newline: so does the result
+        out.truncate(out.len() - eol.len());
     }
     out
 }
@@ -169,12 +215,17 @@ mod tests {
     fn chrony_keeps_every_other_byte() {
         let text = "a\r\nserver x iburst\r\n  pool p  maxsources 4\nserverx\n# server c\nb";
         let out = chrony_edit(text, &s(&["n1"]));
-        assert_eq!(out, "a\r\nserver n1 iburst\nserverx\n# server c\nb");
-        let appended = chrony_edit("driftfile /d", &s(&["n1", "n2"]));
+        assert_eq!(out, "a\r\nserver n1 iburst\r\nserverx\n# server c\nb");
+        // case-insensitive directives; a named server keeps its line and options
+        let text = "SERVER a iburst\nServer b prefer maxpoll 6\ninclude /etc/chrony.d/*.conf\n";
+        let out = chrony_edit(text, &s(&["b", "c"]));
         assert_eq!(
-            appended,
-            "driftfile /d\nserver n1 iburst\nserver n2 iburst\n"
+            out,
+            "Server b prefer maxpoll 6\nserver c iburst\ninclude /etc/chrony.d/*.conf\n"
         );
+        assert_eq!(chrony_edit("x\nserver a", &s(&["b"])), "x\nserver b iburst");
+        let appended = chrony_edit("driftfile /d", &s(&["n1", "n2"]));
+        assert_eq!(appended, "driftfile /d\nserver n1 iburst\nserver n2 iburst");
         assert_eq!(chrony_edit("", &s(&["n1"])), "server n1 iburst\n");
     }
 
@@ -196,5 +247,76 @@ mod tests {
             servers_in(TIMESYNCD_DROPIN, &timesyncd_dropin(&s(&["a", "b"]))),
             s(&["a", "b"])
         );
+    }
+
+    fn chrony_line() -> impl proptest::strategy::Strategy<Value = &'static str> {
+        proptest::sample::select(vec![
+            "# server commented.example iburst\n",
+            "! pool bang.example\n",
+            "; semicolon comment\n",
+            "% percent comment\n",
+            "\n",
+            "include /etc/chrony.d/*.conf\n",
+            "confdir /etc/chrony.d\n",
+            "sourcedir /run/chrony-dhcp\n",
+            "driftfile /var/lib/chrony/drift\n",
+            "makestep 1.0 3\n",
+            "server a.example iburst\n",
+            "Pool 2.pool.ntp.org iburst maxsources 4\n",
+            "server b.example prefer maxpoll 6\n",
+            "  server c.example   iburst  \n",
+        ])
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Issue 20 §1 for chrony.conf: over generated layouts chronyd accepts, every
+        /// line that is not a `server`/`pool` directive stays byte for byte and in order,
+        /// chronyd's sources are exactly the desired servers in order (a server already
+        /// named keeps its line and options), and planning again changes nothing. The
+        /// revert restores the saved original file (tests/blackbox.rs checks the bytes).
+        #[test]
+        fn chrony_layouts_keep_bytes(
+            lines in proptest::collection::vec(chrony_line(), 0..8),
+            crlf in proptest::prelude::any::<bool>(),
+            no_final_newline in proptest::prelude::any::<bool>(),
+            servers in proptest::sample::subsequence(vec!["b.example", "n1.example", "a.example", "n2.example"], 1..4),
+        ) {
+            let mut text: String = lines.concat();
+            if crlf {
+                text = text.replace('\n', "\r\n");
+            }
+            if no_final_newline {
+                text = text.trim_end_matches(['\r', '\n']).to_string();
+            }
+            let servers: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
+            let out = chrony_edit(&text, &servers);
+            let others = |t: &str| -> Vec<String> {
+                t.split_inclusive('\n')
+                    .filter(|l| !is_source_line(l))
+                    .map(|l| l.trim_end_matches(['\r', '\n']).to_string())
+                    .collect()
+            };
+            // (a) the other lines, in order and byte for byte; the line endings
+            proptest::prop_assert_eq!(others(&out), others(&text));
+            if text.contains("\r\n") {
+                proptest::prop_assert!(!out.replace("\r\n", "").contains('\n'), "{:?}", out);
+            }
+            if !text.lines().last().is_some_and(is_source_line) {
+                proptest::prop_assert_eq!(out.ends_with('\n'), text.ends_with('\n') || text.is_empty());
+            }
+            // (b) chronyd's sources: the desired servers, a named one with its own line
+            let sources: Vec<&str> = out.lines().filter(|l| is_source_line(l)).collect();
+            let names: Vec<&str> = sources.iter().filter_map(|l| source_name(l)).collect();
+            proptest::prop_assert_eq!(&names, &servers.iter().map(String::as_str).collect::<Vec<_>>());
+            for l in &sources {
+                if let Some(orig) = text.lines().find(|o| is_source_line(o) && o.starts_with("server") && source_name(o) == source_name(l)) {
+                    proptest::prop_assert_eq!(*l, orig);
+                }
+            }
+            // (c) a second plan is a no-op
+            proptest::prop_assert_eq!(chrony_edit(&out, &servers), out);
+        }
     }
 }

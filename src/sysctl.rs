@@ -71,13 +71,109 @@ pub fn parse_sysctl_conf(text: &str) -> BTreeMap<String, String> {
 
 /// Renders the agent's sysctl.d drop-in, keys sorted.
 pub fn render_sysctl_conf(values: &BTreeMap<String, String>) -> String {
-    let mut s =
-        String::from("# Managed by inplaced: sysctls of the applied NodeSpec. Do not edit.\n");
+    let mut s = String::from(DROP_IN_HEADER);
     for (k, v) in values {
         s.push_str(&format!("{k} = {v}\n"));
     }
     s
 }
+
+/// The key an assignment line of sysctl.d(5) sets, and the byte range of its value in
+/// the line; `None` for blank, comment (`#`, `;`) and malformed lines.
+fn assignment(line: &str) -> Option<(&str, std::ops::Range<usize>)> {
+    let body = line.trim_end_matches(['\n', '\r']);
+    let l = body.trim_start();
+    if l.is_empty() || l.starts_with(['#', ';']) {
+        return None;
+    }
+    let eq = body.find('=')?;
+    let key = body[..eq].trim().trim_start_matches('-');
+    let after = &body[eq + 1..];
+    let vstart = eq + 1 + (after.len() - after.trim_start().len());
+    let vend = eq + 1 + after.trim_end().len();
+    Some((key, vstart..vend.max(vstart)))
+}
+
+/// The agent's sysctl.d drop-in, edited in place from its current text (`None`: the file
+/// does not exist) to hold `values`, with the lines of the `dropped` keys removed.
+///
+/// Every other byte stays: comments, blank lines, other keys, line endings, and on a
+/// line whose value changes its `-` prefix, the spacing around `=` and trailing
+/// whitespace (only the value is replaced). A key is matched by its `/proc/sys` path, so
+/// `net/ipv4/ip_forward` and `net.ipv4.ip_forward` are one key. A new key is appended as
+/// `key=value` when every assignment already in the file is written without spaces, else
+/// canonically `key = value`, with the file's line ending (a file without a final newline
+/// keeps none, so that dropping the key again gives the same bytes). A new file is
+/// [`render_sysctl_conf`]. Returns `None` when nothing but the agent's own header (and blank
+/// lines) would be left: the file is the agent's and is to be deleted.
+pub fn edit_sysctl_conf(
+    current: Option<&str>,
+    values: &BTreeMap<String, String>,
+    dropped: &[String],
+) -> Option<String> {
+    let Some(text) = current else {
+        return (!values.is_empty()).then(|| render_sysctl_conf(values));
+    };
+    let by_path: BTreeMap<String, &String> =
+        values.iter().map(|(k, v)| (sysctl_path(k), v)).collect();
+    let dropped: std::collections::BTreeSet<String> =
+        dropped.iter().map(|k| sysctl_path(k)).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut assignments, mut tight) = (0, true);
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let Some((key, range)) = assignment(line) else {
+            out.push_str(line);
+            continue;
+        };
+        assignments += 1;
+        tight &= !line.contains(" =") && !line.contains("= ");
+        let path = sysctl_path(key);
+        match by_path.get(&path) {
+            Some(v) => {
+                seen.insert(path);
+                out.push_str(&line[..range.start]);
+                out.push_str(v);
+                out.push_str(&line[range.end..]);
+            }
+            None if dropped.contains(&path) => {
+                // the last line, without a newline: so must the result end
+                if !line.ends_with('\n') && out.ends_with('\n') {
+                    out.pop();
+                    if out.ends_with('\r') {
+                        out.pop();
+                    }
+                }
+            }
+            None => out.push_str(line),
+        }
+    }
+    let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    // a file without a final newline keeps none: new lines go before the end
+    let open_end = !text.is_empty() && !text.ends_with('\n');
+    let sep = if tight && assignments > 0 { "=" } else { " = " };
+    for (k, v) in values {
+        if seen.contains(&sysctl_path(k)) {
+            continue;
+        }
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push_str(eol);
+        }
+        out.push_str(&format!("{k}{sep}{v}{eol}"));
+    }
+    if open_end && out.len() > text.len() && out.ends_with(eol) {
+        out.truncate(out.len() - eol.len());
+    }
+    let header = DROP_IN_HEADER.trim_end();
+    let header_only = out.lines().any(|l| l.trim_end() == header)
+        && out
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_end() == header);
+    (!header_only || !values.is_empty()).then_some(out)
+}
+
+const DROP_IN_HEADER: &str =
+    "# Managed by inplaced: sysctls of the applied NodeSpec. Do not edit.\n";
 
 /// The value systemd-sysctl would set at boot for `key`, and the file it comes from,
 /// given the sysctl.d `files` (node path, text) with `overrides` (path → new text, None =
@@ -123,6 +219,7 @@ pub fn boot_value(
 #[cfg(test)]
 mod tests {
     use super::sysctl_path;
+    use std::collections::BTreeMap;
 
     #[test]
     fn dotted_and_slashed_forms_map_as_procps_does() {
@@ -140,6 +237,119 @@ mod tests {
         assert_eq!(
             sysctl_path("net.ipv4.conf.bond0/2/3.rp_filter"),
             "/proc/sys/net/ipv4/conf/bond0.2.3/rp_filter"
+        );
+    }
+
+    /// A reader written from sysctl.d(5) alone: blank lines and lines beginning with `#`
+    /// or `;` are ignored, `token = value` with the whitespace around token and value
+    /// ignored, a leading `-` only marks failures as ignored; the last assignment wins.
+    fn sysctl_d_reads(text: &str) -> std::collections::BTreeMap<String, String> {
+        let mut m = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let l = line.trim();
+            if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
+                continue;
+            }
+            if let Some((k, v)) = l.split_once('=') {
+                let k = k.trim();
+                let k = k.strip_prefix('-').unwrap_or(k).trim();
+                m.insert(super::sysctl_path(k), v.trim().to_string());
+            }
+        }
+        m
+    }
+
+    fn line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just("# a comment\n".to_string()),
+            Just("; another comment = not a key\n".to_string()),
+            Just("\n".to_string()),
+            Just("   # indented comment\n".to_string()),
+            Just("vm.swappiness=10\n".to_string()),
+            Just("-net.ipv4.conf.all.rp_filter = 2\n".to_string()),
+            Just("  kernel.panic =  10  \n".to_string()),
+            Just("net/core/somaxconn = 4096\n".to_string()),
+            Just("fs.inotify.max_user_watches\t=\t524288\n".to_string()),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Issue 20 §1 for the sysctl drop-in: over generated sysctl.d(5) layouts, an
+        /// edit keeps every line it does not change, sysctl.d's reading gives the
+        /// intended values, and dropping the keys again gives the original bytes.
+        #[test]
+        fn drop_in_edits_keep_bytes_and_revert_exactly(
+            lines in proptest::collection::vec(line(), 0..7),
+            crlf in proptest::prelude::any::<bool>(),
+            no_final_newline in proptest::prelude::any::<bool>(),
+            new in proptest::collection::btree_map(
+                proptest::sample::select(vec!["net.ipv4.ip_forward", "kernel.pid_max", "net.ipv4.ip_local_port_range"]),
+                proptest::sample::select(vec!["1", "4194304", "32768\t60999", "0"]),
+                1..3,
+            ),
+        ) {
+            let mut text: String = lines.concat();
+            if crlf {
+                text = text.replace('\n', "\r\n");
+            }
+            if no_final_newline && text.ends_with('\n') && !text.ends_with("\r\n") {
+                text.pop();
+            }
+            let values: BTreeMap<String, String> =
+                new.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let out = super::edit_sysctl_conf(Some(&text), &values, &[]).unwrap();
+            // (a) every original line is still there, in order, byte for byte
+            let body = text.trim_end_matches(['\r', '\n']);
+            proptest::prop_assert!(out.starts_with(body), "{:?} -> {:?}", text, out);
+            if text.contains("\r\n") {
+                proptest::prop_assert!(!out.replace("\r\n", "").contains('\n'));
+            }
+            // (b) systemd-sysctl reads the intended values, and the others unchanged
+            let before = sysctl_d_reads(&text);
+            let after = sysctl_d_reads(&out);
+            for (k, v) in &values {
+                proptest::prop_assert_eq!(after.get(&super::sysctl_path(k)), Some(v));
+            }
+            for (k, v) in &before {
+                proptest::prop_assert_eq!(after.get(k), Some(v));
+            }
+            // an edit of a value in place keeps the line's layout
+            let changed: BTreeMap<String, String> =
+                values.keys().map(|k| (k.clone(), "7".to_string())).collect();
+            let again = super::edit_sysctl_conf(Some(&out), &changed, &[]).unwrap();
+            proptest::prop_assert_eq!(again.len() + values.values().map(|v| v.len()).sum::<usize>(), out.len() + values.len());
+            // (c) dropping the keys gives the original bytes back
+            let dropped: Vec<String> = values.keys().cloned().collect();
+            let back = super::edit_sysctl_conf(Some(&out), &BTreeMap::new(), &dropped);
+            let back = back.unwrap_or_default();
+            proptest::prop_assert_eq!(&back, &text);
+        }
+    }
+
+    #[test]
+    fn drop_in_line_styles() {
+        let v = |k: &str, x: &str| BTreeMap::from([(k.to_string(), x.to_string())]);
+        let text = "# keep\r\n-kernel.panic =  5  \r\nvm.swappiness=10\r\n";
+        assert_eq!(
+            super::edit_sysctl_conf(Some(text), &v("kernel/panic", "10"), &[]).unwrap(),
+            "# keep\r\n-kernel.panic =  10  \r\nvm.swappiness=10\r\n"
+        );
+        // new keys follow a file written without spaces, else canonical
+        assert_eq!(
+            super::edit_sysctl_conf(Some("a.b=1"), &v("c.d", "2"), &[]).unwrap(),
+            "a.b=1\nc.d=2"
+        );
+        assert_eq!(
+            super::edit_sysctl_conf(None, &v("c.d", "2"), &[]).unwrap(),
+            super::render_sysctl_conf(&v("c.d", "2"))
+        );
+        let ours = super::render_sysctl_conf(&v("c.d", "2"));
+        assert_eq!(
+            super::edit_sysctl_conf(Some(&ours), &BTreeMap::new(), &["c.d".into()]),
+            None
         );
     }
 }

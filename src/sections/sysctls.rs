@@ -17,8 +17,8 @@ use crate::node::sysroot::{Kind, Sysroot, SysrootError};
 use crate::pb::{self, ChangeOperation, DisruptionLevel};
 use crate::state::{ManagedValue, Original};
 use crate::sysctl::{
-    SYSCTL_DIRS, boot_value, is_sysctl_conf, normalize, parse_sysctl_conf, render_sysctl_conf,
-    sysctl_path,
+    SYSCTL_DIRS, boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf,
+    render_sysctl_conf, sysctl_path,
 };
 
 /// The `sysctls` section.
@@ -246,28 +246,35 @@ impl Sysctls {
             }
         }
         self.dropped_keys(input, out);
-        let rendered = render_sysctl_conf(&drop_in_values);
+        let dropped: Vec<String> = (input.record.sysctls.keys())
+            .filter(|k| !input.desired.sysctls.contains_key(*k))
+            .cloned()
+            .collect();
         let current_text = drop_in_obs.text().map(|(t, _)| t.to_string());
-        if drop_in_values.is_empty() {
-            if current_text.is_some() && !input.record.sysctls.is_empty() {
-                out.steps.removes.push(Remove {
+        match edit_sysctl_conf(current_text.as_deref(), &drop_in_values, &dropped) {
+            None => {
+                if current_text.is_some() && !input.record.sysctls.is_empty() {
+                    out.steps.removes.push(Remove {
+                        path: drop_in.clone(),
+                        expect: drop_in_obs.fingerprint(),
+                        dirs: Vec::new(),
+                    });
+                }
+            }
+            Some(edited) if current_text.as_deref() != Some(edited.as_str()) => {
+                out.steps.writes.push(Write {
                     path: drop_in.clone(),
+                    content: edited.into_bytes(),
+                    mode: 0o644,
+                    uid: 0,
+                    gid: 0,
+                    keep_meta: true,
                     expect: drop_in_obs.fingerprint(),
-                    dirs: Vec::new(),
+                    save_original: None,
+                    managed_file: false,
                 });
             }
-        } else if current_text.as_deref() != Some(rendered.as_str()) {
-            out.steps.writes.push(Write {
-                path: drop_in.clone(),
-                content: rendered.into_bytes(),
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                keep_meta: false,
-                expect: drop_in_obs.fingerprint(),
-                save_original: None,
-                managed_file: false,
-            });
+            Some(_) => {}
         }
     }
 

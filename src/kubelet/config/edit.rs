@@ -20,22 +20,52 @@ pub(super) struct Splice {
     start: usize,
     end: usize,
     with: String,
+    /// Order among splices at the same place (inserts at one position): deeper
+    /// mappings first (their block ends there), then by key in a sorted mapping, else
+    /// in edit order (`(usize::MAX - depth, key)`; `(0, "")` for non-inserts).
+    rank: (usize, String),
 }
 
-pub(super) fn apply_splice(text: &str, sp: Splice) -> String {
-    let mut with = sp.with;
-    // Keep the absence of a trailing newline when the splice reaches the end of the file.
+impl Splice {
+    fn new(start: usize, end: usize, with: String) -> Splice {
+        Splice {
+            start,
+            end,
+            with,
+            rank: (0, String::new()),
+        }
+    }
+}
+
+/// The text a splice puts in: the file's line ending (`\r\n` if it has any), and no
+/// final newline when the splice reaches the end of a file that has none.
+fn splice_text(text: &str, crlf: bool, sp: &Splice) -> String {
+    let mut with = sp.with.clone();
     if sp.end == text.len() && !text.ends_with('\n') && with.ends_with('\n') {
         with.pop();
     }
-    // Follow the file's line endings.
-    if text.contains("\r\n") {
+    if crlf {
         with = with.replace('\n', "\r\n");
     }
-    let mut out = String::with_capacity(text.len() + with.len());
-    out.push_str(&text[..sp.start]);
-    out.push_str(&with);
-    out.push_str(&text[sp.end..]);
+    with
+}
+
+pub(super) fn apply_splice(text: &str, sp: Splice) -> String {
+    apply_splices(text, &[sp])
+}
+
+/// Apply non-overlapping splices sorted by position in one pass.
+fn apply_splices(text: &str, sps: &[Splice]) -> String {
+    let crlf = text.contains("\r\n");
+    let mut out =
+        String::with_capacity(text.len() + sps.iter().map(|s| s.with.len()).sum::<usize>());
+    let mut at = 0;
+    for sp in sps {
+        out.push_str(&text[at..sp.start]);
+        out.push_str(&splice_text(text, crlf, sp));
+        at = sp.end;
+    }
+    out.push_str(&text[at..]);
     out
 }
 
@@ -97,53 +127,142 @@ pub(super) fn entry_lines(
     Ok((start, stop))
 }
 
-pub(super) fn block_map_entries(node: &Node) -> Result<&[(Node, Node)], NotFaithful> {
+/// The keys of each mapping of one parsed tree, resolved once (go-yaml's key
+/// resolution) and indexed, so that a batch of N edits into a mapping of N entries costs
+/// O(N) and not O(N²).
+#[derive(Default)]
+pub(super) struct Keys {
+    maps: HashMap<usize, MapKeys>,
+}
+
+/// The resolved keys of one mapping, in document order.
+pub(super) struct MapKeys {
+    pub(super) keys: Vec<String>,
+    at: HashMap<String, usize>,
+    /// The keys are in byte order (kubeadm writes them sorted): new keys go in sorted.
+    pub(super) sorted: bool,
+}
+
+impl Keys {
+    /// The keys of the mapping `node` (whose entries are `entries`) at `path`.
+    pub(super) fn of(
+        &mut self,
+        node: &Node,
+        entries: &[(Node, Node)],
+        path: &[String],
+    ) -> Result<&MapKeys, ConfigError> {
+        let id = node as *const Node as usize;
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.maps.entry(id) {
+            let mut keys = Vec::with_capacity(entries.len());
+            let mut at = HashMap::with_capacity(entries.len());
+            for (i, (k, _)) in entries.iter().enumerate() {
+                let s = key_to_string(k, path)?;
+                at.entry(s.clone()).or_insert(i);
+                keys.push(s);
+            }
+            let sorted = keys.windows(2).all(|w| w[0] <= w[1]);
+            slot.insert(MapKeys { keys, at, sorted });
+        }
+        Ok(&self.maps[&id])
+    }
+
+    /// The index of `key` among the entries of mapping `node`.
+    pub(super) fn find(
+        &mut self,
+        node: &Node,
+        entries: &[(Node, Node)],
+        key: &str,
+        path: &[String],
+    ) -> Result<Option<usize>, ConfigError> {
+        Ok(self.of(node, entries, path)?.at.get(key).copied())
+    }
+}
+
+/// The entries of a mapping node.
+pub(super) type Entries = [(Node, Node)];
+
+/// A mapping the editor can splice into, with whether it is flow style: a non-empty
+/// block mapping or any flow mapping, without an anchor or a tag.
+pub(super) fn editable_map(node: &Node) -> Result<(&Entries, bool), NotFaithful> {
     match node {
         Node::Map {
-            flow: false,
+            flow,
             anchor: 0,
             tagged: false,
             entries,
             ..
-        } if !entries.is_empty() => Ok(entries),
+        } if *flow || !entries.is_empty() => Ok((entries, *flow)),
         _ => Err(NotFaithful),
     }
 }
 
-pub(super) fn find_entry<'n>(
-    entries: &'n [(Node, Node)],
-    key: &str,
-    path: &[String],
-) -> Result<Option<&'n (Node, Node)>, ConfigError> {
-    for e in entries {
-        if key_to_string(&e.0, path)? == key {
-            return Ok(Some(e));
+fn anchor_of(n: &Node) -> usize {
+    match n {
+        Node::Seq { anchor, .. } | Node::Map { anchor, .. } | Node::Scalar { anchor, .. } => {
+            *anchor
         }
+        Node::Alias { .. } => 1,
     }
-    Ok(None)
+}
+
+/// A non-empty flow sequence or mapping (`[a, b]`, `{x: 1}`): replaced, it stays flow.
+fn is_flow_collection(n: &Node) -> bool {
+    match n {
+        Node::Seq {
+            flow: true, items, ..
+        } => !items.is_empty(),
+        Node::Map {
+            flow: true,
+            entries,
+            ..
+        } => !entries.is_empty(),
+        _ => false,
+    }
+}
+
+/// How far a block sequence's `- ` stands right of its key in this mapping: 0 in
+/// kubeadm's layout (`clusterDNS:\n- x`), 2 in the indented one; taken from the entry
+/// being replaced, else from the first block sequence among its neighbours, else 0.
+fn seq_offset(text: &str, entries: &[(Node, Node)], prefer: Option<&Node>) -> usize {
+    let off = |k: &Node, v: &Node| -> Option<usize> {
+        let Node::Seq {
+            flow: false, items, ..
+        } = v
+        else {
+            return None;
+        };
+        let item = items.first()?;
+        let ls = line_start(text, item.start());
+        let dash = text[ls..item.start()].find('-')?;
+        let key_col = k.start() - line_start(text, k.start());
+        Some(dash.saturating_sub(key_col))
+    };
+    if let Some(v) = prefer
+        && let Some((k, _)) = entries.iter().find(|(_, x)| std::ptr::eq(x, v))
+        && let Some(o) = off(k, v)
+    {
+        return o;
+    }
+    entries.iter().find_map(|(k, v)| off(k, v)).unwrap_or(0)
 }
 
 /// Where the value of an existing entry must be rewritten as a whole block.
 pub(super) fn replace_entry(
     text: &str,
+    entries: &[(Node, Node)],
     key: &Node,
     value: &Node,
     new: &Value,
 ) -> Result<Splice, NotFaithful> {
     let (start, stop) = entry_lines(text, key, value)?;
-    if let Node::Seq { anchor, .. } | Node::Map { anchor, .. } | Node::Scalar { anchor, .. } = value
-        && *anchor != 0
-    {
+    if anchor_of(value) != 0 {
         return Err(NotFaithful);
     }
     let (indent, key_src) = key_layout(text, key)?;
     let mut with = String::new();
-    render_entry(&mut with, key_src, new, indent);
-    Ok(Splice {
-        start,
-        end: stop,
-        with,
-    })
+    let seq_off = seq_offset(text, entries, Some(value));
+    render_entry(&mut with, key_src, new, indent, seq_off);
+    Ok(Splice::new(start, stop, with))
 }
 
 pub(super) fn is_simple_scalar(text: &str, n: &Node) -> bool {
@@ -151,7 +270,10 @@ pub(super) fn is_simple_scalar(text: &str, n: &Node) -> bool {
         if *style != Style::Block && start < end && !text[*start..*end].contains('\n'))
 }
 
-pub(super) fn render_replacing(old: &Node, new: &Value) -> String {
+/// The new scalar written over `old`: a string keeps the old quote style (double or
+/// single) where that style can express it; else canonical ([`render_scalar`], and
+/// double-quoted inside a flow collection when the plain form holds `,[]{}`).
+pub(super) fn render_replacing(old: &Node, new: &Value, flow: bool) -> String {
     if let (Node::Scalar { style, .. }, Value::String(s)) = (old, new) {
         match style {
             Style::Double => return double_quoted(s),
@@ -159,70 +281,115 @@ pub(super) fn render_replacing(old: &Node, new: &Value) -> String {
             _ => {}
         }
     }
-    render_scalar(new)
+    if flow {
+        render_flow(new)
+    } else {
+        render_scalar(new)
+    }
 }
 
-/// The splice that makes `text` (parsed as `root`) hold `next`, the document after the
-/// edit `e`; `Err(NotFaithful)` where the edit point's construct can not be spliced.
+/// The splice that makes `text` (parsed as `root`) hold `next` at the edit `e`'s path;
+/// `Err(NotFaithful)` where the edit point's construct can not be spliced. `next` is the
+/// document after the edit (sequential mode) or after all edits (batch mode).
 pub(super) fn splice_for(
     text: &str,
     root: &Node,
     next: &Value,
     e: &LeafEdit,
+    keys: &mut Keys,
 ) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
     match e {
-        LeafEdit::Set(path, v) => splice_set(text, root, next, (path, v), None),
-        LeafEdit::SetRaw(path, v, raw) => splice_set(text, root, next, (path, v), Some(raw)),
-        LeafEdit::Remove(path) => splice_remove(text, root, next, path),
+        LeafEdit::Set(path, _) => splice_set(text, root, next, path, None, keys),
+        LeafEdit::SetRaw(path, _, raw) => splice_set(text, root, next, path, Some(raw), keys),
+        LeafEdit::Remove(path) => splice_remove(text, root, next, path, keys),
     }
 }
 
-/// The splice of a set: the scalar replaced in place, the entry re-rendered, or the key
-/// inserted with its missing parents.
+/// The splice of a set: the scalar (or flow collection) replaced in place, the entry
+/// re-rendered, or the key inserted with its missing parents.
 fn splice_set(
     text: &str,
     root: &Node,
     next: &Value,
-    (path, v): (&[String], &Value),
+    path: &[String],
     raw: Option<&str>,
+    keys: &mut Keys,
 ) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
+    let Some(v) = get(next, path) else {
+        return Ok(Err(NotFaithful));
+    };
     let mut node = root;
     for i in 0..path.len() {
         let prefix = &path[..=i];
-        let Ok(entries) = block_map_entries(node) else {
+        let Ok((entries, flow)) = editable_map(node) else {
             return Ok(Err(NotFaithful));
         };
-        let Some((k, val)) = find_entry(entries, &path[i], &path[..i])? else {
+        let Some(j) = keys.find(node, entries, &path[i], &path[..i])? else {
             // Insert the new key (with its missing parents) into this mapping.
             let Some(newv) = get(next, prefix) else {
                 return Ok(Err(NotFaithful));
             };
-            return Ok(insert_entry(text, entries, &path[i], newv, &path[..i]));
+            return Ok(if flow {
+                insert_flow(text, node, entries, &path[i], newv)
+            } else {
+                insert_entry(text, node, entries, (&path[i], newv), &path[..i], keys)
+            });
         };
+        let (k, val) = &entries[j];
         let is_last = i + 1 == path.len();
-        if is_last && is_simple_scalar(text, val) && !is_block_collection(v) {
-            return Ok(Ok(Some(Splice {
-                start: val.start(),
-                end: val.end(),
-                with: match raw {
-                    // the original text, when it still reads back as the value
-                    Some(r) if scalar_text_is(r, v) => r.to_string(),
-                    _ => render_replacing(val, v),
-                },
-            })));
+        let raw_fits = raw.filter(|r| scalar_text_is(r, v));
+        if is_last
+            && let Some(r) = raw_fits
+            && (is_simple_scalar(text, val) || is_one_line_flow(text, val))
+        {
+            // a revert: the original text, which still reads back as the value
+            return Ok(Ok(Some(Splice::new(val.start(), val.end(), r.to_string()))));
         }
+        if is_last && is_simple_scalar(text, val) && !is_block_collection(v) {
+            return Ok(Ok(Some(Splice::new(
+                val.start(),
+                val.end(),
+                render_replacing(val, v, flow),
+            ))));
+        }
+        let Some(newv) = get(next, prefix) else {
+            return Ok(Err(NotFaithful));
+        };
         let empty_flow_map =
             matches!(val, Node::Map { flow: true, entries, .. } if entries.is_empty());
         let null = matches!(val, Node::Scalar { style: Style::Plain, value, .. } if YAML_NULL.contains(&value.as_str()));
-        if is_last || empty_flow_map || null {
-            let Some(newv) = get(next, prefix) else {
+        let replace_here = is_last || empty_flow_map || null;
+        if (flow && replace_here) || (is_last && is_flow_collection(val) && is_block_collection(v))
+        {
+            // Inside a flow collection, or over one: the new value in flow style.
+            if anchor_of(val) != 0
+                || val.start() >= val.end()
+                || matches!(
+                    val,
+                    Node::Scalar {
+                        style: Style::Block,
+                        ..
+                    }
+                )
+            {
                 return Ok(Err(NotFaithful));
-            };
-            return Ok(replace_entry(text, k, val, newv).map(Some));
+            }
+            return Ok(Ok(Some(Splice::new(
+                val.start(),
+                val.end(),
+                render_flow(newv),
+            ))));
+        }
+        if replace_here {
+            return Ok(replace_entry(text, entries, k, val, newv).map(Some));
         }
         node = val;
     }
     Ok(Err(NotFaithful))
+}
+
+fn is_one_line_flow(text: &str, n: &Node) -> bool {
+    is_flow_collection(n) && anchor_of(n) == 0 && !text[n.start()..n.end()].contains('\n')
 }
 
 /// True when `raw`, as the value of a key, reads back as `v` (go-yaml v2 resolution).
@@ -239,73 +406,147 @@ fn scalar_text_is(raw: &str, v: &Value) -> bool {
 /// `"off"`), to restore it byte for byte later; None when the path is absent or not a
 /// one-line scalar.
 pub fn raw_scalar(text: &str, path: &[String]) -> Option<String> {
-    let root = parse_tree(text).ok()?;
-    let mut node = &root;
-    for (i, k) in path.iter().enumerate() {
-        let entries = block_map_entries(node).ok()?;
-        let (_, val) = find_entry(entries, k, &path[..i]).ok()??;
-        node = val;
-    }
-    is_simple_scalar(text, node).then(|| text[node.start()..node.end()].to_string())
+    raw_scalars(text, [path]).pop().flatten()
+}
+
+/// [`raw_scalar`] for many paths with one parse of `text`: the source text of each
+/// path's one-line scalar or one-line flow collection (`[10.96.0.10]`), in the order of
+/// `paths`; all `None` when the text does not parse.
+pub fn raw_scalars<'p>(
+    text: &str,
+    paths: impl IntoIterator<Item = &'p [String]>,
+) -> Vec<Option<String>> {
+    let root = parse_tree(text).ok();
+    let mut keys = Keys::default();
+    paths
+        .into_iter()
+        .map(|path| {
+            let mut node = root.as_ref()?;
+            for (i, k) in path.iter().enumerate() {
+                let (entries, _) = editable_map(node).ok()?;
+                let j = keys.find(node, entries, k, &path[..i]).ok()??;
+                node = &entries[j].1;
+            }
+            (is_simple_scalar(text, node) || is_one_line_flow(text, node))
+                .then(|| text[node.start()..node.end()].to_string())
+        })
+        .collect()
 }
 
 /// The splice of a removal: the lines of the shallowest entry that no longer exists
-/// after the edit (`{}` when it was the document's only entry).
+/// after the edit (`{}` when it was the document's only entry); in a flow mapping the
+/// entry and one separating comma.
 fn splice_remove(
     text: &str,
     root: &Node,
     next: &Value,
     path: &[String],
+    keys: &mut Keys,
 ) -> Result<Result<Option<Splice>, NotFaithful>, ConfigError> {
     let Some(depth) = (0..path.len()).find(|&i| get(next, &path[..=i]).is_none()) else {
         return Ok(Ok(None));
     };
     let mut node = root;
     for i in 0..=depth {
-        let Ok(entries) = block_map_entries(node) else {
+        let Ok((entries, flow)) = editable_map(node) else {
             return Ok(Err(NotFaithful));
         };
-        let Some((k, val)) = find_entry(entries, &path[i], &path[..i])? else {
+        let Some(j) = keys.find(node, entries, &path[i], &path[..i])? else {
             // Absent before the edit as well: nothing to do.
             return Ok(Ok(None));
         };
+        let (k, val) = &entries[j];
         if i == depth {
-            return Ok(entry_lines(text, k, val).map(|(start, end)| {
+            if flow {
+                return Ok(remove_flow(entries, j).map(Some));
+            }
+            return Ok(entry_lines(text, k, val).map(|(mut start, end)| {
                 let with = if depth == 0 && entries.len() == 1 {
                     "{}\n".to_string()
                 } else {
                     String::new()
                 };
-                Some(Splice { start, end, with })
+                // The last line of a file without a final newline: take the newline
+                // before it instead, so that none is left dangling.
+                if with.is_empty() && end == text.len() && !text.ends_with('\n') && start > 0 {
+                    start -= 1;
+                    if text[..start].ends_with('\r') {
+                        start -= 1;
+                    }
+                }
+                Some(Splice::new(start, end, with))
             }));
         }
-        node = val;
+        node = &entries[j].1;
     }
     Ok(Err(NotFaithful))
 }
 
-pub(super) fn insert_entry(
+/// The bytes of entry `j` of a flow mapping with the comma that joins it to a neighbour.
+fn remove_flow(entries: &[(Node, Node)], j: usize) -> Result<Splice, NotFaithful> {
+    let spanned = |n: &Node| n.start() < n.end();
+    let (k, v) = &entries[j];
+    if !spanned(v) {
+        return Err(NotFaithful);
+    }
+    if j > 0 {
+        let prev = &entries[j - 1].1;
+        if !spanned(prev) {
+            return Err(NotFaithful);
+        }
+        return Ok(Splice::new(prev.end(), v.end(), String::new()));
+    }
+    match entries.get(1) {
+        Some((k1, _)) => Ok(Splice::new(k.start(), k1.start(), String::new())),
+        None => Ok(Splice::new(k.start(), v.end(), String::new())),
+    }
+}
+
+/// A new `key: value` in a flow mapping: `, key: value` after its last entry (`key:
+/// value` inside an empty `{}`), the value in flow style.
+fn insert_flow(
     text: &str,
+    node: &Node,
     entries: &[(Node, Node)],
     key: &str,
     v: &Value,
+) -> Result<Option<Splice>, NotFaithful> {
+    let kv = format!("{}: {}", flow_string(key), render_flow(v));
+    let (pos, with) = match entries.last() {
+        Some((_, last)) if last.start() < last.end() => (last.end(), format!(", {kv}")),
+        Some(_) => return Err(NotFaithful),
+        None if text[node.start()..].starts_with('{') => (node.start() + 1, kv),
+        None => return Err(NotFaithful),
+    };
+    Ok(Some(Splice {
+        start: pos,
+        end: pos,
+        with,
+        rank: (0, String::new()),
+    }))
+}
+
+/// A new `key: value` in a block mapping: at its sorted place when the keys are sorted,
+/// else after the last entry; at the mapping's indentation, sequences laid out as the
+/// neighbours lay them out.
+pub(super) fn insert_entry(
+    text: &str,
+    node: &Node,
+    entries: &[(Node, Node)],
+    (key, v): (&str, &Value),
     parent: &[String],
+    keys: &mut Keys,
 ) -> Result<Option<Splice>, NotFaithful> {
     let Some((first_key, _)) = entries.first() else {
         return Err(NotFaithful);
     };
     let (indent, _) = key_layout(text, first_key)?;
-    let mut keys = Vec::with_capacity(entries.len());
-    for (k, _) in entries {
-        keys.push(key_to_string(k, parent).map_err(|_| NotFaithful)?);
-    }
-    let sorted = keys.windows(2).all(|w| w[0] <= w[1]);
+    let mk = keys.of(node, entries, parent).map_err(|_| NotFaithful)?;
+    let sorted = mk.sorted;
     let idx = if sorted {
-        keys.iter()
-            .position(|k| k.as_str() > key)
-            .unwrap_or(keys.len())
+        mk.keys.partition_point(|k| k.as_str() <= key)
     } else {
-        keys.len()
+        entries.len()
     };
     let pos = if idx == 0 {
         line_start(text, first_key.start())
@@ -314,7 +555,13 @@ pub(super) fn insert_entry(
         entry_lines(text, k, val)?.1
     };
     let mut with = String::new();
-    render_entry(&mut with, &render_string(key), v, indent);
+    render_entry(
+        &mut with,
+        &render_string(key),
+        v,
+        indent,
+        seq_offset(text, entries, None),
+    );
     if pos == text.len() && !text.is_empty() && !text.ends_with('\n') {
         with.pop();
         with.insert(0, '\n');
@@ -323,6 +570,14 @@ pub(super) fn insert_entry(
         start: pos,
         end: pos,
         with,
+        rank: (
+            usize::MAX - parent.len(),
+            if sorted {
+                key.to_string()
+            } else {
+                String::new()
+            },
+        ),
     }))
 }
 
@@ -370,9 +625,15 @@ pub(super) fn rerender(expected: &Value) -> Result<Edited, ConfigError> {
 /// * `Remove` deletes the key's lines (including a trailing comment on its last line) and those
 ///   of parents left empty; removing the last top-level key leaves `{}`.
 ///
+/// * inside a flow mapping a value is replaced in place, a new key appended after the last
+///   entry (`, key: value`), a removed key taken out with one separating comma; a
+///   non-empty flow collection replaced by a collection stays flow style (`[a, b]`);
+/// * all edits are splices of one parse of `text` applied in one pass (O(text + edits));
+///   where two splices would overlap (edits of a field and of its parent) the edits are
+///   made one by one instead, with the same result.
+///
 /// A multi-line plain or quoted scalar that is Set is replaced together with its key's lines.
-/// When an edit point uses something that cannot be edited faithfully (a non-empty flow
-/// collection being edited into or inserted into, an anchor or alias on the edited node or its
+/// When an edit point uses something that cannot be edited faithfully (an anchor or alias on the edited node or its
 /// parent mapping, a tag on a parent mapping, a key that does not start its line, a block scalar
 /// `|`/`>` being replaced or followed by an insertion) or the faithful result does not read back
 /// as expected (e.g. an alias elsewhere refers to an anchor inside a replaced block), the whole
@@ -385,38 +646,126 @@ pub(super) fn rerender(expected: &Value) -> Result<Edited, ConfigError> {
 /// when a path goes through an existing non-mapping value (e.g. a field of `clusterDNS`);
 /// [`ConfigError::Render`] if no rendering reads back as the edited value.
 pub fn edit(text: &str, edits: &[LeafEdit]) -> Result<Edited, ConfigError> {
-    let mut expected = parse(text)?;
+    let root = parse_tree(text)?;
+    let before = parse_root(&root)?;
+    let mut expected = before.clone();
     for e in edits {
         apply(&mut expected, e)?;
     }
+    if expected == before {
+        return Ok(Edited {
+            text: text.to_string(),
+            faithful: true,
+        });
+    }
+    if let Some(out) = edit_batch(text, &root, &before, &expected, edits)
+        && parse(&out).ok().as_ref() == Some(&expected)
+    {
+        return Ok(Edited {
+            text: out,
+            faithful: true,
+        });
+    }
+    edit_sequential(text, edits, &expected)
+}
+
+impl LeafEdit {
+    fn path(&self) -> &[String] {
+        match self {
+            LeafEdit::Set(p, _) | LeafEdit::SetRaw(p, _, _) | LeafEdit::Remove(p) => p,
+        }
+    }
+}
+
+/// All edits as splices of the one parsed tree, each computed against the final
+/// document `expected`, applied in one pass: O(text + edits). `None` when two splices
+/// overlap (edits whose regions nest, e.g. a field and its parent) or an edit point can
+/// not be spliced; [`edit`] then goes edit by edit.
+fn edit_batch(
+    text: &str,
+    root: &Node,
+    before: &Value,
+    expected: &Value,
+    edits: &[LeafEdit],
+) -> Option<String> {
+    let mut keys = Keys::default();
+    // The last edit of a path decides its value (`expected` holds it).
+    let mut seen = std::collections::HashSet::new();
+    // A parent missing (or null, or `{}`) before the edits is rendered whole from
+    // `expected` by the first edit below it: the others below it have nothing to add
+    // (rendering it once per edit was O(N²) for N new featureGates).
+    let mut rendered = std::collections::HashSet::new();
+    let mut splices = Vec::new();
+    for (idx, e) in edits.iter().enumerate().rev() {
+        let path = e.path();
+        if !seen.insert(path) || get(before, path) == get(expected, path) {
+            continue;
+        }
+        if matches!(e, LeafEdit::Set(..) | LeafEdit::SetRaw(..))
+            && let Some(i) = (1..path.len()).find(|&i| {
+                get(before, &path[..i]).is_none_or(|v| v.as_object().is_none_or(|m| m.is_empty()))
+            })
+            && !rendered.insert(&path[..i])
+        {
+            continue;
+        }
+        if matches!(e, LeafEdit::Set(..) | LeafEdit::SetRaw(..)) && get(expected, path).is_none() {
+            // set, then removed with a parent by a later edit: that edit's splice covers it
+            continue;
+        }
+        match splice_for(text, root, expected, e, &mut keys) {
+            Ok(Ok(Some(sp))) => splices.push((idx, sp)),
+            Ok(Ok(None)) => {}
+            Ok(Err(NotFaithful)) | Err(_) => return None,
+        }
+    }
+    splices.sort_by(|(ia, a), (ib, b)| {
+        (a.start, a.end, &a.rank, ia).cmp(&(b.start, b.end, &b.rank, ib))
+    });
+    // Edits into one missing parent each render the whole parent: keep one.
+    splices.dedup_by(|(_, b), (_, a)| a.start == b.start && a.end == b.end && a.with == b.with);
+    let splices: Vec<Splice> = splices.into_iter().map(|(_, sp)| sp).collect();
+    if splices.windows(2).any(|w| w[0].end > w[1].start) {
+        return None;
+    }
+    Some(apply_splices(text, &splices))
+}
+
+/// Edit by edit, re-parsing after each splice (O(edits × text)): the exact semantics
+/// for batches whose splices nest; re-renders when an edit point can not be spliced.
+fn edit_sequential(
+    text: &str,
+    edits: &[LeafEdit],
+    expected: &Value,
+) -> Result<Edited, ConfigError> {
     let mut cur = text.to_string();
     for e in edits {
         // `expected` was computed without error, so any failure below means the text edits
         // diverged from the semantics: fall back to re-rendering.
         let Ok(root) = parse_tree(&cur) else {
-            return rerender(&expected);
+            return rerender(expected);
         };
         let Ok(before) = parse_root(&root) else {
-            return rerender(&expected);
+            return rerender(expected);
         };
         let mut next = before.clone();
         if apply(&mut next, e).is_err() {
-            return rerender(&expected);
+            return rerender(expected);
         }
         if next == before {
             continue;
         }
-        match splice_for(&cur, &root, &next, e) {
+        match splice_for(&cur, &root, &next, e, &mut Keys::default()) {
             Ok(Ok(Some(sp))) => cur = apply_splice(&cur, sp),
             Ok(Ok(None)) => {}
-            Ok(Err(NotFaithful)) | Err(_) => return rerender(&expected),
+            Ok(Err(NotFaithful)) | Err(_) => return rerender(expected),
         }
     }
     match parse(&cur) {
-        Ok(v) if v == expected => Ok(Edited {
+        Ok(v) if &v == expected => Ok(Edited {
             text: cur,
             faithful: true,
         }),
-        _ => rerender(&expected),
+        _ => rerender(expected),
     }
 }

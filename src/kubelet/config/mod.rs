@@ -43,6 +43,8 @@
 use std::collections::HashMap;
 
 mod edit;
+#[cfg(test)]
+mod layout_tests;
 mod render;
 mod scalars;
 #[cfg(test)]
@@ -52,7 +54,7 @@ mod tree;
 use serde_json::{Map, Value};
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, StructureStyle};
 
-pub use edit::{edit, raw_scalar};
+pub use edit::{edit, raw_scalar, raw_scalars};
 pub use render::render_scalar;
 use render::*;
 pub use scalars::parse;

@@ -140,18 +140,25 @@ pub(super) fn is_block_collection(v: &Value) -> bool {
 }
 
 /// Render `key: value` (block style) at `indent`, kubeadm style. `key_text` is the already
-/// rendered key.
-pub(super) fn render_entry(out: &mut String, key_text: &str, v: &Value, indent: usize) {
+/// rendered key; a sequence's `- ` stands `seq_off` columns right of its key (0 in
+/// kubeadm's layout).
+pub(super) fn render_entry(
+    out: &mut String,
+    key_text: &str,
+    v: &Value,
+    indent: usize,
+    seq_off: usize,
+) {
     out.push_str(&" ".repeat(indent));
     out.push_str(key_text);
     match v {
         Value::Object(m) if !m.is_empty() => {
             out.push_str(":\n");
-            render_map_body(out, m, indent + 2);
+            render_map_body(out, m, indent + 2, seq_off);
         }
         Value::Array(a) if !a.is_empty() => {
             out.push_str(":\n");
-            render_seq_body(out, a, indent);
+            render_seq_body(out, a, indent + seq_off, seq_off);
         }
         other => {
             out.push_str(": ");
@@ -161,21 +168,26 @@ pub(super) fn render_entry(out: &mut String, key_text: &str, v: &Value, indent: 
     }
 }
 
-pub(super) fn render_map_body(out: &mut String, m: &Map<String, Value>, indent: usize) {
+pub(super) fn render_map_body(
+    out: &mut String,
+    m: &Map<String, Value>,
+    indent: usize,
+    seq_off: usize,
+) {
     for (k, v) in m {
-        render_entry(out, &render_string(k), v, indent);
+        render_entry(out, &render_string(k), v, indent, seq_off);
     }
 }
 
-pub(super) fn render_seq_body(out: &mut String, a: &[Value], indent: usize) {
+pub(super) fn render_seq_body(out: &mut String, a: &[Value], indent: usize, seq_off: usize) {
     for item in a {
         out.push_str(&" ".repeat(indent));
         out.push_str("- ");
         if is_block_collection(item) {
             let mut inner = String::new();
             match item {
-                Value::Object(m) => render_map_body(&mut inner, m, indent + 2),
-                Value::Array(a) => render_seq_body(&mut inner, a, indent + 2),
+                Value::Object(m) => render_map_body(&mut inner, m, indent + 2, seq_off),
+                Value::Array(a) => render_seq_body(&mut inner, a, indent + 2, seq_off),
                 _ => {}
             }
             out.push_str(inner.trim_start_matches(' '));
@@ -191,9 +203,40 @@ pub(super) fn render_document(v: &Value) -> String {
     match v {
         Value::Object(m) if !m.is_empty() => {
             let mut out = String::new();
-            render_map_body(&mut out, m, 0);
+            render_map_body(&mut out, m, 0, 0);
             out
         }
         other => format!("{}\n", render_scalar(other)),
+    }
+}
+
+/// A string as a scalar inside a flow collection: [`render_string`], double-quoted when
+/// the plain form holds a flow indicator (`,`, `[`, `]`, `{`, `}`).
+pub(super) fn flow_string(s: &str) -> String {
+    let r = render_string(s);
+    if !r.starts_with('"') && r.contains([',', '[', ']', '{', '}']) {
+        double_quoted(s)
+    } else {
+        r
+    }
+}
+
+/// A value in flow style (`[a, b]`, `{x: 1, y: "on"}`), written where the value replaced
+/// or its parent collection is flow style.
+pub(super) fn render_flow(v: &Value) -> String {
+    match v {
+        Value::String(s) => flow_string(s),
+        Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(render_flow).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(m) => {
+            let items: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{}: {}", flow_string(k), render_flow(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        other => render_scalar(other),
     }
 }

@@ -384,11 +384,9 @@ fn comments_unsorted_and_missing_newline() {
 #[test]
 fn fallback_for_unsupported_constructs() {
     let cases = [
-        ("a: {x: 1}\nb: 2\n", set("a.y", json!(2))),
         ("a: &r\n  x: 1\nb: *r\n", set("a.x", json!(2))),
         ("a: !!map\n  x: 1\nb: 1\n", set("a.y", json!("6"))),
         ("a: |\n  text\nb: 1\n", set("a", json!("x"))),
-        ("{a: 1, b: 2}\n", set("c", json!(3))),
     ];
     for (text, e) in cases {
         let out = edit(text, std::slice::from_ref(&e)).unwrap();
@@ -404,6 +402,54 @@ fn fallback_for_unsupported_constructs() {
     let out = edit(text, &[set("c", json!(4))]).unwrap();
     assert!(out.faithful);
     assert_eq!(out.text, "a: &r 1\nb: *r\nc: 4\n");
+}
+
+#[test]
+fn flow_collections_stay_flow() {
+    let cases = [
+        (
+            "a: {x: 1}\nb: 2\n",
+            set("a.w", json!(2)),
+            "a: {x: 1, w: 2}\nb: 2\n",
+        ),
+        ("{a: 1, b: 2}\n", set("c", json!(3)), "{a: 1, b: 2, c: 3}\n"),
+        (
+            "a: {x: 1, w: 'q'}\n",
+            set("a.w", json!("r,s")),
+            "a: {x: 1, w: 'r,s'}\n",
+        ),
+        (
+            "a: {x: 1, w: z}\n",
+            set("a.w", json!("r,s")),
+            "a: {x: 1, w: \"r,s\"}\n",
+        ),
+        (
+            "a: {x: 1, w: 2}\n",
+            LeafEdit::Remove(p("a.w")),
+            "a: {x: 1}\n",
+        ),
+        (
+            "a: {x: 1, w: 2}\n",
+            LeafEdit::Remove(p("a.x")),
+            "a: {w: 2}\n",
+        ),
+        (
+            "a: [1, 2] # c\n",
+            set("a", json!([3, "on"])),
+            "a: [3, \"on\"] # c\n",
+        ),
+        ("a: {b: {}}\n", set("a.b.c", json!(1)), "a: {b: {c: 1}}\n"),
+        (
+            "a:\n  - x\nb: 1\n",
+            set("c", json!(["v"])),
+            "a:\n  - x\nb: 1\nc:\n  - v\n",
+        ),
+    ];
+    for (text, e, want) in cases {
+        let out = edit(text, std::slice::from_ref(&e)).unwrap();
+        assert!(out.faithful, "{text}");
+        assert_eq!(out.text, want, "{text}");
+    }
 }
 
 #[test]

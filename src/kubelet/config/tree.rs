@@ -28,6 +28,7 @@ pub(super) enum Node {
         end: usize,
     },
     Seq {
+        flow: bool,
         anchor: usize,
         start: usize,
         end: usize,
@@ -253,6 +254,7 @@ impl TreeBuilder {
                         items.last().map_or(s, Node::end)
                     };
                     return Ok(Node::Seq {
+                        flow,
                         anchor,
                         start: s,
                         end,
