@@ -78,32 +78,34 @@ impl Source {
             return Ok(None);
         }
         let text = String::from_utf8_lossy(&self.bytes).into_owned();
+        // every format is edited in place: only the bytes of the removed and appended
+        // arguments change, so a later removal of what was appended restores the bytes
         let content = match &self.format {
             SourceFormat::GrubVar => {
-                grub_default::set_var(&text, "GRUB_CMDLINE_LINUX", &new.render())
+                grub_default::edit_cmdline_var(&text, "GRUB_CMDLINE_LINUX", remove, &add)
                     .map_err(|e| format!("{}: {e}", self.path))?
                     .into_bytes()
             }
-            SourceFormat::BlsEntry(entry) => entry.set_options(&new).into_bytes(),
+            SourceFormat::BlsEntry(entry) => entry
+                .edit_options(remove, &add)
+                .filter(|t| {
+                    bls::Entry::parse(entry.file_name(), t)
+                        .is_ok_and(|e| e.options_cmdline() == new)
+                })
+                .unwrap_or_else(|| entry.set_options(&new))
+                .into_bytes(),
             SourceFormat::Grubenv => {
-                // keep the trailing space grub2-mkconfig leaves in kernelopts
-                let old = grubenv::get(&self.bytes, "kernelopts")
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
-                let mut value = new.render();
-                if old.ends_with(' ') {
-                    value.push(' ');
-                }
-                grubenv::set(&self.bytes, "kernelopts", &value)
-                    .map_err(|e| format!("{}: {e}", self.path))?
+                let err = |e: grubenv::GrubenvError| format!("{}: {e}", self.path);
+                let mut v = grubenv::VarInPlace::new(&self.bytes, "kernelopts")
+                    .map_err(err)?
+                    .ok_or_else(|| format!("{}: kernelopts is not set", self.path))?;
+                crate::cmdline::edit_in_place(&mut v, remove, &add).map_err(err)?;
+                v.bytes
             }
             SourceFormat::KernelCmdline => {
-                let mut s = new.render();
-                if text.ends_with('\n') {
-                    s.push('\n');
-                }
-                s.into_bytes()
+                let mut t = crate::cmdline::PlainText(text);
+                let Ok(()) = crate::cmdline::edit_in_place(&mut t, remove, &add);
+                t.0.into_bytes()
             }
         };
         Ok(Some(FileEdit {
