@@ -388,3 +388,145 @@ proptest! {
         prop_assert_eq!(e.bytes, bytes);
     }
 }
+
+// Through the real daemon, on fixture copies: one hand-written variant per format,
+// applied, read back as its reader reads it, then dropped from the spec.
+
+mod common;
+
+use common::{Node, apply, change, coverage};
+use inplaced::pb::Phase;
+
+/// Replaces the first `from` of a sysroot file with `to`.
+fn rewrite(node: &Node, path: &str, from: &str, to: &str) -> Vec<u8> {
+    let t = node.read(path);
+    assert!(t.contains(from), "{path} lacks {from:?}");
+    let t = t.replacen(from, to, 1);
+    std::fs::write(node.path(path), &t).unwrap();
+    t.into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grub_mixed_quoting_and_bom_survive_apply_and_drop() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let orig = node.read("/etc/default/grub");
+    // sh does not skip a byte-order mark: before a comment line without shell syntax it
+    // is only a "command not found"; before the fixture's own first line (with a `(`) it
+    // is a syntax error, refused for that reason
+    let bom_first = format!("\u{feff}{orig}");
+    let e = grub_default::read_var(&bom_first, "GRUB_CMDLINE_LINUX").unwrap_err();
+    assert!(e.to_string().contains("byte-order mark"), "{e}");
+    let hand = format!(
+        "\u{feff}# tuned by hand\n{}",
+        orig.replacen(
+            "GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt\"",
+            "GRUB_CMDLINE_LINUX='intel_iommu=on'\\ \"iommu=pt\"  # tuned by hand",
+            1
+        )
+    );
+    std::fs::write(node.path("/etc/default/grub"), &hand).unwrap();
+    node.start();
+    let op = apply(&node, "kernelArgs: [isolcpus=2-7]\n", "one").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    let now = node.read("/etc/default/grub");
+    assert_eq!(
+        now,
+        hand.replacen("\"iommu=pt\"", "\"iommu=pt isolcpus=2-7\"", 1)
+    );
+    assert_eq!(
+        bash_value(&now, "GRUB_CMDLINE_LINUX"),
+        "intel_iommu=on iommu=pt isolcpus=2-7"
+    );
+    let op = apply(&node, "{}\n", "drop").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert_eq!(node.read("/etc/default/grub"), hand);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bls_options_over_two_crlf_lines_survive_apply_and_drop() {
+    let mut node = Node::new("fedora-41-bls");
+    let entry = "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.15.9-201.fc41.x86_64.conf";
+    let t = node.read(entry).replace('\n', "\r\n");
+    let t = t.replacen(" no_timer_check ", "  \r\noptions    no_timer_check ", 1);
+    std::fs::write(node.path(entry), &t).unwrap();
+    node.start();
+    let op = apply(&node, "kernelArgs: [isolcpus=2-7]\n", "one").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    let now = node.read(entry);
+    assert_eq!(
+        now,
+        t.replacen(
+            "transparent_hugepage=madvise\r\n",
+            "transparent_hugepage=madvise isolcpus=2-7\r\n",
+            1
+        )
+    );
+    let e = bls::Entry::parse("x.conf", &now).unwrap();
+    assert!(e.options().unwrap().ends_with("madvise isolcpus=2-7"));
+    let op = apply(&node, "{}\n", "drop").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert_eq!(node.read(entry), t);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rhel8_rescue_entry_reading_kernelopts_is_named_and_grubenv_restored() {
+    let mut node = Node::new("rhel8-grubenv");
+    let env = std::fs::read(node.path("/boot/grub2/grubenv")).unwrap();
+    node.start();
+    let r = coverage(&node, "kernelArgs: [isolcpus=2-7]\n").await;
+    let c = change(&r, "kernelArgs[isolcpus]");
+    assert!(c.covered, "{c:#?}");
+    let id = "9f729ae13c6cc2d5038fc425ba3fcd7e";
+    assert!(
+        c.reason.contains(&format!(
+            "boots with the change: {id}-4.18.0-553.58.1.el8_10.x86_64.conf (through $kernelopts in /boot/grub2/grubenv), {id}-4.18.0-553.51.1.el8_10.x86_64.conf (its options line), {id}-0-rescue.conf (rescue entry, through $kernelopts in /boot/grub2/grubenv)"
+        )),
+        "{}",
+        c.reason
+    );
+    let op = apply(&node, "kernelArgs: [isolcpus=2-7]\n", "one").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    let now = std::fs::read(node.path("/boot/grub2/grubenv")).unwrap();
+    assert_eq!(now.len(), 1024);
+    assert_eq!(
+        grubenv::get(&now, "kernelopts").unwrap().unwrap(),
+        "root=/dev/mapper/rhel-root ro crashkernel=auto rd.lvm.lv=rhel/root rhgb quiet \
+         systemd.unified_cgroup_hierarchy=1 isolcpus=2-7 "
+    );
+    let op = apply(&node, "{}\n", "drop").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert_eq!(
+        std::fs::read(node.path("/boot/grub2/grubenv")).unwrap(),
+        env
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_env_continuation_line_survives_apply_and_drop() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let p = "/var/lib/kubelet/kubeadm-flags.env";
+    let t = rewrite(&node, p, "--max-pods=110 ", "--max-pods=110 \\\n  ");
+    node.start();
+    let yaml = "kubelet:\n  flags:\n    max-pods: \"250\"\n    serialize-image-pulls: \"false\"\n";
+    let op = apply(&node, yaml, "one").await;
+    assert!(
+        matches!(Phase::try_from(op.phase), Ok(Phase::Succeeded)),
+        "{op:?}"
+    );
+    let now = node.read(p);
+    let want = String::from_utf8(t.clone())
+        .unwrap()
+        .replacen("--max-pods=110", "--max-pods=250", 1)
+        .replacen(
+            "edge-1-cp-7xk2p\"",
+            "edge-1-cp-7xk2p --serialize-image-pulls=false\"",
+            1,
+        );
+    assert_eq!(now, want);
+    let op = apply(&node, "{}\n", "drop").await;
+    assert!(
+        matches!(Phase::try_from(op.phase), Ok(Phase::Succeeded)),
+        "{op:?}"
+    );
+    assert_eq!(node.read(p).into_bytes(), t);
+}

@@ -108,6 +108,9 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
         return Err(GrubError::InvalidName(var.to_owned()));
     }
     let bom = frag.strip_prefix(BOM);
+    if let Some(rest) = bom {
+        bom_first_line(rest)?;
+    }
     let ev = match events(frag) {
         Err(GrubError::Syntax { line: 1, what }) if bom.is_some() => {
             return Err(GrubError::ByteOrderMark {
@@ -298,6 +301,29 @@ pub fn set_var(fragment: &str, var: &str, value: &str) -> Result<String, GrubErr
             ),
         }),
     }
+}
+
+/// Refuses a byte-order mark glued to a first line that sh would then read as something
+/// that matters: sh runs `\u{feff}# text` as a command, which only fails with "not found"
+/// when the text has no shell syntax; with `(`, `;`, a quote and the like it may be a
+/// syntax error that stops grub-mkconfig, or run something.
+fn bom_first_line(rest: &str) -> Result<(), GrubError> {
+    let line = rest.lines().next().unwrap_or("");
+    let special = |c: char| "()<>;&|'\"`$\\{}".contains(c);
+    if line.starts_with('#') && !line.contains(special) {
+        return Ok(());
+    }
+    Err(GrubError::ByteOrderMark {
+        what: format!(
+            "{:?} is run as a command{}",
+            line.chars().take(40).collect::<String>(),
+            if line.contains(special) {
+                " and its shell syntax may stop grub-mkconfig"
+            } else {
+                ""
+            }
+        ),
+    })
 }
 
 /// The UTF-8 byte-order mark.
