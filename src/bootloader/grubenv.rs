@@ -29,6 +29,13 @@ pub enum GrubenvError {
          recreate it with grub2-editenv <file> create"
     )]
     BadSignature,
+    /// The block starts with a UTF-8 byte-order mark, so GRUB's signature check fails.
+    #[error(
+        "the GRUB environment block starts with a UTF-8 byte-order mark (EF BB BF) before \
+         \"# GRUB Environment Block\", so GRUB's load_env rejects it; recreate it with \
+         grub2-editenv <file> create and set the variables again"
+    )]
+    ByteOrderMark,
     /// A line GRUB would not parse.
     #[error(
         "GRUB environment block is malformed at byte {offset}: {why}; repair it with \
@@ -90,6 +97,9 @@ enum Item {
 /// Splits the block into items; the trailing unterminated `#` run is padding.
 fn items(bytes: &[u8]) -> Result<Vec<Item>, GrubenvError> {
     let Some(body) = bytes.strip_prefix(SIGNATURE.as_bytes()) else {
+        if bytes.starts_with("\u{feff}".as_bytes()) {
+            return Err(GrubenvError::ByteOrderMark);
+        }
         return Err(GrubenvError::BadSignature);
     };
     let base = SIGNATURE.len();
@@ -496,6 +506,9 @@ mod tests {
             })
         );
         assert_eq!(parse(b"# GRUB Env"), Err(GrubenvError::BadSignature));
+        let mut bom = "\u{feff}".as_bytes().to_vec();
+        bom.extend_from_slice(&blk);
+        assert_eq!(parse(&bom), Err(GrubenvError::ByteOrderMark));
         let mut bad = SIGNATURE.as_bytes().to_vec();
         bad.extend_from_slice(b"novalue\n###");
         assert!(matches!(

@@ -931,6 +931,26 @@ mod tests {
     }
 
     #[test]
+    fn byte_order_mark_kept_or_refused_for_its_real_reason() {
+        // glued to the assignment, systemd reads another (invalid) key and ignores it
+        let t = "\u{feff}KUBELET_KUBEADM_ARGS=\"--max-pods=110\"\n";
+        let e = parse(t, KUBEADM).unwrap_err().to_string();
+        assert!(
+            e.contains("byte-order mark") && e.contains("systemd"),
+            "{e}"
+        );
+        assert!(edit(t, KUBEADM, &s(&[("max-pods", "250")]), &[]).is_err());
+        // before a comment it is harmless: kept, and the edit is made in place
+        let t = "\u{feff}# flags\r\nKUBELET_KUBEADM_ARGS=\"--max-pods=110\"\r\n";
+        let out = edit(t, KUBEADM, &s(&[("max-pods", "250")]), &[]).unwrap();
+        assert_eq!(out, t.replace("110", "250"));
+        assert_eq!(
+            edit(&out, KUBEADM, &s(&[("max-pods", "110")]), &[]).unwrap(),
+            t
+        );
+    }
+
+    #[test]
     fn bare_flags_and_duplicates_round_trip() {
         let t = "V=\"--b --a=1 -v=2 --a=3\"\n";
         let out = edit(t, "V", &s(&[("c", "1")]), &[]).unwrap();
