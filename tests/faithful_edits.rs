@@ -181,6 +181,7 @@ fn arb_flag() -> impl Strategy<Value = String> {
         Just("--root-dir=$HOME".to_string()),
         Just("--x=it's".to_string()),
         Just("--y=a\\b".to_string()),
+        Just("--max-pods=110".to_string()),
     ]
 }
 
@@ -297,9 +298,21 @@ proptest! {
             let words: Vec<String> = bash_value(&out, V).split_whitespace().map(String::from).collect();
             prop_assert_eq!(words, after.clone());
         }
-        // (c) dropping the new flag restores the bytes
+        // (c) dropping the new flag, or setting a changed one back to its prior value
+        // (what the kubelet section's revert does), restores the bytes
         if !had {
             prop_assert_eq!(flags::edit(&out, V, &[], &[name.to_string()]).unwrap(), text);
+        } else if before.iter().filter(|f| f.name == name).count() == 1 {
+            let prior = before.iter().find(|f| f.name == name).unwrap().value.clone().unwrap();
+            let back = flags::edit(&out, V, &[(name.to_string(), prior.clone())], &[]).unwrap();
+            if prior.contains("--") {
+                // systemd joined two quoted segments into this one word (`"--a=1" --b`
+                // reads `--a=1--b`): the changed characters are rewritten in one quoting,
+                // so only the value read back is the original
+                prop_assert_eq!(flags::parse(&back, V).unwrap(), flags::parse(&text, V).unwrap());
+            } else {
+                prop_assert_eq!(back, text);
+            }
         }
     }
 }

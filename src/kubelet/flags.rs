@@ -604,6 +604,15 @@ impl InPlace for FlagsInPlace {
     }
 }
 
+/// Length in bytes of the longest common prefix of `a` and `b` (on char boundaries).
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.chars()
+        .zip(b.chars())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x.len_utf8())
+        .sum()
+}
+
 /// The edit of [`edit_words`], done word by word on the file in place: a removed flag
 /// goes with the whitespace next to it, a set flag replaces the bytes of its first
 /// occurrence, a new one is inserted after the word before its place.
@@ -624,8 +633,16 @@ fn edit_in_place(v: &mut FlagsInPlace, set: &[(String, String)], remove: &[Strin
         let now = names(v);
         if let Some(first) = now.iter().position(|x| x == n) {
             let (d, w) = v.words();
-            if d[w[first].clone()] != new_word {
-                let Ok(()) = v.splice(w[first].clone(), &new_word);
+            let old = &d[w[first].clone()];
+            if old != new_word {
+                // only the characters that differ: the rest keeps its bytes and quoting
+                let pre = common_prefix(old, &new_word);
+                let suf = common_prefix(
+                    &old[pre..].chars().rev().collect::<String>(),
+                    &new_word[pre..].chars().rev().collect::<String>(),
+                );
+                let range = w[first].start + pre..w[first].end - suf;
+                let Ok(()) = v.splice(range, &new_word[pre..new_word.len() - suf]);
             }
             while let Some(later) = names(v).iter().rposition(|x| x == n).filter(|l| *l > first) {
                 v.remove_word(later);
