@@ -463,6 +463,17 @@ async fn bls_options_over_two_crlf_lines_survive_apply_and_drop() {
     let t = t.replacen(" no_timer_check ", "  \r\noptions    no_timer_check ", 1);
     std::fs::write(node.path(entry), &t).unwrap();
     node.start();
+    let r = coverage(&node, "kernelArgs: [isolcpus=2-7]\n").await;
+    let reason = &change(&r, "kernelArgs[isolcpus]").reason;
+    let id = "60427531c86a90c5034f2e849abe07c5";
+    assert!(
+        reason.ends_with(&format!(
+            "boots with the change: {id}-6.15.9-201.fc41.x86_64.conf (its options line), \
+             {id}-6.14.11-200.fc41.x86_64.conf (its options line); \
+             left alone: {id}-0-rescue.conf (rescue entry, its own options)"
+        )),
+        "{reason}"
+    );
     let op = apply(&node, "kernelArgs: [isolcpus=2-7]\n", "one").await;
     assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
     let now = node.read(entry);
