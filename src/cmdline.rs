@@ -30,6 +30,9 @@
 //! splits `=a=b` as key `""` where the kernel gives key `=a`.
 
 use std::fmt;
+use std::ops::Range;
+
+use crate::textedit::InPlace;
 
 /// Errors from [`Arg::parse_one`] and [`Cmdline::check`].
 ///
@@ -269,35 +272,10 @@ impl Cmdline {
     /// the newline ending `/proc/cmdline`) is skipped. Use [`Cmdline::check`]
     /// before writing a parsed line somewhere.
     pub fn parse(s: &str) -> Cmdline {
-        let s = match s.find('\0') {
-            Some(i) => &s[..i],
-            None => s,
-        };
-        let b = s.as_bytes();
-        let mut args = Vec::new();
-        let mut i = 0;
-        while i < b.len() {
-            if is_kernel_space(b[i]) {
-                i += 1;
-                continue;
-            }
-            let start = i;
-            let mut in_quote = false;
-            while i < b.len() {
-                if is_kernel_space(b[i]) && !in_quote {
-                    break;
-                }
-                if b[i] == b'"' {
-                    in_quote = !in_quote;
-                }
-                i += 1;
-            }
-            // Token boundaries are ASCII bytes, so this slice is on char
-            // boundaries.
-            if let Some(tok) = s.get(start..i) {
-                args.push(Arg::from_token(tok));
-            }
-        }
+        let args = arg_spans(s)
+            .into_iter()
+            .filter_map(|r| s.get(r).map(Arg::from_token))
+            .collect();
         Cmdline { args }
     }
 
@@ -391,6 +369,123 @@ impl Cmdline {
                 .cloned()
                 .collect(),
         }
+    }
+}
+
+/// The byte ranges of the arguments of `s`, split exactly as [`Cmdline::parse`] splits
+/// (runs of kernel whitespace outside double quotes; nothing after a NUL). Token
+/// boundaries are ASCII bytes, so every range lies on char boundaries.
+pub fn arg_spans(s: &str) -> Vec<Range<usize>> {
+    let s = match s.find('\0') {
+        Some(i) => &s[..i],
+        None => s,
+    };
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if is_kernel_space(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut in_quote = false;
+        while i < b.len() {
+            if is_kernel_space(b[i]) && !in_quote {
+                break;
+            }
+            if b[i] == b'"' {
+                in_quote = !in_quote;
+            }
+            i += 1;
+        }
+        out.push(start..i);
+    }
+    out
+}
+
+/// The decoded range that removing the last exact occurrence of `r` (before a bare `--`)
+/// deletes: the argument and the whitespace run before it, or after it when it is the
+/// first argument, so that text the agent appended goes without a trace.
+fn removal_range(s: &str, r: &Arg) -> Option<Range<usize>> {
+    let spans = arg_spans(s);
+    let args: Vec<Arg> = spans
+        .iter()
+        .map(|x| Arg::from_token(&s[x.clone()]))
+        .collect();
+    let end = args
+        .iter()
+        .position(Arg::is_init_separator)
+        .unwrap_or(args.len());
+    let i = args[..end].iter().rposition(|a| a.matches_exactly(r))?;
+    Some(if i > 0 {
+        spans[i - 1].end..spans[i].end
+    } else if i + 1 < spans.len() {
+        spans[i].start..spans[i + 1].start
+    } else {
+        spans[i].clone()
+    })
+}
+
+/// Where appending `args` goes and the text inserted there: one space and the arguments
+/// after the last kernel argument (before a bare `--`), the arguments and one space before
+/// a leading `--`, the bare arguments into a line without any.
+fn append_point(s: &str, args: &[Arg]) -> Option<(usize, String)> {
+    if args.is_empty() {
+        return None;
+    }
+    let joined = Cmdline::from_args(args.to_vec()).render();
+    let spans = arg_spans(s);
+    let end = spans
+        .iter()
+        .position(|x| Arg::from_token(&s[x.clone()]).is_init_separator())
+        .unwrap_or(spans.len());
+    Some(if end > 0 {
+        (spans[end - 1].end, format!(" {joined}"))
+    } else if let Some(first) = spans.first() {
+        (first.start, format!("{joined} "))
+    } else {
+        (0, joined)
+    })
+}
+
+/// Applies [`Cmdline::apply`]`(remove, append)` to a value in place: each removal deletes
+/// one argument and the whitespace next to it ([`removal_range`]), the appended arguments
+/// are inserted after the last kernel argument; every other byte of the value (spacing,
+/// quotes, continuation lines of the file that holds it) stays. Appending then removing
+/// the same arguments gives back the original bytes.
+///
+/// # Errors
+/// Those of [`InPlace::splice`].
+pub fn edit_in_place<T: InPlace>(
+    t: &mut T,
+    remove: &[Arg],
+    append: &[Arg],
+) -> Result<(), T::Error> {
+    for r in remove {
+        if let Some(range) = removal_range(&t.decoded(), r) {
+            t.splice(range, "")?;
+        }
+    }
+    if let Some((at, text)) = append_point(&t.decoded(), append) {
+        t.splice(at..at, &text)?;
+    }
+    Ok(())
+}
+
+/// A plain command line held as is (`/etc/kernel/cmdline`, a test's string): decoded and
+/// raw text are the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlainText(pub String);
+
+impl InPlace for PlainText {
+    type Error = std::convert::Infallible;
+    fn decoded(&self) -> String {
+        self.0.clone()
+    }
+    fn splice(&mut self, range: Range<usize>, insert: &str) -> Result<(), Self::Error> {
+        self.0.replace_range(range, insert);
+        Ok(())
     }
 }
 

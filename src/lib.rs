@@ -40,3 +40,4 @@ pub mod spec;
 pub mod state;
 pub mod sysctl;
 pub mod system;
+pub mod textedit;

@@ -15,7 +15,7 @@
 //! does not but expands `$var` GRUB variables (RHEL 8's `$kernelopts`).
 //! [`Entry::options`] returns the text as written.
 
-use crate::cmdline::Cmdline;
+use crate::cmdline::{Arg, Cmdline, arg_spans};
 
 /// Errors from [`Entry::parse`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -325,10 +325,175 @@ impl Entry {
     }
 }
 
+/// One `options` line of an entry being edited in place: its value, or `None` once the
+/// edit dropped the line.
+struct OptLine {
+    line: usize,
+    value: Option<String>,
+}
+
+impl Entry {
+    /// Applies [`Cmdline::apply`]`(remove, append)` to the options in place, keeping the
+    /// layout the Boot Loader Specification allows: every `options` line stays where it
+    /// is with its indentation, key padding, trailing whitespace and line ending (`\r\n`
+    /// included); a removed argument goes with the whitespace next to it on its own line,
+    /// and a line it was alone on goes entirely; appended arguments go after the last
+    /// argument, on its line (or on a new `options` line at the end when the entry has
+    /// none). Appending then removing the same arguments gives back the original bytes.
+    ///
+    /// Returns `None` when the options can not be edited line by line: an argument spans
+    /// two `options` lines (a double quote opened on one line and closed on another, which
+    /// the loaders join into one argument). [`Entry::set_options`] is the fallback.
+    pub fn edit_options(&self, remove: &[Arg], append: &[Arg]) -> Option<String> {
+        let mut lines: Vec<OptLine> = Vec::new();
+        for (i, l) in self.lines.iter().enumerate() {
+            let key = l.key.and_then(|(ks, ke)| self.text.get(ks..ke));
+            if key == Some("options")
+                && let Some((vs, ve)) = l.value
+            {
+                lines.push(OptLine {
+                    line: i,
+                    value: Some(self.text[vs..ve].to_owned()),
+                });
+            }
+        }
+        let joined_ok = |lines: &[OptLine]| {
+            let vals: Vec<&str> = lines.iter().filter_map(|o| o.value.as_deref()).collect();
+            let per_line: Vec<&str> = vals
+                .iter()
+                .flat_map(|v| arg_spans(v).into_iter().map(move |r| &v[r]))
+                .collect();
+            let joined = vals.join(" ");
+            let whole: Vec<&str> = arg_spans(&joined).into_iter().map(|r| &joined[r]).collect();
+            per_line == whole
+        };
+        if !joined_ok(&lines) {
+            return None;
+        }
+        for r in remove {
+            remove_one(&mut lines, r);
+        }
+        let mut extra = None;
+        if !append.is_empty() {
+            let text = Cmdline::from_args(append.to_vec()).render();
+            match last_kernel_arg(&lines) {
+                Some(Place::After(k, end)) => {
+                    if let Some(v) = lines[k].value.as_mut() {
+                        v.insert_str(end, &format!(" {text}"));
+                    }
+                }
+                Some(Place::Before(k, start)) => {
+                    if let Some(v) = lines[k].value.as_mut() {
+                        v.insert_str(start, &format!("{text} "));
+                    }
+                }
+                None => extra = Some(text),
+            }
+        }
+        Some(self.render_options(&lines, extra.as_deref()))
+    }
+
+    /// The text with each `options` line of `lines` rewritten (or dropped), and an
+    /// `options <extra>` line appended.
+    fn render_options(&self, lines: &[OptLine], extra: Option<&str>) -> String {
+        let mut out = String::with_capacity(self.text.len() + 64);
+        let mut copied = 0;
+        for o in lines {
+            let l = &self.lines[o.line];
+            let Some((vs, ve)) = l.value else { continue };
+            out.push_str(&self.text[copied..l.start]);
+            copied = l.next;
+            if let Some(v) = &o.value {
+                out.push_str(&self.text[l.start..vs]);
+                out.push_str(v);
+                out.push_str(&self.text[ve..l.next]);
+            }
+        }
+        out.push_str(&self.text[copied..]);
+        if let Some(extra) = extra {
+            let eol = if self.text.contains("\r\n") {
+                "\r\n"
+            } else {
+                "\n"
+            };
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push_str(eol);
+            }
+            out.push_str("options ");
+            out.push_str(extra);
+            out.push_str(eol);
+        }
+        out
+    }
+}
+
+/// Where appended arguments go: after the argument ending at byte `.1` of line `.0`, or
+/// before a leading `--` starting there.
+enum Place {
+    After(usize, usize),
+    Before(usize, usize),
+}
+
+/// Every argument of the kept `options` lines, in the loaders' order: (line, range, arg).
+fn all_args(lines: &[OptLine]) -> Vec<(usize, std::ops::Range<usize>, Arg)> {
+    let mut out = Vec::new();
+    for (k, o) in lines.iter().enumerate() {
+        if let Some(v) = &o.value {
+            for r in arg_spans(v) {
+                out.push((k, r.clone(), Cmdline::parse(&v[r]).args()[0].clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Index of the first bare `--` (the end of the kernel's own arguments), or the count.
+fn kernel_end(args: &[(usize, std::ops::Range<usize>, Arg)]) -> usize {
+    args.iter()
+        .position(|(_, _, a)| a.key() == "--" && a.value().is_none())
+        .unwrap_or(args.len())
+}
+
+fn last_kernel_arg(lines: &[OptLine]) -> Option<Place> {
+    let args = all_args(lines);
+    let end = kernel_end(&args);
+    if end > 0 {
+        let (k, r, _) = &args[end - 1];
+        Some(Place::After(*k, r.end))
+    } else {
+        args.first().map(|(k, r, _)| Place::Before(*k, r.start))
+    }
+}
+
+/// Removes the last exact occurrence of `r` before `--`, with the whitespace next to it on
+/// its line, or its whole line when it is alone there.
+fn remove_one(lines: &mut [OptLine], r: &Arg) {
+    let args = all_args(lines);
+    let end = kernel_end(&args);
+    let Some(i) = args[..end]
+        .iter()
+        .rposition(|(_, _, a)| a.matches_exactly(r))
+    else {
+        return;
+    };
+    let k = args[i].0;
+    let Some(v) = lines[k].value.as_mut() else {
+        return;
+    };
+    let spans = arg_spans(v);
+    let j = spans.iter().position(|s| *s == args[i].1).unwrap_or(0);
+    if spans.len() == 1 {
+        lines[k].value = None;
+    } else if j > 0 {
+        v.replace_range(spans[j - 1].end..spans[j].end, "");
+    } else {
+        v.replace_range(spans[0].start..spans[1].start, "");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmdline::Arg;
 
     fn entries(dir: &str) -> Vec<Entry> {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nodes");

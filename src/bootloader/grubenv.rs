@@ -13,6 +13,10 @@
 //! Stricter than `grub_envblk_iterate()`, which silently stops at the first
 //! malformed line: we report it instead.
 
+use std::ops::Range;
+
+use crate::textedit::{Decoded, InPlace, Quoting};
+
 /// The signature every environment block starts with.
 pub const SIGNATURE: &str = "# GRUB Environment Block\n";
 
@@ -25,6 +29,13 @@ pub enum GrubenvError {
          recreate it with grub2-editenv <file> create"
     )]
     BadSignature,
+    /// The block starts with a UTF-8 byte-order mark, so GRUB's signature check fails.
+    #[error(
+        "the GRUB environment block starts with a UTF-8 byte-order mark (EF BB BF) before \
+         \"# GRUB Environment Block\", so GRUB's load_env rejects it; recreate it with \
+         grub2-editenv <file> create and set the variables again"
+    )]
+    ByteOrderMark,
     /// A line GRUB would not parse.
     #[error(
         "GRUB environment block is malformed at byte {offset}: {why}; repair it with \
@@ -86,6 +97,9 @@ enum Item {
 /// Splits the block into items; the trailing unterminated `#` run is padding.
 fn items(bytes: &[u8]) -> Result<Vec<Item>, GrubenvError> {
     let Some(body) = bytes.strip_prefix(SIGNATURE.as_bytes()) else {
+        if bytes.starts_with("\u{feff}".as_bytes()) {
+            return Err(GrubenvError::ByteOrderMark);
+        }
         return Err(GrubenvError::BadSignature);
     };
     let base = SIGNATURE.len();
@@ -256,6 +270,126 @@ pub fn set(bytes: &[u8], name: &str, value: &str) -> Result<Vec<u8>, GrubenvErro
     Ok(out)
 }
 
+/// GRUB's way to write `s` in a value (`grub_envblk_set()`): `\` as `\\`, a newline as
+/// `\` and the newline. The quoting is ignored (grubenv has none).
+pub fn encode(_q: Quoting, s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '\\' || c == '\n' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The raw line of the only variable `name` (byte range of its value, without the
+/// newline), and the value decoded with its map back to that range (offsets into the
+/// block).
+fn raw_value(bytes: &[u8], name: &str) -> Result<Option<(Range<usize>, Decoded)>, GrubenvError> {
+    let items = items(bytes)?;
+    let mut hits = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Var { raw, name: n, .. } if n == name => Some(raw.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    if hits.len() > 1 {
+        return Err(GrubenvError::Duplicate(name.to_owned()));
+    }
+    let Some(raw) = hits.pop() else {
+        return Ok(None);
+    };
+    let start = raw.start + name.len() + 1;
+    let end = raw.end - 1;
+    let text = std::str::from_utf8(&bytes[start..end])
+        .map_err(|_| GrubenvError::NotUtf8 { offset: raw.start })?;
+    let mut d = Decoded::new(start, Quoting::Plain);
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let (c, len) = match (c, chars.peek()) {
+            ('\\', Some(&(_, n))) => {
+                chars.next();
+                (n, 1 + n.len_utf8())
+            }
+            (c, _) => (c, c.len_utf8()),
+        };
+        d.push(c, start + i..start + i + len, Quoting::Plain);
+    }
+    Ok(Some((start..end, d)))
+}
+
+/// One variable of an environment block, edited in place ([`InPlace`]): a splice changes
+/// only the bytes of the value it touches, and the `#` padding at the end grows or shrinks
+/// so the block keeps its size. Every other byte stays.
+#[derive(Debug, Clone)]
+pub struct VarInPlace {
+    /// The block as edited so far.
+    pub bytes: Vec<u8>,
+    name: String,
+}
+
+impl VarInPlace {
+    /// The variable `name` of `bytes`.
+    ///
+    /// # Errors
+    /// Those of [`parse`]; [`GrubenvError::Duplicate`] when `name` is set more than once.
+    /// `Ok(None)` when the block does not set `name`.
+    pub fn new(bytes: &[u8], name: &str) -> Result<Option<VarInPlace>, GrubenvError> {
+        Ok(raw_value(bytes, name)?.map(|_| VarInPlace {
+            bytes: bytes.to_vec(),
+            name: name.to_owned(),
+        }))
+    }
+}
+
+impl InPlace for VarInPlace {
+    type Error = GrubenvError;
+    fn decoded(&self) -> String {
+        raw_value(&self.bytes, &self.name)
+            .ok()
+            .flatten()
+            .map(|(_, d)| d.text().to_owned())
+            .unwrap_or_default()
+    }
+    fn splice(&mut self, range: Range<usize>, insert: &str) -> Result<(), GrubenvError> {
+        if insert.contains('\0') {
+            return Err(GrubenvError::InvalidValue(self.name.clone()));
+        }
+        let Some((line, d)) = raw_value(&self.bytes, &self.name)? else {
+            return Ok(());
+        };
+        // Spans are block offsets: splice the value line behind `line.start` placeholder
+        // bytes (the block before it need not be UTF-8).
+        let value = std::str::from_utf8(&self.bytes[line.clone()])
+            .map_err(|_| GrubenvError::NotUtf8 { offset: line.start })?;
+        let shift = format!("{}{value}", " ".repeat(line.start));
+        let edited = d.splice(&shift, range, insert, encode);
+        let size = self.bytes.len();
+        let mut out = Vec::with_capacity(size);
+        out.extend_from_slice(&self.bytes[..line.start]);
+        out.extend_from_slice(&edited.as_bytes()[line.start..]);
+        let tail = &self.bytes[line.end..];
+        let pad = tail.iter().rev().take_while(|&&b| b == b'#').count();
+        let pad = if tail[..tail.len() - pad].ends_with(b"\n") {
+            pad
+        } else {
+            0
+        };
+        out.extend_from_slice(&tail[..tail.len() - pad]);
+        if out.len() > size {
+            return Err(GrubenvError::DoesNotFit {
+                needed: out.len(),
+                size,
+            });
+        }
+        out.resize(size, b'#');
+        self.bytes = out;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +506,9 @@ mod tests {
             })
         );
         assert_eq!(parse(b"# GRUB Env"), Err(GrubenvError::BadSignature));
+        let mut bom = "\u{feff}".as_bytes().to_vec();
+        bom.extend_from_slice(&blk);
+        assert_eq!(parse(&bom), Err(GrubenvError::ByteOrderMark));
         let mut bad = SIGNATURE.as_bytes().to_vec();
         bad.extend_from_slice(b"novalue\n###");
         assert!(matches!(

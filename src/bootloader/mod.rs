@@ -78,32 +78,34 @@ impl Source {
             return Ok(None);
         }
         let text = String::from_utf8_lossy(&self.bytes).into_owned();
+        // every format is edited in place: only the bytes of the removed and appended
+        // arguments change, so a later removal of what was appended restores the bytes
         let content = match &self.format {
             SourceFormat::GrubVar => {
-                grub_default::set_var(&text, "GRUB_CMDLINE_LINUX", &new.render())
+                grub_default::edit_cmdline_var(&text, "GRUB_CMDLINE_LINUX", remove, &add)
                     .map_err(|e| format!("{}: {e}", self.path))?
                     .into_bytes()
             }
-            SourceFormat::BlsEntry(entry) => entry.set_options(&new).into_bytes(),
+            SourceFormat::BlsEntry(entry) => entry
+                .edit_options(remove, &add)
+                .filter(|t| {
+                    bls::Entry::parse(entry.file_name(), t)
+                        .is_ok_and(|e| e.options_cmdline() == new)
+                })
+                .unwrap_or_else(|| entry.set_options(&new))
+                .into_bytes(),
             SourceFormat::Grubenv => {
-                // keep the trailing space grub2-mkconfig leaves in kernelopts
-                let old = grubenv::get(&self.bytes, "kernelopts")
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
-                let mut value = new.render();
-                if old.ends_with(' ') {
-                    value.push(' ');
-                }
-                grubenv::set(&self.bytes, "kernelopts", &value)
-                    .map_err(|e| format!("{}: {e}", self.path))?
+                let err = |e: grubenv::GrubenvError| format!("{}: {e}", self.path);
+                let mut v = grubenv::VarInPlace::new(&self.bytes, "kernelopts")
+                    .map_err(err)?
+                    .ok_or_else(|| format!("{}: kernelopts is not set", self.path))?;
+                crate::cmdline::edit_in_place(&mut v, remove, &add).map_err(err)?;
+                v.bytes
             }
             SourceFormat::KernelCmdline => {
-                let mut s = new.render();
-                if text.ends_with('\n') {
-                    s.push('\n');
-                }
-                s.into_bytes()
+                let mut t = crate::cmdline::PlainText(text);
+                let Ok(()) = crate::cmdline::edit_in_place(&mut t, remove, &add);
+                t.0.into_bytes()
             }
         };
         Ok(Some(FileEdit {
@@ -126,6 +128,11 @@ pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
     fn problem(&self) -> Option<String>;
     /// Command that regenerates the boot configuration after an edit, if any.
     fn regenerate(&self) -> Option<Vec<String>>;
+
+    /// Which boot entries boot with a change of the command line, and which are left
+    /// alone, for the coverage reason: every entry that will boot with it is named,
+    /// including a rescue entry that reads the edited value (RHEL 8's `$kernelopts`).
+    fn boot_entries(&self) -> String;
 
     /// The next boot's command line as configured (first source).
     fn next_boot(&self) -> Cmdline {
@@ -204,6 +211,12 @@ impl KernelArgsBackend for GrubDefault {
     fn regenerate(&self) -> Option<Vec<String>> {
         Some(self.regenerate.clone())
     }
+    fn boot_entries(&self) -> String {
+        format!(
+            "boots with the change: every menu entry {} generates from GRUB_CMDLINE_LINUX (each kernel's normal and recovery entries)",
+            self.regenerate.join(" ")
+        )
+    }
     fn effective_next_boot(&self) -> Cmdline {
         match &self.default {
             Some((_, d)) => self.next_boot().apply(&[], d.args()),
@@ -223,6 +236,10 @@ pub struct Bls {
     kernel_entries: usize,
     sources: Vec<Source>,
     problem: Option<String>,
+    /// The entries that boot with a change, described (file name and why).
+    boot_with: Vec<String>,
+    /// The entries left alone (rescue entries with their own options).
+    left_alone: Vec<String>,
 }
 
 impl KernelArgsBackend for Bls {
@@ -245,6 +262,13 @@ impl KernelArgsBackend for Bls {
     }
     fn regenerate(&self) -> Option<Vec<String>> {
         None
+    }
+    fn boot_entries(&self) -> String {
+        let mut r = format!("boots with the change: {}", self.boot_with.join(", "));
+        if !self.left_alone.is_empty() {
+            r.push_str(&format!("; left alone: {}", self.left_alone.join(", ")));
+        }
+        r
     }
 }
 
@@ -277,6 +301,9 @@ impl KernelArgsBackend for Ostree {
     }
     fn regenerate(&self) -> Option<Vec<String>> {
         None
+    }
+    fn boot_entries(&self) -> String {
+        "boots with the change: the new deployment rpm-ostree kargs stages (earlier deployments keep their arguments for rollback)".to_string()
     }
     fn command_edit(&self, remove: &[Arg], append: &[Arg]) -> Option<Vec<String>> {
         let mut cmd = vec!["rpm-ostree".to_string(), "kargs".to_string()];
@@ -497,6 +524,7 @@ fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {
         return Ok(None);
     };
     let mut entries = Vec::new();
+    let mut rescue = Vec::new();
     for n in names.iter().filter(|n| n.ends_with(".conf")) {
         let path = format!("{dir}/{n}");
         let Some(text) = read_text(root, &path)? else {
@@ -510,6 +538,7 @@ fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {
         }
         let entry = bls::Entry::parse(n, &text).map_err(|e| NoBackend(format!("{path}: {e}")))?;
         if entry.is_rescue() {
+            rescue.push(entry);
             continue;
         }
         entries.push((path, text, entry));
@@ -522,12 +551,16 @@ fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {
     let mut sources = Vec::new();
     let mut problem = None;
     let mut grubenv_needed = false;
+    let mut boot_with = Vec::new();
+    let through_grubenv = "through $kernelopts in /boot/grub2/grubenv";
     for (path, text, entry) in &entries {
         let vars = entry.uses_variables();
         if vars.iter().any(|v| v == "kernelopts") {
             grubenv_needed = true;
+            boot_with.push(format!("{} ({through_grubenv})", entry.file_name()));
             continue;
         }
+        boot_with.push(format!("{} (its options line)", entry.file_name()));
         sources.push(Source {
             path: path.clone(),
             what: "BLS entry options",
@@ -584,10 +617,25 @@ fn detect_bls(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {
             format: SourceFormat::GrubVar,
         });
     }
+    // a rescue entry is never edited, but one that reads $kernelopts boots with the
+    // change all the same (grubby's layout on RHEL 8)
+    let mut left_alone = Vec::new();
+    for e in &rescue {
+        if grubenv_needed && e.uses_variables().iter().any(|v| v == "kernelopts") {
+            boot_with.push(format!(
+                "{} (rescue entry, {through_grubenv})",
+                e.file_name()
+            ));
+        } else {
+            left_alone.push(format!("{} (rescue entry, its own options)", e.file_name()));
+        }
+    }
     Ok(Some(Bls {
         entries_dir: dir.to_string(),
         kernel_entries: entries.len(),
         sources,
         problem,
+        boot_with,
+        left_alone,
     }))
 }

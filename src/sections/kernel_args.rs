@@ -340,6 +340,8 @@ fn key_reason(
     } else {
         "; the running kernel already matches, no reboot needed"
     });
+    reason.push_str("; ");
+    reason.push_str(&backend.boot_entries());
     reason
 }
 

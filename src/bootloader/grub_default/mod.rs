@@ -19,6 +19,15 @@
 //! and `case` patterns containing `(` are not modelled.
 
 use std::fmt::Write as _;
+use std::ops::Range;
+
+use crate::cmdline::{Arg, Cmdline};
+use crate::textedit::{Decoded, InPlace, shell_encode};
+
+mod events;
+mod lexer;
+
+use events::{Event, events};
 
 /// Errors from [`read_var`] and [`set_var`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +57,16 @@ pub enum GrubError {
         /// The raw assignment text.
         text: String,
     },
+    /// The fragment starts with a UTF-8 byte-order mark, which `sh` does not skip: it
+    /// reads the first line as a command, so the edit would not do what it says.
+    #[error(
+        "line 1 starts with a UTF-8 byte-order mark (EF BB BF), which /bin/sh does not skip: \
+         it reads that line as a command, so {what}; remove the byte-order mark"
+    )]
+    ByteOrderMark {
+        /// What the mark does to this edit.
+        what: String,
+    },
     /// The variable name is not a shell name.
     #[error("{0:?} is not a shell variable name: use letters, digits and '_' (not first a digit)")]
     InvalidName(String),
@@ -74,541 +93,13 @@ fn assignment_prefix(raw: &str) -> Option<usize> {
     is_name(&raw[..eq]).then_some(eq + 1)
 }
 
-const EXPANSION: &str = "with a $ parameter expansion or $(...) command substitution";
-const BACKTICK: &str = "with a `...` command substitution";
-
-#[derive(Debug)]
-struct Word {
-    start: usize,
-    end: usize,
-    line: usize,
-    /// The word after quote removal, or why it needs a shell to evaluate.
-    value: Result<String, &'static str>,
-    /// No quoting or escaping at all (needed for reserved words).
-    plain: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Sep,
-    Cond,
-    Pipe,
-    LParen,
-    RParen,
-    Redir,
-    DSemi,
-}
-
-#[derive(Debug)]
-enum Tok {
-    Word(Word),
-    Op(Op),
-}
-
-struct Lexer<'a> {
-    s: &'a str,
-    b: &'a [u8],
-    i: usize,
-    line: usize,
-}
-
-impl<'a> Lexer<'a> {
-    fn syntax(&self, line: usize, what: &str) -> GrubError {
-        GrubError::Syntax {
-            line,
-            what: what.to_owned(),
-        }
-    }
-
-    fn peek(&self, off: usize) -> Option<u8> {
-        self.b.get(self.i + off).copied()
-    }
-
-    /// Advances over one (possibly multi-byte) character, returning it.
-    fn bump_char(&mut self) -> Option<char> {
-        let c = self.s.get(self.i..)?.chars().next()?;
-        if c == '\n' {
-            self.line += 1;
-        }
-        self.i += c.len_utf8();
-        Some(c)
-    }
-
-    fn tokens(mut self) -> Result<Vec<Tok>, GrubError> {
-        let mut out = Vec::new();
-        while let Some(c) = self.peek(0) {
-            match c {
-                b' ' | b'\t' => self.i += 1,
-                b'\\' if self.peek(1) == Some(b'\n') => {
-                    self.i += 2;
-                    self.line += 1;
-                }
-                b'#' => {
-                    while let Some(c) = self.peek(0) {
-                        if c == b'\n' {
-                            break;
-                        }
-                        self.i += 1;
-                    }
-                }
-                b'\n' => {
-                    self.i += 1;
-                    self.line += 1;
-                    out.push(Tok::Op(Op::Sep));
-                }
-                b';' => {
-                    if self.peek(1) == Some(b';') {
-                        self.i += 2;
-                        out.push(Tok::Op(Op::DSemi));
-                    } else {
-                        self.i += 1;
-                        out.push(Tok::Op(Op::Sep));
-                    }
-                }
-                b'&' | b'|' => {
-                    if self.peek(1) == Some(c) {
-                        self.i += 2;
-                        out.push(Tok::Op(Op::Cond));
-                    } else {
-                        self.i += 1;
-                        out.push(Tok::Op(Op::Pipe));
-                    }
-                }
-                b'(' => {
-                    self.i += 1;
-                    out.push(Tok::Op(Op::LParen));
-                }
-                b')' => {
-                    self.i += 1;
-                    out.push(Tok::Op(Op::RParen));
-                }
-                b'<' | b'>' => {
-                    if c == b'<' && self.peek(1) == Some(b'<') {
-                        return Err(self.syntax(self.line, "here-documents (<<) are not supported"));
-                    }
-                    self.i += 1;
-                    if matches!(self.peek(0), Some(b'>' | b'&' | b'|')) {
-                        self.i += 1;
-                    }
-                    out.push(Tok::Op(Op::Redir));
-                }
-                _ => out.push(Tok::Word(self.word()?)),
-            }
-        }
-        Ok(out)
-    }
-
-    fn word(&mut self) -> Result<Word, GrubError> {
-        let (start, line) = (self.i, self.line);
-        let mut value = String::new();
-        let mut why: Option<&'static str> = None;
-        let mut plain = true;
-        while let Some(c) = self.peek(0) {
-            match c {
-                b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'<' | b'>' | b'(' | b')' => break,
-                b'\\' => {
-                    plain = false;
-                    self.i += 1;
-                    match self.bump_char() {
-                        Some('\n') => {}
-                        Some(ch) => value.push(ch),
-                        None => value.push('\\'),
-                    }
-                }
-                b'\'' => {
-                    plain = false;
-                    let qline = self.line;
-                    self.i += 1;
-                    loop {
-                        match self.bump_char() {
-                            Some('\'') => break,
-                            Some(ch) => value.push(ch),
-                            None => return Err(self.syntax(qline, "unterminated single quote")),
-                        }
-                    }
-                }
-                b'"' => {
-                    plain = false;
-                    self.double_quoted(&mut value, &mut why)?;
-                }
-                b'$' => {
-                    if self.dollar()? {
-                        why.get_or_insert(EXPANSION);
-                    } else {
-                        value.push('$');
-                    }
-                }
-                b'`' => {
-                    self.backtick()?;
-                    why.get_or_insert(BACKTICK);
-                }
-                _ => {
-                    if let Some(ch) = self.bump_char() {
-                        value.push(ch);
-                    }
-                }
-            }
-        }
-        Ok(Word {
-            start,
-            end: self.i,
-            line,
-            value: why.map_or(Ok(value), Err),
-            plain,
-        })
-    }
-
-    fn double_quoted(
-        &mut self,
-        value: &mut String,
-        why: &mut Option<&'static str>,
-    ) -> Result<(), GrubError> {
-        let qline = self.line;
-        self.i += 1;
-        loop {
-            match self.peek(0) {
-                None => return Err(self.syntax(qline, "unterminated double quote")),
-                Some(b'"') => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                Some(b'\\') => match self.peek(1) {
-                    Some(b'\n') => {
-                        self.i += 2;
-                        self.line += 1;
-                    }
-                    Some(n @ (b'$' | b'`' | b'"' | b'\\')) => {
-                        self.i += 2;
-                        value.push(char::from(n));
-                    }
-                    _ => {
-                        self.i += 1;
-                        value.push('\\');
-                    }
-                },
-                Some(b'$') => {
-                    if self.dollar()? {
-                        why.get_or_insert(EXPANSION);
-                    } else {
-                        value.push('$');
-                    }
-                }
-                Some(b'`') => {
-                    self.backtick()?;
-                    why.get_or_insert(BACKTICK);
-                }
-                Some(_) => {
-                    if let Some(ch) = self.bump_char() {
-                        value.push(ch);
-                    }
-                }
-            }
-        }
-    }
-
-    /// At a `$`: skips an expansion and returns true, or consumes a literal
-    /// `$` and returns false.
-    fn dollar(&mut self) -> Result<bool, GrubError> {
-        let line = self.line;
-        self.i += 1;
-        match self.peek(0) {
-            Some(b'{') => {
-                self.i += 1;
-                self.skip_until_close(b'{', b'}', line)?;
-                Ok(true)
-            }
-            Some(b'(') => {
-                self.i += 1;
-                self.skip_until_close(b'(', b')', line)?;
-                Ok(true)
-            }
-            Some(c) if c == b'_' || c.is_ascii_alphabetic() => {
-                while matches!(self.peek(0), Some(c) if c == b'_' || c.is_ascii_alphanumeric()) {
-                    self.i += 1;
-                }
-                Ok(true)
-            }
-            Some(c) if c.is_ascii_digit() || b"@*#?$!-".contains(&c) => {
-                self.i += 1;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
-    }
-
-    /// Skips to the matching `close`, honouring quotes, escapes, nested
-    /// substitutions and backticks. The opening byte was already consumed.
-    fn skip_until_close(&mut self, open: u8, close: u8, line: usize) -> Result<(), GrubError> {
-        let mut depth = 1usize;
-        loop {
-            match self.peek(0) {
-                None => {
-                    return Err(self.syntax(
-                        line,
-                        &format!("unterminated {}...{}", char::from(open), char::from(close)),
-                    ));
-                }
-                Some(b'\\') => {
-                    self.i += 1;
-                    self.bump_char();
-                }
-                Some(b'\'') => {
-                    self.i += 1;
-                    loop {
-                        match self.bump_char() {
-                            Some('\'') => break,
-                            Some(_) => {}
-                            None => return Err(self.syntax(line, "unterminated single quote")),
-                        }
-                    }
-                }
-                Some(b'"') => {
-                    let mut sink = String::new();
-                    let mut why = None;
-                    self.double_quoted(&mut sink, &mut why)?;
-                }
-                Some(b'`') => self.backtick()?,
-                Some(b'$') => {
-                    self.dollar()?;
-                }
-                Some(c) => {
-                    if c == open {
-                        depth += 1;
-                    } else if c == close {
-                        depth -= 1;
-                    }
-                    self.bump_char();
-                    if depth == 0 {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-
-    fn backtick(&mut self) -> Result<(), GrubError> {
-        let line = self.line;
-        self.i += 1;
-        loop {
-            match self.bump_char() {
-                Some('`') => return Ok(()),
-                Some('\\') => {
-                    self.bump_char();
-                }
-                Some(_) => {}
-                None => return Err(self.syntax(line, "unterminated backquote")),
-            }
-        }
-    }
-}
-
-const IN_COMPOUND: &str = "inside a compound command (if/while/for/case/{ }/function/subshell)";
-const AFTER_COND: &str = "conditionally (after && or ||)";
-const IN_PIPELINE: &str = "in a pipeline or background job (a subshell)";
-const AS_PREFIX: &str = "as a prefix of a command (it does not persist)";
-
-#[derive(Debug)]
-enum Event {
-    Assign {
-        name: String,
-        start: usize,
-        end: usize,
-        line: usize,
-        value: Result<String, &'static str>,
-        context: Option<&'static str>,
-    },
-    Unset {
-        name: String,
-        line: usize,
-        context: Option<&'static str>,
-    },
-}
-
-impl Event {
-    fn name(&self) -> &str {
-        match self {
-            Event::Assign { name, .. } | Event::Unset { name, .. } => name,
-        }
-    }
-    fn set_context(&mut self, c: &'static str) {
-        match self {
-            Event::Assign { context, .. } | Event::Unset { context, .. } => {
-                context.get_or_insert(c);
-            }
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Normal,
-    Export,
-    Unset,
-}
-
-fn assign_event(frag: &str, w: &Word, eq: usize, context: Option<&'static str>) -> Event {
-    let name = frag[w.start..w.start + eq - 1].to_owned();
-    let value = match &w.value {
-        Ok(v) => Ok(v.get(eq..).unwrap_or("").to_owned()),
-        Err(e) => Err(*e),
-    };
-    Event::Assign {
-        name,
-        start: w.start,
-        end: w.end,
-        line: w.line,
-        value,
-        context,
-    }
-}
-
-/// Lexes the fragment and lists every assignment and `unset` in order.
-fn events(frag: &str) -> Result<Vec<Event>, GrubError> {
-    let toks = Lexer {
-        s: frag,
-        b: frag.as_bytes(),
-        i: 0,
-        line: 1,
-    }
-    .tokens()?;
-    let mut ev: Vec<Event> = Vec::new();
-    let mut pending: Vec<Event> = Vec::new();
-    let mut depth = 0usize;
-    let mut in_case = 0usize;
-    let mut cmd_pos = true;
-    let mut cond: Option<&'static str> = None;
-    let mut mode = Mode::Normal;
-    let mut skip_word = false;
-    let mut stmt_start = 0usize;
-    for tok in &toks {
-        let ctx = if depth > 0 { Some(IN_COMPOUND) } else { cond };
-        match tok {
-            Tok::Op(op) => {
-                ev.append(&mut pending);
-                skip_word = false;
-                mode = Mode::Normal;
-                match op {
-                    Op::Sep => {
-                        cmd_pos = true;
-                        cond = None;
-                        stmt_start = ev.len();
-                    }
-                    Op::Cond => {
-                        cmd_pos = true;
-                        cond = Some(AFTER_COND);
-                    }
-                    Op::Pipe => {
-                        for e in &mut ev[stmt_start..] {
-                            e.set_context(IN_PIPELINE);
-                        }
-                        cmd_pos = true;
-                        cond = Some(IN_PIPELINE);
-                    }
-                    Op::DSemi => cmd_pos = false,
-                    Op::LParen => {
-                        if in_case == 0 || cmd_pos {
-                            depth += 1;
-                            cmd_pos = true;
-                        }
-                    }
-                    Op::RParen => {
-                        if in_case > 0 && !cmd_pos {
-                            cmd_pos = true; // end of a case pattern
-                        } else {
-                            // After `name()` a function body follows; after a
-                            // subshell only an operator is valid shell.
-                            depth = depth.saturating_sub(1);
-                            cmd_pos = true;
-                        }
-                    }
-                    Op::Redir => skip_word = true,
-                }
-            }
-            Tok::Word(w) => {
-                if skip_word {
-                    skip_word = false;
-                    continue;
-                }
-                let raw = &frag[w.start..w.end];
-                let reserved = if w.plain { raw } else { "" };
-                if in_case > 0 && reserved == "esac" {
-                    in_case -= 1;
-                    depth = depth.saturating_sub(1);
-                    cmd_pos = false;
-                    continue;
-                }
-                if cmd_pos {
-                    match reserved {
-                        "if" | "while" | "until" | "{" => {
-                            depth += 1;
-                            continue;
-                        }
-                        "then" | "do" | "else" | "elif" | "!" => continue,
-                        "fi" | "done" | "}" => {
-                            depth = depth.saturating_sub(1);
-                            cmd_pos = false;
-                            continue;
-                        }
-                        "for" => {
-                            depth += 1;
-                            cmd_pos = false;
-                            continue;
-                        }
-                        "case" => {
-                            depth += 1;
-                            in_case += 1;
-                            cmd_pos = false;
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    if let Some(eq) = assignment_prefix(raw) {
-                        pending.push(assign_event(frag, w, eq, ctx));
-                        continue;
-                    }
-                    for mut e in pending.drain(..) {
-                        e.set_context(AS_PREFIX);
-                        ev.push(e);
-                    }
-                    cmd_pos = false;
-                    mode = match reserved {
-                        "export" | "readonly" => Mode::Export,
-                        "unset" => Mode::Unset,
-                        _ => Mode::Normal,
-                    };
-                    continue;
-                }
-                match mode {
-                    Mode::Export => {
-                        if let Some(eq) = assignment_prefix(raw) {
-                            ev.push(assign_event(frag, w, eq, ctx));
-                        }
-                    }
-                    Mode::Unset => {
-                        if is_name(raw) {
-                            ev.push(Event::Unset {
-                                name: raw.to_owned(),
-                                line: w.line,
-                                context: ctx,
-                            });
-                        }
-                    }
-                    Mode::Normal => {}
-                }
-            }
-        }
-    }
-    ev.append(&mut pending);
-    Ok(ev)
-}
-
 /// The last event touching `var`, checked for evaluability.
 enum Last {
     Absent,
     Value {
         start: usize,
         end: usize,
-        value: String,
+        value: Decoded,
     },
 }
 
@@ -616,8 +107,28 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
     if !is_name(var) {
         return Err(GrubError::InvalidName(var.to_owned()));
     }
-    let ev = events(frag)?;
+    let bom = frag.strip_prefix(BOM);
+    if let Some(rest) = bom {
+        bom_first_line(rest)?;
+    }
+    let ev = match events(frag) {
+        Err(GrubError::Syntax { line: 1, what }) if bom.is_some() => {
+            return Err(GrubError::ByteOrderMark {
+                what: format!(
+                    "its text is not a comment or an assignment and the file does not parse ({what})"
+                ),
+            });
+        }
+        r => r?,
+    };
     let Some(e) = ev.into_iter().rev().find(|e| e.name() == var) else {
+        if let Some(rest) = bom
+            && rest.starts_with(&format!("{var}="))
+        {
+            return Err(GrubError::ByteOrderMark {
+                what: format!("its {var}= is not an assignment and {var} stays unset"),
+            });
+        }
         return Ok(Last::Absent);
     };
     match e {
@@ -721,7 +232,7 @@ fn self_append(raw: &str, var: &str, cur: &str) -> Option<String> {
 pub fn read_var(fragment: &str, var: &str) -> Result<Option<String>, GrubError> {
     Ok(match last_state(fragment, var)? {
         Last::Absent => None,
-        Last::Value { value, .. } => Some(value),
+        Last::Value { value, .. } => Some(value.text().to_owned()),
     })
 }
 
@@ -792,6 +303,101 @@ pub fn set_var(fragment: &str, var: &str, value: &str) -> Result<String, GrubErr
     }
 }
 
+/// Refuses a byte-order mark glued to a first line that sh would then read as something
+/// that matters: sh runs `\u{feff}# text` as a command, which only fails with "not found"
+/// when the text has no shell syntax; with `(`, `;`, a quote and the like it may be a
+/// syntax error that stops grub-mkconfig, or run something.
+fn bom_first_line(rest: &str) -> Result<(), GrubError> {
+    let line = rest.lines().next().unwrap_or("");
+    let special = |c: char| "()<>;&|'\"`$\\{}".contains(c);
+    if line.starts_with('#') && !line.contains(special) {
+        return Ok(());
+    }
+    Err(GrubError::ByteOrderMark {
+        what: format!(
+            "{:?} is run as a command{}",
+            line.chars().take(40).collect::<String>(),
+            if line.contains(special) {
+                " and its shell syntax may stop grub-mkconfig"
+            } else {
+                ""
+            }
+        ),
+    })
+}
+
+/// The UTF-8 byte-order mark.
+const BOM: &str = "\u{feff}";
+
+/// The last assignment of a variable in a fragment, edited in place ([`InPlace`]): a
+/// splice changes only the raw bytes of the characters it touches, and inserted text is
+/// written in the quoting of the character before it ([`shell_encode`]): inside `"..."`
+/// with `"`, `$`, `` ` ``, `\` escaped, inside `'...'` with `'` written `'"'"'`,
+/// unquoted with a backslash before every special character (`\ ` for a space).
+#[derive(Debug, Clone)]
+pub struct VarInPlace {
+    /// The fragment as edited so far.
+    pub text: String,
+    var: String,
+}
+
+impl VarInPlace {
+    /// The last assignment of `var` in `fragment`; `Ok(None)` when it is not assigned.
+    ///
+    /// # Errors
+    /// Those of [`read_var`].
+    pub fn new(fragment: &str, var: &str) -> Result<Option<VarInPlace>, GrubError> {
+        Ok(match last_state(fragment, var)? {
+            Last::Absent => None,
+            Last::Value { .. } => Some(VarInPlace {
+                text: fragment.to_owned(),
+                var: var.to_owned(),
+            }),
+        })
+    }
+}
+
+impl InPlace for VarInPlace {
+    type Error = GrubError;
+    fn decoded(&self) -> String {
+        match last_state(&self.text, &self.var) {
+            Ok(Last::Value { value, .. }) => value.text().to_owned(),
+            _ => String::new(),
+        }
+    }
+    fn splice(&mut self, range: Range<usize>, insert: &str) -> Result<(), GrubError> {
+        if let Last::Value { value, .. } = last_state(&self.text, &self.var)? {
+            self.text = value.splice(&self.text, range, insert, shell_encode);
+        }
+        Ok(())
+    }
+}
+
+/// Returns the fragment with the kernel command line in `var` edited as
+/// [`Cmdline::apply`]`(remove, append)` does, in place ([`crate::cmdline::edit_in_place`]
+/// over [`VarInPlace`]): quotes, escapes, continuation lines, spacing, comments and every
+/// other byte stay; appending then removing the same arguments gives back the original
+/// bytes. When `var` is not assigned, `VAR="<args>"` is appended as [`set_var`] does.
+///
+/// # Errors
+/// Those of [`set_var`].
+pub fn edit_cmdline_var(
+    fragment: &str,
+    var: &str,
+    remove: &[Arg],
+    append: &[Arg],
+) -> Result<String, GrubError> {
+    let old = Cmdline::parse(&read_var(fragment, var)?.unwrap_or_default());
+    let want = old.apply(remove, append);
+    if let Some(mut v) = VarInPlace::new(fragment, var)? {
+        crate::cmdline::edit_in_place(&mut v, remove, append)?;
+        if read_var(&v.text, var)?.map(|t| Cmdline::parse(&t)) == Some(want.clone()) {
+            return Ok(v.text);
+        }
+    }
+    set_var(fragment, var, &want.render())
+}
+
 /// True if any uncommented assignment of `var` exists in the fragment, in any
 /// context (`VAR=`, `export VAR=`, inside `if`, after `&&`, ...). Used to
 /// detect `/etc/default/grub.d/*.cfg` files that shadow a value from
@@ -824,8 +430,9 @@ pub fn assigns(fragment: &str, var: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::events::{AFTER_COND, AS_PREFIX, IN_COMPOUND, IN_PIPELINE};
+    use super::lexer::{BACKTICK, EXPANSION};
     use super::*;
-    use crate::cmdline::{Arg, Cmdline};
 
     fn fixture(p: &str) -> String {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nodes");

@@ -78,6 +78,16 @@ pub enum FlagsError {
         /// The variable.
         var: String,
     },
+    /// The file starts with a UTF-8 byte-order mark glued to the assignment of `var`:
+    /// systemd does not skip the mark, reads the key as `\u{feff}VAR`, not a valid
+    /// variable name, and ignores the assignment.
+    #[error(
+        "the file starts with a UTF-8 byte-order mark (EF BB BF) right before {var}=, which systemd's EnvironmentFile= parser does not skip: it reads the key as a different, invalid name and ignores the assignment, so the kubelet gets none of these flags; remove the byte-order mark"
+    )]
+    ByteOrderMark {
+        /// The variable.
+        var: String,
+    },
     /// The same flag is both set and removed in one edit.
     #[error("flag --{name} is both set and removed in the same edit; list it in only one of them")]
     Conflict {
@@ -85,6 +95,12 @@ pub enum FlagsError {
         name: String,
     },
 }
+
+use crate::textedit::{Decoded, Quoting};
+
+mod in_place;
+
+use in_place::{FlagsInPlace, edit_in_place};
 
 const NEWLINE: &[char] = &['\n', '\r'];
 const WHITESPACE: &[char] = &[' ', '\t', '\n', '\r'];
@@ -97,7 +113,8 @@ struct Assignment {
     key_start: usize,
     /// Byte offset of the newline (or end of text) that ends the assignment.
     end: usize,
-    value: String,
+    /// The value as systemd reads it, with the map back to its raw bytes.
+    value: Decoded,
     unterminated: bool,
 }
 
@@ -122,9 +139,11 @@ struct Scanner {
     key_start: usize,
     /// Length of the key before its trailing whitespace (trimmed at `=`).
     last_key_ws: Option<usize>,
-    value: String,
+    value: Decoded,
     /// Length of the value before its trailing whitespace (trimmed at the end).
     last_value_ws: Option<usize>,
+    /// Byte offset of the backslash of the escape being read.
+    esc: usize,
 }
 
 /// Records where trailing whitespace starts in `s` (`c` about to be pushed).
@@ -148,7 +167,7 @@ impl Scanner {
             key: std::mem::take(&mut self.key),
             key_start: self.key_start,
             end,
-            value: std::mem::take(&mut self.value),
+            value: std::mem::replace(&mut self.value, Decoded::new(end, Quoting::Plain)),
             unterminated,
         });
     }
@@ -158,6 +177,7 @@ impl Scanner {
     /// `parse_env_file_internal()` switch, which it transliterates.
     fn step(&mut self, i: usize, c: char) {
         let newline = NEWLINE.contains(&c);
+        let end = i + c.len_utf8();
         match self.st {
             St::PreKey => {
                 if c == '#' || c == ';' {
@@ -179,7 +199,7 @@ impl Scanner {
                     self.key.truncate(n);
                 }
                 self.st = St::PreValue;
-                self.value.clear();
+                self.value = Decoded::new(i + 1, Quoting::Plain);
                 self.last_value_ws = None;
             }
             St::Key => {
@@ -191,47 +211,60 @@ impl Scanner {
                 self.finish(i, false);
             }
             St::PreValue => match c {
-                '\'' => self.st = St::Single,
-                '"' => self.st = St::Double,
-                '\\' => self.st = St::ValueEscape,
+                '\'' => {
+                    self.st = St::Single;
+                    self.value.set_empty_at(i + 1, Quoting::Single);
+                }
+                '"' => {
+                    self.st = St::Double;
+                    self.value.set_empty_at(i + 1, Quoting::Double);
+                }
+                '\\' => {
+                    self.st = St::ValueEscape;
+                    self.esc = i;
+                }
                 c if !WHITESPACE.contains(&c) => {
                     self.st = St::Value;
-                    self.value.push(c);
+                    self.value.push(c, i..end, Quoting::Plain);
                 }
                 _ => {}
             },
             St::Value if c == '\\' => {
                 self.st = St::ValueEscape;
+                self.esc = i;
                 self.last_value_ws = None;
             }
             St::Value => {
-                track_ws(c, &self.value, &mut self.last_value_ws);
-                self.value.push(c);
+                track_ws(c, self.value.text(), &mut self.last_value_ws);
+                self.value.push(c, i..end, Quoting::Plain);
             }
             St::ValueEscape => {
                 self.st = St::Value;
                 if !newline {
                     // Escaped whitespace is not trimmed.
-                    self.value.push(c);
+                    self.value.push(c, self.esc..end, Quoting::Plain);
                     self.last_value_ws = None;
                 }
             }
             St::Single => match c {
                 '\'' => self.st = St::PreValue,
-                c => self.value.push(c),
+                c => self.value.push(c, i..end, Quoting::Single),
             },
             St::Double => match c {
                 '"' => self.st = St::PreValue,
-                '\\' => self.st = St::DoubleEscape,
-                c => self.value.push(c),
+                '\\' => {
+                    self.st = St::DoubleEscape;
+                    self.esc = i;
+                }
+                c => self.value.push(c, i..end, Quoting::Double),
             },
             St::DoubleEscape => {
                 self.st = St::Double;
                 if matches!(c, '"' | '\\' | '`' | '$') {
-                    self.value.push(c);
+                    self.value.push(c, self.esc..end, Quoting::Double);
                 } else if !newline {
-                    self.value.push('\\');
-                    self.value.push(c);
+                    self.value.push('\\', self.esc..end, Quoting::Double);
+                    self.value.push(c, self.esc..end, Quoting::Double);
                 }
             }
             St::Comment => {
@@ -251,8 +284,9 @@ fn scan(text: &str) -> Vec<Assignment> {
         key: String::new(),
         key_start: 0,
         last_key_ws: None,
-        value: String::new(),
+        value: Decoded::new(0, Quoting::Plain),
         last_value_ws: None,
+        esc: 0,
     };
     for (i, c) in text.char_indices() {
         sc.step(i, c);
@@ -324,17 +358,25 @@ fn words_of(value: &str) -> Vec<&str> {
 ///
 /// # Errors
 /// [`FlagsError::InvalidVariable`] for a bad `var`, [`FlagsError::UnterminatedQuote`] if the
-/// assignment never closes its quote, [`FlagsError::NotAFlag`] for a word that is not a flag.
+/// assignment never closes its quote, [`FlagsError::NotAFlag`] for a word that is not a flag,
+/// [`FlagsError::ByteOrderMark`] when the only assignment of `var` has a byte-order mark glued
+/// to its key (systemd ignores it; a mark before anything else is kept and harmless).
 pub fn parse(text: &str, var: &str) -> Result<Option<Vec<Flag>>, FlagsError> {
     check_var(var)?;
     let list = scan(text);
     let Some(a) = last_assignment(&list, var) else {
+        if list
+            .first()
+            .is_some_and(|a| a.key.strip_prefix('\u{feff}') == Some(var))
+        {
+            return Err(FlagsError::ByteOrderMark { var: var.into() });
+        }
         return Ok(None);
     };
     if a.unterminated {
         return Err(FlagsError::UnterminatedQuote { var: var.into() });
     }
-    words_of(&a.value)
+    words_of(a.value.text())
         .into_iter()
         .map(|w| parse_word(var, w))
         .collect::<Result<Vec<_>, _>>()
@@ -473,14 +515,14 @@ fn check_readback(
         l.iter()
             .enumerate()
             .filter(|(i, _)| Some(*i) != last)
-            .map(|(_, a)| (a.key.clone(), a.value.clone(), a.unterminated))
+            .map(|(_, a)| (a.key.clone(), a.value.text().to_owned(), a.unterminated))
             .collect()
     };
     let after = scan(out);
     let readback = last_assignment(&after, var)
         .filter(|a| !a.unterminated)
         .map(|a| {
-            words_of(&a.value)
+            words_of(a.value.text())
                 .into_iter()
                 .map(String::from)
                 .collect::<Vec<_>>()
@@ -498,10 +540,15 @@ fn check_readback(
 /// * A flag in `remove` is dropped (every occurrence); removing an absent flag is a no-op.
 /// * A new flag is inserted at its sorted position if the existing flags are sorted by name
 ///   (as kubeadm writes them), else appended.
-/// * Untouched words are kept as written (including bare `--flag`s and single-dash spellings);
-///   the assignment is re-rendered as `VAR="..."` with Go `%q`-compatible escaping of `\` and
-///   `"`, in place of the last assignment of `var` (leading indentation and the rest of the file,
-///   including a final newline or its absence, are unchanged).
+/// * The edit is made in place: untouched words keep their bytes (quotes, escapes, `\`
+///   continuation lines, spacing, bare `--flag`s, single-dash spellings), a removed flag goes
+///   with the whitespace next to it, a changed flag's word is rewritten where it is, a new one
+///   goes after the word before its place with one space. Written text takes the quoting of
+///   the place it goes to (inside `"..."` with `"`, `\`, `` ` ``, `$` escaped; inside
+///   `'...'` with `'` written `'"'"'`; unquoted with `\`, `'`, `"` escaped), so removing what
+///   was added gives back the original bytes. Should the in-place result not read back as
+///   intended, the assignment is re-rendered as `VAR="..."` (Go `%q`-compatible escaping), the
+///   canonical style, in place of the last assignment (the rest of the file unchanged).
 /// * If `var` is not assigned, a `VAR="..."` line is appended.
 /// * If the flag list does not change (or `var` is absent and nothing is set), the text is
 ///   returned unchanged.
@@ -531,12 +578,27 @@ pub fn edit(
     let list = scan(text);
     let assignment = last_assignment(&list, var);
     let old_words: Vec<String> = assignment
-        .map(|a| words_of(&a.value).into_iter().map(String::from).collect())
+        .map(|a| {
+            words_of(a.value.text())
+                .into_iter()
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default();
 
     let words = edit_words(&old_words, set, remove);
     if words == old_words && (existing.is_some() || words.is_empty()) {
         return Ok(text.to_string());
+    }
+    if assignment.is_some() {
+        let mut v = FlagsInPlace {
+            text: text.to_string(),
+            var: var.to_string(),
+        };
+        edit_in_place(&mut v, set, remove);
+        if check_readback(var, &list, &v.text, &words).is_ok() {
+            return Ok(v.text);
+        }
     }
     let rendered = format!("{var}={}", quote_go(&words.join(" ")));
     let out = splice_assignment(text, assignment, &rendered);
@@ -550,14 +612,17 @@ mod tests {
     use proptest::prelude::*;
 
     const UBUNTU: &str = include_str!(
-        "../../tests/fixtures/nodes/ubuntu-2404-grub/var/lib/kubelet/kubeadm-flags.env"
+        "../../../tests/fixtures/nodes/ubuntu-2404-grub/var/lib/kubelet/kubeadm-flags.env"
     );
-    const FEDORA: &str =
-        include_str!("../../tests/fixtures/nodes/fedora-41-bls/var/lib/kubelet/kubeadm-flags.env");
-    const RHEL: &str =
-        include_str!("../../tests/fixtures/nodes/rhel8-grubenv/var/lib/kubelet/kubeadm-flags.env");
-    const SDBOOT: &str =
-        include_str!("../../tests/fixtures/nodes/systemd-boot/var/lib/kubelet/kubeadm-flags.env");
+    const FEDORA: &str = include_str!(
+        "../../../tests/fixtures/nodes/fedora-41-bls/var/lib/kubelet/kubeadm-flags.env"
+    );
+    const RHEL: &str = include_str!(
+        "../../../tests/fixtures/nodes/rhel8-grubenv/var/lib/kubelet/kubeadm-flags.env"
+    );
+    const SDBOOT: &str = include_str!(
+        "../../../tests/fixtures/nodes/systemd-boot/var/lib/kubelet/kubeadm-flags.env"
+    );
     const KUBEADM: &str = "KUBELET_KUBEADM_ARGS";
     const EXTRA: &str = "KUBELET_EXTRA_ARGS";
 
@@ -614,15 +679,15 @@ mod tests {
         assert_eq!(sd[5], f("reserved-cpus", "0-1"));
         assert_eq!(parse(UBUNTU, EXTRA).unwrap(), None);
         for t in [
-            include_str!("../../tests/fixtures/nodes/ubuntu-2404-grub/etc/default/kubelet"),
-            include_str!("../../tests/fixtures/nodes/systemd-boot/etc/default/kubelet"),
-            include_str!("../../tests/fixtures/nodes/fedora-41-bls/etc/sysconfig/kubelet"),
+            include_str!("../../../tests/fixtures/nodes/ubuntu-2404-grub/etc/default/kubelet"),
+            include_str!("../../../tests/fixtures/nodes/systemd-boot/etc/default/kubelet"),
+            include_str!("../../../tests/fixtures/nodes/fedora-41-bls/etc/sysconfig/kubelet"),
         ] {
             assert_eq!(parse(t, EXTRA).unwrap(), Some(vec![]));
         }
         assert_eq!(
             parse(
-                include_str!("../../tests/fixtures/nodes/rhel8-grubenv/etc/sysconfig/kubelet"),
+                include_str!("../../../tests/fixtures/nodes/rhel8-grubenv/etc/sysconfig/kubelet"),
                 EXTRA
             )
             .unwrap(),
@@ -673,12 +738,12 @@ mod tests {
                 "memory.available<500Mi,nodefs.available<10%"
             )
         );
-        // Extra args file: empty assignment becomes quoted.
-        let t = include_str!("../../tests/fixtures/nodes/ubuntu-2404-grub/etc/default/kubelet");
-        assert_eq!(
-            edit(t, EXTRA, &s(&[("node-ip", "192.0.2.5")]), &[]).unwrap(),
-            "KUBELET_EXTRA_ARGS=\"--node-ip=192.0.2.5\"\n"
-        );
+        // Extra args file: an empty unquoted assignment stays unquoted, and dropping the
+        // flag again gives back the original bytes.
+        let t = include_str!("../../../tests/fixtures/nodes/ubuntu-2404-grub/etc/default/kubelet");
+        let out = edit(t, EXTRA, &s(&[("node-ip", "192.0.2.5")]), &[]).unwrap();
+        assert_eq!(out, "KUBELET_EXTRA_ARGS=--node-ip=192.0.2.5\n");
+        assert_eq!(edit(&out, EXTRA, &[], &["node-ip".into()]).unwrap(), t);
     }
 
     #[test]
@@ -687,7 +752,7 @@ mod tests {
         // FOO's value continues over the escaped newline.
         let list = scan(t);
         assert_eq!(list[0].key, "FOO");
-        assert_eq!(list[0].value, "a bc\"dX=1");
+        assert_eq!(list[0].value.text(), "a bc\"dX=1");
         assert_eq!(
             parse(t, EXTRA).unwrap().unwrap(),
             vec![
@@ -703,7 +768,7 @@ mod tests {
         assert_eq!(parse(t, "V").unwrap().unwrap()[0], f("b", "2"));
         assert_eq!(
             edit(t, "V", &s(&[("a", "x\\\"y")]), &[]).unwrap(),
-            "V=\"--a=1\"\r\n#V=--z\nV=\"--a=x\\\\\\\"y --b=2 --c\"\n# tail"
+            "V=\"--a=1\"\r\n#V=--z\nV='--a=x\\\"y --b=2 --c'  \n# tail"
         );
         assert_eq!(
             parse(&edit(t, "V", &s(&[("a", "x\\\"y")]), &[]).unwrap(), "V")
@@ -754,6 +819,26 @@ mod tests {
                 "memory.available<500Mi,nodefs.available<10%"
             )
             .is_ok()
+        );
+    }
+
+    #[test]
+    fn byte_order_mark_kept_or_refused_for_its_real_reason() {
+        // glued to the assignment, systemd reads another (invalid) key and ignores it
+        let t = "\u{feff}KUBELET_KUBEADM_ARGS=\"--max-pods=110\"\n";
+        let e = parse(t, KUBEADM).unwrap_err().to_string();
+        assert!(
+            e.contains("byte-order mark") && e.contains("systemd"),
+            "{e}"
+        );
+        assert!(edit(t, KUBEADM, &s(&[("max-pods", "250")]), &[]).is_err());
+        // before a comment it is harmless: kept, and the edit is made in place
+        let t = "\u{feff}# flags\r\nKUBELET_KUBEADM_ARGS=\"--max-pods=110\"\r\n";
+        let out = edit(t, KUBEADM, &s(&[("max-pods", "250")]), &[]).unwrap();
+        assert_eq!(out, t.replace("110", "250"));
+        assert_eq!(
+            edit(&out, KUBEADM, &s(&[("max-pods", "110")]), &[]).unwrap(),
+            t
         );
     }
 
