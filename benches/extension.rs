@@ -12,7 +12,8 @@
 //! and CPU per hook (utime+stime from `/proc/<pid>/stat`), and the TCP connections to
 //! agents it holds.
 //!
-//! `cargo bench --bench extension` (`BENCH_QUICK=1` for fewer rounds).
+//! `cargo bench --bench extension` (`BENCH_QUICK=1` for fewer rounds and N = 10 only;
+//! `BENCH_FLEET=50,100` for those fleet sizes only).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -103,8 +104,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let sizes: &[usize] = if quick { &[10] } else { &[10, 50, 100] };
-    for &n in sizes {
+    // BENCH_FLEET=50,100 runs only those fleet sizes
+    let sizes: Vec<usize> = match std::env::var("BENCH_FLEET") {
+        Ok(v) => v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        Err(_) if quick => vec![10],
+        Err(_) => vec![10, 50, 100],
+    };
+    for n in sizes {
         rt.block_on(fleet(n));
     }
 }
@@ -172,6 +178,13 @@ async fn fleet(n: usize) {
     let mut ports = std::collections::HashSet::new();
     for i in 0..n {
         let mut node = common::Node::new("ubuntu-2404-grub");
+        // each node is its Machine's node (the extension checks the agent's node name)
+        for f in ["/etc/hostname", "/var/lib/kubelet/kubeadm-flags.env"] {
+            let text = node
+                .read(f)
+                .replace("edge-1-cp-7xk2p", &format!("edge-1-cp-{i:03}"));
+            std::fs::write(node.path(f), text).unwrap();
+        }
         let addr = pki.agent(&node);
         ports.insert(addr.rsplit_once(':').unwrap().1.parse::<u16>().unwrap());
         node.start();
