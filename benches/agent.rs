@@ -142,6 +142,7 @@ impl Daemon {
             .arg("record")
             .arg("--log")
             .arg("warn")
+            .envs(unit_environment())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -199,6 +200,21 @@ impl Daemon {
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// The `Environment=` settings of `systemd/inplaced.service` (the allocator's), so that
+/// every bench daemon runs as the unit runs it.
+fn unit_environment() -> Vec<(String, String)> {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/inplaced.service"),
+    )
+    .unwrap();
+    unit.lines()
+        .filter_map(|l| l.trim().strip_prefix("Environment="))
+        .flat_map(|v| v.split_whitespace())
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 impl Drop for Daemon {
@@ -563,6 +579,37 @@ async fn timed_apply(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec, id: 
     d
 }
 
+/// fsync + fdatasync calls of `pid` (all threads) while `f` runs, from `strace -c`; None
+/// when strace is not installed or may not trace.
+async fn fsyncs<T>(pid: u32, f: impl std::future::Future<Output = T>) -> Option<u64> {
+    let out = tempfile::NamedTempFile::new().ok()?;
+    let mut st = Command::new("strace")
+        .args(["-f", "-c", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(out.path())
+        .args(["-p", &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    // strace attaches to every thread before it reports anything
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(st.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    st.wait().ok()?;
+    let text = std::fs::read_to_string(out.path()).ok()?;
+    let n = text
+        .lines()
+        .filter(|l| l.ends_with(" fsync") || l.ends_with(" fdatasync"))
+        .filter_map(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
+        .sum();
+    Some(n)
+}
+
 // ------------------------------------------------------------------------------------------
 // Floors
 
@@ -591,11 +638,15 @@ fn plain_durable(dir: &Path, files: &[(String, Vec<u8>)]) -> Duration {
     t.elapsed()
 }
 
-fn plain_cleanup(dir: &Path, files: &[(String, Vec<u8>)]) {
+/// The durable removal of `files` from `dir`, plainly: unlink each, then one fsync of the
+/// directory; returns its time.
+fn plain_cleanup(dir: &Path, files: &[(String, Vec<u8>)]) -> Duration {
+    let t = Instant::now();
     for (name, _) in files {
         let _ = std::fs::remove_file(dir.join(name));
     }
     File::open(dir).unwrap().sync_all().unwrap();
+    t.elapsed()
 }
 
 /// Reading and hashing `paths` in a plain loop.
@@ -721,6 +772,8 @@ async fn run(quick: bool, n: Counts) {
     timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
     let mut t200 = Vec::new();
     let mut p200 = Vec::new();
+    // the removal of the 200 files (the revert), and its floor: unlink, one directory fsync
+    let (mut r200, mut u200) = (Vec::new(), Vec::new());
     for k in 0..n.apply_reps_200 {
         let spec = new_files_spec(&format!("r{k}"), 200);
         let plain: Vec<(String, Vec<u8>)> = spec
@@ -738,10 +791,10 @@ async fn run(quick: bool, n: Counts) {
             })
             .collect();
         p200.push(plain_durable(&plain_dir, &plain));
-        plain_cleanup(&plain_dir, &plain);
+        u200.push(plain_cleanup(&plain_dir, &plain));
         t200.push(timed_apply(&mut ca, &spec, &format!("apply200-{k}")).await);
         revert += 1;
-        timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
+        r200.push(timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await);
         note(format!(
             "apply 200 files {k}: {:.1} ms, plain {:.1} ms",
             ms(t200[k]),
@@ -750,12 +803,16 @@ async fn run(quick: bool, n: Counts) {
     }
     let mut t1 = Vec::new();
     let mut p1 = Vec::new();
+    // daemon CPU (schedstat, all threads) over the block of 1-file applies
+    let mut cpu1 = 0.0;
     for k in 0..n.apply_reps_1 {
         let spec = new_files_spec(&format!("one{k}"), 1);
         let plain = vec![(format!("one{k}.conf"), spec.files[0].content.clone())];
         p1.push(plain_durable(&plain_dir, &plain));
         plain_cleanup(&plain_dir, &plain);
+        let s0 = sched(app.pid());
         t1.push(timed_apply(&mut ca, &spec, &format!("apply1-{k}")).await);
+        cpu1 += sched_delta(&s0, &sched(app.pid())).0;
         revert += 1;
         timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
     }
@@ -767,6 +824,11 @@ async fn run(quick: bool, n: Counts) {
     rep.fig("apply_1_file_p50", ms(a1), "ms");
     rep.fig("apply_1_file_min", ms(pct(&t1, 0.0)), "ms");
     rep.fig("apply_fixed_overhead_p50", ms(a1.saturating_sub(f1)), "ms");
+    rep.fig("apply_1_file_daemon_cpu", cpu1 / t1.len() as f64, "ms");
+    let (rm200, fu200) = (pct(&r200, 50.0), pct(&u200, 50.0));
+    rep.fig("remove_200_files_p50", ms(rm200), "ms");
+    rep.floor("floor_unlink_200_files_p50", ms(fu200), "ms");
+    rep.ratio("ratio_remove_200_vs_floor_p50", ms(rm200), ms(fu200));
     rep.floor("floor_durable_200_files_p50", ms(f200), "ms");
     rep.floor("floor_durable_200_files_min", ms(pct(&p200, 0.0)), "ms");
     rep.floor("floor_durable_1_file_p50", ms(f1), "ms");
@@ -777,6 +839,23 @@ async fn run(quick: bool, n: Counts) {
         ms(pct(&p200, 0.0)),
     );
     rep.ratio("ratio_apply_1_vs_floor_p50", ms(a1), ms(f1));
+
+    // the durable barriers of one operation, counted by strace (when it is installed)
+    for (label, n_files) in [("1_file", 1usize), ("200_files", 200)] {
+        let spec = new_files_spec(&format!("fs{n_files}"), n_files);
+        let pid = app.pid();
+        let applied = fsyncs(pid, timed_apply(&mut ca, &spec, &format!("fsync-{label}"))).await;
+        revert += 1;
+        let removed = fsyncs(
+            pid,
+            timed_apply(&mut ca, &empty, &format!("revert-{revert}")),
+        )
+        .await;
+        if let (Some(a), Some(r)) = (applied, removed) {
+            rep.fig(&format!("fsyncs_apply_{label}"), a as f64, "fsyncs");
+            rep.fig(&format!("fsyncs_remove_{label}"), r as f64, "fsyncs");
+        }
+    }
 
     // leave 200 managed files on A, so its idle window includes the drift watcher's work
     timed_apply(&mut ca, &new_files_spec("managed", 200), "managed").await;
@@ -843,9 +922,21 @@ async fn run(quick: bool, n: Counts) {
     // ---- 3. memory after N coverage calls of the example spec
     let done = 100 + n.example_calls + 1;
     let rss_warm = rss_kib(cov.pid());
+    let (s0, t0) = (sched(cov.pid()), Instant::now());
     for _ in done..n.memory_calls {
         coverage(&mut c, &example_spec).await;
     }
+    let calls = n.memory_calls.saturating_sub(done).max(1) as f64;
+    rep.fig(
+        "coverage_example_daemon_cpu_per_call",
+        sched_delta(&s0, &sched(cov.pid())).0 * 1e3 / calls,
+        "us",
+    );
+    rep.fig(
+        "coverage_example_wall_per_call",
+        us(t0.elapsed()) / calls,
+        "us",
+    );
     let rss_after = rss_kib(cov.pid());
     rep.fig(
         &format!("rss_after_{}_coverage_calls", n.memory_calls),
@@ -949,6 +1040,7 @@ async fn run(quick: bool, n: Counts) {
     drop(h);
     drop(ch);
     cov.stop().await;
+    memory_under_operations(quick, &mut rep).await;
     rep.fig(
         "apply_aborted_retries",
         ABORTED.load(std::sync::atomic::Ordering::Relaxed) as f64,
@@ -958,4 +1050,119 @@ async fn run(quick: bool, n: Counts) {
     for l in &rep.tail {
         println!("{l}");
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// 6. Memory under operations (issue 16 section 1)
+
+/// RSS of a daemon that ran 200 operations of 200 files (100 applies of 200 new files,
+/// each followed by the removal of all of them), idle afterwards; then, on the same
+/// daemon, 8 clients calling `GetCoverage` of the example spec in a loop while operations
+/// run back to back, RSS sampled every second: the peak, and the growth over the last half
+/// of the run (the highest sample of the last half minus the sample at half time).
+async fn memory_under_operations(quick: bool, rep: &mut Report) {
+    let (ops, window) = if quick {
+        (40usize, Duration::from_secs(20))
+    } else {
+        (200, Duration::from_secs(120))
+    };
+    let mut d = Daemon::new("mem");
+    std::fs::create_dir_all(d.path("/etc/bench-apply")).unwrap();
+    d.start().await;
+    let ch = inplaced::client::channel(&d.socket).await.unwrap();
+    let mut c = NodeAgentClient::new(ch.clone());
+    let empty = pb::NodeSpec::default();
+    for k in 0..ops / 2 {
+        timed_apply(
+            &mut c,
+            &new_files_spec(&format!("m{k}"), 200),
+            &format!("m{k}"),
+        )
+        .await;
+        timed_apply(&mut c, &empty, &format!("m{k}-rm")).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rep.fig(
+        &format!("rss_idle_after_{ops}_operations_of_200_files"),
+        rss_kib(d.pid()),
+        "KiB",
+    );
+    note(format!(
+        "memory: {ops} operations done; {window:?} of coverage clients and operations"
+    ));
+    let example_spec = inplaced::spec::yaml::parse(
+        &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
+    )
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let (mut c, spec, stop) = (
+            NodeAgentClient::new(ch.clone()),
+            example_spec.clone(),
+            stop.clone(),
+        );
+        clients.push(tokio::spawn(async move {
+            // errors are counted, not fatal: a file removed between two reads of the
+            // node's observation was an INTERNAL error (issue 16 section 4)
+            let (mut calls, mut errors) = (0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let req = pb::GetCoverageRequest {
+                    desired: Some(spec.clone()),
+                    reboot_policy: 0,
+                    diff: None,
+                };
+                if c.get_coverage(req).await.is_err() {
+                    errors += 1;
+                }
+                calls += 1;
+            }
+            (calls, errors)
+        }));
+    }
+    let pid = d.pid();
+    let sampler = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut xs = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                xs.push(rss_kib(pid));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            xs
+        })
+    };
+    let t = Instant::now();
+    let mut k = 0;
+    while t.elapsed() < window {
+        timed_apply(
+            &mut c,
+            &new_files_spec(&format!("w{k}"), 200),
+            &format!("w{k}"),
+        )
+        .await;
+        timed_apply(&mut c, &empty, &format!("w{k}-rm")).await;
+        k += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut calls, mut errors) = (0, 0);
+    for cl in clients {
+        let (c, e) = cl.await.unwrap();
+        calls += c;
+        errors += e;
+    }
+    let xs = sampler.await.unwrap();
+    let half = xs.len() / 2;
+    let peak = xs.iter().cloned().fold(0.0, f64::max);
+    let last_half = xs[half..].iter().cloned().fold(0.0, f64::max);
+    rep.fig("memory_window", t.elapsed().as_secs_f64(), "s");
+    rep.fig("memory_window_operations", (2 * k) as f64, "operations");
+    rep.fig("memory_window_coverage_calls", calls as f64, "calls");
+    rep.fig("memory_window_coverage_errors", errors as f64, "calls");
+    rep.fig("rss_peak_8_coverage_clients_and_operations", peak, "KiB");
+    rep.fig("rss_growth_last_half", last_half - xs[half], "KiB");
+    rep.fig("rss_end", rss_kib(pid), "KiB");
+    drop(c);
+    drop(ch);
+    d.stop().await;
 }

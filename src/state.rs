@@ -28,8 +28,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::sysroot::{Sysroot, SysrootError};
+mod operations;
+
+use crate::node::sysroot::{Durability, Sysroot, SysrootError};
 use crate::pb;
+
+pub use operations::OperationHead;
 
 /// Errors of the state directory; each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -446,6 +450,17 @@ impl StateDir {
     }
 
     fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), StateError> {
+        self.write_with(rel, bytes, Durability::Durable)
+    }
+
+    /// [`StateDir::write`] with the barriers `durability` asks for: the journal batches
+    /// its directory fsyncs ([`StateDir::sync_dir`]) and leaves informational files lazy.
+    fn write_with(
+        &self,
+        rel: &str,
+        bytes: &[u8],
+        durability: Durability,
+    ) -> Result<(), StateError> {
         if crate::failpoint::sticky("state-full") {
             return Err(SysrootError::Io {
                 path: format!("{}{rel}", self.path.display()),
@@ -454,8 +469,16 @@ impl StateDir {
             }
             .into());
         }
-        self.io(self.dir.write_atomic(rel, bytes, 0o600, self.uid, self.gid))?;
+        self.io(self
+            .dir
+            .write_atomic_with(rel, bytes, 0o600, self.uid, self.gid, durability))?;
         Ok(())
+    }
+
+    /// Fsyncs the directory `rel` of the state directory: the renames into it done with
+    /// [`Durability::ContentOnly`] are durable once this returns.
+    fn sync_dir(&self, rel: &str) -> Result<(), StateError> {
+        self.io(self.dir.sync_dir(rel))
     }
 
     /// A sysroot result with the state directory's path before the error's path.
@@ -534,6 +557,16 @@ impl StateDir {
     /// content).
     pub fn save_applied_spec(&self, spec: &[u8]) -> Result<(), StateError> {
         self.write("/applied-spec.pb", &seal(spec))
+    }
+
+    /// Installs a committed record and its spec: both contents fsynced, renamed, then one
+    /// fsync of the state directory (3 barriers instead of 4); the journal that holds them
+    /// is removed only after this returns.
+    pub fn install_applied(&self, r: &AppliedRecord, spec: &[u8]) -> Result<(), StateError> {
+        let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
+        self.write_with("/applied.json", &b, Durability::ContentOnly)?;
+        self.write_with("/applied-spec.pb", &seal(spec), Durability::ContentOnly)?;
+        self.sync_dir("/")
     }
 
     /// What is wrong with the state files at start, beyond the applied record's own
@@ -615,9 +648,16 @@ impl StateDir {
     /// Saves the original bytes of `path`. Called only before the first overwrite of a
     /// file the record does not manage yet, so a leftover backup of a failed operation is
     /// replaced by the current content.
+    ///
+    /// Only the content is fsynced here: [`StateDir::journal_intent`] fsyncs `originals/`
+    /// once for all of them, before the intent is written.
     pub fn save_original(&self, path: &str, content: &[u8]) -> Result<String, StateError> {
         let name = backup_name(path);
-        self.write(&format!("/originals/{name}"), content)?;
+        self.write_with(
+            &format!("/originals/{name}"),
+            content,
+            Durability::ContentOnly,
+        )?;
         Ok(name)
     }
 
@@ -632,7 +672,8 @@ impl StateDir {
         Ok(())
     }
 
-    /// Writes (and fsyncs) the pre-image `n` of operation `op`; returns its file name.
+    /// Writes the pre-image `n` of operation `op` (its content fsynced; the directory is
+    /// fsynced once for all of them by [`StateDir::journal_intent`]); returns its file name.
     pub fn journal_pre_image(
         &self,
         op: &str,
@@ -640,24 +681,47 @@ impl StateDir {
         content: &[u8],
     ) -> Result<String, StateError> {
         let file = format!("{n}");
-        self.write(&format!("/journal/{op}/pre/{file}"), content)?;
+        self.write_with(
+            &format!("/journal/{op}/pre/{file}"),
+            content,
+            Durability::ContentOnly,
+        )?;
         Ok(file)
     }
 
-    /// Writes the intent (sealed); from here on a crash is rolled back at the next start.
-    pub fn journal_intent(&self, intent: &Intent) -> Result<(), StateError> {
+    /// Makes the staged originals and pre-images durable (one fsync of `originals/` when
+    /// `originals` were saved, one of `journal/<op>/pre/` when the intent names a
+    /// pre-image), then writes the intent (sealed) durably; from here on a crash is rolled
+    /// back at the next start.
+    pub fn journal_intent(&self, intent: &Intent, originals: bool) -> Result<(), StateError> {
+        if originals {
+            self.sync_dir("/originals")?;
+        }
+        if intent.entries.iter().any(|e| e.pre.is_some()) {
+            self.sync_dir(&format!("/journal/{}/pre", intent.operation))?;
+        }
         let rel = format!("/journal/{}/intent.json", intent.operation);
         let b = serde_json::to_vec_pretty(intent).map_err(|e| self.corrupt(&rel, e))?;
         self.write(&rel, &seal(&b))
     }
 
-    /// Records the last step operation `op` completed (sealed).
+    /// Records the last step operation `op` completed (sealed), without an fsync: the
+    /// marker only says how far the operation got (it words the rolled-back message;
+    /// rolling back restarts the units whenever a path went back, whatever it says). A
+    /// power cut may leave an earlier step or a marker that does not verify, which
+    /// recovery already handles.
     pub fn journal_progress(&self, op: &str, step: &str) -> Result<(), StateError> {
-        self.write(&format!("/journal/{op}/progress"), &seal(step.as_bytes()))
+        self.write_with(
+            &format!("/journal/{op}/progress"),
+            &seal(step.as_bytes()),
+            Durability::Lazy,
+        )
     }
 
-    /// The commit point: the spec applied (protobuf bytes), the record to install and the
-    /// phase to end in, each sealed, then the marker.
+    /// The commit point: the spec applied (protobuf bytes) and the record to install with
+    /// the phase to end in, each sealed and its content fsynced, one fsync of the
+    /// journal directory, then the marker and a second fsync of the directory (3 + 1
+    /// barriers: the marker is never durable before what it commits).
     pub fn journal_commit(
         &self,
         op: &str,
@@ -665,12 +729,19 @@ impl StateDir {
         record: &AppliedRecord,
         phase: i32,
     ) -> Result<(), StateError> {
-        self.write(&format!("/journal/{op}/spec.pb"), &seal(spec))?;
-        let rel = format!("/journal/{op}/record.json");
+        let dir = format!("/journal/{op}");
+        self.write_with(
+            &format!("{dir}/spec.pb"),
+            &seal(spec),
+            Durability::ContentOnly,
+        )?;
+        let rel = format!("{dir}/record.json");
         let b = serde_json::to_vec_pretty(&serde_json::json!({"phase": phase, "record": record}))
             .map_err(|e| self.corrupt(&rel, e))?;
-        self.write(&rel, &seal(&b))?;
-        self.write(&format!("/journal/{op}/committed"), b"")
+        self.write_with(&rel, &seal(&b), Durability::ContentOnly)?;
+        self.sync_dir(&dir)?;
+        self.write_with(&format!("{dir}/committed"), b"", Durability::Lazy)?;
+        self.sync_dir(&dir)
     }
 
     /// Bytes the journal of an operation needs beyond its pre-images and originals: the
@@ -823,7 +894,7 @@ impl StateDir {
         std::fs::rename(&from, &to).map_err(|e| io(&from, "move journal to quarantine", e))?;
         for d in [&qdir, &self.path.join("journal")] {
             if let Ok(f) = std::fs::File::open(d) {
-                let _ = f.sync_all();
+                let _ = crate::node::sysroot::fsync(&f);
             }
         }
         let _ = std::fs::write(to.join("REPORT"), report);
@@ -862,7 +933,7 @@ impl StateDir {
             }
         }
         if let Ok(d) = std::fs::File::open(self.path.join("journal")) {
-            let _ = d.sync_all();
+            let _ = crate::node::sysroot::fsync(&d);
         }
         Ok(())
     }
@@ -912,95 +983,5 @@ impl StateDir {
     pub fn save_drift(&self, book: &DriftBook) -> Result<(), StateError> {
         let b = serde_json::to_vec_pretty(book).map_err(|e| self.corrupt("/drift.json", e))?;
         self.write("/drift.json", &b)
-    }
-
-    /// Persists an operation.
-    pub fn save_operation(&self, op: &pb::Operation) -> Result<(), StateError> {
-        let rel = format!("/operations/{}.json", op.id);
-        let b = serde_json::to_vec_pretty(op).map_err(|e| self.corrupt(&rel, e))?;
-        self.write(&rel, &b)
-    }
-
-    /// All operations, newest first (by creation time, then id). An operation file that
-    /// does not parse, or whose id is not its file name, is skipped with a warning in the
-    /// log (history must not stop the agent), and left in place for inspection.
-    pub fn list_operations(&self) -> Result<Vec<pb::Operation>, StateError> {
-        let mut ops = Vec::new();
-        for name in self
-            .io(self.dir.list_dir("/operations"))?
-            .unwrap_or_default()
-        {
-            let Some(id) = name.strip_suffix(".json") else {
-                continue;
-            };
-            if name.starts_with('.') {
-                continue;
-            }
-            let rel = format!("/operations/{name}");
-            if let Some(b) = self.io(self.dir.read(&rel))? {
-                match serde_json::from_slice::<pb::Operation>(&b) {
-                    Ok(op) if op.id == id => ops.push(op),
-                    Ok(_) => {
-                        tracing::warn!(file = %rel, "operation file whose id is not its name; skipped")
-                    }
-                    Err(e) => {
-                        tracing::warn!(file = %rel, error = %e, "unreadable operation file; skipped")
-                    }
-                }
-            }
-        }
-        ops.sort_by(|a, b| {
-            let key = |o: &pb::Operation| o.created.map(|t| (t.seconds, t.nanos)).unwrap_or((0, 0));
-            key(b).cmp(&key(a)).then_with(|| b.id.cmp(&a.id))
-        });
-        Ok(ops)
-    }
-
-    /// Moves `operations/<id>.json` (which does not parse) aside to
-    /// `operations/<id>.json.corrupt-<unix seconds>`; returns the new path.
-    pub fn operation_quarantine(&self, id: &str) -> Result<String, StateError> {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let from = self.path.join("operations").join(format!("{id}.json"));
-        let to = self
-            .path
-            .join("operations")
-            .join(format!("{id}.json.corrupt-{ts}"));
-        std::fs::rename(&from, &to).map_err(|e| SysrootError::Io {
-            path: from.display().to_string(),
-            op: "move corrupt operation aside",
-            error: e,
-        })?;
-        Ok(to.display().to_string())
-    }
-
-    /// One operation by id.
-    pub fn get_operation(&self, id: &str) -> Result<Option<pb::Operation>, StateError> {
-        // never a path: callers validate ids (`apply::validate_operation_id`); this is
-        // the last line
-        if !crate::spec::is_safe_name(id, 255) {
-            return Ok(None);
-        }
-        let rel = format!("/operations/{id}.json");
-        match self.io(self.dir.read(&rel))? {
-            None => Ok(None),
-            Some(b) => serde_json::from_slice(&b)
-                .map(Some)
-                .map_err(|e| self.corrupt(&rel, e)),
-        }
-    }
-
-    /// Keeps the newest `keep` operations; older ones are deleted once they ended for good
-    /// (an operation still waiting for a reboot is kept whatever its age).
-    pub fn prune(&self, keep: usize) -> Result<(), StateError> {
-        let ops = self.list_operations()?;
-        for op in ops.iter().skip(keep) {
-            if crate::phase::is_terminal(op.phase) {
-                self.io(self.dir.remove(&format!("/operations/{}.json", op.id)))?;
-            }
-        }
-        Ok(())
     }
 }

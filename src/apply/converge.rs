@@ -193,7 +193,7 @@ impl Agent {
         let base = format!("startup-{}", &hex[..hex.len().min(8)]);
         let taken: std::collections::HashSet<String> = self
             .state
-            .list_operations()
+            .operation_heads()
             .unwrap_or_default()
             .into_iter()
             .map(|o| o.id)

@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use super::{Agent, now};
-use crate::node::sysroot::Entry;
+use crate::node::sysroot::{Durability, Entry};
 use crate::pb::{self, RebootPolicy};
 use crate::phase::{self, INTERRUPTED, Phase, is_settled};
 use crate::plan::{self, Options, Plan, observe::FileObs};
@@ -79,6 +79,26 @@ impl Next {
 /// A failed transition: the phase to end in, and why.
 type Fail = (Phase, String);
 
+/// The directory of an absolute sysroot path (`/` for a path at the root).
+fn parent_of(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
+/// Whether entering `phase` is written to `operations/<id>.json`. The phases between
+/// Staging and the settled phase are published to watchers (and shown in history from
+/// memory) but not written: a crash in them is settled from the journal, which overwrites
+/// the operation's phase whatever the file said, so the file only needs the Staging
+/// state (durable before the first change) and the settled one.
+fn persisted(phase: Phase) -> bool {
+    !matches!(
+        phase,
+        Phase::Validating | Phase::Committing | Phase::Acting | Phase::Verifying
+    )
+}
+
 impl Agent {
     /// Runs an operation to its end (in its own thread): the state machine, then the
     /// rollback of whatever it completed when a transition failed.
@@ -90,6 +110,7 @@ impl Agent {
         plan: Plan,
         opts: Options,
     ) {
+        let fsyncs = crate::node::sysroot::fsyncs_on_this_thread();
         let mut undo = Vec::new();
         let run = Run {
             op: &mut op,
@@ -116,6 +137,12 @@ impl Agent {
             let _ = self.state.journal_remove(&op.id);
             self.publish(&mut op, phase, msg);
         }
+        // the durable barriers it took (the journal's fsync order, see journal.rs)
+        tracing::debug!(
+            operation = %op.id,
+            fsyncs = crate::node::sysroot::fsyncs_on_this_thread() - fsyncs,
+            "operation settled"
+        );
         if let Err(e) = self.state.prune(self.config.history.keep) {
             tracing::warn!(error = %e, "pruning history");
         }
@@ -157,17 +184,19 @@ impl Agent {
             return Err(staging("No space left on device (os error 28)".into()));
         }
         self.journal_fits(run).map_err(staging)?;
+        let mut originals = false;
         for w in &steps.writes {
             if let Some(orig) = &w.save_original {
                 self.state
                     .save_original(&w.path, orig)
                     .map_err(|e| staging(e.to_string()))?;
                 run.op.actions.push(format!("saved original of {}", w.path));
+                originals = true;
             }
         }
         let intent = self.intent(run.op, steps).map_err(staging)?;
         self.state
-            .journal_intent(&intent)
+            .journal_intent(&intent, originals)
             .map_err(|e| staging(e.to_string()))?;
         self.state
             .journal_progress(&run.op.id, "staged")
@@ -231,15 +260,21 @@ impl Agent {
         Ok(Next::to(Phase::Acting, "running commands and unit actions"))
     }
 
+    /// Each file's content is fsynced as it is written; each directory written into is
+    /// fsynced once at the end, before the progress marker and long before the commit
+    /// point (a power cut before that leaves some files old, which rolling back handles
+    /// as it handles a crash between two writes).
     fn write_files(&self, run: &mut Run<'_>) -> Result<(), Fail> {
         let fail = |e: String| (Phase::RolledBack, e);
+        let mut dirs = std::collections::BTreeSet::new();
         for w in &run.plan.steps.writes {
             let before = self.snapshot(&w.path, &w.expect).map_err(fail)?;
             let (mode, uid, gid) = plan::resolve_keep(w, before.as_ref().map(|b| b.1));
             let created = self
                 .root
-                .write_atomic(&w.path, &w.content, mode, uid, gid)
+                .write_atomic_with(&w.path, &w.content, mode, uid, gid, Durability::ContentOnly)
                 .map_err(|e| fail(format!("committing: {e}")))?;
+            dirs.insert(parent_of(&w.path));
             for d in &created {
                 run.undo.push(Undo::Dir(d.clone()));
                 run.op.actions.push(format!("created directory {d} (0755)"));
@@ -256,23 +291,37 @@ impl Agent {
                 .actions
                 .push(format!("wrote {} ({mode:04o} {uid}:{gid})", w.path));
         }
+        self.sync_dirs(dirs)
+    }
+
+    /// One fsync per directory of a batch of writes or removals.
+    fn sync_dirs(&self, dirs: std::collections::BTreeSet<&str>) -> Result<(), Fail> {
+        for d in dirs {
+            self.root
+                .sync_dir(d)
+                .map_err(|e| (Phase::RolledBack, format!("committing: {e}")))?;
+        }
         Ok(())
     }
 
     fn remove_files(&self, run: &mut Run<'_>) -> Result<(), Fail> {
         let fail = |e: String| (Phase::RolledBack, e);
         let steps = &run.plan.steps;
+        let mut synced = std::collections::BTreeSet::new();
         for r in &steps.removes {
             let before = self.snapshot(&r.path, &r.expect).map_err(fail)?;
             if self
                 .root
-                .remove(&r.path)
+                .remove_deferred(&r.path)
                 .map_err(|e| fail(format!("committing: {e}")))?
             {
+                synced.insert(parent_of(&r.path));
                 run.undo.push(Undo::File(r.path.clone(), before));
                 run.op.actions.push(format!("removed {}", r.path));
             }
         }
+        // each directory once, before its now empty subdirectories are removed
+        self.sync_dirs(synced)?;
         // directories the agent created, deepest first, once every file in them is gone
         let mut dirs: Vec<&String> = steps.removes.iter().flat_map(|r| r.dirs.iter()).collect();
         dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
@@ -461,11 +510,7 @@ impl Agent {
     /// keeps the record, the next start installs it, and until then the problem is listed
     /// in status and mutations are refused. Returns that problem.
     fn install(&self, run: &mut Run<'_>) -> Option<String> {
-        if let Err(e) = self
-            .state
-            .save_record(&run.record)
-            .and_then(|()| self.state.save_applied_spec(run.spec_pb))
-        {
+        if let Err(e) = self.state.install_applied(&run.record, run.spec_pb) {
             let p = format!(
                 "committed, but installing the applied record failed ({e}); the journal {} keeps it and the next start installs it",
                 self.state.full(&format!("/journal/{}", run.op.id))
@@ -750,13 +795,17 @@ impl Agent {
         if is_settled(op.phase) && inner.running.as_deref() == Some(op.id.as_str()) {
             inner.running = None;
         }
-        if let Err(e) = self.state.save_operation(op) {
+        if persisted(phase)
+            && let Err(e) = self.state.save_operation(op)
+        {
             tracing::error!(operation = %op.id, error = %e, "persisting operation");
         }
         tracing::info!(operation = %op.id, phase = phase.as_str_name(), message = %op.message, "operation phase");
         if let Some(live) = inner.live.get_mut(&op.id) {
-            live.events.push(op.clone());
-            let _ = live.tx.send(op.clone());
+            live.push(op);
+            if is_settled(op.phase) {
+                inner.settle(&op.id);
+            }
         }
         // systemctl status shows the current operation (a no-op outside systemd)
         let status = if is_settled(op.phase) {
@@ -770,17 +819,24 @@ impl Agent {
     /// Operations waiting for a reboot are superseded by a new operation: their staged
     /// changes are replaced, so a later reboot must not be read as theirs.
     pub(super) fn supersede_waiting(&self, new_id: &str) {
-        let Ok(ops) = self.state.list_operations() else {
+        let Ok(heads) = self.state.operation_heads() else {
             return;
         };
-        for mut op in ops {
-            if op.id != new_id && matches!(phase::of(&op), Phase::RebootRequired | Phase::Rebooting)
-            {
-                let msg = format!(
-                    "superseded by operation {new_id} before the reboot; its staged changes were replaced"
-                );
-                self.publish(&mut op, Phase::Failed, msg);
-            }
+        let waiting = heads.into_iter().filter(|h| {
+            h.id != new_id
+                && matches!(
+                    phase::from_i32(h.phase),
+                    Phase::RebootRequired | Phase::Rebooting
+                )
+        });
+        for h in waiting {
+            let Ok(Some(mut op)) = self.state.get_operation(&h.id) else {
+                continue;
+            };
+            let msg = format!(
+                "superseded by operation {new_id} before the reboot; its staged changes were replaced"
+            );
+            self.publish(&mut op, Phase::Failed, msg);
         }
     }
 

@@ -4,20 +4,42 @@
 //! ## The order of writes and fsyncs
 //!
 //! A crash (power cut, SIGKILL) at any instant leaves every managed file entirely old or
-//! entirely new, and the next start settles the operation:
+//! entirely new, and the next start settles the operation. Every file is written to a
+//! temporary file and renamed over its target; the barriers are:
 //!
-//! 1. `originals/<hash>` for first overwrites, then `journal/<op>/pre/<n>` (the pre-image of
-//!    every path the operation writes or removes), then `journal/<op>/intent.json` (paths,
-//!    pre-image metadata, directories to be created, prior sysctl values, units): each
-//!    written to a temporary file, fsynced, renamed, directory fsynced. Failpoint `stage`.
-//! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename, fsync of the
-//!    directory (failpoints `write-temp`, `write`); then live sysctls (`sysctl`);
-//!    `journal/<op>/progress` = `written`.
+//! 0. `operations/<id>.json` in phase Staging: file and `operations/` fsynced (the
+//!    operation is known before anything changes). Validating, Committing, Acting and
+//!    Verifying are published to watchers only: a crash in them is settled from the
+//!    journal, which sets the operation's phase whatever its file said.
+//! 1. `originals/<hash>` for first overwrites and `journal/<op>/pre/<n>` (the pre-image
+//!    of every path the operation writes or removes): each file's content fsynced, then
+//!    `originals/` and `journal/<op>/pre/` fsynced once each; then
+//!    `journal/<op>/intent.json` (paths, pre-image metadata, directories to be created,
+//!    prior sysctl values, units): file and directory fsynced (a new `journal/<op>/` is
+//!    fsynced with its parent when it is created). Failpoint `stage`. `progress` =
+//!    `staged`, not fsynced.
+//! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename (failpoints
+//!    `write-temp`, `write`); removals unlink; then each directory written into or
+//!    removed from is fsynced once; then live sysctls (`sysctl`); `progress` = `written`.
 //! 3. Commands and unit actions; `progress` = `acted` (failpoint `act`); the kubelet's
-//!    health gate; verification by re-planning.
-//! 4. The commit point: `journal/<op>/record.json` then the empty `journal/<op>/committed`,
-//!    each fsynced (failpoint `record`); then `applied.json` (failpoint `applied`); then the
-//!    journal is removed and the final phase persisted (failpoint `reboot-required`).
+//!    health gate; verification by re-planning. `progress` is never fsynced: it only
+//!    words the message of a roll-back (which restarts the units whenever a path went
+//!    back, whatever it says); a power cut can leave an earlier step, or a marker that
+//!    does not verify, which recovery reports and handles.
+//! 4. The commit point: `journal/<op>/spec.pb` and `journal/<op>/record.json`, contents
+//!    fsynced, then `journal/<op>/` fsynced, then the empty `journal/<op>/committed` and
+//!    `journal/<op>/` fsynced again, so the marker is never durable before what it
+//!    commits (failpoint `record`).
+//! 5. `applied.json` and `applied-spec.pb`, contents fsynced, then the state directory
+//!    fsynced (failpoint `applied`); then the journal is removed (`journal/` fsynced) and
+//!    the final phase persisted (file and `operations/` fsynced; failpoint
+//!    `reboot-required`).
+//!
+//! A 1-file apply of a new file does 18 fsyncs (2 + 4 + 2 + 4 + 3 + 1 + 2); each further
+//! file adds one (its content), each further directory one, each pre-image or original
+//! one. The barriers that the safety argument needs and that this order does not merge
+//! yet: the Staging operation, the intent, the files, the commit marker after its record,
+//! the installed record, the final operation.
 //!
 //! At start ([`Agent::recover_journals`]): a journal with `committed` is rolled forward (its
 //! record installed, the operation ends in the phase it recorded); any other is rolled
@@ -289,10 +311,7 @@ impl Agent {
     /// and the operation ends in the phase it recorded. When they can not be installed
     /// the journal is kept for the next start and mutations are refused meanwhile.
     fn roll_forward(&self, id: &str, c: &Committed) -> Settled {
-        let installed = self
-            .state
-            .save_record(&c.record)
-            .and_then(|()| self.state.save_applied_spec(&c.spec));
+        let installed = self.state.install_applied(&c.record, &c.spec);
         let reboot = c.phase == Phase::RebootRequired as i32;
         let committed = if reboot {
             "changes committed (completed after an agent restart); they take effect after a reboot: drain the node, then call Reboot"

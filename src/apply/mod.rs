@@ -3,8 +3,13 @@
 //! [`Agent`] answers coverage, runs operations and reports status. An operation (DESIGN §2)
 //! moves through `Validating → Staging → Committing → Acting → Verifying →
 //! (RebootRequired → Rebooting → VerifyingAfterBoot) → Succeeded | Failed | RolledBack`;
-//! each phase change is persisted to `operations/<id>.json` and published to watchers,
-//! who get every phase change from the start.
+//! each phase change is published to watchers, who get every phase change from the start;
+//! Staging and every settled phase are persisted to `operations/<id>.json` (the phases
+//! between them are settled from the journal after a crash, see `journal.rs`).
+//!
+//! Memory: the agent holds the running operation with every phase, and the newest settled
+//! ones only while their phases fit in [`REPLAY_BYTES`]; any other operation is read from
+//! `operations/` when asked for ([`crate::state`]'s operation store).
 //!
 //! - Staging saves the original of every pre-existing file the spec overwrites for the
 //!   first time (`originals/`).
@@ -58,8 +63,12 @@ use crate::system::{CommandRunner, Rebooter, ServiceManager};
 pub use crate::phase::{INTERRUPTED, is_interrupted, is_settled, is_terminal};
 pub use crate::sections::kernel_args::missing_args;
 
-/// How many of the newest operations keep every phase for watchers to replay.
-const LIVE_REPLAY: usize = 4;
+/// Bytes (protobuf encoding) of the phases the newest settled operations keep in memory
+/// for watchers to replay. The running operation keeps every phase whatever its size; a
+/// settled operation beyond this budget is dropped from memory (oldest first) and read
+/// from `operations/<id>.json` when asked for, so the daemon's memory does not grow with
+/// its history or with the size of past operations.
+pub const REPLAY_BYTES: usize = 256 * 1024;
 
 /// Agent errors; the server maps each to a gRPC status code.
 #[derive(Debug, thiserror::Error)]
@@ -143,13 +152,61 @@ pub struct AgentParts {
 struct LiveOp {
     events: Vec<pb::Operation>,
     tx: broadcast::Sender<pb::Operation>,
+    /// Sum of the events' protobuf encoded lengths.
+    bytes: usize,
 }
 
+impl LiveOp {
+    fn new(first: pb::Operation) -> LiveOp {
+        let (tx, _) = broadcast::channel(64);
+        LiveOp {
+            bytes: prost::Message::encoded_len(&first),
+            events: vec![first],
+            tx,
+        }
+    }
+
+    /// Records `op` as the next state and sends it to the watchers.
+    fn push(&mut self, op: &pb::Operation) {
+        self.bytes += prost::Message::encoded_len(op);
+        self.events.push(op.clone());
+        let _ = self.tx.send(op.clone());
+    }
+}
+
+/// The operation slot and the operations held in memory: the running one, and the
+/// newest settled ones within [`REPLAY_BYTES`].
 #[derive(Debug, Default)]
 struct Inner {
     running: Option<String>,
     live: HashMap<String, LiveOp>,
-    order: VecDeque<String>,
+    /// Settled operations still in `live`, oldest first.
+    settled: VecDeque<String>,
+}
+
+impl Inner {
+    /// `id` settled: it joins the replay set, which is trimmed to [`REPLAY_BYTES`].
+    fn settle(&mut self, id: &str) {
+        self.settled.retain(|o| o != id);
+        // larger than the whole budget: read from disk, the others stay
+        if self.live.get(id).is_some_and(|l| l.bytes > REPLAY_BYTES) {
+            self.live.remove(id);
+            return;
+        }
+        self.settled.push_back(id.to_string());
+        let mut total: usize = self
+            .settled
+            .iter()
+            .filter_map(|o| self.live.get(o))
+            .map(|l| l.bytes)
+            .sum();
+        while total > REPLAY_BYTES {
+            let Some(old) = self.settled.pop_front() else {
+                break;
+            };
+            total -= self.live.remove(&old).map(|l| l.bytes).unwrap_or(0);
+        }
+    }
 }
 
 /// The node agent.
@@ -557,9 +614,6 @@ impl Agent {
             boot_id: self.boot_id(),
             dry_run: false,
         };
-        self.state
-            .save_operation(&op)
-            .map_err(|e| release(e.into()))?;
         // one journal line per change, so `journalctl OPERATION=<id> ITEM=<change id>`
         // finds it (before/after are summaries: a hash for file content, never content)
         for c in &op.changes {
@@ -679,59 +733,33 @@ impl Agent {
         inner.running = Some(r.id.clone());
         // concurrent calls with the same id and spec get this operation
         let t = now();
-        let (tx, _) = broadcast::channel(64);
+        inner.settled.retain(|o| o != &r.id);
         inner.live.insert(
             r.id.clone(),
-            LiveOp {
-                events: vec![pb::Operation {
-                    id: r.id.clone(),
-                    phase: Phase::Validating as i32,
-                    message: "planning".into(),
-                    spec_hash: r.hash.clone(),
-                    reboot_policy: r.policy as i32,
-                    created: Some(t),
-                    updated: Some(t),
-                    boot_id: self.boot_id(),
-                    ..Default::default()
-                }],
-                tx,
-            },
+            LiveOp::new(pb::Operation {
+                id: r.id.clone(),
+                phase: Phase::Validating as i32,
+                message: "planning".into(),
+                spec_hash: r.hash.clone(),
+                reboot_policy: r.policy as i32,
+                created: Some(t),
+                updated: Some(t),
+                boot_id: self.boot_id(),
+                ..Default::default()
+            }),
         );
         Ok(None)
     }
 
-    /// Registers the operation's first state for its watchers, and trims the history
-    /// kept in memory.
+    /// Registers the operation's first state for its watchers (it is written to
+    /// `operations/` when it enters Staging, before its first change).
     fn register(&self, op: &pb::Operation) {
         let mut inner = self.lock();
         if let Some(live) = inner.live.get_mut(&op.id) {
-            live.events = vec![op.clone()];
+            let first = LiveOp::new(op.clone());
             let _ = live.tx.send(op.clone());
-        }
-        inner.order.retain(|o| o != &op.id);
-        inner.order.push_back(op.id.clone());
-        while inner.order.len() > self.config.history.keep.max(1) {
-            if let Some(old) = inner.order.pop_front() {
-                inner.live.remove(&old);
-            }
-        }
-        // every phase is replayed to watchers of the few newest operations; older
-        // settled ones keep their last state only (memory stays flat with history)
-        let n = inner.order.len();
-        let older: Vec<String> = inner
-            .order
-            .iter()
-            .take(n.saturating_sub(LIVE_REPLAY))
-            .cloned()
-            .collect();
-        for o in older {
-            if let Some(live) = inner.live.get_mut(&o)
-                && live.events.last().is_some_and(|e| is_settled(e.phase))
-                && live.events.len() > 1
-            {
-                let last = live.events.pop();
-                live.events = last.into_iter().collect();
-            }
+            live.events = first.events;
+            live.bytes = first.bytes;
         }
     }
 
@@ -781,9 +809,23 @@ impl Agent {
         Ok((vec![op], None))
     }
 
-    /// History, newest first.
+    /// History, newest first: the operation files, with the running operation as it is
+    /// now (its phases between Staging and the settled one are not written to disk).
     pub fn list_operations(&self) -> Result<Vec<pb::Operation>, AgentError> {
-        Ok(self.state.list_operations()?)
+        let mut ops = self.state.list_operations()?;
+        let inner = self.lock();
+        if let Some(now) = inner
+            .running
+            .as_ref()
+            .and_then(|id| inner.live.get(id))
+            .and_then(|l| l.events.last())
+        {
+            match ops.iter_mut().find(|o| o.id == now.id) {
+                Some(o) => *o = now.clone(),
+                None => ops.insert(0, now.clone()),
+            }
+        }
+        Ok(ops)
     }
 
     /// The node's preservation recommendation (from its facts, fixed at start-up).
@@ -813,4 +855,74 @@ pub fn verify_after_boot(
 ) -> (Vec<String>, Vec<String>) {
     let a = plan::verify_after_boot(&op.changes, running, next_boot);
     (a.missing, a.lingering)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Inner, LiveOp, REPLAY_BYTES, pb};
+
+    /// An operation of `changes` changes of about 100 bytes each, in `phase`.
+    fn op(id: &str, changes: usize, phase: pb::Phase) -> pb::Operation {
+        pb::Operation {
+            id: id.into(),
+            phase: phase as i32,
+            changes: (0..changes)
+                .map(|i| pb::Change {
+                    id: format!("file:/etc/bench/f{i:04}.conf"),
+                    before: "sha256:".to_string() + &"a".repeat(64),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Memory is bounded by bytes, not by the number of operations: after any history,
+    /// the settled operations held sum to at most REPLAY_BYTES, the newest small ones
+    /// are kept with every phase, and one larger than the budget is not held at all.
+    #[test]
+    fn the_settled_operations_held_are_bounded_by_bytes() {
+        let mut inner = Inner::default();
+        for k in 0..300 {
+            let id = format!("op{k}");
+            let mut live = LiveOp::new(op(&id, 200, pb::Phase::Validating));
+            for p in [
+                pb::Phase::Staging,
+                pb::Phase::Committing,
+                pb::Phase::Acting,
+                pb::Phase::Verifying,
+                pb::Phase::Succeeded,
+            ] {
+                live.push(&op(&id, 200, p));
+            }
+            inner.live.insert(id.clone(), live);
+            inner.settle(&id);
+            let held: usize = inner.live.values().map(|l| l.bytes).sum();
+            assert!(held <= REPLAY_BYTES, "{held} bytes held after {k}");
+        }
+        let one = LiveOp::new(op("x", 200, pb::Phase::Succeeded)).bytes;
+        assert!(
+            one * 6 > REPLAY_BYTES / 4,
+            "the test's operations are not small: {one}"
+        );
+        assert!(inner.live.len() < 300 && inner.settled.len() == inner.live.len());
+        // small operations: the newest are kept whole
+        for k in 0..50 {
+            let id = format!("small{k}");
+            let mut live = LiveOp::new(op(&id, 1, pb::Phase::Validating));
+            live.push(&op(&id, 1, pb::Phase::Succeeded));
+            inner.live.insert(id.clone(), live);
+            inner.settle(&id);
+        }
+        assert_eq!(inner.live["small49"].events.len(), 2);
+        // one operation larger than the whole budget is dropped at once
+        let mut big = LiveOp::new(op("big", 5000, pb::Phase::Validating));
+        big.push(&op("big", 5000, pb::Phase::Succeeded));
+        assert!(big.bytes > REPLAY_BYTES);
+        inner.live.insert("big".into(), big);
+        inner.settle("big");
+        assert!(!inner.live.contains_key("big"));
+        assert_eq!(inner.live["small49"].events.len(), 2, "the others stay");
+        assert!(inner.live.values().map(|l| l.bytes).sum::<usize>() <= REPLAY_BYTES);
+    }
 }

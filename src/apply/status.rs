@@ -18,7 +18,7 @@ impl Agent {
                 .and_then(|l| l.events.last().cloned())
         };
         let (drift, drift_detections) = self.scan_drift_with(&record);
-        let ops = self.state.list_operations()?;
+        let ops = self.state.operation_heads()?;
         let pending = ops
             .iter()
             .find(|o| o.phase == Phase::RebootRequired as i32 || o.phase == Phase::Rebooting as i32)

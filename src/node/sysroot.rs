@@ -96,6 +96,23 @@ fn temp_prefix(name: &str) -> String {
 /// Result alias for sysroot operations.
 pub type Result<T> = std::result::Result<T, SysrootError>;
 
+thread_local! {
+    static FSYNCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// `fsync(2)` of `fd`, counted for [`fsyncs_on_this_thread`]. Every durable barrier of the
+/// agent (node files and its state directory) goes through here.
+pub fn fsync(fd: impl std::os::fd::AsFd) -> rustix::io::Result<()> {
+    FSYNCS.with(|c| c.set(c.get() + 1));
+    rustix::fs::fsync(fd)
+}
+
+/// How many [`fsync`]s this thread has made. An operation runs on one thread, so the
+/// difference across it is the operation's durable barriers (logged when it settles).
+pub fn fsyncs_on_this_thread() -> u64 {
+    FSYNCS.with(std::cell::Cell::get)
+}
+
 fn io_err(path: &str, op: &'static str, e: impl Into<io::Error>) -> SysrootError {
     SysrootError::Io {
         path: path.to_string(),
@@ -250,6 +267,18 @@ pub struct Sysroot {
     path: PathBuf,
     root: OwnedFd,
     failpoints: bool,
+}
+
+/// What is on stable storage when a write returns (see [`Sysroot::write_atomic_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The content and the new name: fsync of the file, then of its directory.
+    Durable,
+    /// The content only (fsync of the file); the rename becomes durable with the next
+    /// fsync of the directory, which the caller does once for a batch of writes.
+    ContentOnly,
+    /// Nothing is fsynced: for state a crash may lose (the old file stays readable).
+    Lazy,
 }
 
 impl Sysroot {
@@ -645,8 +674,8 @@ impl Sysroot {
                         .map_err(|e| io_err(&p, "mkdir", e))?;
                     let n = open(&fd).map_err(|e| io_err(&p, "open", e))?;
                     set_owner_mode(&n, 0, 0, 0o755).map_err(|e| io_err(&p, "chown/chmod", e))?;
-                    rustix::fs::fsync(&n).map_err(|e| io_err(&p, "fsync", e))?;
-                    rustix::fs::fsync(&fd).map_err(|e| io_err(&p, "fsync parent", e))?;
+                    fsync(&n).map_err(|e| io_err(&p, "fsync", e))?;
+                    fsync(&fd).map_err(|e| io_err(&p, "fsync parent", e))?;
                     created.push(p.clone());
                     n
                 }
@@ -679,6 +708,21 @@ impl Sysroot {
         mode: u32,
         uid: u32,
         gid: u32,
+    ) -> Result<Vec<String>> {
+        self.write_atomic_with(path, content, mode, uid, gid, Durability::Durable)
+    }
+
+    /// [`Sysroot::write_atomic`] with the barriers `durability` asks for: the rename is
+    /// atomic in every case (a reader sees the old or the new file), only what is on
+    /// stable storage when it returns differs.
+    pub fn write_atomic_with(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        durability: Durability,
     ) -> Result<Vec<String>> {
         let (dir, name, created) = self.ensure_parent(path)?;
         match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -713,20 +757,44 @@ impl Sysroot {
         f.write_all(content)
             .map_err(|e| cleanup(io_err(path, "write", e)))?;
         set_owner_mode(&f, uid, gid, mode).map_err(|e| cleanup(io_err(path, "chown/chmod", e)))?;
-        f.sync_all()
-            .map_err(|e| cleanup(io_err(path, "fsync", e)))?;
+        if durability != Durability::Lazy {
+            fsync(&f).map_err(|e| cleanup(io_err(path, "fsync", e)))?;
+        }
         drop(f);
         if self.failpoints {
             crate::failpoint::hit("write-temp");
         }
         rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, name)
             .map_err(|e| cleanup(io_err(path, "rename", e)))?;
-        rustix::fs::fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+        if durability == Durability::Durable {
+            fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+        }
         Ok(created)
+    }
+
+    /// Fsyncs the directory `path` (making the renames and unlinks in it durable); an
+    /// absent directory is not an error (nothing in it to make durable).
+    pub fn sync_dir(&self, path: &str) -> Result<()> {
+        let parts = components(path)?;
+        if let Some(dir) = self.open_dir(&parts)? {
+            fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the regular file at `path` without fsyncing its directory: the caller
+    /// fsyncs each directory once ([`Sysroot::sync_dir`]) before anything that depends on
+    /// the removal being durable. `Ok(false)` if absent.
+    pub fn remove_deferred(&self, path: &str) -> Result<bool> {
+        self.remove_with(path, false)
     }
 
     /// Removes the regular file at `path` and fsyncs its directory. `Ok(false)` if absent.
     pub fn remove(&self, path: &str) -> Result<bool> {
+        self.remove_with(path, true)
+    }
+
+    fn remove_with(&self, path: &str, sync: bool) -> Result<bool> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Err(SysrootError::BadPath {
@@ -738,7 +806,9 @@ impl Sysroot {
         };
         match rustix::fs::unlinkat(&dir, *name, AtFlags::empty()) {
             Ok(()) => {
-                rustix::fs::fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+                if sync {
+                    fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+                }
                 Ok(true)
             }
             Err(rustix::io::Errno::NOENT) => Ok(false),
@@ -758,7 +828,7 @@ impl Sysroot {
         };
         match rustix::fs::unlinkat(&dir, *name, AtFlags::REMOVEDIR) {
             Ok(()) => {
-                rustix::fs::fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+                fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
                 Ok(true)
             }
             Err(rustix::io::Errno::NOENT)

@@ -106,6 +106,16 @@ impl Extension {
     /// Starts the extension with `resolver.static` = `agents` (`namespace/name` → addr)
     /// and extra TOML.
     pub fn start(pki: &Pki, agents: &[(&str, &str)], extra: &str) -> Extension {
+        Extension::start_logging(pki, agents, extra, "debug")
+    }
+
+    /// [`Extension::start`] logging at `level` (the benchmarks use `info`).
+    pub fn start_logging(
+        pki: &Pki,
+        agents: &[(&str, &str)],
+        extra: &str,
+        level: &str,
+    ) -> Extension {
         let d = pki.dir.path();
         let client = leaf(
             &pki.ext_ca,
@@ -135,7 +145,7 @@ impl Extension {
         let config = write(d, "extension.toml", &cfg);
         let log = d.join(format!("extension-{}.log", free_port()));
         let child = Command::new(env!("CARGO_BIN_EXE_inplace-extension"))
-            .args(["--config", &config, "--log", "debug"])
+            .args(["--config", &config, "--log", level])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
