@@ -236,6 +236,12 @@ pub struct Intent {
     pub sysctls: Vec<(String, String)>,
     /// Units the operation restarts or reloads (restarted again after a rollback).
     pub units: Vec<String>,
+    /// Boot-configuration commands the operation runs (`update-grub`, `grub2-mkconfig
+    /// -o ...`), argv each: run again after a rollback that put a path back, so what they
+    /// generate (`grub.cfg`) follows the restored inputs. Absent in journals of older
+    /// agents (read as none).
+    #[serde(default)]
+    pub commands: Vec<Vec<String>>,
 }
 
 /// A journal file read back: absent, verified against its checksum and parsed, or

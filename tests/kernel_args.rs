@@ -417,3 +417,75 @@ async fn staged_removal_is_not_lost_by_a_later_operation() {
     let r = coverage(&node, later).await;
     assert!(!r.reboot_required, "{r:#?}");
 }
+
+/// A roll-back after `update-grub` ran runs it again over the restored files: otherwise
+/// `grub.cfg` keeps the command line generated from inputs that are no longer there, and
+/// the next boot loses what the node booted with before (found by an independent tester:
+/// a files item that overrides `GRUB_CMDLINE_LINUX` in `grub.d` with a kernel argument in
+/// the same spec fails verification and rolls back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roll_back_after_update_grub_regenerates_from_the_restored_files() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let before = std::fs::read(node.path("/etc/default/grub")).unwrap();
+    let yaml = "files:\n- path: /etc/default/grub.d/99-x.cfg\n  content: \"GRUB_CMDLINE_LINUX=\\\"quiet\\\"\\n\"\nkernelArgs: [isolcpus=2-7]\n";
+    let op = apply(&node, yaml, "override").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
+    assert!(
+        op.message
+            .contains("update-grub ran again over the restored files"),
+        "{}",
+        op.message
+    );
+    let runs: Vec<String> = node
+        .actions()
+        .into_iter()
+        .filter(|a| a.contains("update-grub"))
+        .collect();
+    assert_eq!(
+        runs.len(),
+        2,
+        "once to apply, once over the restored files: {runs:?}"
+    );
+    assert!(!node.path("/etc/default/grub.d/99-x.cfg").exists());
+    assert_eq!(
+        std::fs::read(node.path("/etc/default/grub")).unwrap(),
+        before
+    );
+}
+
+/// The same after a crash: killed once `update-grub` ran, the next start rolls the
+/// journal back and runs `update-grub` again over the restored `/etc/default/grub`
+/// (the intent records the commands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_update_grub_is_rolled_back_and_regenerated_at_start() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let before = std::fs::read(node.path("/etc/default/grub")).unwrap();
+    node.die_at("act", "kernelArgs: [isolcpus=2-7]\n").await;
+    assert_ne!(
+        std::fs::read(node.path("/etc/default/grub")).unwrap(),
+        before
+    );
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
+    assert!(
+        op.message
+            .contains("ran again over the restored files: update-grub"),
+        "{}",
+        op.message
+    );
+    assert_eq!(
+        std::fs::read(node.path("/etc/default/grub")).unwrap(),
+        before
+    );
+    let runs = node
+        .actions()
+        .into_iter()
+        .filter(|a| a.contains("update-grub"))
+        .count();
+    assert_eq!(
+        runs, 2,
+        "once to apply, once at start over the restored file"
+    );
+}

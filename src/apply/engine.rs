@@ -39,6 +39,9 @@ pub(super) enum Undo {
     Sysctl(String, String),
     /// A step of a Kubernetes version upgrade.
     Kubernetes(crate::kubernetes::upgrade::Restore),
+    /// A boot-configuration command that ran (`update-grub`): run again once every other
+    /// step is undone, so what it generates (`grub.cfg`) follows the restored inputs.
+    Rerun(Vec<String>),
 }
 
 /// What an operation carries from phase to phase.
@@ -386,6 +389,9 @@ impl Agent {
         let steps = &run.plan.steps;
         let actions = &mut run.op.actions;
         for cmd in &steps.commands {
+            // pushed before it runs: a command that fails half-way may have written its
+            // output already, and running it again over restored inputs is harmless
+            run.undo.push(Undo::Rerun(cmd.clone()));
             self.runner.run(cmd).map_err(|e| e.to_string())?;
             actions.push(format!("ran {}", cmd.join(" ")));
         }
@@ -619,11 +625,17 @@ impl Agent {
         }
     }
 
-    /// Undoes the completed steps in reverse; says what it did.
+    /// Undoes the completed steps in reverse, then runs the boot-configuration commands
+    /// again over the restored inputs ([`Undo::Rerun`]); says what it did.
     fn undo(&self, undo: &[Undo]) -> String {
         let mut failed = Vec::new();
+        let mut rerun = Vec::new();
         for u in undo.iter().rev() {
             let r = match u {
+                Undo::Rerun(cmd) => {
+                    rerun.insert(0, cmd);
+                    continue;
+                }
                 Undo::File(path, Some((content, e))) => self
                     .root
                     .write_atomic(path, content, e.mode, e.uid, e.gid)
@@ -649,8 +661,21 @@ impl Agent {
                 failed.push(e);
             }
         }
+        let mut ran = Vec::new();
+        for cmd in rerun {
+            match self.runner.run(cmd) {
+                Ok(_) => ran.push(cmd.join(" ")),
+                Err(e) => failed.push(format!("re-running {}: {e}", cmd.join(" "))),
+            }
+        }
+        let steps = undo.iter().filter(|u| !matches!(u, Undo::Rerun(_))).count();
+        let again = if ran.is_empty() {
+            String::new()
+        } else {
+            format!(", {} ran again over the restored files", ran.join(", "))
+        };
         if failed.is_empty() {
-            format!("{} step(s) undone, the node is as before", undo.len())
+            format!("{steps} step(s) undone{again}, the node is as before")
         } else {
             format!("undoing failed for {}", failed.join("; "))
         }

@@ -91,6 +91,8 @@ struct RolledBack {
     restored: Vec<String>,
     removed: Vec<String>,
     untouched: usize,
+    /// Boot-configuration commands run again over the restored inputs.
+    rerun: Vec<String>,
     problems: Vec<String>,
 }
 
@@ -167,6 +169,7 @@ impl Agent {
             entries,
             sysctls,
             units,
+            commands: steps.commands.clone(),
         })
     }
 
@@ -390,6 +393,16 @@ impl Agent {
         // the units read what is on disk now: restarted whenever a path went back (the
         // progress marker only says how far it got)
         if !done.restored.is_empty() || !done.removed.is_empty() {
+            // what the commands generate from the restored inputs (grub.cfg from
+            // /etc/default/grub) goes back too, before the units read anything
+            for cmd in &intent.commands {
+                match self.runner.run(cmd) {
+                    Ok(_) => done.rerun.push(cmd.join(" ")),
+                    Err(e) => done
+                        .problems
+                        .push(format!("re-running {} failed: {e}", cmd.join(" "))),
+                }
+            }
             let _ = self.restart_units(&intent.units);
         }
         // the phase says what happened (issue 20 §5): the journal's pre-images were put
@@ -559,6 +572,12 @@ fn rolled_back_message(step: &str, done: &RolledBack, note: Option<String>) -> S
         "{} path(s) were still as before and were not touched",
         done.untouched
     ));
+    if !done.rerun.is_empty() {
+        parts.push(format!(
+            "ran again over the restored files: {}",
+            done.rerun.join(", ")
+        ));
+    }
     if !done.problems.is_empty() {
         parts.push(format!("problems: {}", done.problems.join("; ")));
     }
