@@ -613,3 +613,29 @@ async fn each_change_is_logged_with_the_operation_and_its_item() {
         "file content must never be logged: {file}"
     );
 }
+
+/// A files item's content never reaches responses or logs, also where a section acts on
+/// it: a sysctl.d file the spec writes is applied live (as systemd-sysctl would at boot),
+/// and the operation names the key, not the value (found by a fresh tester: the whole
+/// line, comment included, was in the operation's actions and the extension's message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sysctl_file_item_is_applied_live_without_echoing_its_content() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.log_file = Some(node.dir.path().join("agent.log"));
+    node.start();
+    let yaml = "files:\n- path: /etc/sysctl.d/60-secret.conf\n  content: \"vm.swappiness = 7 # SECRET-CCC333\\n\"\n";
+    let op = apply(&node, yaml, "sysctl-file").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert!(
+        op.actions
+            .iter()
+            .any(|a| a == "set sysctl vm.swappiness (live)"),
+        "{:?}",
+        op.actions
+    );
+    let shown = format!("{op:?}");
+    assert!(!shown.contains("SECRET-CCC333"), "{shown}");
+    let history = format!("{:?}", node.operations().await);
+    assert!(!history.contains("SECRET-CCC333"));
+    assert!(!node.log().contains("SECRET-CCC333"), "{}", node.log());
+}

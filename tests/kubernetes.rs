@@ -301,7 +301,7 @@ async fn the_version_step_runs_first_and_other_sections_apply_to_the_upgraded_no
             .position(|a| a.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix} in {:?}", op.actions))
     };
-    assert!(pos("restarted kubelet.service") < pos("set sysctl vm.swappiness = 10"));
+    assert!(pos("restarted kubelet.service") < pos("set sysctl vm.swappiness (live)"));
     assert_eq!(node.read("/proc/sys/vm/swappiness"), "10\n");
     assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
 }

@@ -231,4 +231,35 @@ async fn state_directory_paths_reach_only_root_on_the_node() {
         .map(|r| format!("{:?}", r.into_inner()))
         .unwrap_or_else(|e| e.message().to_string());
     assert!(!e.contains(&state), "{e}");
+
+    // answers carry paths too: a damaged applied record is a status problem naming the
+    // file and where it was moved (found by a fresh tester through a remote `status`)
+    node.stop();
+    std::fs::write(node.state.join("applied.json"), "{not json").unwrap();
+    node.start();
+    let local = common::status(&node).await;
+    assert!(
+        local.problems.iter().any(|p| p.contains(&state)),
+        "{:?}",
+        local.problems
+    );
+    let ch = tonic::transport::Endpoint::try_from(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut remote = pb::node_agent_client::NodeAgentClient::new(ch);
+    let st = remote
+        .get_status(pb::GetStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        st.problems
+            .iter()
+            .any(|p| p.contains("<state directory>/applied.json")),
+        "{:?}",
+        st.problems
+    );
+    assert!(!format!("{st:?}").contains(&state), "{st:?}");
 }

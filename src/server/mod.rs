@@ -229,6 +229,28 @@ impl Shown {
     fn result<T>(&self, r: Result<T, Status>) -> Result<T, Status> {
         r.map_err(|s| self.status(s))
     }
+
+    /// `t` with the state directory's path replaced, for a caller who is not root on
+    /// the node (answers carry the problems and operation messages the agent also logs).
+    fn text(&self, t: &mut String) {
+        if !self.node_root && !self.state_dir.is_empty() && t.contains(&self.state_dir) {
+            *t = t.replace(&self.state_dir, "<state directory>");
+        }
+    }
+
+    /// An operation as this caller sees it (its message and actions).
+    fn operation(&self, mut op: pb::Operation) -> pb::Operation {
+        self.text(&mut op.message);
+        op.actions.iter_mut().for_each(|a| self.text(a));
+        op
+    }
+
+    /// A node status as this caller sees it (problems, the current operation).
+    fn node_status(&self, mut st: pb::NodeStatus) -> pb::NodeStatus {
+        st.problems.iter_mut().for_each(|p| self.text(p));
+        st.current_operation = st.current_operation.map(|o| self.operation(o));
+        st
+    }
 }
 
 async fn blocking<T: Send + 'static>(
@@ -273,7 +295,7 @@ impl NodeAgent for Service {
         let _slot = self.planning_slot().await?;
         shown
             .result(blocking(move || a.apply(r)).await)
-            .map(Response::new)
+            .map(|op| Response::new(shown.operation(op)))
     }
 
     async fn get_operation(
@@ -285,7 +307,7 @@ impl NodeAgent for Service {
         let id = req.into_inner().id;
         shown
             .result(blocking(move || a.get_operation(&id)).await)
-            .map(Response::new)
+            .map(|op| Response::new(shown.operation(op)))
     }
 
     type WatchOperationStream = EventStream;
@@ -305,7 +327,7 @@ impl NodeAgent for Service {
                 last_phase = op.phase;
                 if tx
                     .send(Ok(pb::OperationEvent {
-                        operation: Some(op),
+                        operation: Some(shown.operation(op)),
                     }))
                     .await
                     .is_err()
@@ -328,7 +350,7 @@ impl NodeAgent for Service {
                 last_phase = op.phase;
                 if tx
                     .send(Ok(pb::OperationEvent {
-                        operation: Some(op),
+                        operation: Some(shown.operation(op)),
                     }))
                     .await
                     .is_err()
@@ -350,7 +372,10 @@ impl NodeAgent for Service {
         let a = self.agent.clone();
         shown
             .result(blocking(move || a.list_operations()).await)
-            .map(|operations| Response::new(pb::ListOperationsResponse { operations }))
+            .map(|ops| {
+                let operations = ops.into_iter().map(|o| shown.operation(o)).collect();
+                Response::new(pb::ListOperationsResponse { operations })
+            })
     }
 
     async fn reboot(
@@ -362,7 +387,7 @@ impl NodeAgent for Service {
         let id = req.into_inner().operation_id;
         shown
             .result(blocking(move || a.reboot(&id)).await)
-            .map(Response::new)
+            .map(|op| Response::new(shown.operation(op)))
     }
 
     async fn get_status(
@@ -373,7 +398,7 @@ impl NodeAgent for Service {
         let a = self.agent.clone();
         shown
             .result(blocking(move || a.status()).await)
-            .map(Response::new)
+            .map(|st| Response::new(shown.node_status(st)))
     }
 
     async fn inspect(
@@ -396,6 +421,8 @@ impl NodeAgent for Service {
         })
         .await;
         let (operations, status) = shown.result(listed)?;
+        let operations = operations.into_iter().map(|o| shown.operation(o)).collect();
+        let status = status.map(|st| shown.node_status(st));
         let mut out = pb::InspectResponse {
             status,
             operations,
