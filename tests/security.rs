@@ -399,6 +399,11 @@ fn descriptor_exhaustion_neither_spins_nor_locks_root_out() {
     let pid = node.pid().unwrap();
     let held = flood(&addr, 400);
     assert!(held.len() >= 200, "{} connections", held.len());
+    // and a local client waiting in the Unix socket's backlog: with the table full its
+    // accept(2) fails at once too (this spun a core, 2.98 s of CPU in 3 s, when the
+    // socket's accept loop had no back-off; seen in CI under load, when a client of the
+    // socket happened to connect during the window)
+    let local = std::os::unix::net::UnixStream::connect(&node.socket).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let cpu0 = cpu_seconds(pid);
     std::thread::sleep(Duration::from_secs(3));
@@ -416,8 +421,12 @@ fn descriptor_exhaustion_neither_spins_nor_locks_root_out() {
         .lines()
         .filter(|l| l.contains("accepting a connection failed"))
         .count();
-    assert!((1..=3).contains(&lines), "{lines} accept-error log lines");
+    assert!(
+        (2..=6).contains(&lines),
+        "{lines} accept-error log lines (TCP and socket)"
+    );
     drop(held);
+    drop(local);
     std::thread::sleep(Duration::from_millis(1500));
     let out = node.ctl(&["status"]);
     assert!(out.status.success(), "{}", common::err(&out));

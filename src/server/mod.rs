@@ -546,10 +546,7 @@ pub async fn serve(
         .add_service(reflection.clone())
         .add_service(reflection_alpha.clone())
         .add_service(api.clone())
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::UnixListenerStream::new(listener),
-            stopped(stop.clone()),
-        );
+        .serve_with_incoming_shutdown(accept::unix_incoming(listener), stopped(stop.clone()));
     match tcp {
         None => unix.await.context("serving gRPC")?,
         Some(incoming) => {
