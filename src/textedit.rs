@@ -147,23 +147,9 @@ impl Decoded {
 /// `'"'"'` (close, a double-quoted quote, reopen); unquoted, every character but letters,
 /// digits and `-_./,:+=@%^` gets a backslash (so a space is `\ `).
 pub fn shell_encode(q: Quoting, s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    for c in s.chars() {
-        match q {
-            Quoting::Double if matches!(c, '"' | '$' | '`' | '\\') => out.push('\\'),
-            Quoting::Single if c == '\'' => {
-                out.push_str("'\"'\"");
-            }
-            Quoting::Plain
-                if !(c.is_alphanumeric() || "-_./,:+=@%^".contains(c) || !c.is_ascii()) =>
-            {
-                out.push('\\')
-            }
-            _ => {}
-        }
-        out.push(c);
-    }
-    out
+    encode_with(q, s, |c| {
+        !(c.is_alphanumeric() || "-_./,:+=@%^".contains(c) || !c.is_ascii())
+    })
 }
 
 /// systemd's env-file way to write `s` (`EnvironmentFile=`, systemd.exec(5)): in double
@@ -171,14 +157,18 @@ pub fn shell_encode(q: Quoting, s: &str) -> String {
 /// there); in single quotes a `'` is written `'"'"'`; unquoted, `\`, `'` and `"` get a
 /// backslash (whitespace inside an unquoted value is kept by systemd as written).
 pub fn systemd_encode(q: Quoting, s: &str) -> String {
+    encode_with(q, s, |c| matches!(c, '\\' | '\'' | '"'))
+}
+
+/// `s` written for `q`: the double- and single-quote rules the shell and systemd share,
+/// and a backslash before every character `plain_escaped` names when unquoted.
+fn encode_with(q: Quoting, s: &str, plain_escaped: impl Fn(char) -> bool) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     for c in s.chars() {
         match q {
             Quoting::Double if matches!(c, '"' | '$' | '`' | '\\') => out.push('\\'),
-            Quoting::Single if c == '\'' => {
-                out.push_str("'\"'\"");
-            }
-            Quoting::Plain if matches!(c, '\\' | '\'' | '"') => out.push('\\'),
+            Quoting::Single if c == '\'' => out.push_str("'\"'\""),
+            Quoting::Plain if plain_escaped(c) => out.push('\\'),
             _ => {}
         }
         out.push(c);
