@@ -986,8 +986,16 @@ mod tests {
                 }
             })
         };
-        let (mut absent, mut present) = (0, 0);
-        for _ in 0..50_000 {
+        // The probes run until both outcomes were seen at least once and 20 000 probes
+        // were made: a fixed count raced the churn thread's start on a loaded machine (CI
+        // saw 50 000 probes before the first write landed). The deadline only bounds a
+        // machine that never schedules the writer; the assertion below then fails.
+        let (mut absent, mut present, mut probes) = (0, 0, 0u64);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while (probes < 20_000 || absent == 0 || present == 0)
+            && std::time::Instant::now() < deadline
+        {
+            probes += 1;
             match s.probe("/etc/x/f.conf", 1 << 20) {
                 Ok(Probe::Absent) => absent += 1,
                 Ok(Probe::Present {
