@@ -176,6 +176,60 @@ fn encode_with(q: Quoting, s: &str, plain_escaped: impl Fn(char) -> bool) -> Str
     out
 }
 
+/// The comment line the agent writes before an assignment it appends to a file that did
+/// not have one (`GRUB_CMDLINE_LINUX=` in `/etc/default/grub`, `KUBELET_KUBEADM_ARGS=` in
+/// `kubeadm-flags.env`), so that the revert can take the line away again: without it the
+/// last removal would leave `VAR=""`, which is not the original bytes. A `#` line is a
+/// comment for both `sh` and systemd's env-file reader (systemd.exec(5)).
+pub const OWNED_LINE: &str =
+    "# Added by inplaced with the next line; both go when that value is empty again.";
+/// [`OWNED_LINE`] for a file that did not end with a newline: the agent wrote one before
+/// the marker, and takes it away with the two lines.
+pub const OWNED_LINE_AFTER_BREAK: &str = "# Added by inplaced with the next line and the line \
+     break before; all go when that value is empty again.";
+
+/// `text` with `assignment` (one line, no newline) appended after an [`OWNED_LINE`]
+/// marker, each on a line of its own; a newline is first added when `text` is not empty
+/// and does not end with one (and the marker says so).
+pub fn append_owned_line(text: &str, assignment: &str) -> String {
+    let mut out = String::with_capacity(text.len() + assignment.len() + 120);
+    out.push_str(text);
+    if text.is_empty() || text.ends_with('\n') {
+        out.push_str(OWNED_LINE);
+    } else {
+        out.push('\n');
+        out.push_str(OWNED_LINE_AFTER_BREAK);
+    }
+    out.push('\n');
+    out.push_str(assignment);
+    out.push('\n');
+    out
+}
+
+/// The inverse of [`append_owned_line`] once the value is empty again: `text` without
+/// the marker and the `empty` assignment line after it (and without the newline the
+/// marker says was added, when nothing follows), or `None` when `text` has no such pair
+/// (the assignment is the file's own, whose bytes stay).
+pub fn drop_owned_line(text: &str, empty: &str) -> Option<String> {
+    for (marker, break_before) in [(OWNED_LINE, false), (OWNED_LINE_AFTER_BREAK, true)] {
+        let pair = format!("{marker}\n{empty}\n");
+        let found = text
+            .rmatch_indices(&pair)
+            .map(|(i, _)| i)
+            .find(|&i| i == 0 || text.as_bytes()[i - 1] == b'\n');
+        if let Some(i) = found {
+            let end = i + pair.len();
+            let start = if break_before && i > 0 && end == text.len() {
+                i - 1
+            } else {
+                i
+            };
+            return Some(format!("{}{}", &text[..start], &text[end..]));
+        }
+    }
+    None
+}
+
 /// A value a word-level edit can be applied to in place: decoded, then spliced.
 pub trait InPlace {
     /// Why a splice can not be written.
@@ -192,6 +246,27 @@ pub trait InPlace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owned_line_goes_with_its_marker_and_only_then() {
+        for text in ["", "A=1\n", "A=1", "# c\r\nA=1\r\n"] {
+            let added = append_owned_line(text, "V=\"x\"");
+            assert!(added.ends_with("V=\"x\"\n"), "{added:?}");
+            let emptied = added.replace("V=\"x\"", "V=\"\"");
+            assert_eq!(drop_owned_line(&emptied, "V=\"\"").as_deref(), Some(text));
+        }
+        // a line the user wrote after ours keeps its line break
+        let added = append_owned_line("A=1", "V=\"\"") + "B=2\n";
+        assert_eq!(
+            drop_owned_line(&added, "V=\"\"").as_deref(),
+            Some("A=1\nB=2\n")
+        );
+        // the file's own empty assignment stays
+        assert_eq!(drop_owned_line("A=1\nV=\"\"\n", "V=\"\""), None);
+        // a marker not at the start of a line is not ours
+        let glued = format!("x{OWNED_LINE}\nV=\"\"\n");
+        assert_eq!(drop_owned_line(&glued, "V=\"\""), None);
+    }
 
     /// A toy double-quoted value: `"a b"` decodes to `a b`.
     fn dq(raw: &str) -> Decoded {

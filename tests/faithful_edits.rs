@@ -554,3 +554,71 @@ async fn flags_env_continuation_line_survives_apply_and_drop() {
     );
     assert_eq!(node.read(p).into_bytes(), t);
 }
+
+/// `/etc/default/grub` without the variable at all, with and without a final newline: the
+/// agent appends the assignment after its marker line, grub-mkconfig's reading (bash) has
+/// the argument, and dropping it gives back the original bytes, not `GRUB_CMDLINE_LINUX=""`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grub_without_the_variable_gets_it_and_loses_it_again() {
+    for final_newline in [true, false] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        let orig = node.read("/etc/default/grub");
+        let line = orig
+            .lines()
+            .find(|l| l.starts_with("GRUB_CMDLINE_LINUX="))
+            .unwrap()
+            .to_owned();
+        let mut hand = orig.replacen(&format!("{line}\n"), "", 1);
+        if !final_newline {
+            hand = hand.trim_end_matches('\n').to_owned();
+        }
+        assert!(!grub_default::assigns(&hand, "GRUB_CMDLINE_LINUX"));
+        std::fs::write(node.path("/etc/default/grub"), &hand).unwrap();
+        node.start();
+        let op = apply(&node, "kernelArgs: [isolcpus=2-7]\n", "one").await;
+        assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+        let now = node.read("/etc/default/grub");
+        assert!(now.starts_with(&hand), "{now}");
+        assert!(
+            now.ends_with("\nGRUB_CMDLINE_LINUX=\"isolcpus=2-7\"\n"),
+            "{now}"
+        );
+        assert_eq!(bash_value(&now, "GRUB_CMDLINE_LINUX"), "isolcpus=2-7");
+        let op = apply(&node, "{}\n", "drop").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+        assert_eq!(
+            node.read("/etc/default/grub"),
+            hand,
+            "final newline {final_newline}"
+        );
+    }
+}
+
+/// A `kubeadm-flags.env` that assigns no `KUBELET_KUBEADM_ARGS` (only a comment): the flag
+/// goes on an appended line, and dropping it restores the file byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_env_without_the_variable_gets_it_and_loses_it_again() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let p = "/var/lib/kubelet/kubeadm-flags.env";
+    let hand = "# kubeadm wrote no flags on this node\r\nOTHER='x y'";
+    std::fs::write(node.path(p), hand).unwrap();
+    node.start();
+    let yaml = "kubelet:\n  flags:\n    max-pods: \"250\"\n";
+    let op = apply(&node, yaml, "one").await;
+    assert!(
+        matches!(Phase::try_from(op.phase), Ok(Phase::Succeeded)),
+        "{op:?}"
+    );
+    let now = node.read(p);
+    assert!(now.starts_with(hand), "{now}");
+    assert!(
+        now.ends_with("\nKUBELET_KUBEADM_ARGS=\"--max-pods=250\"\n"),
+        "{now}"
+    );
+    let op = apply(&node, "{}\n", "drop").await;
+    assert!(
+        matches!(Phase::try_from(op.phase), Ok(Phase::Succeeded)),
+        "{op:?}"
+    );
+    assert_eq!(node.read(p), hand);
+}

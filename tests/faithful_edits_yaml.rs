@@ -71,6 +71,34 @@ async fn sysctl_drop_in_is_edited_in_place_and_restored() {
     assert_eq!(node.read("/proc/sys/vm/max_map_count"), "65530\n");
 }
 
+/// A key the admin had already written in the agent's drop-in (in the slashed form, with
+/// `-` and spacing of its own): the spec changes its value in place, and dropping the key
+/// gives the line its old value back instead of removing it, live value included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sysctl_drop_in_key_the_admin_wrote_gets_its_line_back() {
+    let mut node = Node::new("fedora-41-bls");
+    let path = "/etc/sysctl.d/99-zz-inplaced.conf";
+    let original = "# admin\n-vm/swappiness =  10 \nvm.overcommit_memory=1";
+    std::fs::write(node.path(path), original).unwrap();
+    std::fs::create_dir_all(node.path("/proc/sys/vm")).unwrap();
+    std::fs::write(node.path("/proc/sys/vm/swappiness"), "10\n").unwrap();
+    node.start();
+    let op = apply(&node, "sysctls:\n  vm.swappiness: \"1\"\n", "one").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert_eq!(
+        node.read(path),
+        "# admin\n-vm/swappiness =  1 \nvm.overcommit_memory=1"
+    );
+    assert_eq!(node.read("/proc/sys/vm/swappiness"), "1\n");
+    // a second apply of a new value keeps the first prior, not the agent's own value
+    let op = apply(&node, "sysctls:\n  vm.swappiness: \"5\"\n", "two").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    let op = apply(&node, "{}", "three").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert_eq!(node.read(path), original);
+    assert_eq!(node.read("/proc/sys/vm/swappiness"), "10\n");
+}
+
 /// chrony.conf with CRLF ends, a `pool` line and `include`/`confdir` lines: the sources
 /// are replaced at the first one's place with CRLF lines, a server already named keeps
 /// its options, every other line stays, and the drop restores the original bytes.

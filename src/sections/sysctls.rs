@@ -140,6 +140,16 @@ fn key_problem(
     })
 }
 
+/// The value `parsed` (a [`parse_sysctl_conf`] map) holds for `key`, matched by its
+/// `/proc/sys` path as systemd-sysctl does (`net/ipv4/ip_forward` is `net.ipv4.ip_forward`).
+fn value_for(parsed: &BTreeMap<String, String>, key: &str) -> Option<String> {
+    let path = sysctl_path(key);
+    parsed
+        .iter()
+        .rfind(|(k, _)| sysctl_path(k) == path)
+        .map(|(_, v)| v.clone())
+}
+
 impl Sysctls {
     /// Plans one desired key: refused, nothing (live and persisted already), or a live
     /// write and a change. Returns whether the key goes into the drop-in.
@@ -183,8 +193,16 @@ impl Sysctls {
             .text()
             .map(|(t, _)| parse_sysctl_conf(t))
             .unwrap_or_default();
+        let line_before = match input.record.sysctls.get(key) {
+            Some(_) => input.record.sysctl_drop_in_prior.get(key).cloned(),
+            None => value_for(&current, key),
+        };
+        if let Some(text) = line_before {
+            out.next.sysctl_drop_in_prior.insert(key.clone(), text);
+        }
         let live_ok = normalize(&live) == normalize(value);
-        let persisted_ok = current.get(key).map(|v| normalize(v)) == Some(normalize(value));
+        let persisted_ok =
+            value_for(&current, key).map(|v| normalize(&v)) == Some(normalize(value));
         if live_ok && persisted_ok {
             return true;
         }
@@ -246,10 +264,20 @@ impl Sysctls {
             }
         }
         self.dropped_keys(input, out);
-        let dropped: Vec<String> = (input.record.sysctls.keys())
-            .filter(|k| !input.desired.sysctls.contains_key(*k))
-            .cloned()
-            .collect();
+        // a dropped key whose line was in the drop-in before the agent set it gets that
+        // line's value text back; the others lose the line the agent added
+        let mut dropped = Vec::new();
+        for k in input.record.sysctls.keys() {
+            if input.desired.sysctls.contains_key(k) {
+                continue;
+            }
+            match input.record.sysctl_drop_in_prior.get(k) {
+                Some(text) => {
+                    drop_in_values.insert(k.clone(), text.clone());
+                }
+                None => dropped.push(k.clone()),
+            }
+        }
         let current_text = drop_in_obs.text().map(|(t, _)| t.to_string());
         match edit_sysctl_conf(current_text.as_deref(), &drop_in_values, &dropped) {
             None => {

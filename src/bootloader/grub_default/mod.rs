@@ -18,7 +18,6 @@
 //! Limitations: here-documents are rejected as a syntax error; `~` expansion
 //! and `case` patterns containing `(` are not modelled.
 
-use std::fmt::Write as _;
 use std::ops::Range;
 
 use crate::cmdline::{Arg, Cmdline};
@@ -254,8 +253,8 @@ fn shell_double_quote(value: &str) -> String {
 /// Returns the fragment with the last assignment of `var` rewritten as
 /// `VAR="value"` (with `"`, `$`, `` ` `` and `\` escaped); every other byte,
 /// including an `export ` before it and a comment after it, is kept. When the
-/// fragment does not assign `var`, `VAR="value"\n` is appended (after a
-/// newline if the fragment does not end with one).
+/// fragment does not assign `var`, `VAR="value"\n` is appended after the
+/// [`crate::textedit::OWNED_LINE`] marker that lets a revert take it away again.
 ///
 /// Mirrors a hand edit of the `GRUB_CMDLINE_LINUX=` line; `read_var` on the
 /// result returns `value`.
@@ -280,14 +279,7 @@ pub fn set_var(fragment: &str, var: &str, value: &str) -> Result<String, GrubErr
             out.push_str(&fragment[end..]);
             out
         }
-        Last::Absent => {
-            let mut out = fragment.to_owned();
-            if !out.is_empty() && !out.ends_with('\n') {
-                out.push('\n');
-            }
-            let _ = writeln!(out, "{new}");
-            out
-        }
+        Last::Absent => crate::textedit::append_owned_line(fragment, &new),
     };
     // Safety net: the edit must read back (an append after a trailing `\`
     // continuation or an unclosed `if` would not take effect).
@@ -392,10 +384,17 @@ pub fn edit_cmdline_var(
     if let Some(mut v) = VarInPlace::new(fragment, var)? {
         crate::cmdline::edit_in_place(&mut v, remove, append)?;
         if read_var(&v.text, var)?.map(|t| Cmdline::parse(&t)) == Some(want.clone()) {
-            return Ok(v.text);
+            return Ok(without_owned_empty(v.text, var));
         }
     }
-    set_var(fragment, var, &want.render())
+    set_var(fragment, var, &want.render()).map(|t| without_owned_empty(t, var))
+}
+
+/// `text` without the `VAR=""` line the agent appended (with its marker,
+/// [`crate::textedit::append_owned_line`]) once the last argument in it is removed: the
+/// revert of an append to a file that did not assign `var` gives back its bytes.
+fn without_owned_empty(text: String, var: &str) -> String {
+    crate::textedit::drop_owned_line(&text, &format!("{var}=\"\"")).unwrap_or(text)
 }
 
 /// True if any uncommented assignment of `var` exists in the fragment, in any
@@ -623,11 +622,15 @@ mod tests {
             Some("3")
         );
         assert_eq!(read_var("X=1\nunset X\n", "X").unwrap(), None);
+        use crate::textedit::{OWNED_LINE, OWNED_LINE_AFTER_BREAK};
         assert_eq!(
             set_var("X=1\nunset X", "X", "2").unwrap(),
-            "X=1\nunset X\nX=\"2\"\n"
+            format!("X=1\nunset X\n{OWNED_LINE_AFTER_BREAK}\nX=\"2\"\n")
         );
-        assert_eq!(set_var("", "X", "2").unwrap(), "X=\"2\"\n");
+        assert_eq!(
+            set_var("", "X", "2").unwrap(),
+            format!("{OWNED_LINE}\nX=\"2\"\n")
+        );
         assert!(matches!(
             read_var("X='a\n", "X"),
             Err(GrubError::Syntax { line: 1, .. })

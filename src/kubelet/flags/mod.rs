@@ -488,18 +488,15 @@ fn splice_assignment(text: &str, assignment: Option<&Assignment>, rendered: &str
             out.push_str(rendered);
             out.push_str(&text[a.end..]);
         }
-        None => {
-            out.push_str(text);
-            if text.is_empty() || text.ends_with('\n') {
-                out.push_str(rendered);
-                out.push('\n');
-            } else {
-                out.push('\n');
-                out.push_str(rendered);
-            }
-        }
+        None => return crate::textedit::append_owned_line(text, rendered),
     }
     out
+}
+
+/// `text` without the `VAR=""` line [`splice_assignment`] appended (with its marker) once
+/// its last flag is removed, so the revert of that append gives back the file's bytes.
+fn without_owned_empty(text: String, var: &str) -> String {
+    crate::textedit::drop_owned_line(&text, &format!("{var}=\"\"")).unwrap_or(text)
 }
 
 /// Checks that `out` reads back as `words` and that no other assignment of `list` (the
@@ -549,7 +546,9 @@ fn check_readback(
 ///   was added gives back the original bytes. Should the in-place result not read back as
 ///   intended, the assignment is re-rendered as `VAR="..."` (Go `%q`-compatible escaping), the
 ///   canonical style, in place of the last assignment (the rest of the file unchanged).
-/// * If `var` is not assigned, a `VAR="..."` line is appended.
+/// * If `var` is not assigned, a `VAR="..."` line is appended after the
+///   [`crate::textedit::OWNED_LINE`] marker; when its last flag is removed again, the
+///   marker and the line go, and the file has its original bytes.
 /// * If the flag list does not change (or `var` is absent and nothing is set), the text is
 ///   returned unchanged.
 ///
@@ -597,13 +596,13 @@ pub fn edit(
         };
         edit_in_place(&mut v, set, remove);
         if check_readback(var, &list, &v.text, &words).is_ok() {
-            return Ok(v.text);
+            return Ok(without_owned_empty(v.text, var));
         }
     }
     let rendered = format!("{var}={}", quote_go(&words.join(" ")));
     let out = splice_assignment(text, assignment, &rendered);
     check_readback(var, &list, &out, &words)?;
-    Ok(out)
+    Ok(without_owned_empty(out, var))
 }
 
 #[cfg(test)]
@@ -776,15 +775,14 @@ mod tests {
                 .unwrap()[0],
             f("a", "x\\\"y")
         );
-        // Append when absent, keeping the missing final newline.
-        assert_eq!(
-            edit("A=1", "V", &s(&[("a", "1")]), &[]).unwrap(),
-            "A=1\nV=\"--a=1\""
-        );
-        assert_eq!(
-            edit("", "V", &s(&[("a", "1")]), &[]).unwrap(),
-            "V=\"--a=1\"\n"
-        );
+        // Append when absent, after the marker that lets the revert take it away again
+        // (with the line break it added before, when the file had no final newline).
+        for text in ["A=1", "A=1\n", ""] {
+            let added = edit(text, "V", &s(&[("a", "1")]), &[]).unwrap();
+            assert!(added.ends_with("\nV=\"--a=1\"\n"), "{added:?}");
+            assert!(added.contains(crate::textedit::OWNED_LINE.get(..20).unwrap()));
+            assert_eq!(edit(&added, "V", &[], &["a".into()]).unwrap(), text);
+        }
         // Errors.
         assert!(matches!(
             parse("V=\"--a", "V"),
