@@ -226,3 +226,69 @@ async fn an_unknown_boot_configuration_makes_kernel_arg_changes_not_covered() {
     );
     assert!(change(&r, "sysctls[vm.max_map_count]").covered);
 }
+
+/// A sysctl.d directory or file that can not be read is not an empty one: what it sets at
+/// boot is unknown, so no sysctl is covered (the reason names it), `status` lists it, and
+/// the other sections are served. A name that is a directory (`50-x.conf/`) fails to read
+/// also for root, as a listed path that is a file does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_sysctl_d_entry_makes_sysctls_not_covered() {
+    let yaml = "kernelArgs: [nosmt]\nsysctls:\n  vm.swappiness: \"10\"\n";
+    for (make, source) in [
+        (
+            "/etc/sysctl.d/50-vendor.conf",
+            "/etc/sysctl.d/50-vendor.conf",
+        ),
+        ("/run/sysctl.d", "/run/sysctl.d"),
+    ] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        node.start();
+        // managed first, so that status observes the sysctls section too
+        let op = apply(&node, "sysctls:\n  vm.swappiness: \"5\"\n", "s").await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+        if make.ends_with(".conf") {
+            std::fs::create_dir_all(node.path(make)).unwrap();
+        } else {
+            let _ = std::fs::remove_dir_all(node.path(make));
+            std::fs::create_dir_all(node.path("/run")).unwrap();
+            std::fs::write(node.path(make), "not a directory\n").unwrap();
+        }
+        let r = coverage(&node, yaml).await;
+        let c = change(&r, "sysctls[vm.swappiness]");
+        assert!(!c.covered, "{make}: {c:?}");
+        assert!(
+            c.reason.contains(&format!("{source} could not be read")),
+            "{make}: {}",
+            c.reason
+        );
+        assert!(change(&r, "kernelArgs[nosmt]").covered, "{make}");
+        let p = problems(&node).await;
+        assert!(
+            p.iter()
+                .any(|p| p.contains(&format!("{source} could not be read"))),
+            "{make}: {p:?}"
+        );
+    }
+}
+
+/// `/etc/default/grub.d` that can not be listed (here a file where the directory goes):
+/// a fragment in it could reassign GRUB_CMDLINE_LINUX, so kernel arguments are not
+/// covered, naming it; sysctls are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlistable_grub_d_makes_kernel_args_not_covered() {
+    let yaml = format!("kernelArgs: [nosmt]\n{OTHER}");
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    assert!(change(&coverage(&node, &yaml).await, "kernelArgs[nosmt]").covered);
+    let _ = std::fs::remove_dir_all(node.path("/etc/default/grub.d"));
+    std::fs::write(node.path("/etc/default/grub.d"), "GRUB_CMDLINE_LINUX=x\n").unwrap();
+    let r = coverage(&node, &yaml).await;
+    let c = change(&r, "kernelArgs[nosmt]");
+    assert!(!c.covered, "{c:?}");
+    assert!(
+        c.reason.contains("/etc/default/grub.d") && c.reason.contains("GRUB_CMDLINE_LINUX"),
+        "{}",
+        c.reason
+    );
+    assert!(change(&r, "sysctls[vm.max_map_count]").covered);
+}

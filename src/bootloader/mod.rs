@@ -416,7 +416,14 @@ pub fn detect(
     // grub-mkconfig sources /etc/default/grub, then /etc/default/grub.d/*.cfg in glob
     // order: the last file that assigns a variable decides its value.
     let mut fragments = vec![("/etc/default/grub".to_string(), text)];
-    if let Ok(Some(names)) = root.list_dir("/etc/default/grub.d") {
+    // a directory that can not be listed is not an empty one: a fragment in it may
+    // reassign GRUB_CMDLINE_LINUX, so what grub-mkconfig would write is unknown
+    let names = root.list_dir("/etc/default/grub.d").map_err(|e| {
+        NoBackend(format!(
+            "{e}; a /etc/default/grub.d/*.cfg file may reassign GRUB_CMDLINE_LINUX, so the next boot's kernel arguments can not be told"
+        ))
+    })?;
+    if let Some(names) = names {
         for n in names.iter().filter(|n| n.ends_with(".cfg")) {
             let p = format!("/etc/default/grub.d/{n}");
             if let Some(t) = read_text(root, &p)? {

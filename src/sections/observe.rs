@@ -147,6 +147,9 @@ pub struct SysctlObs {
     /// Every sysctl.d file systemd-sysctl would read, in the order it applies them
     /// (node path, text); for a repeated name the /etc copy masks /run and /usr/lib.
     pub files: Vec<(String, String)>,
+    /// sysctl.d directories and files that could not be read: what each of them would set
+    /// at boot is unknown, so no key's boot value can be told.
+    pub unreadable: Vec<Unknown>,
 }
 
 /// Everything observed.

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::common::{ChangeBuilder, disruption};
 use super::observe::{
-    NodeView, ObserveError, Observed, SysctlLive, SysctlObs, TextObs, observe_running, observe_text,
+    NodeView, ObserveError, Observed, SysctlLive, SysctlObs, TextObs, Unknown, observe_running,
+    observe_text,
 };
 use super::steps::{Remove, Write};
 use super::{DriftView, Input, Output, Section};
@@ -51,25 +52,39 @@ pub fn read_live(root: &Sysroot, key: &str) -> Result<Option<SysctlLive>, Sysroo
 }
 
 /// Every sysctl.d file systemd-sysctl would read (the first of each name, by directory
-/// priority), with its text.
-fn sysctl_files(root: &Sysroot) -> Vec<(String, String)> {
+/// priority), with its text, and the directories and files that could not be read (not
+/// skipped as if empty: unknown is not empty, issue 20 §2). An absent directory, or a file
+/// gone between the listing and the read, is simply not there.
+fn sysctl_files(root: &Sysroot) -> (Vec<(String, String)>, Vec<Unknown>) {
     let mut by_name: BTreeMap<String, String> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    let unknown = |source: &str, e: &dyn std::fmt::Display| Unknown {
+        source: source.to_string(),
+        why: e.to_string(),
+    };
     for dir in SYSCTL_DIRS {
-        for n in root.list_dir(dir).ok().flatten().unwrap_or_default() {
-            if n.ends_with(".conf") {
-                by_name
-                    .entry(n.clone())
-                    .or_insert_with(|| format!("{dir}/{n}"));
+        match root.list_dir(dir) {
+            Ok(names) => {
+                for n in names.unwrap_or_default() {
+                    if n.ends_with(".conf") {
+                        by_name
+                            .entry(n.clone())
+                            .or_insert_with(|| format!("{dir}/{n}"));
+                    }
+                }
             }
+            Err(e) => unreadable.push(unknown(dir, &e)),
         }
     }
     let mut files = Vec::new();
     for (_, p) in by_name {
-        if let Ok(Some(text)) = root.read_string_following(&p) {
-            files.push((p, text));
+        match root.read_string_following(&p) {
+            Ok(Some(text)) => files.push((p, text)),
+            Ok(None) => {}
+            Err(e) => unreadable.push(unknown(&p, &e)),
         }
     }
-    files
+    (files, unreadable)
 }
 
 /// Every key whose live value the plan reads: managed, recorded, or set by a sysctl.d
@@ -126,6 +141,11 @@ fn key_problem(
     .or_else(|| {
         if let TextObs::Problem(p) = drop_in_obs {
             return Some(p.clone());
+        }
+        if let Some(u) = input.obs.sysctls.unreadable.first() {
+            return Some(format!(
+                "{u}; a sysctl.d file there may set {key} at boot after {drop_in}, so whether the value would persist can not be told"
+            ));
         }
         // a sysctl.d file that sorts after the drop-in would win at boot
         let mut vals = BTreeMap::new();
@@ -428,10 +448,12 @@ impl Section for Sysctls {
         if desired.sysctls.is_empty() && record.sysctls.is_empty() && !files_in_play {
             return Ok(());
         }
-        let files = sysctl_files(node.root);
+        let (files, unreadable) = sysctl_files(node.root);
         let keys = keys_in_play(node, obs, &files);
+        obs.unknown.extend(unreadable.iter().cloned());
         let mut sysctls = SysctlObs {
             files,
+            unreadable,
             ..SysctlObs::default()
         };
         for key in keys {
