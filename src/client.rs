@@ -45,6 +45,12 @@ pub struct TlsIdentity {
 /// Connects to the agent's TCP API with mutual TLS (rustls, ALPN h2), as the CAPI
 /// extension does. Errors name what is wrong with the identity or the connection.
 pub async fn connect_tls(addr: &str, id: &TlsIdentity) -> anyhow::Result<NodeAgentClient<Channel>> {
+    Ok(NodeAgentClient::new(connect_tls_channel(addr, id).await?))
+}
+
+/// The channel of [`connect_tls`]: one HTTP/2 connection that multiplexes calls and
+/// reconnects through the same connector (and identity) after it breaks.
+pub async fn connect_tls_channel(addr: &str, id: &TlsIdentity) -> anyhow::Result<Channel> {
     use anyhow::Context;
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -69,7 +75,12 @@ pub async fn connect_tls(addr: &str, id: &TlsIdentity) -> anyhow::Result<NodeAge
     let name = ServerName::try_from(id.server_name.clone())
         .with_context(|| format!("server name {:?}", id.server_name))?;
     let addr = addr.to_string();
+    // HTTP/2 PINGs find a connection to a node that rebooted or vanished dead in
+    // seconds, so a pooled channel reconnects instead of a call waiting out its deadline.
     let channel = Endpoint::try_from(format!("http://{addr}"))?
+        .http2_keep_alive_interval(crate::extension::pool::KEEPALIVE)
+        .keep_alive_timeout(crate::extension::pool::KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let (addr, name, connector) = (addr.clone(), name.clone(), connector.clone());
             async move {
@@ -80,5 +91,5 @@ pub async fn connect_tls(addr: &str, id: &TlsIdentity) -> anyhow::Result<NodeAge
         }))
         .await
         .context("connecting with mutual TLS")?;
-    Ok(NodeAgentClient::new(channel))
+    Ok(channel)
 }

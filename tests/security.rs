@@ -515,3 +515,21 @@ async fn huge_requests_stay_bounded() {
     );
     assert!(peak < 160 << 20, "peak RSS {} MiB", peak >> 20);
 }
+
+/// A declared body over the 16 MiB limit is refused from its head, before a byte of it is
+/// sent (it used to wait for the 30 s body timeout, holding a request's place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_content_length_is_refused_unread() {
+    let pki = Pki::new();
+    let ext = Extension::start(&pki, &[], "");
+    let head = format!(
+        "POST {UPDATE} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        (16 << 20) + 1
+    );
+    let raw = [common::capi::RAW, head.as_bytes()].concat();
+    let (status, answer) = ext
+        .post_bytes(ext.client.as_ref(), UPDATE, raw)
+        .await
+        .unwrap();
+    assert_eq!(status, 413, "{answer}");
+}

@@ -68,10 +68,20 @@ pub struct ServerConfig {
     /// the listen backlog.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// Most requests read and answered at once (default 4); more wait with their body
-    /// unread. Each holds at most its body (`MAX_BODY`, 16 MiB) and its parsed objects.
+    /// Most requests answered at once (default 64, as many as connections); more wait
+    /// with their body unread. A request keeps its place while the agent answers it.
     #[serde(default = "default_max_requests")]
     pub max_requests: usize,
+    /// Most request-body bytes held at once, in MiB (default 64, four bodies of the
+    /// largest size): a request reserves its `Content-Length` (16 MiB, `MAX_BODY`, when
+    /// it sends none) before its body is read, so memory is bounded by bytes however many
+    /// small hooks run; at least 16.
+    #[serde(default = "default_max_request_mib")]
+    pub max_request_mib: usize,
+}
+
+fn default_max_request_mib() -> usize {
+    64
 }
 
 fn default_max_connections() -> usize {
@@ -79,7 +89,7 @@ fn default_max_connections() -> usize {
 }
 
 fn default_max_requests() -> usize {
-    4
+    64
 }
 
 /// One `[[server.clients]]` entry: a client identity allowed to call the hooks, matched by
@@ -334,6 +344,17 @@ impl Config {
             return Err(invalid(
                 "update.retry_after_seconds",
                 "must be at least 1 (0 would mean done to CAPI)".into(),
+            ));
+        }
+        if c.server.max_request_mib < super::MAX_BODY >> 20 {
+            return Err(invalid(
+                "server.max_request_mib",
+                format!(
+                    "{} is less than one largest request body ({} MiB): such a request could never be read; set at least {}",
+                    c.server.max_request_mib,
+                    super::MAX_BODY >> 20,
+                    super::MAX_BODY >> 20
+                ),
             ));
         }
         if !(1..=30).contains(&c.server.handler_timeout_seconds) {

@@ -57,7 +57,8 @@ pub struct Endpoint {
 /// [`crate::server::tls::HANDSHAKE_TIMEOUT`] with a client certificate from
 /// `server.client_ca`. A certificate no `[[server.clients]]` entry matches is disconnected
 /// before its request is read. Requests are read and answered at most
-/// `server.max_requests` at a time.
+/// `server.max_requests` at a time and with at most `server.max_request_mib` of bodies
+/// reserved ([`Budget`]).
 pub async fn serve(
     ext: Arc<Extension>,
     listener: tokio::net::TcpListener,
@@ -67,8 +68,9 @@ pub async fn serve(
     use crate::server::accept::{Backoff, Gate, accept};
     tokio::pin!(shutdown);
     let gate = Gate::new(ext.config.server.max_connections);
-    let requests = Arc::new(tokio::sync::Semaphore::new(
-        ext.config.server.max_requests.max(1),
+    let requests = Arc::new(Budget::new(
+        ext.config.server.max_requests,
+        ext.config.server.max_request_mib,
     ));
     let mut backoff = Backoff::default();
     let endpoint = Arc::new(endpoint);
@@ -160,9 +162,50 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
     resp
 }
 
+/// What requests may hold at once: places (`server.max_requests`) and body bytes in KiB
+/// (`server.max_request_mib`).
+pub struct Budget {
+    places: Arc<tokio::sync::Semaphore>,
+    kib: Arc<tokio::sync::Semaphore>,
+    max_kib: u32,
+}
+
+/// What one request holds until it is answered.
+pub struct Reserved {
+    _place: tokio::sync::OwnedSemaphorePermit,
+    _kib: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Budget {
+    /// A budget of `places` requests (at least 1) and `mib` MiB of bodies (at least one
+    /// [`MAX_BODY`]).
+    pub fn new(places: usize, mib: usize) -> Budget {
+        let max_kib = u32::try_from(mib.max(MAX_BODY >> 20) << 10).unwrap_or(u32::MAX);
+        Budget {
+            places: Arc::new(tokio::sync::Semaphore::new(places.max(1))),
+            kib: Arc::new(tokio::sync::Semaphore::new(max_kib as usize)),
+            max_kib,
+        }
+    }
+
+    /// Waits for a place and for `body` bytes (rounded up to KiB, at most [`MAX_BODY`]);
+    /// `None` when the budget is closed.
+    pub async fn reserve(&self, body: usize) -> Option<Reserved> {
+        let kib = u32::try_from(body.min(MAX_BODY).div_ceil(1024).max(1))
+            .unwrap_or(u32::MAX)
+            .min(self.max_kib);
+        let place = self.places.clone().acquire_owned().await.ok()?;
+        let kib = self.kib.clone().acquire_many_owned(kib).await.ok()?;
+        Some(Reserved {
+            _place: place,
+            _kib: kib,
+        })
+    }
+}
+
 async fn respond(
     ext: &Extension,
-    requests: &Arc<tokio::sync::Semaphore>,
+    requests: &Arc<Budget>,
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let method = req.method().as_str().to_string();
@@ -170,8 +213,20 @@ async fn respond(
     // The clock starts when the request arrives, before the body is read.
     let started = std::time::Instant::now();
     let budget = ext.deadline(req.uri().query());
-    // A slot before the body is read: bodies wait in the socket, not in memory.
-    let Ok(_slot) = requests.clone().acquire_owned().await else {
+    // A place and the body's bytes before the body is read: bodies wait in the socket,
+    // not in memory. A declared length over the limit is refused unread.
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY as u64) {
+        return json_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &serde_json::json!({"status": "Failure", "message": format!("request body: Content-Length {n} is over the limit of {MAX_BODY} bytes")}),
+        );
+    }
+    let body_bytes = declared.map_or(MAX_BODY, |n| n as usize);
+    let Some(_slot) = requests.reserve(body_bytes).await else {
         return json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             &serde_json::json!({"status": "Failure", "message": "stopping"}),
@@ -195,4 +250,34 @@ async fn respond(
         ),
     };
     json_response(status, &v)
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    /// Many small requests hold places at once; one body of the largest size takes a
+    /// whole minimal budget, so the next request waits for its bytes, not for a place.
+    #[tokio::test]
+    async fn places_and_bytes_bound_requests_apart() {
+        let b = Budget::new(64, 16);
+        let mut small = Vec::new();
+        for _ in 0..32 {
+            small.push(b.reserve(40 << 10).await.expect("small request"));
+        }
+        assert_eq!(b.places.available_permits(), 32);
+        assert_eq!(b.kib.available_permits(), (16 << 10) - 32 * 40);
+        drop(small);
+        let big = b.reserve(MAX_BODY + 1).await.expect("largest body");
+        assert_eq!(b.kib.available_permits(), 0);
+        let waiting = tokio::time::timeout(Duration::from_millis(50), b.reserve(1)).await;
+        assert!(
+            waiting.is_err(),
+            "a request reserved bytes the budget did not have"
+        );
+        drop(big);
+        assert!(b.reserve(1).await.is_some());
+        // a budget below one largest body is raised to it, else no such body could pass
+        assert_eq!(Budget::new(1, 1).max_kib as usize, MAX_BODY >> 10);
+    }
 }

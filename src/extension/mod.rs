@@ -14,6 +14,7 @@ pub mod budget;
 pub mod config;
 mod http;
 pub mod metrics;
+pub mod pool;
 pub mod resolve;
 
 pub use http::{
@@ -49,6 +50,8 @@ pub const MAX_BODY: usize = 16 << 20;
 pub struct Extension {
     config: Config,
     resolver: Box<dyn AgentResolver>,
+    /// One mutual-TLS channel per agent, reused across hooks.
+    pool: pool::Pool,
 }
 
 /// Why an agent could not be asked.
@@ -128,6 +131,7 @@ impl Extension {
         Extension {
             config,
             resolver: Box::new(Chain(chain)),
+            pool: pool::Pool::default(),
         }
     }
 
@@ -149,11 +153,20 @@ impl Extension {
         Ok(eff)
     }
 
+    /// Channels to agents pooled now.
+    pub fn pooled_channels(&self) -> usize {
+        self.pool.len()
+    }
+
+    /// A client for the Machine's agent: its pooled channel when there is one for the
+    /// address and the identity files as they read now, else a new mutual-TLS
+    /// connection, pooled ([`pool`]). Returns the address, the client and the pool key
+    /// (for [`pool::Pool::evict`] after a failed call).
     async fn agent(
         &self,
         m: &MachineRef,
         eff: &Effective,
-    ) -> Result<(String, NodeAgentClient<Channel>), AgentError> {
+    ) -> Result<(String, NodeAgentClient<Channel>, pool::Key), AgentError> {
         let addr = self.resolver.resolve(m).map_err(AgentError)?;
         let a = &self.config.agent;
         let read = |p: &std::path::Path, key: &str| {
@@ -167,17 +180,24 @@ impl Extension {
             key: read(&a.key, "key")?,
             server_name,
         };
-        let client =
-            tokio::time::timeout(eff.agent_timeout, crate::client::connect_tls(&addr, &id))
-                .await
-                .map_err(|_| {
-                    AgentError(format!(
-                        "agent at {addr} did not answer within {:?}",
-                        eff.agent_timeout
-                    ))
-                })?
-                .map_err(|e| AgentError(format!("agent at {addr}: {e:#}")))?;
-        Ok((addr, client))
+        let key = pool::Key::new(&addr, &id);
+        if let Some(channel) = self.pool.get(&key) {
+            return Ok((addr, NodeAgentClient::new(channel), key));
+        }
+        let channel = tokio::time::timeout(
+            eff.agent_timeout,
+            crate::client::connect_tls_channel(&addr, &id),
+        )
+        .await
+        .map_err(|_| {
+            AgentError(format!(
+                "agent at {addr} did not answer within {:?}",
+                eff.agent_timeout
+            ))
+        })?
+        .map_err(|e| AgentError(format!("agent at {addr}: {e:#}")))?;
+        self.pool.put(key.clone(), channel.clone());
+        Ok((addr, NodeAgentClient::new(channel), key))
     }
 
     /// CanUpdateMachine: translate, ask the node about the desired NodeSpec, answer patches.
@@ -249,9 +269,11 @@ impl Extension {
         desired: &MachineObjects,
         diff: &capi::translate::Analysis,
     ) -> Result<NodeCoverage, AgentError> {
-        let (addr, mut c) = self.agent(m, eff).await?;
-        let unreachable =
-            |s: tonic::Status| AgentError(format!("agent at {addr}: coverage: {}", s.message()));
+        let (addr, mut c, key) = self.agent(m, eff).await?;
+        let unreachable = |s: tonic::Status| {
+            self.pool.evict(&key);
+            AgentError(format!("agent at {addr}: coverage: {}", s.message()))
+        };
         let mut spec = capi::desired_node_spec(desired);
         // a version change is asked about too (UpdateMachine applies it)
         spec.kubernetes = diff.delta.kubernetes.clone();
@@ -388,13 +410,22 @@ impl Extension {
     ) -> UpdateMachineResponse {
         let wait =
             |msg: String| UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds);
-        let (addr, mut c) = match self.agent(m, eff).await {
+        let (addr, mut c, key) = match self.agent(m, eff).await {
             Ok(x) => x,
             // During a reboot the agent is down: keep CAPI polling.
             Err(AgentError(e)) => return wait(format!("waiting for the node agent: {e}")),
         };
         let t = eff.agent_timeout;
-        let trouble = |s: tonic::Status| wait(format!("agent at {addr}: {}", s.message()));
+        let trouble = |s: tonic::Status| {
+            self.pool.evict(&key);
+            // a pooled channel finds a rebooting agent down at the call, not the connect
+            let down = if s.code() == tonic::Code::Unavailable {
+                "waiting for the node agent: "
+            } else {
+                ""
+            };
+            wait(format!("{down}agent at {addr}: {}", s.message()))
+        };
         // One round trip: the history of this update (`id` or `id-rN`), the status read
         // after it (so an operation seen settled is in the applied hash), and the coverage
         // of the spec as it is applied when the node reports its Kubernetes version

@@ -197,6 +197,8 @@ impl Extension {
     }
 
     /// POSTs raw `body` bytes presenting `client`, as [`Extension::post_as`].
+    /// `post_bytes` with a body that starts with this sends the rest as raw bytes (a
+    /// request head, say) and returns the status and the answer's head as a string.
     pub async fn post_bytes(
         &self,
         client: Option<&(String, String)>,
@@ -230,6 +232,30 @@ impl Extension {
             .connect("localhost".try_into().unwrap(), tcp)
             .await
             .map_err(|e| format!("TLS: {e}"))?;
+        if let Some(head) = body.strip_prefix(RAW) {
+            // the bytes as given, and the status line of the answer
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut tls = tls;
+            tls.write_all(head)
+                .await
+                .map_err(|e| format!("write: {e}"))?;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = tls.read(&mut buf).await.map_err(|e| format!("read: {e}"))?;
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            let text = String::from_utf8_lossy(&got).into_owned();
+            let status = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("no status line in {text:?}"))?;
+            return Ok((status, Value::String(text)));
+        }
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .map_err(|e| format!("HTTP: {e}"))?;
@@ -332,3 +358,6 @@ pub fn one_agent(
     let ext = Extension::start(&pki, &[(machine, &addr)], "");
     (pki, node, ext)
 }
+
+/// The prefix of a `post_bytes` body that is sent raw.
+pub const RAW: &[u8] = b"\0raw\0";
