@@ -514,3 +514,72 @@ async fn dnf_installs_pinned_packages_and_puts_the_versionlocks_back() {
     );
     assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
 }
+
+/// `status` asks `kubelet --version` once per binary, not per call (a status poll started
+/// a process each time), and asks again when the binary is replaced, rewritten in place,
+/// or a symlink on the way to it is retargeted.
+#[tokio::test]
+async fn status_asks_the_kubelet_version_once_per_binary() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    let log = node.path("/var/tmp/kubelet-asked");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    let counting = |version: &str| {
+        format!(
+            "#!/bin/sh\necho asked >> '{}'\nif [ \"$1\" = --version ]; then echo \"Kubernetes {version}\"; else exit 2; fi\n",
+            log.display()
+        )
+    };
+    let bin = node.path("/usr/bin/kubelet");
+    // written as an installer does, and dated a minute back: a binary modified in the
+    // last seconds is asked every time (its stamp could miss a rewrite in the same tick)
+    let write = |p: &std::path::Path, text: String| {
+        std::fs::write(p, text).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let a_minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(a_minute_ago).unwrap();
+    };
+    write(&bin, counting("v1.34.3"));
+    node.start();
+    let asked = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for _ in 0..5 {
+        assert_eq!(status(&node).await.kubernetes_version, "v1.34.3");
+    }
+    assert_eq!(asked(), 1, "asked once for five status calls");
+    // replaced by a rename, as an upgrade installs it
+    let tmp = node.path("/usr/bin/.kubelet.new");
+    write(&tmp, counting("v1.35.2"));
+    std::fs::rename(&tmp, &bin).unwrap();
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+    assert_eq!(asked(), 2);
+    // rewritten in place, same size
+    write(&bin, counting("v1.35.3"));
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.3");
+    assert_eq!(asked(), 3);
+    // a symlink retargeted to another binary (as update-alternatives does)
+    let (a, b) = (
+        node.path("/usr/bin/kubelet-a"),
+        node.path("/usr/bin/kubelet-b"),
+    );
+    write(&a, counting("v1.34.3"));
+    write(&b, counting("v1.35.2"));
+    std::fs::remove_file(&bin).unwrap();
+    std::os::unix::fs::symlink("kubelet-a", &bin).unwrap();
+    assert_eq!(status(&node).await.kubernetes_version, "v1.34.3");
+    std::fs::remove_file(&bin).unwrap();
+    std::os::unix::fs::symlink("kubelet-b", &bin).unwrap();
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
+    assert_eq!(asked(), 5);
+    // the link stays, the file it names is rewritten
+    write(&b, counting("v1.35.4"));
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.4");
+    assert_eq!(asked(), 6);
+}

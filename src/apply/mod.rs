@@ -227,6 +227,9 @@ pub struct Agent {
     /// Why mutations are refused (the state directory can not be written), if they are.
     unavailable: Mutex<Option<String>>,
     drift_lock: Mutex<()>,
+    /// The last `kubelet --version` answer and the stamps of the binary (and of each
+    /// symlink on the way to it) it was asked of: asked again only when one changes.
+    kubelet_version: Mutex<Option<(Vec<crate::node::sysroot::Stamp>, String)>>,
     inner: Mutex<Inner>,
 }
 
@@ -361,6 +364,7 @@ impl Agent {
             problems: Mutex::new(problems),
             unavailable: Mutex::new(None),
             drift_lock: Mutex::new(()),
+            kubelet_version: Mutex::new(None),
             inner: Mutex::new(Inner::default()),
         });
         agent.recover_journals();

@@ -69,17 +69,69 @@ impl Agent {
     }
 
     /// `kubelet --version` of the kubelet in `[kubernetes] bin_dir` ("" when absent or
-    /// it can not be asked).
+    /// it can not be asked). Asked once per binary: the answer is kept with the
+    /// [`stamps`](crate::node::sysroot::Sysroot::stamp) of the path and of each symlink
+    /// target on the way, and asked again only when one of them changes (an upgrade
+    /// replaces the file), so a status poll does not start a process every time. A file
+    /// modified in the last 2 s is asked every time ([`crate::node::sysroot::Stamp::is_recent`]).
     fn kubernetes_version(&self) -> String {
         let kubelet = self.config.kubernetes.bin_path("kubelet");
-        if !matches!(self.root.stat(&kubelet), Ok(Some(_))) {
+        let Some(stamps) = self.stamps_following(&kubelet) else {
             return String::new();
+        };
+        let mut cached = self
+            .kubelet_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some((s, v)) = cached.as_ref()
+            && *s == stamps
+        {
+            return v.clone();
         }
-        self.runner
+        let version = self
+            .runner
             .query(&[kubelet, "--version".into()])
             .ok()
             .and_then(|o| crate::kubernetes::parse_kubelet_version(&o).ok())
-            .map(|v| v.to_string())
-            .unwrap_or_default()
+            .map(|v| v.to_string());
+        // not kept: a kubelet that could not answer, or one modified in the last
+        // seconds, whose stamp a rewrite within the same clock tick would leave equal
+        // (symlinks on the way are replaced, never modified, so only the file counts)
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let settled = stamps.last().is_some_and(|s| !s.is_recent(now, 2));
+        match version {
+            Some(v) => {
+                if settled {
+                    *cached = Some((stamps, v.clone()));
+                }
+                v
+            }
+            None => String::new(),
+        }
+    }
+
+    /// The stamps of `path` and of every symlink target on the way to the file (at most
+    /// 8 links, as [`crate::node::sysroot::Sysroot::read_string_following`] follows);
+    /// `None` when it is absent or can not be looked at.
+    fn stamps_following(&self, path: &str) -> Option<Vec<crate::node::sysroot::Stamp>> {
+        let mut current = path.to_string();
+        let mut stamps = Vec::new();
+        for _ in 0..=8 {
+            stamps.push(self.root.stamp(&current).ok()??);
+            match self.root.read_link(&current).ok()? {
+                None => return Some(stamps),
+                Some(target) => {
+                    let base = if target.starts_with('/') {
+                        String::new()
+                    } else {
+                        current.rsplit_once('/').map(|(d, _)| d.to_string())?
+                    };
+                    current = crate::node::sysroot::normalize_join(&base, &target);
+                }
+            }
+        }
+        None
     }
 }

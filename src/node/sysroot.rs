@@ -161,6 +161,20 @@ pub struct Entry {
     pub len: u64,
 }
 
+/// A file's identity and change times ([`Sysroot::stamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp([u64; 7]);
+
+impl Stamp {
+    /// True when the file's content was modified less than `secs` seconds before `now`
+    /// (Unix seconds), or in the future. File times come from a coarse clock (a jiffy),
+    /// so a rewrite that soon after the stamp was taken may leave it equal; what is
+    /// derived from such a file is not cached (git's "racily clean" rule).
+    pub fn is_recent(&self, now: u64, secs: u64) -> bool {
+        self.0[3].saturating_add(secs) > now
+    }
+}
+
 /// State of the parents of a path, for coverage before anything is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parents {
@@ -255,6 +269,24 @@ fn entry_of(st: &rustix::fs::Stat) -> Entry {
         gid: st.st_gid,
         len: st.st_size as u64,
     }
+}
+
+/// The node path a symlink `target` names from directory `base` (a node path; ignored
+/// when `target` is absolute): `.` and empty components dropped, `..` going up, never
+/// above `/` (as the kernel resolves `..` at the root).
+pub fn normalize_join(base: &str, target: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let base = if target.starts_with('/') { "" } else { base };
+    for c in base.split('/').chain(target.split('/')) {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    format!("/{}", out.join("/"))
 }
 
 fn join(parts: &[&str]) -> String {
@@ -358,6 +390,35 @@ impl Sysroot {
         };
         match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(entry_of(&st))),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_err(path, "stat", e)),
+        }
+    }
+
+    /// What changes when a file is replaced or rewritten: device, inode, size, and the
+    /// modification and status-change times (ns), of `path` itself (not followed);
+    /// `Ok(None)` if it is absent. Equal stamps mean the same file, unchanged, for
+    /// caching what is derived from it (the kubelet's `--version`).
+    // the stat fields' integer types differ between architectures
+    #[allow(clippy::unnecessary_cast)]
+    pub fn stamp(&self, path: &str) -> Result<Option<Stamp>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(None);
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(None);
+        };
+        match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(Stamp([
+                st.st_dev,
+                st.st_ino,
+                st.st_size as u64,
+                st.st_mtime as u64,
+                st.st_mtime_nsec as u64,
+                st.st_ctime as u64,
+                st.st_ctime_nsec as u64,
+            ]))),
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(io_err(path, "stat", e)),
         }
@@ -556,22 +617,12 @@ impl Sysroot {
                     let target = rustix::fs::readlinkat(&dir, *name, Vec::new())
                         .map_err(|e| io_err(&link, "readlink", e))?;
                     let target = target.to_string_lossy().into_owned();
-                    let base: Vec<&str> = if target.starts_with('/') {
-                        Vec::new()
+                    let base = if target.starts_with('/') {
+                        String::new()
                     } else {
-                        parents.to_vec()
+                        join(parents)
                     };
-                    let mut out: Vec<String> = base.iter().map(|s| s.to_string()).collect();
-                    for c in target.split('/') {
-                        match c {
-                            "" | "." => {}
-                            ".." => {
-                                out.pop();
-                            }
-                            c => out.push(c.to_string()),
-                        }
-                    }
-                    current = format!("/{}", out.join("/"));
+                    current = normalize_join(&base, &target);
                 }
                 other => return other,
             }
