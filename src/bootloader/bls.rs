@@ -398,6 +398,9 @@ impl Entry {
     fn render_options(&self, lines: &[OptLine], extra: Option<&str>) -> String {
         let mut out = String::with_capacity(self.text.len() + 64);
         let mut copied = 0;
+        // a file without a final newline keeps none: an appended line goes after a line
+        // break and ends the file, and dropping the last line takes the break before it
+        let open_end = !self.text.is_empty() && !self.text.ends_with('\n');
         for o in lines {
             let l = &self.lines[o.line];
             let Some((vs, ve)) = l.value else { continue };
@@ -407,6 +410,12 @@ impl Entry {
                 out.push_str(&self.text[l.start..vs]);
                 out.push_str(v);
                 out.push_str(&self.text[ve..l.next]);
+            } else if open_end && l.next == self.text.len() {
+                let kept = out.trim_end_matches('\n').len();
+                out.truncate(kept);
+                if out.ends_with('\r') {
+                    out.pop();
+                }
             }
         }
         out.push_str(&self.text[copied..]);
@@ -421,7 +430,9 @@ impl Entry {
             }
             out.push_str("options ");
             out.push_str(extra);
-            out.push_str(eol);
+            if !open_end {
+                out.push_str(eol);
+            }
         }
         out
     }
