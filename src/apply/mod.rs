@@ -227,9 +227,9 @@ pub struct Agent {
     /// Why mutations are refused (the state directory can not be written), if they are.
     unavailable: Mutex<Option<String>>,
     drift_lock: Mutex<()>,
-    /// The last `kubelet --version` answer and the stamps of the binary (and of each
-    /// symlink on the way to it) it was asked of: asked again only when one changes.
-    kubelet_version: Mutex<Option<(Vec<crate::node::sysroot::Stamp>, String)>>,
+    /// The last `kubelet --version` answer, with the path the binary resolved to and its
+    /// stamp: asked again only when either changes.
+    kubelet_version: Mutex<Option<((String, crate::node::sysroot::Stamp), String)>>,
     inner: Mutex<Inner>,
 }
 

@@ -69,10 +69,11 @@ impl Agent {
     }
 
     /// `kubelet --version` of the kubelet in `[kubernetes] bin_dir` ("" when absent or
-    /// it can not be asked). Asked once per binary: the answer is kept with the
-    /// [`stamps`](crate::node::sysroot::Sysroot::stamp) of the path and of each symlink
-    /// target on the way, and asked again only when one of them changes (an upgrade
-    /// replaces the file), so a status poll does not start a process every time. A file
+    /// it can not be asked). Asked once per binary: the answer is kept with the path the
+    /// binary resolves to (symlinks followed) and its
+    /// [`stamp`](crate::node::sysroot::Sysroot::stamp), and asked again only when either
+    /// changes (an upgrade replaces the file, a link is retargeted), so a status poll does
+    /// not start a process every time. A file
     /// modified in the last 2 s is asked every time ([`crate::node::sysroot::Stamp::is_recent`]).
     fn kubernetes_version(&self) -> String {
         let kubelet = self.config.kubernetes.bin_path("kubelet");
@@ -100,7 +101,7 @@ impl Agent {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let settled = stamps.last().is_some_and(|s| !s.is_recent(now, 2));
+        let settled = !stamps.1.is_recent(now, 2);
         match version {
             Some(v) => {
                 if settled {
@@ -112,26 +113,12 @@ impl Agent {
         }
     }
 
-    /// The stamps of `path` and of every symlink target on the way to the file (at most
-    /// 8 links, as [`crate::node::sysroot::Sysroot::read_string_following`] follows);
-    /// `None` when it is absent or can not be looked at.
-    fn stamps_following(&self, path: &str) -> Option<Vec<crate::node::sysroot::Stamp>> {
-        let mut current = path.to_string();
-        let mut stamps = Vec::new();
-        for _ in 0..=8 {
-            stamps.push(self.root.stamp(&current).ok()??);
-            match self.root.read_link(&current).ok()? {
-                None => return Some(stamps),
-                Some(target) => {
-                    let base = if target.starts_with('/') {
-                        String::new()
-                    } else {
-                        current.rsplit_once('/').map(|(d, _)| d.to_string())?
-                    };
-                    current = crate::node::sysroot::normalize_join(&base, &target);
-                }
-            }
-        }
-        None
+    /// The file `path` names once symlinks are followed ([`crate::node::sysroot::Sysroot::resolve`]),
+    /// with its stamp: a retargeted link gives another path or another file, a replaced
+    /// or rewritten file another stamp. `None` when it is absent or can not be looked at.
+    fn stamps_following(&self, path: &str) -> Option<(String, crate::node::sysroot::Stamp)> {
+        let real = self.root.resolve(path).ok()?;
+        let stamp = self.root.stamp(&real).ok()??;
+        Some((real, stamp))
     }
 }

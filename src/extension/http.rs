@@ -74,6 +74,7 @@ pub async fn serve(
     ));
     let mut backoff = Backoff::default();
     let endpoint = Arc::new(endpoint);
+    tokio::spawn(ext.prune_pool());
     loop {
         let a = tokio::select! {
             _ = &mut shutdown => return,

@@ -51,7 +51,7 @@ pub struct Extension {
     config: Config,
     resolver: Box<dyn AgentResolver>,
     /// One mutual-TLS channel per agent, reused across hooks.
-    pool: pool::Pool,
+    pool: std::sync::Arc<pool::Pool>,
 }
 
 /// Why an agent could not be asked.
@@ -131,7 +131,7 @@ impl Extension {
         Extension {
             config,
             resolver: Box::new(Chain(chain)),
-            pool: pool::Pool::default(),
+            pool: std::sync::Arc::default(),
         }
     }
 
@@ -156,6 +156,12 @@ impl Extension {
     /// Channels to agents pooled now.
     pub fn pooled_channels(&self) -> usize {
         self.pool.len()
+    }
+
+    /// Closes the pool's idle channels every [`pool::PRUNE_EVERY`] until the extension
+    /// is dropped; [`serve`] runs it.
+    pub fn prune_pool(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        pool::Pool::prune_forever(std::sync::Arc::downgrade(&self.pool))
     }
 
     /// A client for the Machine's agent: its pooled channel when there is one for the
@@ -418,8 +424,11 @@ impl Extension {
         let t = eff.agent_timeout;
         let trouble = |s: tonic::Status| {
             self.pool.evict(&key);
-            // a pooled channel finds a rebooting agent down at the call, not the connect
-            let down = if s.code() == tonic::Code::Unavailable {
+            // a pooled channel finds a rebooting or hung agent at the call, not the connect
+            let down = if matches!(
+                s.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            ) {
                 "waiting for the node agent: "
             } else {
                 ""

@@ -9,7 +9,8 @@
 //! and reconnects through the same connector after the connection breaks.
 //!
 //! Bounds: at most [`MAX_CHANNELS`] entries (the least recently used goes first), and an
-//! entry unused for [`IDLE`] is dropped, closing its connection, so memory is the pool's
+//! entry unused for [`IDLE`] is dropped (looked for every [`PRUNE_EVERY`]), closing its
+//! connection, so memory is the pool's
 //! connections and nothing per Machine beyond them. A connection to a node that rebooted
 //! or vanished without a FIN is found dead by HTTP/2 keep-alive pings ([`KEEPALIVE`],
 //! answered within [`KEEPALIVE_TIMEOUT`]) rather than by a hook waiting for its deadline;
@@ -29,6 +30,8 @@ use crate::client::TlsIdentity;
 pub const MAX_CHANNELS: usize = 1024;
 /// A channel unused this long is closed.
 pub const IDLE: Duration = Duration::from_secs(120);
+/// How often idle channels are looked for.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(5);
 /// Interval of HTTP/2 PINGs on an idle pooled connection.
 pub const KEEPALIVE: Duration = Duration::from_secs(15);
 /// How long a PING may go unanswered before the connection counts as dead.
@@ -98,6 +101,27 @@ impl Pool {
             e.remove(&oldest);
         }
         e.insert(key, (channel, now));
+    }
+
+    /// Drops every channel unused for [`IDLE`], closing its connection (the last clone
+    /// of a tonic channel going ends its connection task). Run every [`PRUNE_EVERY`] by
+    /// [`Pool::prune_forever`], so an idle channel closes within `IDLE + PRUNE_EVERY`
+    /// also when no later hook comes.
+    pub fn prune(&self) {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        e.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
+    }
+
+    /// [`Pool::prune`] every [`PRUNE_EVERY`], for as long as the pool lives.
+    pub async fn prune_forever(pool: std::sync::Weak<Self>) {
+        loop {
+            tokio::time::sleep(PRUNE_EVERY).await;
+            match pool.upgrade() {
+                Some(p) => p.prune(),
+                None => return,
+            }
+        }
     }
 
     /// Drops the channel for `key` (its connection failed): the next call connects anew.

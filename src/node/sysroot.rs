@@ -563,10 +563,13 @@ impl Sysroot {
         let Some(dir) = self.open_dir(parents)? else {
             return Ok(None);
         };
+        // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are
+        // read (a FIFO, socket or device named like a config file is an error, never a
+        // hang or an endless read)
         let fd = match rustix::fs::openat(
             &dir,
             *name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         ) {
             Ok(fd) => fd,
@@ -578,6 +581,10 @@ impl Sysroot {
             }
             Err(e) => return Err(io_err(path, "open", e)),
         };
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "stat", e))?;
+        if kind_of(&st) != Kind::File {
+            return Err(io_err(path, "read", io::Error::other("not a regular file")));
+        }
         let mut f = std::fs::File::from(fd);
         let mut buf = Vec::new();
         f.read_to_end(&mut buf)
@@ -603,35 +610,69 @@ impl Sysroot {
     /// resolving them inside the sysroot (`/etc/os-release -> ../usr/lib/os-release`).
     /// At most 8 links are followed. Never used for managed paths.
     pub fn read_string_following(&self, path: &str) -> Result<Option<String>> {
-        let mut current = path.to_string();
-        for _ in 0..8 {
-            match self.read_string(&current) {
-                Err(SysrootError::Symlink { path: link }) => {
-                    let parts = components(&link)?;
-                    let (name, parents) = parts
-                        .split_last()
-                        .ok_or_else(|| SysrootError::BadPath { path: link.clone() })?;
-                    let Some(dir) = self.open_dir(parents)? else {
-                        return Ok(None);
-                    };
-                    let target = rustix::fs::readlinkat(&dir, *name, Vec::new())
-                        .map_err(|e| io_err(&link, "readlink", e))?;
-                    let target = target.to_string_lossy().into_owned();
-                    let base = if target.starts_with('/') {
-                        String::new()
-                    } else {
-                        join(parents)
-                    };
-                    current = normalize_join(&base, &target);
+        self.read_string(&self.resolve(path)?)
+    }
+
+    /// Sorted names in a directory reached by following symlinks inside the sysroot
+    /// ([`Sysroot::resolve`]: `/lib/sysctl.d` on a merged-/usr node, where `/lib ->
+    /// usr/lib`); `Ok(None)` if it is absent. Never used for managed paths.
+    pub fn list_dir_following(&self, path: &str) -> Result<Option<Vec<String>>> {
+        self.list_dir(&self.resolve(path)?)
+    }
+
+    /// The node path `path` names once every symlink on the way (a parent directory as
+    /// well as the last component) is followed inside the sysroot, as the kernel resolves
+    /// it with the sysroot as `/`: an absolute target starts again at the root, `..`
+    /// goes up and never above `/`. Components that do not exist are kept as they are
+    /// (the read of the result is then absent).
+    ///
+    /// # Errors
+    /// [`SysrootError::Io`] after 40 links (the kernel's `ELOOP` limit) and for a link
+    /// that can not be read.
+    pub fn resolve(&self, path: &str) -> Result<String> {
+        let mut todo: std::collections::VecDeque<String> =
+            components(path)?.into_iter().map(String::from).collect();
+        let mut done: Vec<String> = Vec::new();
+        let mut links = 0;
+        while let Some(c) = todo.pop_front() {
+            match c.as_str() {
+                "" | "." => continue,
+                ".." => {
+                    done.pop();
+                    continue;
                 }
-                other => return other,
+                _ => {}
+            }
+            let here = format!(
+                "/{}",
+                done.iter()
+                    .chain([&c])
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("/")
+            );
+            match self.read_link(&here)? {
+                None => done.push(c),
+                Some(target) => {
+                    links += 1;
+                    if links > 40 {
+                        return Err(io_err(
+                            path,
+                            "resolve",
+                            io::Error::other("too many levels of symbolic links"),
+                        ));
+                    }
+                    if target.starts_with('/') {
+                        done.clear();
+                    }
+                    let mut next: std::collections::VecDeque<String> =
+                        target.split('/').map(String::from).collect();
+                    next.extend(todo);
+                    todo = next;
+                }
             }
         }
-        Err(io_err(
-            path,
-            "read",
-            io::Error::other("too many levels of symbolic links"),
-        ))
+        Ok(format!("/{}", done.join("/")))
     }
 
     /// Target of the symlink at `path` (not followed); `Ok(None)` if `path` is absent or

@@ -281,6 +281,15 @@ impl Kubelet {
             None => ("", None),
         };
         match kflags::edit(text, "KUBELET_KUBEADM_ARGS", &fp.set, &fp.remove) {
+            // nothing left of a file the agent created (its marker and line went): the
+            // file goes too, as it was absent (the unit reads it with `EnvironmentFile=-`)
+            Ok(text) if text.is_empty() && entry.is_some() => {
+                out.steps.removes.push(super::steps::Remove {
+                    path: flags_path.clone(),
+                    expect: obs.fingerprint(),
+                    dirs: Vec::new(),
+                });
+            }
             Ok(text) => out.steps.writes.push(Write {
                 path: flags_path.clone(),
                 content: text.into_bytes(),

@@ -63,7 +63,7 @@ fn sysctl_files(root: &Sysroot) -> (Vec<(String, String)>, Vec<Unknown>) {
         why: e.to_string(),
     };
     for dir in SYSCTL_DIRS {
-        match root.list_dir(dir) {
+        match root.list_dir_following(dir) {
             Ok(names) => {
                 for n in names.unwrap_or_default() {
                     if n.ends_with(".conf") {
