@@ -78,6 +78,15 @@ pub struct ServerConfig {
     /// small hooks run; at least 16.
     #[serde(default = "default_max_request_mib")]
     pub max_request_mib: usize,
+    /// Most parsed-request bytes held at once, in MiB (default 96): before a body is
+    /// parsed its JSON values are counted and 256 bytes reserved for each (100 000 values,
+    /// the most a request may have, reserve 25 MiB), held until the answer; at least 25.
+    #[serde(default = "default_max_parsed_mib")]
+    pub max_parsed_mib: usize,
+}
+
+fn default_max_parsed_mib() -> usize {
+    96
 }
 
 fn default_max_request_mib() -> usize {
@@ -356,6 +365,27 @@ impl Config {
                     super::MAX_BODY >> 20
                 ),
             ));
+        }
+        let least = super::http::MAX_PARSED_MIB;
+        if c.server.max_parsed_mib < least {
+            return Err(invalid(
+                "server.max_parsed_mib",
+                format!(
+                    "{} is less than one request of the most JSON values takes parsed ({least} MiB): such a request could never be answered; set at least {least}",
+                    c.server.max_parsed_mib
+                ),
+            ));
+        }
+        for (key, v) in [
+            ("server.max_requests", c.server.max_requests),
+            ("server.max_connections", c.server.max_connections),
+        ] {
+            if v == 0 {
+                return Err(invalid(
+                    key,
+                    "must be at least 1 (0 would answer no request)".into(),
+                ));
+            }
         }
         if !(1..=30).contains(&c.server.handler_timeout_seconds) {
             return Err(invalid(

@@ -57,8 +57,8 @@ pub struct Endpoint {
 /// [`crate::server::tls::HANDSHAKE_TIMEOUT`] with a client certificate from
 /// `server.client_ca`. A certificate no `[[server.clients]]` entry matches is disconnected
 /// before its request is read. Requests are read and answered at most
-/// `server.max_requests` at a time and with at most `server.max_request_mib` of bodies
-/// reserved ([`Budget`]).
+/// `server.max_requests` at a time, with at most `server.max_request_mib` of bodies and
+/// `server.max_parsed_mib` of parsed requests reserved ([`Budget`]).
 pub async fn serve(
     ext: Arc<Extension>,
     listener: tokio::net::TcpListener,
@@ -71,6 +71,7 @@ pub async fn serve(
     let requests = Arc::new(Budget::new(
         ext.config.server.max_requests,
         ext.config.server.max_request_mib,
+        ext.config.server.max_parsed_mib,
     ));
     let mut backoff = Backoff::default();
     let endpoint = Arc::new(endpoint);
@@ -163,29 +164,73 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
     resp
 }
 
-/// What requests may hold at once: places (`server.max_requests`) and body bytes in KiB
-/// (`server.max_request_mib`).
+/// What a parsed request costs per JSON value, bytes: the typed request and the untyped
+/// objects it holds while the agent answers (measured: about 225 bytes per value for
+/// 98 000 values of `{}` and `0`, so 22 MB for one request of the largest count).
+pub const PARSED_BYTES_PER_VALUE: usize = 256;
+
+/// The most one request reserves for its parsed form, MiB (the value limit at
+/// [`PARSED_BYTES_PER_VALUE`]); `server.max_parsed_mib` may not be lower.
+pub const MAX_PARSED_MIB: usize =
+    (super::budget::MAX_JSON_VALUES * PARSED_BYTES_PER_VALUE).div_ceil(1 << 20);
+
+/// What requests may hold at once: places (`server.max_requests`), body bytes in KiB
+/// (`server.max_request_mib`) and parsed bytes in KiB (`server.max_parsed_mib`). A
+/// request takes a place and its body's bytes before the body is read, then, before it
+/// is parsed, the bytes its JSON values will take. The two byte budgets are taken in that
+/// order and only the second is waited for while the first is held, so a request that
+/// holds parsed bytes holds all it needs: no request waits on one that waits on it.
 pub struct Budget {
     places: Arc<tokio::sync::Semaphore>,
     kib: Arc<tokio::sync::Semaphore>,
     max_kib: u32,
+    parsed_kib: Arc<tokio::sync::Semaphore>,
+    max_parsed_kib: u32,
 }
 
 /// What one request holds until it is answered.
 pub struct Reserved {
     _place: tokio::sync::OwnedSemaphorePermit,
     _kib: tokio::sync::OwnedSemaphorePermit,
+    parsed: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+fn kib_of(mib: usize) -> u32 {
+    u32::try_from(mib << 10).unwrap_or(u32::MAX)
 }
 
 impl Budget {
-    /// A budget of `places` requests (at least 1) and `mib` MiB of bodies (at least one
-    /// [`MAX_BODY`]).
-    pub fn new(places: usize, mib: usize) -> Budget {
-        let max_kib = u32::try_from(mib.max(MAX_BODY >> 20) << 10).unwrap_or(u32::MAX);
+    /// A budget of `places` requests (at least 1), `mib` MiB of bodies (at least one
+    /// [`MAX_BODY`]) and `parsed_mib` MiB of parsed requests (at least [`MAX_PARSED_MIB`]).
+    pub fn new(places: usize, mib: usize, parsed_mib: usize) -> Budget {
+        let max_kib = kib_of(mib.max(MAX_BODY >> 20));
+        let max_parsed_kib = kib_of(parsed_mib.max(MAX_PARSED_MIB));
         Budget {
             places: Arc::new(tokio::sync::Semaphore::new(places.max(1))),
             kib: Arc::new(tokio::sync::Semaphore::new(max_kib as usize)),
             max_kib,
+            parsed_kib: Arc::new(tokio::sync::Semaphore::new(max_parsed_kib as usize)),
+            max_parsed_kib,
+        }
+    }
+
+    /// Waits for the parsed bytes of a body of `values` JSON values (at
+    /// [`PARSED_BYTES_PER_VALUE`] each, at most the whole parsed budget), held by
+    /// `reserved` until it is dropped; false when the budget is closed.
+    pub async fn reserve_parsed(&self, reserved: &mut Reserved, values: usize) -> bool {
+        let kib = u32::try_from(
+            (values.saturating_mul(PARSED_BYTES_PER_VALUE))
+                .div_ceil(1024)
+                .max(1),
+        )
+        .unwrap_or(u32::MAX)
+        .min(self.max_parsed_kib);
+        match self.parsed_kib.clone().acquire_many_owned(kib).await {
+            Ok(p) => {
+                reserved.parsed = Some(p);
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -200,6 +245,7 @@ impl Budget {
         Some(Reserved {
             _place: place,
             _kib: kib,
+            parsed: None,
         })
     }
 }
@@ -227,7 +273,7 @@ async fn respond(
         );
     }
     let body_bytes = declared.map_or(MAX_BODY, |n| n as usize);
-    let Some(_slot) = requests.reserve(body_bytes).await else {
+    let Some(mut slot) = requests.reserve(body_bytes).await else {
         return json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             &serde_json::json!({"status": "Failure", "message": "stopping"}),
@@ -238,9 +284,22 @@ async fn respond(
         Limited::new(req.into_body(), MAX_BODY).collect(),
     )
     .await;
-    let deadline = budget.saturating_sub(started.elapsed());
     let (status, v) = match body {
-        Ok(Ok(b)) => ext.handle(&method, &path, deadline, &b.to_bytes()).await,
+        Ok(Ok(b)) => {
+            let b = b.to_bytes();
+            // the parsed form's bytes before it is parsed (a body over the value limit
+            // is refused unparsed by the route, so it needs none)
+            if let Ok(values) = super::budget::check(&b, super::budget::MAX_JSON_VALUES)
+                && !requests.reserve_parsed(&mut slot, values).await
+            {
+                return json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &serde_json::json!({"status": "Failure", "message": "stopping"}),
+                );
+            }
+            let deadline = budget.saturating_sub(started.elapsed());
+            ext.handle(&method, &path, deadline, &b).await
+        }
         Ok(Err(e)) => (
             StatusCode::PAYLOAD_TOO_LARGE,
             serde_json::json!({"status": "Failure", "message": format!("request body: {e} (limit {MAX_BODY} bytes)")}),
@@ -261,7 +320,7 @@ mod budget_tests {
     /// whole minimal budget, so the next request waits for its bytes, not for a place.
     #[tokio::test]
     async fn places_and_bytes_bound_requests_apart() {
-        let b = Budget::new(64, 16);
+        let b = Budget::new(64, 16, MAX_PARSED_MIB);
         let mut small = Vec::new();
         for _ in 0..32 {
             small.push(b.reserve(40 << 10).await.expect("small request"));
@@ -279,6 +338,10 @@ mod budget_tests {
         drop(big);
         assert!(b.reserve(1).await.is_some());
         // a budget below one largest body is raised to it, else no such body could pass
-        assert_eq!(Budget::new(1, 1).max_kib as usize, MAX_BODY >> 10);
+        assert_eq!(Budget::new(1, 1, 1).max_kib as usize, MAX_BODY >> 10);
+        assert_eq!(
+            Budget::new(1, 1, 1).max_parsed_kib as usize,
+            MAX_PARSED_MIB << 10
+        );
     }
 }
