@@ -171,11 +171,11 @@ pub struct AppliedRecord {
     pub kernel_args_staged_in: String,
     /// Managed sysctls by dotted key.
     pub sysctls: BTreeMap<String, ManagedValue<String>>,
-    /// The value text a managed sysctl's line already had in the agent's own drop-in
-    /// before the agent first set it (by dotted key): the line is given that text back,
-    /// not removed, when the key leaves the spec.
+    /// The value text of each line a managed sysctl already had in the agent's own
+    /// drop-in before the agent first set it, in file order (by key as the spec names
+    /// it): each line is given its text back, not removed, when the key leaves the spec.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub sysctl_drop_in_prior: BTreeMap<String, String>,
+    pub sysctl_drop_in_prior: BTreeMap<String, Vec<String>>,
 }
 
 impl AppliedRecord {

@@ -95,7 +95,9 @@ fn assignment(line: &str) -> Option<(&str, std::ops::Range<usize>)> {
 }
 
 /// The agent's sysctl.d drop-in, edited in place from its current text (`None`: the file
-/// does not exist) to hold `values`, with the lines of the `dropped` keys removed.
+/// does not exist) to hold `values`, with the lines of the `restore` keys given back their
+/// old value texts (the n-th line of a key the n-th text) and the lines of the `dropped`
+/// keys removed.
 ///
 /// Every other byte stays: comments, blank lines, other keys, line endings, and on a
 /// line whose value changes its `-` prefix, the spacing around `=` and trailing
@@ -109,6 +111,7 @@ fn assignment(line: &str) -> Option<(&str, std::ops::Range<usize>)> {
 pub fn edit_sysctl_conf(
     current: Option<&str>,
     values: &BTreeMap<String, String>,
+    restore: &BTreeMap<String, Vec<String>>,
     dropped: &[String],
 ) -> Option<String> {
     let Some(text) = current else {
@@ -116,6 +119,11 @@ pub fn edit_sysctl_conf(
     };
     let by_path: BTreeMap<String, &String> =
         values.iter().map(|(k, v)| (sysctl_path(k), v)).collect();
+    // keys given back their lines' own old values: the n-th line of the key gets the
+    // n-th value (the last one for lines added since)
+    let restore: BTreeMap<String, &Vec<String>> =
+        restore.iter().map(|(k, v)| (sysctl_path(k), v)).collect();
+    let mut restored: BTreeMap<String, usize> = BTreeMap::new();
     let dropped: std::collections::BTreeSet<String> =
         dropped.iter().map(|k| sysctl_path(k)).collect();
     let mut seen = std::collections::BTreeSet::new();
@@ -129,6 +137,15 @@ pub fn edit_sysctl_conf(
         assignments += 1;
         tight &= !line.contains(" =") && !line.contains("= ");
         let path = sysctl_path(key);
+        if let Some(old) = restore.get(&path).filter(|o| !o.is_empty()) {
+            let n = restored.entry(path.clone()).or_default();
+            let v = &old[(*n).min(old.len() - 1)];
+            *n += 1;
+            out.push_str(&line[..range.start]);
+            out.push_str(v);
+            out.push_str(&line[range.end..]);
+            continue;
+        }
         match by_path.get(&path) {
             Some(v) => {
                 seen.insert(path);
@@ -300,7 +317,7 @@ mod tests {
             }
             let values: BTreeMap<String, String> =
                 new.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            let out = super::edit_sysctl_conf(Some(&text), &values, &[]).unwrap();
+            let out = super::edit_sysctl_conf(Some(&text), &values, &BTreeMap::new(), &[]).unwrap();
             // (a) every original line is still there, in order, byte for byte
             let body = text.trim_end_matches(['\r', '\n']);
             proptest::prop_assert!(out.starts_with(body), "{:?} -> {:?}", text, out);
@@ -319,11 +336,11 @@ mod tests {
             // an edit of a value in place keeps the line's layout
             let changed: BTreeMap<String, String> =
                 values.keys().map(|k| (k.clone(), "7".to_string())).collect();
-            let again = super::edit_sysctl_conf(Some(&out), &changed, &[]).unwrap();
+            let again = super::edit_sysctl_conf(Some(&out), &changed, &BTreeMap::new(), &[]).unwrap();
             proptest::prop_assert_eq!(again.len() + values.values().map(|v| v.len()).sum::<usize>(), out.len() + values.len());
             // (c) dropping the keys gives the original bytes back
             let dropped: Vec<String> = values.keys().cloned().collect();
-            let back = super::edit_sysctl_conf(Some(&out), &BTreeMap::new(), &dropped);
+            let back = super::edit_sysctl_conf(Some(&out), &BTreeMap::new(), &BTreeMap::new(), &dropped);
             let back = back.unwrap_or_default();
             proptest::prop_assert_eq!(&back, &text);
         }
@@ -334,21 +351,27 @@ mod tests {
         let v = |k: &str, x: &str| BTreeMap::from([(k.to_string(), x.to_string())]);
         let text = "# keep\r\n-kernel.panic =  5  \r\nvm.swappiness=10\r\n";
         assert_eq!(
-            super::edit_sysctl_conf(Some(text), &v("kernel/panic", "10"), &[]).unwrap(),
+            super::edit_sysctl_conf(Some(text), &v("kernel/panic", "10"), &BTreeMap::new(), &[])
+                .unwrap(),
             "# keep\r\n-kernel.panic =  10  \r\nvm.swappiness=10\r\n"
         );
         // new keys follow a file written without spaces, else canonical
         assert_eq!(
-            super::edit_sysctl_conf(Some("a.b=1"), &v("c.d", "2"), &[]).unwrap(),
+            super::edit_sysctl_conf(Some("a.b=1"), &v("c.d", "2"), &BTreeMap::new(), &[]).unwrap(),
             "a.b=1\nc.d=2"
         );
         assert_eq!(
-            super::edit_sysctl_conf(None, &v("c.d", "2"), &[]).unwrap(),
+            super::edit_sysctl_conf(None, &v("c.d", "2"), &BTreeMap::new(), &[]).unwrap(),
             super::render_sysctl_conf(&v("c.d", "2"))
         );
         let ours = super::render_sysctl_conf(&v("c.d", "2"));
         assert_eq!(
-            super::edit_sysctl_conf(Some(&ours), &BTreeMap::new(), &["c.d".into()]),
+            super::edit_sysctl_conf(
+                Some(&ours),
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+                &["c.d".into()]
+            ),
             None
         );
     }

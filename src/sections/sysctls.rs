@@ -16,7 +16,7 @@ use super::{DriftView, Input, Output, Section};
 use crate::config::Config;
 use crate::node::sysroot::{Kind, Sysroot, SysrootError};
 use crate::pb::{self, ChangeOperation, DisruptionLevel};
-use crate::state::{ManagedValue, Original};
+use crate::state::{AppliedRecord, ManagedValue, Original};
 use crate::sysctl::{
     SYSCTL_DIRS, boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf,
     render_sysctl_conf, sysctl_path,
@@ -160,6 +160,39 @@ fn key_problem(
     })
 }
 
+/// The record's entry for `key`, matched by its `/proc/sys` path: the spec may spell a
+/// managed key another way than when it was first applied (`vm/swappiness` for
+/// `vm.swappiness`), and it is still the same key.
+fn recorded<'a>(
+    record: &'a AppliedRecord,
+    key: &str,
+) -> Option<(&'a String, &'a ManagedValue<String>)> {
+    let path = sysctl_path(key);
+    record
+        .sysctls
+        .get_key_value(key)
+        .or_else(|| record.sysctls.iter().find(|(k, _)| sysctl_path(k) == path))
+}
+
+/// True when the spec sets the key `key` names (matched by its `/proc/sys` path).
+fn desired_has(desired: &crate::spec::NodeSpec, key: &str) -> bool {
+    let path = sysctl_path(key);
+    desired.sysctls.contains_key(key) || desired.sysctls.keys().any(|k| sysctl_path(k) == path)
+}
+
+/// The value text of every line of the drop-in that sets `key` (matched by its
+/// `/proc/sys` path), in file order.
+fn line_values(text: &str, key: &str) -> Vec<String> {
+    let path = sysctl_path(key);
+    text.lines()
+        .filter_map(|l| {
+            let p = parse_sysctl_conf(l);
+            let (k, v) = p.into_iter().next()?;
+            (sysctl_path(&k) == path).then_some(v)
+        })
+        .collect()
+}
+
 /// The value `parsed` (a [`parse_sysctl_conf`] map) holds for `key`, matched by its
 /// `/proc/sys` path as systemd-sysctl does (`net/ipv4/ip_forward` is `net.ipv4.ip_forward`).
 fn value_for(parsed: &BTreeMap<String, String>, key: &str) -> Option<String> {
@@ -200,8 +233,9 @@ impl Sysctls {
             return false;
         }
         let live = live.map(|l| l.value).unwrap_or_default();
-        let prior = match input.record.sysctls.get(key) {
-            Some(m) => m.prior.clone(),
+        let was = recorded(input.record, key);
+        let prior = match was {
+            Some((_, m)) => m.prior.clone(),
             None => Some(live.clone()),
         };
         let managed = ManagedValue {
@@ -213,12 +247,22 @@ impl Sysctls {
             .text()
             .map(|(t, _)| parse_sysctl_conf(t))
             .unwrap_or_default();
-        let line_before = match input.record.sysctls.get(key) {
-            Some(_) => input.record.sysctl_drop_in_prior.get(key).cloned(),
-            None => value_for(&current, key),
+        let lines_before = match was {
+            Some((k, _)) => input
+                .record
+                .sysctl_drop_in_prior
+                .get(k)
+                .cloned()
+                .unwrap_or_default(),
+            None => drop_in_obs
+                .text()
+                .map(|(t, _)| line_values(t, key))
+                .unwrap_or_default(),
         };
-        if let Some(text) = line_before {
-            out.next.sysctl_drop_in_prior.insert(key.clone(), text);
+        if !lines_before.is_empty() {
+            out.next
+                .sysctl_drop_in_prior
+                .insert(key.clone(), lines_before);
         }
         let live_ok = normalize(&live) == normalize(value);
         let persisted_ok =
@@ -245,7 +289,7 @@ impl Sysctls {
     fn dropped_keys(&self, input: &Input<'_>, out: &mut Output) {
         let drop_in = &input.config.sysctl.drop_in;
         for (key, m) in &input.record.sysctls {
-            if input.desired.sysctls.contains_key(key) {
+            if desired_has(input.desired, key) {
                 continue;
             }
             let live = input
@@ -287,19 +331,20 @@ impl Sysctls {
         // a dropped key whose line was in the drop-in before the agent set it gets that
         // line's value text back; the others lose the line the agent added
         let mut dropped = Vec::new();
+        let mut restore = BTreeMap::new();
         for k in input.record.sysctls.keys() {
-            if input.desired.sysctls.contains_key(k) {
+            if desired_has(input.desired, k) {
                 continue;
             }
             match input.record.sysctl_drop_in_prior.get(k) {
-                Some(text) => {
-                    drop_in_values.insert(k.clone(), text.clone());
+                Some(lines) if !lines.is_empty() => {
+                    restore.insert(k.clone(), lines.clone());
                 }
-                None => dropped.push(k.clone()),
+                _ => dropped.push(k.clone()),
             }
         }
         let current_text = drop_in_obs.text().map(|(t, _)| t.to_string());
-        match edit_sysctl_conf(current_text.as_deref(), &drop_in_values, &dropped) {
+        match edit_sysctl_conf(current_text.as_deref(), &drop_in_values, &restore, &dropped) {
             None => {
                 if current_text.is_some() && !input.record.sysctls.is_empty() {
                     out.steps.removes.push(Remove {
