@@ -450,7 +450,7 @@ pub fn detect(
         }
     };
     let mut notes = Vec::new();
-    let default = grub_cmdline_default(&fragments, &mut notes);
+    let default = grub_cmdline_default(&fragments, &mut problem);
     if path != "/etc/default/grub" {
         notes.push(format!(
             "{path} reassigns GRUB_CMDLINE_LINUX after /etc/default/grub, so it is edited there"
@@ -503,7 +503,7 @@ pub fn detect(
 /// not be evaluated is a note of the backend's reason and None.
 fn grub_cmdline_default(
     fragments: &[(String, String)],
-    notes: &mut Vec<String>,
+    problem: &mut Option<String>,
 ) -> Option<(String, Cmdline)> {
     const VAR: &str = "GRUB_CMDLINE_LINUX_DEFAULT";
     match grub_default::value_after(fragments, VAR) {
@@ -517,9 +517,11 @@ fn grub_cmdline_default(
             Some((format!("{VAR} (set last by {from})"), Cmdline::parse(&v)))
         }
         Ok(None) => None,
+        // unknown is not empty: what follows GRUB_CMDLINE_LINUX on the kernel command
+        // line may override any argument the agent adds
         Err(e) => {
-            notes.push(format!(
-                "{VAR} is not known ({e}): arguments there are not seen"
+            problem.get_or_insert(format!(
+                "{VAR} can not be evaluated ({e}); grub-mkconfig places it after GRUB_CMDLINE_LINUX on the normal entries' kernel command line, where it may override any argument added, so what the next boot gets can not be told; write it as a plain assignment"
             ));
             None
         }

@@ -379,11 +379,18 @@ impl KernelArgs {
             };
             // huge page parameters accumulate (one pool per size) rather than the last
             // one winning: their order is checked instead (hugepage_order)
-            let shadow = later.iter().find(|l| {
+            let shadows = |l: &&Arg| {
                 hugepage_key(l).is_none()
                     && kc.appended.iter().any(|a| a.same_key(l))
                     && !kc.appended.iter().any(|a| a.matches_exactly(l))
-            });
+            };
+            let shadow = later.iter().find(shadows);
+            // what the configuration places after the edited arguments at the next boot
+            // (GRUB_CMDLINE_LINUX_DEFAULT), also when the running kernel does not show it yet
+            let after = backend.read_after();
+            let shadow_after = after
+                .as_ref()
+                .and_then(|(what, c)| c.args().iter().find(shadows).map(|a| (what, a)));
             let others: Vec<&Arg> = configured
                 .args()
                 .iter()
@@ -397,6 +404,11 @@ impl KernelArgs {
                 (Some(p), _, _) => Err(p.clone()),
                 (None, Err(e), _) => Err(e.clone()),
                 (None, Ok(_), _) if let Some(o) = hugepage_order(backend, args, kc) => Err(o),
+                (None, Ok(_), _) if let Some((what, a)) = shadow_after => Err(format!(
+                    "{} in {what} comes after {} on the kernel command line at the next boot, so it would still win and the change would have no effect; change it there",
+                    a.as_str(),
+                    backend.sources()[0].what
+                )),
                 (None, Ok(_), Some(l)) => Err(format!(
                     "{} on the running command line comes from GRUB_CMDLINE_LINUX_DEFAULT (or a grub.d file), which grub-mkconfig places after GRUB_CMDLINE_LINUX, so it would still win; change it there",
                     l.as_str()
