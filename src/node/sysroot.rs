@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
+mod follow;
+
 /// Errors of sysroot access; each names the node path.
 #[derive(Debug, thiserror::Error)]
 pub enum SysrootError {
@@ -269,24 +271,6 @@ fn entry_of(st: &rustix::fs::Stat) -> Entry {
         gid: st.st_gid,
         len: st.st_size as u64,
     }
-}
-
-/// The node path a symlink `target` names from directory `base` (a node path; ignored
-/// when `target` is absolute): `.` and empty components dropped, `..` going up, never
-/// above `/` (as the kernel resolves `..` at the root).
-pub fn normalize_join(base: &str, target: &str) -> String {
-    let mut out: Vec<&str> = Vec::new();
-    let base = if target.starts_with('/') { "" } else { base };
-    for c in base.split('/').chain(target.split('/')) {
-        match c {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            c => out.push(c),
-        }
-    }
-    format!("/{}", out.join("/"))
 }
 
 fn join(parts: &[&str]) -> String {
@@ -606,75 +590,6 @@ impl Sysroot {
         }
     }
 
-    /// Reads a file for facts, following symlinks the way the node itself would but
-    /// resolving them inside the sysroot (`/etc/os-release -> ../usr/lib/os-release`).
-    /// At most 8 links are followed. Never used for managed paths.
-    pub fn read_string_following(&self, path: &str) -> Result<Option<String>> {
-        self.read_string(&self.resolve(path)?)
-    }
-
-    /// Sorted names in a directory reached by following symlinks inside the sysroot
-    /// ([`Sysroot::resolve`]: `/lib/sysctl.d` on a merged-/usr node, where `/lib ->
-    /// usr/lib`); `Ok(None)` if it is absent. Never used for managed paths.
-    pub fn list_dir_following(&self, path: &str) -> Result<Option<Vec<String>>> {
-        self.list_dir(&self.resolve(path)?)
-    }
-
-    /// The node path `path` names once every symlink on the way (a parent directory as
-    /// well as the last component) is followed inside the sysroot, as the kernel resolves
-    /// it with the sysroot as `/`: an absolute target starts again at the root, `..`
-    /// goes up and never above `/`. Components that do not exist are kept as they are
-    /// (the read of the result is then absent).
-    ///
-    /// # Errors
-    /// [`SysrootError::Io`] after 40 links (the kernel's `ELOOP` limit) and for a link
-    /// that can not be read.
-    pub fn resolve(&self, path: &str) -> Result<String> {
-        let mut todo: std::collections::VecDeque<String> =
-            components(path)?.into_iter().map(String::from).collect();
-        let mut done: Vec<String> = Vec::new();
-        let mut links = 0;
-        while let Some(c) = todo.pop_front() {
-            match c.as_str() {
-                "" | "." => continue,
-                ".." => {
-                    done.pop();
-                    continue;
-                }
-                _ => {}
-            }
-            let here = format!(
-                "/{}",
-                done.iter()
-                    .chain([&c])
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("/")
-            );
-            match self.read_link(&here)? {
-                None => done.push(c),
-                Some(target) => {
-                    links += 1;
-                    if links > 40 {
-                        return Err(io_err(
-                            path,
-                            "resolve",
-                            io::Error::other("too many levels of symbolic links"),
-                        ));
-                    }
-                    if target.starts_with('/') {
-                        done.clear();
-                    }
-                    let mut next: std::collections::VecDeque<String> =
-                        target.split('/').map(String::from).collect();
-                    next.extend(todo);
-                    todo = next;
-                }
-            }
-        }
-        Ok(format!("/{}", done.join("/")))
-    }
-
     /// Target of the symlink at `path` (not followed); `Ok(None)` if `path` is absent or
     /// not a symlink.
     pub fn read_link(&self, path: &str) -> Result<Option<String>> {
@@ -971,140 +886,4 @@ fn set_owner_mode(fd: impl AsFd, uid: u32, gid: u32, mode: u32) -> io::Result<()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tmp() -> (tempfile::TempDir, Sysroot) {
-        let d = tempfile::tempdir().unwrap();
-        let s = Sysroot::open(d.path()).unwrap();
-        (d, s)
-    }
-
-    #[test]
-    fn rejects_unnormalized_paths() {
-        for p in [
-            "etc/x",
-            "/etc//x",
-            "/etc/./x",
-            "/etc/../x",
-            "/etc/x/",
-            "/e\0",
-        ] {
-            assert!(components(p).is_err(), "{p}");
-        }
-        assert_eq!(components("/etc/x").unwrap(), vec!["etc", "x"]);
-    }
-
-    #[test]
-    fn write_exact_mode_and_missing_parents() {
-        let (d, s) = tmp();
-        let uid = rustix::process::geteuid().as_raw();
-        let gid = rustix::process::getegid().as_raw();
-        let created = s.write_atomic("/a/b/c", b"x", 0o1777, uid, gid).unwrap();
-        assert_eq!(created, vec!["/a".to_string(), "/a/b".to_string()]);
-        let e = s.stat("/a/b/c").unwrap().unwrap();
-        assert_eq!(e.mode, 0o1777);
-        assert_eq!(s.stat("/a/b").unwrap().unwrap().mode, 0o755);
-        assert_eq!(std::fs::read(d.path().join("a/b/c")).unwrap(), b"x");
-    }
-
-    #[test]
-    fn refuses_symlinked_parent_and_file_parent() {
-        let (d, s) = tmp();
-        std::fs::create_dir(d.path().join("real")).unwrap();
-        std::os::unix::fs::symlink("real", d.path().join("link")).unwrap();
-        std::fs::write(d.path().join("file"), b"").unwrap();
-        assert!(matches!(
-            s.write_atomic("/link/x", b"x", 0o644, 0, 0),
-            Err(SysrootError::Symlink { .. })
-        ));
-        assert!(matches!(
-            s.parents("/file/x").unwrap(),
-            Parents::Conflict(SysrootConflict {
-                kind: Kind::File,
-                ..
-            })
-        ));
-        assert!(matches!(
-            s.parents("/link/x").unwrap(),
-            Parents::Conflict(SysrootConflict {
-                kind: Kind::Symlink,
-                ..
-            })
-        ));
-        assert!(!d.path().join("real/x").exists());
-    }
-
-    #[test]
-    fn follows_relative_symlink_for_facts_only() {
-        let (d, s) = tmp();
-        std::fs::create_dir_all(d.path().join("usr/lib")).unwrap();
-        std::fs::create_dir_all(d.path().join("etc")).unwrap();
-        std::fs::write(d.path().join("usr/lib/os-release"), "ID=x\n").unwrap();
-        std::os::unix::fs::symlink("../usr/lib/os-release", d.path().join("etc/os-release"))
-            .unwrap();
-        assert!(s.read("/etc/os-release").is_err());
-        assert_eq!(
-            s.read_string_following("/etc/os-release").unwrap().unwrap(),
-            "ID=x\n"
-        );
-    }
-
-    /// A file unlinked, or replaced by a rename, while it is being probed is absent or the
-    /// new file, never an error, and the metadata is that of the content read (issue 16
-    /// §4: `open: No such file or directory` between the stat and the open).
-    #[test]
-    fn probe_sees_a_file_that_comes_and_goes_as_absent_or_whole() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let (d, s) = tmp();
-        std::fs::create_dir_all(d.path().join("etc/x")).unwrap();
-        let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let churn = {
-            let (dir, stop) = (d.path().join("etc/x"), stop.clone());
-            std::thread::spawn(move || {
-                let (f, tmp) = (dir.join("f.conf"), dir.join(".f.tmp"));
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    std::fs::write(
-                        &tmp,
-                        format!("{n:0>width$}\n", width = (n % 7 + 1) as usize),
-                    )
-                    .unwrap();
-                    std::fs::rename(&tmp, &f).unwrap();
-                    if n.is_multiple_of(2) {
-                        std::fs::remove_file(&f).unwrap();
-                    }
-                    n += 1;
-                }
-            })
-        };
-        // The probes run until both outcomes were seen at least once and 20 000 probes
-        // were made: a fixed count raced the churn thread's start on a loaded machine (CI
-        // saw 50 000 probes before the first write landed). The deadline only bounds a
-        // machine that never schedules the writer; the assertion below then fails.
-        let (mut absent, mut present, mut probes) = (0, 0, 0u64);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while (probes < 20_000 || absent == 0 || present == 0)
-            && std::time::Instant::now() < deadline
-        {
-            probes += 1;
-            match s.probe("/etc/x/f.conf", 1 << 20) {
-                Ok(Probe::Absent) => absent += 1,
-                Ok(Probe::Present {
-                    entry,
-                    content: Some(c),
-                }) => {
-                    assert_eq!(entry.len, c.len() as u64, "metadata of another file");
-                    present += 1;
-                }
-                other => panic!("probe during churn: {other:?}"),
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        churn.join().unwrap();
-        assert!(
-            absent > 0 && present > 0,
-            "{absent} absent, {present} present"
-        );
-    }
-}
+mod tests;

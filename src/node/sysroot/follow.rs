@@ -1,0 +1,79 @@
+//! Symlink following inside the sysroot, for facts and for the directories a boot value
+//! depends on (`/etc/os-release -> ../usr/lib/os-release`, merged-/usr `/lib -> usr/lib`):
+//! links are resolved as the kernel resolves them with the sysroot as `/`, never on the
+//! host. Never used for managed paths, which refuse symlinks.
+
+use std::io;
+
+use super::{Result, Sysroot, components, io_err};
+
+impl Sysroot {
+    /// Reads a file for facts, following symlinks the way the node itself would but
+    /// resolving them inside the sysroot (`/etc/os-release -> ../usr/lib/os-release`).
+    /// At most 8 links are followed. Never used for managed paths.
+    pub fn read_string_following(&self, path: &str) -> Result<Option<String>> {
+        self.read_string(&self.resolve(path)?)
+    }
+
+    /// Sorted names in a directory reached by following symlinks inside the sysroot
+    /// ([`Sysroot::resolve`]: `/lib/sysctl.d` on a merged-/usr node, where `/lib ->
+    /// usr/lib`); `Ok(None)` if it is absent. Never used for managed paths.
+    pub fn list_dir_following(&self, path: &str) -> Result<Option<Vec<String>>> {
+        self.list_dir(&self.resolve(path)?)
+    }
+
+    /// The node path `path` names once every symlink on the way (a parent directory as
+    /// well as the last component) is followed inside the sysroot, as the kernel resolves
+    /// it with the sysroot as `/`: an absolute target starts again at the root, `..`
+    /// goes up and never above `/`. Components that do not exist are kept as they are
+    /// (the read of the result is then absent).
+    ///
+    /// # Errors
+    /// [`SysrootError::Io`] after 40 links (the kernel's `ELOOP` limit) and for a link
+    /// that can not be read.
+    pub fn resolve(&self, path: &str) -> Result<String> {
+        let mut todo: std::collections::VecDeque<String> =
+            components(path)?.into_iter().map(String::from).collect();
+        let mut done: Vec<String> = Vec::new();
+        let mut links = 0;
+        while let Some(c) = todo.pop_front() {
+            match c.as_str() {
+                "" | "." => continue,
+                ".." => {
+                    done.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            let here = format!(
+                "/{}",
+                done.iter()
+                    .chain([&c])
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("/")
+            );
+            match self.read_link(&here)? {
+                None => done.push(c),
+                Some(target) => {
+                    links += 1;
+                    if links > 40 {
+                        return Err(io_err(
+                            path,
+                            "resolve",
+                            io::Error::other("too many levels of symbolic links"),
+                        ));
+                    }
+                    if target.starts_with('/') {
+                        done.clear();
+                    }
+                    let mut next: std::collections::VecDeque<String> =
+                        target.split('/').map(String::from).collect();
+                    next.extend(todo);
+                    todo = next;
+                }
+            }
+        }
+        Ok(format!("/{}", done.join("/")))
+    }
+}
