@@ -206,6 +206,12 @@ pub fn append_owned_line(text: &str, assignment: &str) -> String {
     out
 }
 
+/// `text` without the `VAR=""` line [`append_owned_line`] wrote (with its marker) once
+/// the last word in it is removed; `text` unchanged when that line is the file's own.
+pub fn without_owned_empty(text: String, var: &str) -> String {
+    drop_owned_line(&text, &format!("{var}=\"\"")).unwrap_or(text)
+}
+
 /// The inverse of [`append_owned_line`] once the value is empty again: `text` without
 /// the marker and the `empty` assignment line after it (and without the newline the
 /// marker says was added, when nothing follows), or `None` when `text` has no such pair

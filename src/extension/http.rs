@@ -289,8 +289,9 @@ async fn respond(
             let b = b.to_bytes();
             // the parsed form's bytes before it is parsed (a body over the value limit
             // is refused unparsed by the route, so it needs none)
-            if let Ok(values) = super::budget::check(&b, super::budget::MAX_JSON_VALUES)
-                && !requests.reserve_parsed(&mut slot, values).await
+            let values = super::budget::check(&b, super::budget::MAX_JSON_VALUES);
+            if let Ok(n) = values
+                && !requests.reserve_parsed(&mut slot, n).await
             {
                 return json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -298,7 +299,7 @@ async fn respond(
                 );
             }
             let deadline = budget.saturating_sub(started.elapsed());
-            ext.handle(&method, &path, deadline, &b).await
+            ext.handle(&method, &path, deadline, &b, &values).await
         }
         Ok(Err(e)) => (
             StatusCode::PAYLOAD_TOO_LARGE,

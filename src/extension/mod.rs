@@ -153,11 +153,6 @@ impl Extension {
         Ok(eff)
     }
 
-    /// Channels to agents pooled now.
-    pub fn pooled_channels(&self) -> usize {
-        self.pool.len()
-    }
-
     /// Closes the pool's idle channels every [`pool::PRUNE_EVERY`] until the extension
     /// is dropped; [`serve`] runs it.
     pub fn prune_pool(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -693,17 +688,23 @@ impl Extension {
     /// `deadline` gets the answer CAPI can act on: UpdateMachine `Success` with
     /// `retryAfterSeconds` (the operation, if it started, goes on on the node, and the next
     /// call finds it), a CanUpdate hook `Failure` with the reason (CAPI retries).
+    /// `values` is [`budget::check`] of `body`, made once by the caller (which reserves
+    /// memory by it) and not walked again here.
     pub async fn handle(
         &self,
         method: &str,
         path: &str,
         deadline: Duration,
         body: &[u8],
+        values: &Result<usize, String>,
     ) -> (StatusCode, Value) {
         let hook = metrics::hook_of(path);
         let t = std::time::Instant::now();
         let r = HOOK
-            .scope(hook, self.answer_in_time(method, path, deadline, body))
+            .scope(
+                hook,
+                self.answer_in_time(method, path, deadline, body, values),
+            )
             .await;
         if r.0 == StatusCode::OK {
             metrics::get().hook(
@@ -721,8 +722,9 @@ impl Extension {
         path: &str,
         deadline: Duration,
         body: &[u8],
+        values: &Result<usize, String>,
     ) -> (StatusCode, Value) {
-        match tokio::time::timeout(deadline, self.route(method, path, body)).await {
+        match tokio::time::timeout(deadline, self.route(method, path, body, values)).await {
             Ok(r) => r,
             Err(_) => {
                 metrics::get().deadline_missed(metrics::hook_of(path));
@@ -753,7 +755,13 @@ impl Extension {
         }
     }
 
-    async fn route(&self, method: &str, path: &str, body: &[u8]) -> (StatusCode, Value) {
+    async fn route(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        values: &Result<usize, String>,
+    ) -> (StatusCode, Value) {
         if method == "GET" && path == "/healthz" {
             return (StatusCode::OK, serde_json::json!({"status": "ok"}));
         }
@@ -771,7 +779,7 @@ impl Extension {
         }
         macro_rules! parse {
             ($t:ty, $kind:expr) => {{
-                if let Err(e) = budget::check(body, budget::MAX_JSON_VALUES) {
+                if let Err(e) = values {
                     return (
                         StatusCode::PAYLOAD_TOO_LARGE,
                         failure($kind, &format!("request refused: {e}")),

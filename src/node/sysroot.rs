@@ -364,16 +364,21 @@ impl Sysroot {
 
     /// Metadata of `path` without following symlinks; `Ok(None)` if it (or a parent) is absent.
     pub fn stat(&self, path: &str) -> Result<Option<Entry>> {
+        Ok(self.lstat(path)?.map(|st| entry_of(&st)))
+    }
+
+    /// The raw `lstat` of `path` (the root itself for `/`); `Ok(None)` if it is absent.
+    fn lstat(&self, path: &str) -> Result<Option<rustix::fs::Stat>> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             let st = rustix::fs::fstat(&self.root).map_err(|e| io_err("/", "stat", e))?;
-            return Ok(Some(entry_of(&st)));
+            return Ok(Some(st));
         };
         let Some(dir) = self.open_dir(parents)? else {
             return Ok(None);
         };
         match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Ok(Some(entry_of(&st))),
+            Ok(st) => Ok(Some(st)),
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(io_err(path, "stat", e)),
         }
@@ -386,15 +391,8 @@ impl Sysroot {
     // the stat fields' integer types differ between architectures
     #[allow(clippy::unnecessary_cast)]
     pub fn stamp(&self, path: &str) -> Result<Option<Stamp>> {
-        let parts = components(path)?;
-        let Some((name, parents)) = parts.split_last() else {
-            return Ok(None);
-        };
-        let Some(dir) = self.open_dir(parents)? else {
-            return Ok(None);
-        };
-        match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Ok(Some(Stamp([
+        Ok(self.lstat(path)?.map(|st| {
+            Stamp([
                 st.st_dev,
                 st.st_ino,
                 st.st_size as u64,
@@ -402,10 +400,8 @@ impl Sysroot {
                 st.st_mtime_nsec as u64,
                 st.st_ctime as u64,
                 st.st_ctime_nsec as u64,
-            ]))),
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(e) => Err(io_err(path, "stat", e)),
-        }
+            ])
+        }))
     }
 
     /// Looks at `path` in one walk from the root (each parent opened once, `O_NOFOLLOW`):

@@ -384,17 +384,10 @@ pub fn edit_cmdline_var(
     if let Some(mut v) = VarInPlace::new(fragment, var)? {
         crate::cmdline::edit_in_place(&mut v, remove, append)?;
         if read_var(&v.text, var)?.map(|t| Cmdline::parse(&t)) == Some(want.clone()) {
-            return Ok(without_owned_empty(v.text, var));
+            return Ok(crate::textedit::without_owned_empty(v.text, var));
         }
     }
-    set_var(fragment, var, &want.render()).map(|t| without_owned_empty(t, var))
-}
-
-/// `text` without the `VAR=""` line the agent appended (with its marker,
-/// [`crate::textedit::append_owned_line`]) once the last argument in it is removed: the
-/// revert of an append to a file that did not assign `var` gives back its bytes.
-fn without_owned_empty(text: String, var: &str) -> String {
-    crate::textedit::drop_owned_line(&text, &format!("{var}=\"\"")).unwrap_or(text)
+    set_var(fragment, var, &want.render()).map(|t| crate::textedit::without_owned_empty(t, var))
 }
 
 /// True if any uncommented assignment of `var` exists in the fragment, in any

@@ -493,12 +493,6 @@ fn splice_assignment(text: &str, assignment: Option<&Assignment>, rendered: &str
     out
 }
 
-/// `text` without the `VAR=""` line [`splice_assignment`] appended (with its marker) once
-/// its last flag is removed, so the revert of that append gives back the file's bytes.
-fn without_owned_empty(text: String, var: &str) -> String {
-    crate::textedit::drop_owned_line(&text, &format!("{var}=\"\"")).unwrap_or(text)
-}
-
 /// Checks that `out` reads back as `words` and that no other assignment of `list` (the
 /// text before) changed.
 fn check_readback(
@@ -596,13 +590,13 @@ pub fn edit(
         };
         edit_in_place(&mut v, set, remove);
         if check_readback(var, &list, &v.text, &words).is_ok() {
-            return Ok(without_owned_empty(v.text, var));
+            return Ok(crate::textedit::without_owned_empty(v.text, var));
         }
     }
     let rendered = format!("{var}={}", quote_go(&words.join(" ")));
     let out = splice_assignment(text, assignment, &rendered);
     check_readback(var, &list, &out, &words)?;
-    Ok(without_owned_empty(out, var))
+    Ok(crate::textedit::without_owned_empty(out, var))
 }
 
 #[cfg(test)]
