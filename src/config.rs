@@ -315,14 +315,68 @@ pub enum IdentityKind {
     Cn,
 }
 
+impl IdentityKind {
+    /// The kind of name an allowlist entry `identity` is compared with: `declared` (its
+    /// `match` key) when given, else [`IdentityKind::Uri`] when the text has a URI scheme
+    /// (RFC 3986 §3.1: a letter, then letters, digits, `+`, `-` or `.`, then `:`) and
+    /// [`IdentityKind::Dns`] otherwise. Never [`IdentityKind::Cn`] unless declared: the
+    /// subject CN is free text that many issuers let the requester choose (a cert-manager
+    /// `Certificate`'s `commonName`), so a CN equal to a URI or DNS entry must not pass for
+    /// it.
+    pub fn of_entry(identity: &str, declared: Option<IdentityKind>) -> IdentityKind {
+        declared.unwrap_or(if has_uri_scheme(identity) {
+            IdentityKind::Uri
+        } else {
+            IdentityKind::Dns
+        })
+    }
+
+    /// Checks an allowlist entry at config load: `key` names it in the error (e.g.
+    /// `api.tcp.clients[0]`). Errors: an empty identity; `match = "uri"` on text without a
+    /// URI scheme; `match = "dns"` on text that is no DNS name (a `:`, `/` or space in
+    /// it), each with the fix.
+    pub fn check_entry(
+        key: &str,
+        identity: &str,
+        declared: Option<IdentityKind>,
+    ) -> Result<(), String> {
+        if identity.trim().is_empty() {
+            return Err(format!(
+                "{key}.identity: empty; give the client certificate's URI SAN (spiffe://...), DNS SAN, or a CN with match = \"cn\""
+            ));
+        }
+        match IdentityKind::of_entry(identity, declared) {
+            IdentityKind::Uri if !has_uri_scheme(identity) => Err(format!(
+                "{key}: match = \"uri\" but {identity:?} is no URI (it has no scheme such as spiffe://); fix the identity or the match key"
+            )),
+            IdentityKind::Dns if identity.contains([':', '/', ' ']) => Err(format!(
+                "{key}: match = \"dns\" but {identity:?} is no DNS name; for a subject CN write match = \"cn\""
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `s` starts with a URI scheme and `:` (RFC 3986 §3.1).
+fn has_uri_scheme(s: &str) -> bool {
+    let Some((scheme, _)) = s.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
 /// One allowlisted client identity.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ClientEntry {
-    /// A URI SAN (`spiffe://...`), DNS SAN or subject CN of the client certificate.
+    /// A URI SAN (`spiffe://...`), DNS SAN or (with `match = "cn"`) subject CN of the
+    /// client certificate.
     pub identity: String,
-    /// Which name `identity` is compared with (`uri`, `dns` or `cn`). Absent: the most
-    /// specific name the certificate has, see [`crate::server::tls::CertNames::matches`].
+    /// Which name `identity` is compared with (`uri`, `dns` or `cn`). Absent: a URI SAN
+    /// when the identity has a URI scheme, else a DNS SAN; a CN only when declared
+    /// ([`IdentityKind::of_entry`], [`crate::server::tls::CertNames::matches`]).
     #[serde(default, rename = "match")]
     pub kind: Option<IdentityKind>,
     /// Its role.
@@ -495,6 +549,13 @@ impl Config {
             path: origin.to_string(),
             message: e.to_string(),
         })?;
+        for (i, e) in c.api.tcp.clients.iter().enumerate() {
+            IdentityKind::check_entry(&format!("api.tcp.clients[{i}]"), &e.identity, e.kind)
+                .map_err(|message| ConfigError::Parse {
+                    path: origin.to_string(),
+                    message,
+                })?;
+        }
         for (i, r) in c.disruption.iter().enumerate() {
             globset::Glob::new(&r.path).map_err(|e| ConfigError::Parse {
                 path: origin.to_string(),

@@ -288,7 +288,7 @@ fn show_content_is_refused_on_the_remote_api() {
         &node.config,
         format!(
             "[api.tcp]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
-             [[api.tcp.clients]]\nidentity = \"capi-extension\"\nrole = \"admin\"\n",
+             [[api.tcp.clients]]\nidentity = \"capi-extension\"\nmatch = \"cn\"\nrole = \"admin\"\n",
             write(&d, "server.crt", &server.0),
             write(&d, "server.key", &server.1),
             write(&d, "clients-ca.crt", &client_ca.pem),

@@ -62,7 +62,7 @@ async fn roles_allowlist_refusals_and_rotation() {
         format!(
             "[api.tcp]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
              [[api.tcp.clients]]\nidentity = \"spiffe://edge/capi/extension\"\nrole = \"admin\"\n\
-             [[api.tcp.clients]]\nidentity = \"monitoring\"\nrole = \"reader\"\n",
+             [[api.tcp.clients]]\nidentity = \"monitoring\"\nmatch = \"cn\"\nrole = \"reader\"\n",
             write(&d, "server.crt", &server.0),
             write(&d, "server.key", &server.1),
             write(&d, "clients-ca.crt", &client_ca.pem),

@@ -4,9 +4,10 @@
 //! - The server presents `api.tcp.cert`/`api.tcp.key` and requires a client certificate
 //!   signed by `api.tcp.client_ca` (rustls' `WebPkiClientVerifier`); ALPN is `h2`.
 //! - A verified client's names are its URI SANs, DNS SANs and subject CN; the first entry
-//!   of `[[api.tcp.clients]]` that matches one ([`CertNames::matches`]: the entry's `match`
-//!   kind, else the certificate's most specific kind) gives its role. A valid certificate
-//!   that is not on the allowlist gets `PERMISSION_DENIED`.
+//!   of `[[api.tcp.clients]]` that matches gives its role ([`CertNames::matches`]: an
+//!   entry is compared with one kind of name, URI for an identity with a scheme, else DNS,
+//!   and the CN only when it says `match = "cn"`). A valid certificate that is not on the
+//!   allowlist is disconnected right after the handshake.
 //! - Before each handshake the three files' modification times are compared with the
 //!   loaded ones; a change reloads them (rotation without restart). A reload that fails
 //!   keeps the previous configuration and logs why.
@@ -216,23 +217,49 @@ impl CertNames {
             .collect()
     }
 
-    /// Whether `identity` names this certificate. With `kind`, only names of that kind
-    /// are compared. Without it, only the most specific kind the certificate has: its URI
-    /// SANs when it has any, else its DNS SANs when it has any, else its CN. So with a
-    /// SPIFFE-style CA, where only the URI is meaningful and the CN is free text, a CN that
-    /// equals a listed identity gives nothing (RFC 6125 §6.4.4 likewise ignores the CN once
-    /// a certificate has SANs).
+    /// Whether the allowlist entry `identity` (with its declared `match` kind) names this
+    /// certificate. The entry's kind ([`IdentityKind::of_entry`]: declared, else URI when
+    /// the text has a scheme, else DNS) picks the one list of names compared; a
+    /// certificate with no name of that kind never matches. So a certificate whose subject
+    /// CN is the text of a URI or DNS entry, and which carries no such SAN, is refused: CN
+    /// is free text that issuers commonly let the requester pick, and only an entry
+    /// declared `match = "cn"` reads it (RFC 6125 §6.4.4 likewise does not read the CN as
+    /// an identifier once SANs are the identity's kind; SPIFFE X.509-SVID §2 puts the ID in
+    /// exactly one URI SAN).
+    ///
+    /// [`IdentityKind::of_entry`]: crate::config::IdentityKind::of_entry
     pub fn matches(&self, identity: &str, kind: Option<crate::config::IdentityKind>) -> bool {
         use crate::config::IdentityKind;
-        let names = match kind {
-            Some(IdentityKind::Uri) => &self.uris,
-            Some(IdentityKind::Dns) => &self.dns,
-            Some(IdentityKind::Cn) => &self.cns,
-            None if !self.uris.is_empty() => &self.uris,
-            None if !self.dns.is_empty() => &self.dns,
-            None => &self.cns,
+        let names = match IdentityKind::of_entry(identity, kind) {
+            IdentityKind::Uri => &self.uris,
+            IdentityKind::Dns => &self.dns,
+            IdentityKind::Cn => &self.cns,
         };
         names.iter().any(|n| n == identity)
+    }
+
+    /// A hint for a refused certificate: the entries that its CN equals but that are not
+    /// declared `match = "cn"` (so an allowlist written for the old rule, where a CN-only
+    /// certificate matched an entry without `match`, says what to change). Empty when none.
+    pub fn cn_hint<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, Option<crate::config::IdentityKind>)>,
+    ) -> String {
+        use crate::config::IdentityKind;
+        let named: Vec<&str> = entries
+            .into_iter()
+            .filter(|(id, kind)| {
+                IdentityKind::of_entry(id, *kind) != IdentityKind::Cn
+                    && self.cns.iter().any(|c| c == id)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if named.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; its subject CN equals the allowlist entries {named:?}, which compare SANs only: a CN is matched only by an entry with match = \"cn\" (and only for a CA that does not let requesters choose it)"
+        )
     }
 }
 
@@ -425,7 +452,9 @@ pub fn incoming(
                             return;
                         };
                         let Some(role) = role_for(&cfg, &names) else {
-                            tracing::warn!(%remote, identities = ?names.all(), "client certificate not on the allowlist (api.tcp.clients): disconnected");
+                            let hint = names
+                                .cn_hint(cfg.clients.iter().map(|c| (c.identity.as_str(), c.kind)));
+                            tracing::warn!(%remote, identities = ?names.all(), "client certificate not on the allowlist (api.tcp.clients): disconnected{hint}");
                             return;
                         };
                         let peer = TlsPeer {

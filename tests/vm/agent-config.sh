@@ -12,7 +12,7 @@ sed -i -e '/^\[api\.tcp\]$/,/^\[/ {' \
     -e '}' "$1"
 cat >> "$1" <<'TOML'
 [[api.tcp.clients]]
-identity = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension"   # URI SAN, DNS SAN or CN
+identity = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension"   # a URI SAN (or DNS SAN; a CN only with match = "cn")
 role = "admin"                                                    # or "reader"
 TOML
 grep -q '^listen = "0.0.0.0:9443"$' "$1"
