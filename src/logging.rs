@@ -8,7 +8,58 @@
 //! lines. Elsewhere a `tracing_subscriber::fmt` layer prints lines on stderr, with colours
 //! only on a terminal.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+
+/// `s` with every character that could forge a line or drive a terminal written as an
+/// escape: `\n`, `\r`, `\t` as those two characters, other C0 and C1 controls and DEL
+/// as `\u{..}`, and the Unicode line and paragraph separators and bidirectional
+/// controls (U+2028/9, U+200E/F, U+202A..E, U+2066..9; the "Trojan Source" class,
+/// CVE-2021-42574) likewise. Text without any is borrowed unchanged. Used for every
+/// string that may come from a request or an agent: the log lines of both programs and
+/// `inplacectl`'s tables.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    fn risky(c: char) -> bool {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    }
+    if !s.chars().any(risky) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if risky(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`escape_controls`] for multi-line text that is meant to have lines (a unified
+/// diff): each line's content is escaped, the `\n` between lines and tabs are kept.
+pub fn escape_controls_in_lines(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| {
+        c != '\n' && c != '\t' && escape_controls(c.encode_utf8(&mut [0; 4])).len() > c.len_utf8()
+    }) {
+        return Cow::Borrowed(s);
+    }
+    let lines: Vec<String> = s
+        .split('\n')
+        .map(|l| {
+            l.split('\t')
+                .map(|p| escape_controls(p).into_owned())
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect();
+    Cow::Owned(lines.join("\n"))
+}
 
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -69,12 +120,17 @@ impl<S: tracing::Subscriber> Layer<S> for JournalLayer {
             tracing::Level::DEBUG => log::Level::Debug,
             tracing::Level::TRACE => log::Level::Trace,
         };
-        let kvs: Vec<(&str, &str)> = f.kv.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        // the message also carries the fields, for readers that show MESSAGE only
-        let mut message = f.message.clone();
+        // the message also carries the fields, for readers that show MESSAGE only; every
+        // value escaped (a request string must not forge a line in `journalctl -o cat`)
+        let mut message = escape_controls(&f.message).into_owned();
         for (k, v) in &f.kv {
-            let _ = write!(message, " {k}={v}");
+            let _ = write!(message, " {k}={}", escape_controls(v));
         }
+        let kv: Vec<(String, String)> =
+            f.kv.iter()
+                .map(|(k, v)| (k.clone(), escape_controls(v).into_owned()))
+                .collect();
+        let kvs: Vec<(&str, &str)> = kv.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let _ = self.journal.journal_send(
             &log::Record::builder()
                 .args(format_args!("{message}"))
@@ -87,6 +143,24 @@ impl<S: tracing::Subscriber> Layer<S> for JournalLayer {
                 .build(),
         );
     }
+}
+
+/// The stderr formatter's field writer: the message, then ` name=value` for each field,
+/// as `tracing_subscriber`'s default writes them, but every value through
+/// [`escape_controls`], so a newline or terminal escape in a request string (a Machine
+/// name, an agent's message) can not forge a log line or drive a terminal.
+fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static
+{
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        if field.name() == "message" {
+            write!(w, "{}", escape_controls(&text))
+        } else {
+            write!(w, "{field}={}", escape_controls(&text))
+        }
+    })
+    .delimited(" ")
 }
 
 /// Installs the global subscriber: journald when stderr is the journal, stderr lines
@@ -104,6 +178,7 @@ pub fn init(filter: &str) {
     };
     let fmt = journal.is_none().then(|| {
         tracing_subscriber::fmt::layer()
+            .fmt_fields(escaped_fields())
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
     });

@@ -161,6 +161,48 @@ async fn extension_allowlist_reloads_without_restart() {
     );
 }
 
+/// The extension's allowlist follows the agent's rule: CAPI's URI identity is matched by
+/// a URI SAN only. Certificates from the trusted CA whose CN is CAPI's identity text, with
+/// no SAN, with a DNS SAN, or with another URI SAN, are refused at the connection; a CN
+/// entry needs `match = "cn"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extension_matches_a_uri_identity_by_uri_san_only() {
+    let pki = Pki::new();
+    let ext = Extension::start(&pki, &[], "");
+    let disco = json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "DiscoveryRequest"});
+    assert_eq!(
+        ext.post(DISCOVERY, &disco).await.0,
+        200,
+        "CAPI's real certificate"
+    );
+    let forged = [
+        leaf(&pki.capi_ca, CAPI_ID, vec![]),
+        leaf(
+            &pki.capi_ca,
+            CAPI_ID,
+            vec![SanType::DnsName("capi.example.com".try_into().unwrap())],
+        ),
+        leaf(
+            &pki.capi_ca,
+            CAPI_ID,
+            vec![SanType::URI(
+                "spiffe://mgmt/ns/dev/sa/editor".try_into().unwrap(),
+            )],
+        ),
+    ];
+    for (i, cert) in forged.iter().enumerate() {
+        assert!(
+            ext.post_as(Some(cert), DISCOVERY, &disco).await.is_err(),
+            "forged certificate {i} was answered"
+        );
+        let r = ext.post_as(Some(cert), UPDATE, &update_request()).await;
+        assert!(
+            r.is_err(),
+            "forged certificate {i} reached UpdateMachine: {r:?}"
+        );
+    }
+}
+
 /// UpdateMachine never changes a node that is not the Machine's: a resolver that points
 /// Machine edge-1-cp-7xk2p at another node's agent gets a Failure naming both, and that
 /// node is untouched.
@@ -194,11 +236,178 @@ async fn update_machine_refuses_another_nodes_agent() {
     assert_eq!(snapshot(&node.root), before);
 }
 
+fn scrape_agent_metrics(addr: &str) -> String {
+    use std::io::Write as _;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// An address taken from a Machine annotation can point at any agent: the node check runs
+/// first, on the agent's status alone, and a wrong node never receives the desired spec
+/// (file contents) in either hook. Machines of a namespace not listed in
+/// `resolver.namespaces` are refused before any agent is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotation_resolver_sends_no_spec_before_the_node_check() {
+    let pki = Pki::new();
+    // the systemd-boot fixture is node edge-1-md-0-5f8c7d9b4x-k2v9w, not edge-1-cp-7xk2p
+    let mut node = Node::new("systemd-boot");
+    let addr = pki.agent(&node);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut cfg = std::fs::read_to_string(&node.config).unwrap();
+    cfg.push_str(&format!("[metrics]\nlisten = \"{metrics}\"\n"));
+    std::fs::write(&node.config, cfg).unwrap();
+    node.start();
+    let ext = Extension::start_resolving(
+        &pki,
+        &[],
+        "",
+        "debug",
+        "template = \"{annotation:inplaced.io/agent}\"\nnamespaces = [\"site-a\"]\n",
+    );
+    let mut can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    assert_eq!(can["desired"]["machine"]["metadata"]["namespace"], "site-a");
+    for side in ["desired", "current"] {
+        can[side]["machine"]["metadata"]["annotations"]["inplaced.io/agent"] = json!(addr);
+    }
+    let v = ext.can_update_machine(&can).await;
+    assert_eq!(v["status"], "Failure", "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains(
+            "is node \"edge-1-md-0-5f8c7d9b4x-k2v9w\", not Machine site-a/edge-1-cp-7xk2p's node"
+        ),
+        "{v}"
+    );
+    let mut upd = update_request();
+    upd["desired"] = can["desired"].clone();
+    let r = ext.update_machine(&upd).await;
+    assert_eq!(r["status"], "Failure", "{r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("not Machine site-a/edge-1-cp-7xk2p's node"),
+        "{r}"
+    );
+    // the agent planned nothing: no coverage was asked of it, no operation started
+    let m = scrape_agent_metrics(&metrics);
+    assert!(
+        m.contains("inplaced_coverage_duration_seconds_count 0"),
+        "{m}"
+    );
+    assert!(node.operations().await.is_empty());
+    // another namespace: refused by name, no agent asked
+    let mut other = can.clone();
+    other["desired"]["machine"]["metadata"]["namespace"] = json!("site-b");
+    let v = ext.can_update_machine(&other).await;
+    assert_eq!(v["status"], "Failure", "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("Machine site-b/edge-1-cp-7xk2p is in a namespace this extension does not serve (resolver.namespaces: [\"site-a\"])"),
+        "{v}"
+    );
+    let mut upd = update_request();
+    upd["desired"] = other["desired"].clone();
+    let r = ext.update_machine(&upd).await;
+    assert!(
+        r["message"].as_str().unwrap().contains("does not serve"),
+        "{r}"
+    );
+    assert!(scrape_agent_metrics(&metrics).contains("inplaced_coverage_duration_seconds_count 0"));
+}
+
+/// A resolver that could send a Machine of one namespace to the node of another is
+/// refused at start-up, naming resolver.template and the fixes: an address from an
+/// annotation or a label, or a host without {namespace}, unless the agent's certificate
+/// name or resolver.namespaces binds the namespace.
+#[test]
+fn resolvers_that_cross_namespaces_are_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "[server]\nlisten = \"127.0.0.1:9443\"\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n\
+                [[server.clients]]\nidentity = \"spiffe://mgmt/capi\"\n";
+    let load = |agent: &str, resolver: &str| {
+        let cfg = write(
+            dir.path(),
+            "x.toml",
+            &format!(
+                "{base}[agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n{agent}[resolver]\n{resolver}"
+            ),
+        );
+        inplaced::extension::config::Config::load(std::path::Path::new(&cfg)).map(|_| ())
+    };
+    for (agent, resolver) in [
+        ("", "template = \"{annotation:inplaced.io/agent}\"\n"),
+        ("", "template = \"{name}.nodes.example.com:7443\"\n"),
+        (
+            "",
+            "template = \"{label:rack}.{namespace}.example.com:7443\"\n",
+        ),
+        (
+            "server_name = \"{annotation:tls}\"\n",
+            "template = \"{annotation:addr}\"\n",
+        ),
+        (
+            "",
+            "template = \"{name}:7443\"\nnamespaces = [\"a\", \"b\"]\n",
+        ),
+    ] {
+        let e = load(agent, resolver).unwrap_err().to_string();
+        assert!(
+            e.contains("resolver.template") && e.contains("resolver.namespaces"),
+            "{resolver}: {e}"
+        );
+    }
+    for (agent, resolver) in [
+        (
+            "",
+            "template = \"{name}.{namespace}.nodes.example.com:7443\"\n",
+        ),
+        (
+            "server_name = \"{name}.{namespace}.agents.example.com\"\n",
+            "template = \"{annotation:addr}\"\n",
+        ),
+        (
+            "",
+            "template = \"{annotation:addr}\"\nnamespaces = [\"site-a\"]\n",
+        ),
+        ("", "[resolver.static]\n\"site-a/m\" = \"10.0.0.1:7443\"\n"),
+    ] {
+        load(agent, resolver).unwrap_or_else(|e| panic!("{resolver}: {e}"));
+    }
+}
+
+/// Strings from a request never forge a log line or drive a terminal: a Machine name with
+/// a newline, a carriage return, an ANSI escape and a bidirectional override reaches the
+/// extension's log (as a field, and inside a message) escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_strings_can_not_forge_log_lines() {
+    let pki = Pki::new();
+    let ext = Extension::start(&pki, &[], "");
+    let mut can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let forged = "edge-1\nFORGED INFO all nodes updated\r\u{1b}[2J\u{202e}txt";
+    can["desired"]["machine"]["metadata"]["name"] = json!(forged);
+    let v = ext.can_update_machine(&can).await;
+    assert_eq!(v["status"], "Failure", "{v}");
+    let log = std::fs::read_to_string(&ext.log).unwrap();
+    assert!(
+        log.contains("edge-1\\nFORGED INFO all nodes updated\\r\\u{1b}[2J\\u{202e}txt"),
+        "{log}"
+    );
+    assert!(!log.lines().any(|l| l.starts_with("FORGED")), "{log}");
+    assert!(!log.contains(['\r', '\u{1b}', '\u{202e}']), "{log}");
+}
+
 /// The agent's allowlist: a certificate no entry matches is disconnected before any
-/// call (health included); an entry's `match` kind decides which name counts.
+/// call (health included). An entry is compared with one kind of name only: a URI entry
+/// with URI SANs, any other entry with DNS SANs, and the subject CN only for an entry
+/// declared `match = "cn"`. A certificate whose free-text CN equals an entry (the issuer
+/// lets the requester pick it) and that carries no SAN of the entry's kind never matches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_identity_matching_is_explicit() {
     use inplaced::client::{TlsIdentity, connect_tls};
+    const CAPI_EXT: &str = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension";
     let mut node = Node::new("ubuntu-2404-grub");
     let d = node.dir.path().to_path_buf();
     let server_ca = ca("agents CA");
@@ -213,7 +422,8 @@ async fn agent_identity_matching_is_explicit() {
         &node.config,
         format!(
             "[api.tcp]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
-             [[api.tcp.clients]]\nidentity = \"ops-admin\"\nrole = \"admin\"\n\
+             [[api.tcp.clients]]\nidentity = \"{CAPI_EXT}\"\nrole = \"admin\"\n\
+             [[api.tcp.clients]]\nidentity = \"ops-admin.example.com\"\nrole = \"admin\"\n\
              [[api.tcp.clients]]\nidentity = \"monitoring\"\nmatch = \"cn\"\nrole = \"reader\"\n",
             write(&d, "s.crt", &server.0),
             write(&d, "s.key", &server.1),
@@ -241,32 +451,122 @@ async fn agent_identity_matching_is_explicit() {
                 .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
         }
     };
-    let spiffe = SanType::URI("spiffe://mgmt/ns/x/sa/anything".try_into().unwrap());
-    // a SPIFFE certificate whose free-text CN equals a listed identity: not admin
-    let cn_only = leaf(&client_ca, "ops-admin", vec![spiffe.clone()]);
-    assert!(status(who(&cn_only)).await.is_err());
-    // the same CN without SANs is the certificate's most specific name: admin
-    let plain = leaf(&client_ca, "ops-admin", vec![]);
-    let s = status(who(&plain)).await.unwrap();
-    // the node name the extension checks
+    let apply = |id: TlsIdentity| {
+        let addr = addr.clone();
+        async move {
+            let mut c = connect_tls(&addr, &id)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            c.apply(pb::ApplyRequest {
+                desired: Some(pb::NodeSpec::default()),
+                operation_id: "probe".into(),
+                dry_run: true,
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+        }
+    };
+    let uri = |u: &str| SanType::URI(u.try_into().unwrap());
+    let dns = |n: &str| SanType::DnsName(n.try_into().unwrap());
+    // The class "a CN passes for a SAN entry", each member refused before any call:
+    // 1. no SAN, CN = the URI entry's text (issue 23 §1's example)
+    let forged_uri = leaf(&client_ca, CAPI_EXT, vec![]);
+    // 2. no SAN, CN = the DNS entry's text
+    let forged_dns = leaf(&client_ca, "ops-admin.example.com", vec![]);
+    // 3. a SAN of another kind (a DNS SAN) and CN = the URI entry's text
+    let forged_mixed = leaf(&client_ca, CAPI_EXT, vec![dns("elsewhere.example.com")]);
+    // 4. a URI SAN of another identity and CN = the DNS entry's text
+    let forged_other_uri = leaf(
+        &client_ca,
+        "ops-admin.example.com",
+        vec![uri("spiffe://mgmt/ns/x/sa/anything")],
+    );
+    for (what, cert) in [
+        ("CN = URI entry, no SAN", &forged_uri),
+        ("CN = DNS entry, no SAN", &forged_dns),
+        ("CN = URI entry, DNS SAN", &forged_mixed),
+        ("CN = DNS entry, other URI SAN", &forged_other_uri),
+    ] {
+        let e = status(who(cert)).await.expect_err(what);
+        assert!(!e.starts_with("Ok"), "{what}: {e}");
+        let e = apply(who(cert)).await.expect_err(what);
+        assert!(
+            !e.starts_with("PermissionDenied"),
+            "{what}: disconnected, not answered: {e}"
+        );
+    }
+    // the refusal says why a CN-only certificate that looks listed is refused
+    let log = node.log();
+    assert!(
+        log.contains("compare SANs only: a CN is matched only by an entry with match = \"cn\""),
+        "{log}"
+    );
+    // The same names as SANs of their own kind: admin (a dry-run Apply is allowed)
+    let real_uri = leaf(&client_ca, "anything", vec![uri(CAPI_EXT)]);
+    let s = status(who(&real_uri)).await.unwrap();
     assert_eq!(s.facts.unwrap().node_name, "edge-1-cp-7xk2p");
-    // an entry with match = "cn" counts the CN even next to a URI SAN: reader
-    let monitoring = leaf(&client_ca, "monitoring", vec![spiffe]);
+    apply(who(&real_uri)).await.unwrap();
+    let real_dns = leaf(&client_ca, "anything", vec![dns("ops-admin.example.com")]);
+    apply(who(&real_dns)).await.unwrap();
+    // An entry declared match = "cn" reads the CN, even next to a URI SAN: reader
+    let monitoring = leaf(
+        &client_ca,
+        "monitoring",
+        vec![uri("spiffe://mgmt/ns/x/sa/y")],
+    );
     status(who(&monitoring)).await.unwrap();
-    let mut c = connect_tls(&addr, &who(&monitoring)).await.unwrap();
-    let e = c
-        .apply(pb::ApplyRequest {
-            desired: Some(pb::NodeSpec::default()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    let e = apply(who(&monitoring)).await.unwrap_err();
+    assert!(e.starts_with("PermissionDenied"), "{e}");
+    // ... and only the CN: a DNS SAN "monitoring" is not the reader
+    let dns_monitoring = leaf(&client_ca, "someone", vec![dns("monitoring")]);
+    assert!(status(who(&dns_monitoring)).await.is_err());
     // an unlisted certificate is disconnected at the connection, before any service
     // (health and reflection included) reads a request
     let stranger = leaf(&client_ca, "stranger", vec![]);
     assert!(status(who(&stranger)).await.is_err());
     assert!(node.log().contains("stranger"));
+}
+
+/// An allowlist entry whose `match` kind contradicts its text is refused at start-up,
+/// naming the entry and the fix, on both programs (it could never match as written).
+#[test]
+fn allowlist_entries_that_can_not_match_are_refused_at_load() {
+    for (entry, want) in [
+        (
+            "identity = \"ops-admin\"\nmatch = \"uri\"\n",
+            "api.tcp.clients[0]: match = \"uri\" but \"ops-admin\" is no URI",
+        ),
+        (
+            "identity = \"system:node:edge-1\"\nmatch = \"dns\"\n",
+            "api.tcp.clients[0]: match = \"dns\" but \"system:node:edge-1\" is no DNS name",
+        ),
+        ("identity = \"\"\n", "api.tcp.clients[0].identity: empty"),
+    ] {
+        let e = inplaced::config::Config::parse(
+            &format!("[[api.tcp.clients]]\n{entry}role = \"admin\"\n"),
+            "config.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(want), "{entry}: {e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "extension.toml",
+        "[server]\nlisten = \"127.0.0.1:9443\"\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n\
+         [[server.clients]]\nidentity = \"capi\"\nmatch = \"uri\"\n\
+         [agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n[resolver]\ntemplate = \"{name}:7443\"\n",
+    );
+    let e = inplaced::extension::config::Config::load(std::path::Path::new(&cfg))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("server.clients[0]: match = \"uri\" but \"capi\" is no URI"),
+        "{e}"
+    );
 }
 
 /// Count limits are checked on the raw message: a million tiny files are refused with

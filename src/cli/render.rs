@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::logging::{escape_controls as esc, escape_controls_in_lines};
 use crate::pb::{self, ChangeOperation, DisruptionLevel, Phase};
 
 /// `PHASE_SUCCEEDED` → `Succeeded`.
@@ -37,7 +38,7 @@ pub fn disruption(d: Option<&pb::Disruption>) -> String {
     if d.units.is_empty() {
         name
     } else {
-        format!("{name} {}", d.units.join(","))
+        format!("{name} {}", esc(&d.units.join(",")))
     }
 }
 
@@ -100,11 +101,11 @@ fn changes_table<'a>(
         let _ = writeln!(
             out,
             "{:<w$}  {:<9}  {:<7}  {:<dw$}  {}",
-            c.id,
+            esc(&c.id),
             operation_name(c.operation),
             yes(c.covered),
             disruption(c.disruption.as_ref()),
-            reason(c)
+            esc(reason(c))
         );
     }
     out
@@ -116,19 +117,19 @@ pub fn facts(f: &pb::NodeFacts, p: Option<&pb::Preservation>) -> String {
     let _ = writeln!(
         out,
         "node:            {} ({} {}){}",
-        f.platform,
-        f.vendor,
-        f.product,
+        esc(&f.platform),
+        esc(&f.vendor),
+        esc(&f.product),
         if f.hypervisor.is_empty() {
             String::new()
         } else {
-            format!(", hypervisor {}", f.hypervisor)
+            format!(", hypervisor {}", esc(&f.hypervisor))
         }
     );
     if !f.os.is_empty() {
-        let _ = writeln!(out, "os:              {}", f.os);
+        let _ = writeln!(out, "os:              {}", esc(&f.os));
     }
-    let _ = writeln!(out, "kernel args:     {}", f.kernel_args_backend);
+    let _ = writeln!(out, "kernel args:     {}", esc(&f.kernel_args_backend));
     if f.memory_bytes > 0 {
         let _ = writeln!(out, "memory:          {} MiB", f.memory_bytes / (1 << 20));
     }
@@ -140,7 +141,7 @@ pub fn facts(f: &pb::NodeFacts, p: Option<&pb::Preservation>) -> String {
             if p.reasons.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", p.reasons.join("; "))
+                format!(" ({})", esc(&p.reasons.join("; ")))
             }
         );
     }
@@ -160,7 +161,7 @@ pub fn coverage(r: &pb::CoverageReport) -> String {
         .iter()
         .any(|c| short_reason(c, backend).len() < c.reason.len());
     if shortened {
-        let _ = writeln!(out, "\n{KERNEL_ARGS} backend: {backend}");
+        let _ = writeln!(out, "\n{KERNEL_ARGS} backend: {}", esc(backend));
     }
     out.push_str(&report_summary(r, !shortened));
     out
@@ -192,7 +193,7 @@ fn report_summary(r: &pb::CoverageReport, backend: bool) -> String {
             }
         }
     }
-    let _ = writeln!(out, "spec:            {}", r.spec_hash);
+    let _ = writeln!(out, "spec:            {}", esc(&r.spec_hash));
     out.push_str(&diffs(&r.diffs));
     out
 }
@@ -206,12 +207,12 @@ pub fn diffs(diffs: &[pb::FileDiff]) -> String {
         let _ = writeln!(
             out,
             "\ndiff {} ({}; {})",
-            d.path,
+            esc(&d.path),
             operation_name(d.operation),
-            d.change_ids.join(", ")
+            esc(&d.change_ids.join(", "))
         );
         if !d.unified.is_empty() {
-            out.push_str(&d.unified);
+            out.push_str(&escape_controls_in_lines(&d.unified));
             if !d.unified.ends_with('\n') {
                 out.push('\n');
             }
@@ -221,11 +222,11 @@ pub fn diffs(diffs: &[pb::FileDiff]) -> String {
             if sha.is_empty() {
                 "absent".to_string()
             } else {
-                format!("{sha} ({size} bytes)")
+                format!("{} ({size} bytes)", esc(sha))
             }
         };
         if !d.withheld.is_empty() {
-            let _ = writeln!(out, "  content withheld: {}", d.withheld);
+            let _ = writeln!(out, "  content withheld: {}", esc(&d.withheld));
         } else {
             let _ = writeln!(out, "  content unchanged (mode or owner only)");
         }
@@ -238,15 +239,15 @@ pub fn diffs(diffs: &[pb::FileDiff]) -> String {
 /// One operation.
 pub fn operation(op: &pb::Operation) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "operation:       {}", op.id);
+    let _ = writeln!(out, "operation:       {}", esc(&op.id));
     let _ = writeln!(
         out,
         "phase:           {}{}",
         phase(op.phase),
         if op.dry_run { " (dry run)" } else { "" }
     );
-    let _ = writeln!(out, "message:         {}", op.message);
-    let _ = writeln!(out, "spec:            {}", op.spec_hash);
+    let _ = writeln!(out, "message:         {}", esc(&op.message));
+    let _ = writeln!(out, "spec:            {}", esc(&op.spec_hash));
     if !op.changes.is_empty() {
         out.push('\n');
         out.push_str(&changes(&op.changes));
@@ -255,7 +256,7 @@ pub fn operation(op: &pb::Operation) -> String {
     if !op.actions.is_empty() {
         out.push_str("\nactions:\n");
         for a in &op.actions {
-            let _ = writeln!(out, "  - {a}");
+            let _ = writeln!(out, "  - {}", esc(a));
         }
     }
     out
@@ -282,11 +283,11 @@ pub fn history(ops: &[pb::Operation]) -> String {
         let _ = writeln!(
             out,
             "{:<w$}  {:<20}  {:<16}  {:>7}  {}",
-            o.id,
+            esc(&o.id),
             created,
             phase(o.phase),
             o.changes.len(),
-            o.message
+            esc(&o.message)
         );
     }
     out
@@ -298,16 +299,17 @@ pub fn status(s: &pb::NodeStatus) -> String {
     let _ = writeln!(
         out,
         "agent:           inplaced {} (up {}s)",
-        s.version, s.agent_uptime_seconds
+        esc(&s.version),
+        s.agent_uptime_seconds
     );
-    let _ = writeln!(out, "root:            {}", s.root);
+    let _ = writeln!(out, "root:            {}", esc(&s.root));
     let _ = writeln!(
         out,
         "boot id:         {}",
         if s.boot_id.is_empty() {
-            "unknown"
+            "unknown".into()
         } else {
-            &s.boot_id
+            esc(&s.boot_id)
         }
     );
     if let Some(f) = &s.facts {
@@ -317,23 +319,23 @@ pub fn status(s: &pb::NodeStatus) -> String {
         out,
         "applied spec:    {}",
         if s.applied_spec_hash.is_empty() {
-            "none"
+            "none".into()
         } else {
-            &s.applied_spec_hash
+            esc(&s.applied_spec_hash)
         }
     );
     let _ = writeln!(out, "managed items:   {}", s.managed_items);
     if !s.kubernetes_version.is_empty() {
-        let _ = writeln!(out, "kubernetes:      {}", s.kubernetes_version);
+        let _ = writeln!(out, "kubernetes:      {}", esc(&s.kubernetes_version));
     }
     match &s.current_operation {
         Some(op) => {
             let _ = writeln!(
                 out,
                 "operation:       {} {} ({})",
-                op.id,
+                esc(&op.id),
                 phase(op.phase),
-                op.message
+                esc(&op.message)
             );
         }
         None => {
@@ -341,10 +343,10 @@ pub fn status(s: &pb::NodeStatus) -> String {
         }
     }
     if !s.pending_reboot_operation.is_empty() {
-        let _ = writeln!(out, "pending reboot:  {}", s.pending_reboot_operation);
+        let _ = writeln!(out, "pending reboot:  {}", esc(&s.pending_reboot_operation));
     }
     for p in &s.problems {
-        let _ = writeln!(out, "problem:         {p}");
+        let _ = writeln!(out, "problem:         {}", esc(p));
     }
     if s.drift.is_empty() {
         let _ = writeln!(out, "drift:           none");
@@ -354,7 +356,9 @@ pub fn status(s: &pb::NodeStatus) -> String {
             let _ = writeln!(
                 out,
                 "  - {}: expected {}, observed {}",
-                d.id, d.expected, d.observed
+                esc(&d.id),
+                esc(&d.expected),
+                esc(&d.observed)
             );
         }
     }
@@ -405,6 +409,31 @@ pub fn error_chain(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_strings_can_not_forge_table_rows() {
+        let op = pb::Operation {
+            id: "op-1".into(),
+            message: "done\nop-2  2026-01-01T00:00:00Z  Succeeded  \u{1b}[31m".into(),
+            actions: vec!["wrote /etc/x\r\u{202e}".into()],
+            ..Default::default()
+        };
+        for out in [history(std::slice::from_ref(&op)), operation(&op)] {
+            assert!(!out.lines().any(|l| l.starts_with("op-2")), "{out}");
+            assert!(!out.contains(['\u{1b}', '\r', '\u{202e}']), "{out}");
+            assert!(out.contains("done\\nop-2"), "{out}");
+        }
+        let d = pb::FileDiff {
+            path: "/etc/a".into(),
+            unified: "--- a\n+++ b\n+x\u{1b}]0;pwned\u{7}\ty\n".into(),
+            ..Default::default()
+        };
+        let out = diffs(&[d]);
+        assert!(out.contains("+x\\u{1b}]0;pwned\\u{7}\ty\n"), "{out}");
+        let mut s = pb::NodeStatus::default();
+        s.problems.push("a\nproblem:         forged".into());
+        assert_eq!(status(&s).matches("\nproblem:").count(), 1);
+    }
 
     #[test]
     fn time_format() {

@@ -107,9 +107,10 @@ fn default_max_requests() -> usize {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct AllowedClient {
-    /// A URI SAN, DNS SAN or subject CN of the client certificate.
+    /// A URI SAN, DNS SAN or (with `match = "cn"`) subject CN of the client certificate.
     pub identity: String,
-    /// `uri`, `dns` or `cn`; absent: the certificate's most specific kind of name.
+    /// `uri`, `dns` or `cn`; absent: a URI SAN when the identity has a URI scheme, else a
+    /// DNS SAN ([`crate::config::IdentityKind::of_entry`]).
     #[serde(default, rename = "match")]
     pub kind: Option<crate::config::IdentityKind>,
 }
@@ -165,6 +166,11 @@ pub struct ResolverConfig {
     /// another node.
     #[serde(default)]
     pub trust_node_ref: bool,
+    /// The Machine namespaces served (default: all). A Machine of another namespace gets a
+    /// `Failure` naming this key before any agent is asked. With exactly one namespace,
+    /// `template` need not use `{namespace}` ([`super::resolve::check_namespace_binding`]).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
 }
 
 /// `[update]`: how UpdateMachine drives the agent.
@@ -408,6 +414,14 @@ impl Config {
                 "list at least one [[server.clients]] identity (the URI SAN, DNS SAN or CN of CAPI's client certificates)".into(),
             ));
         }
+        for (i, e) in c.server.clients.iter().enumerate() {
+            crate::config::IdentityKind::check_entry(
+                &format!("server.clients[{i}]"),
+                &e.identity,
+                e.kind,
+            )
+            .map_err(|m| invalid("server.clients", m))?;
+        }
         if let Some(t) = &c.resolver.node_name
             && (t.contains("{annotation:") || t.contains("{label:"))
         {
@@ -415,6 +429,14 @@ impl Config {
                 "resolver.node_name",
                 "may use only {name} and {namespace}: annotations and labels can be edited by anyone who may edit Machines, which would let them point one Machine at another node".into(),
             ));
+        }
+        if let Some(t) = &c.resolver.template {
+            super::resolve::check_namespace_binding(
+                t,
+                &c.agent.server_name,
+                &c.resolver.namespaces,
+            )
+            .map_err(|e| invalid("resolver.template", e))?;
         }
         if c.resolver.template.is_none() && c.resolver.fixed.is_empty() {
             return Err(invalid(
@@ -539,7 +561,7 @@ impl Config {
 mod tests {
     use super::*;
 
-    const MIN: &str = "[server]\nlisten = \"127.0.0.1:9443\"\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n[[server.clients]]\nidentity = \"capi\"\n[agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n[resolver]\ntemplate = \"{name}:7443\"\n";
+    const MIN: &str = "[server]\nlisten = \"127.0.0.1:9443\"\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n[[server.clients]]\nidentity = \"capi\"\n[agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n[resolver]\ntemplate = \"{name}.{namespace}:7443\"\n";
 
     #[test]
     fn defaults_and_settings() {
@@ -659,7 +681,7 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let e = Config::parse(
-            &MIN.replace("[resolver]\ntemplate = \"{name}:7443\"\n", ""),
+            &MIN.replace("[resolver]\ntemplate = \"{name}.{namespace}:7443\"\n", ""),
             "t",
         )
         .unwrap_err();

@@ -36,6 +36,7 @@ use crate::capi::types::{
 };
 use crate::capi::{self, NodeCoverage, PreserveMode};
 use crate::client::TlsIdentity;
+use crate::logging::escape_controls as esc;
 use crate::pb::{self, Phase, node_agent_client::NodeAgentClient};
 use agent::{HOOK, call, inspect};
 use config::{Config, Effective};
@@ -111,6 +112,14 @@ fn refuses_spec(s: &tonic::Status) -> bool {
         s.code(),
         tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted
     )
+}
+
+/// An `Inspect` that asks the node's status alone (no spec is sent).
+fn status_only() -> pb::InspectRequest {
+    pb::InspectRequest {
+        status: true,
+        ..Default::default()
+    }
 }
 
 fn hook_prefix() -> String {
@@ -211,6 +220,9 @@ impl Extension {
             Err(e) => return failure(KIND, &e),
         };
         let m = MachineRef::of(&req.desired.machine);
+        if let Some(e) = self.unserved(&m) {
+            return failure(KIND, &e);
+        }
         let diff = capi::machine_diff(&req.current, &req.desired);
         // The node is asked even when no node item changes: UpdateMachine applies the
         // whole desired NodeSpec, so drift of an unchanged item must make this answer "not
@@ -275,6 +287,12 @@ impl Extension {
             self.pool.evict(&key);
             AgentError(format!("agent at {addr}: coverage: {}", s.message()))
         };
+        if self.check_node_first() {
+            let v = inspect(&mut c, eff.agent_timeout, status_only())
+                .await
+                .map_err(unreachable)?;
+            self.check_node(m, &addr, &v.status).map_err(AgentError)?;
+        }
         let mut spec = capi::desired_node_spec(desired);
         // a version change is asked about too (UpdateMachine applies it)
         spec.kubernetes = diff.delta.kubernetes.clone();
@@ -359,6 +377,9 @@ impl Extension {
             Err(e) => return UpdateMachineResponse::new(Status::Failure, e, 0),
         };
         let m = MachineRef::of(&req.desired.machine);
+        if let Some(e) = self.unserved(&m) {
+            return UpdateMachineResponse::new(Status::Failure, e, 0);
+        }
         if !req
             .desired
             .bootstrap_config
@@ -435,6 +456,16 @@ impl Extension {
         // of the spec as it is applied when the node reports its Kubernetes version
         // (nearly always; otherwise it is asked about again below). The coverage is left
         // out while an operation runs: nothing could be started then.
+        if self.check_node_first() {
+            let v = match inspect(&mut c, t, status_only()).await {
+                Ok(v) => v,
+                Err(s) => return trouble(s),
+            };
+            if let Err(e) = self.check_node(m, &addr, &v.status) {
+                tracing::warn!(machine = %esc(&m.key()), agent = %addr, error = %e, "UpdateMachine refused: wrong node");
+                return UpdateMachineResponse::new(Status::Failure, e, 0);
+            }
+        }
         let guess = capi::update_node_spec(desired, true);
         let req = pb::InspectRequest {
             desired: Some(guess.clone()),
@@ -566,6 +597,30 @@ impl Extension {
                 wait(format!("{}{detail}", crate::apply::phase_name(phase)))
             }
         }
+    }
+
+    /// Whether the node check must pass before any spec is sent: the address may come
+    /// from Machine annotations or labels (`resolver.template`), which a Machine editor
+    /// can point at any agent, and a desired spec carries file contents. Otherwise the
+    /// address is the operator's (static map, or a template over name and namespace) and
+    /// UpdateMachine checks the node in its first round trip.
+    fn check_node_first(&self) -> bool {
+        self.config
+            .resolver
+            .template
+            .as_deref()
+            .is_some_and(resolve::uses_metadata)
+    }
+
+    /// `Failure` text for a Machine whose namespace `resolver.namespaces` does not list.
+    fn unserved(&self, m: &MachineRef) -> Option<String> {
+        let ns = &self.config.resolver.namespaces;
+        (!ns.is_empty() && !ns.contains(&m.namespace)).then(|| {
+            format!(
+                "Machine {} is in a namespace this extension does not serve (resolver.namespaces: {ns:?}): no node was asked",
+                esc(&m.key())
+            )
+        })
     }
 
     /// Checks that the agent at `addr` reports the node Machine `m` runs on

@@ -152,6 +152,64 @@ pub fn expected_node_name(
         .map_err(|e| format!("resolver.node_name: {e}"))
 }
 
+/// Whether `template` takes anything from a Machine's annotations or labels, which anyone
+/// who may edit Machine objects can set.
+pub fn uses_metadata(template: &str) -> bool {
+    template.contains("{annotation:") || template.contains("{label:")
+}
+
+/// The host part of an address template: the text before its last `:` outside `{...}`
+/// (so `{annotation:port}` is not taken for the port separator).
+fn template_host(template: &str) -> &str {
+    let mut depth = 0usize;
+    let mut cut = template.len();
+    for (i, c) in template.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ':' if depth == 0 => cut = i,
+            _ => {}
+        }
+    }
+    &template[..cut]
+}
+
+/// Checks at config load that a Machine of one namespace can never be sent to the agent of
+/// a node of another: two Machines may share a name across namespaces (one namespace's
+/// editors can create a Machine named like another's), and the node check
+/// ([`expected_node_name`]) compares node names only. Bound means one of:
+/// - `namespaces` (`resolver.namespaces`) lists a single namespace, the only one served;
+/// - the template's host part uses `{namespace}` and no annotation or label (the operator's
+///   DNS then says which host serves which namespace);
+/// - `server_name` (`agent.server_name`, the name verified in the agent's certificate
+///   before anything is sent) uses `{namespace}` and only `{name}` and `{namespace}`
+///   (the operator's agent CA then binds each node to its Machine's namespace).
+///
+/// `resolver.static` needs no check (the operator writes every `namespace/name`). The
+/// error states the three fixes.
+pub fn check_namespace_binding(
+    template: &str,
+    server_name: &str,
+    namespaces: &[String],
+) -> Result<(), String> {
+    let host = template_host(template);
+    let host_bound = host.contains("{namespace}") && !uses_metadata(host);
+    let name_bound = server_name.contains("{namespace}")
+        && !uses_metadata(server_name)
+        && !server_name.contains("{host}");
+    if namespaces.len() == 1 || host_bound || name_bound {
+        return Ok(());
+    }
+    let why = if uses_metadata(host) {
+        "its host comes from Machine annotations or labels, which any Machine editor can point at another namespace's node"
+    } else {
+        "its host does not depend on {namespace}, so a Machine of another namespace with the same name reaches the same node"
+    };
+    Err(format!(
+        "{template:?}: {why}; use {{namespace}} (and no annotation or label) in the host part, or set agent.server_name to a template with {{namespace}} over {{name}}/{{namespace}} only (each agent's certificate then carries that SAN), or list the one namespace served in resolver.namespaces"
+    ))
+}
+
 /// Tries each resolver in order; the first address wins. Errors list every miss.
 #[derive(Debug, Default)]
 pub struct Chain(pub Vec<Box<dyn AgentResolver>>);
@@ -216,6 +274,52 @@ mod tests {
             "{e}"
         );
         assert_eq!(host_of("[::1]:7443"), "::1");
+        assert_eq!(
+            template_host("{name}.{namespace}.x:{annotation:port}"),
+            "{name}.{namespace}.x"
+        );
+    }
+
+    #[test]
+    fn a_template_must_bind_the_namespace() {
+        let ok = |t: &str, sn: &str, ns: &[&str]| {
+            let ns: Vec<String> = ns.iter().map(|s| s.to_string()).collect();
+            check_namespace_binding(t, sn, &ns)
+        };
+        // bound by the host
+        ok("{name}.{namespace}.nodes.example.com:7443", "{host}", &[]).unwrap();
+        ok("{name}.{namespace}.x:{annotation:port}", "{host}", &[]).unwrap();
+        // bound by the certificate name
+        ok("{annotation:addr}", "{name}.{namespace}.agents", &[]).unwrap();
+        // bound by serving one namespace
+        ok("{name}:7443", "{host}", &["site-a"]).unwrap();
+        // not bound: name only, annotations, labels, a server name from the host
+        for (t, sn, why) in [
+            ("{name}:7443", "{host}", "does not depend on {namespace}"),
+            ("{annotation:addr}", "{host}", "annotations or labels"),
+            (
+                "{label:rack}.{namespace}.x:1",
+                "{host}",
+                "annotations or labels",
+            ),
+            (
+                "{annotation:addr}",
+                "{host}.{namespace}",
+                "annotations or labels",
+            ),
+            (
+                "{annotation:addr}",
+                "{annotation:ns}",
+                "annotations or labels",
+            ),
+        ] {
+            let e = ok(t, sn, &[]).unwrap_err();
+            assert!(
+                e.contains(why) && e.contains("resolver.namespaces"),
+                "{t} {sn}: {e}"
+            );
+        }
+        assert!(ok("{name}:7443", "{host}", &["a", "b"]).is_err());
         assert_eq!(host_of("node-3:7443"), "node-3");
     }
 }

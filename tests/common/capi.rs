@@ -116,6 +116,24 @@ impl Extension {
         extra: &str,
         level: &str,
     ) -> Extension {
+        Extension::start_resolving(
+            pki,
+            agents,
+            extra,
+            level,
+            "template = \"{name}.{namespace}.nodes.invalid:7443\"\n",
+        )
+    }
+
+    /// [`Extension::start_logging`] with `resolver` as the `[resolver]` table's keys
+    /// (before its `[resolver.static]` of `agents`).
+    pub fn start_resolving(
+        pki: &Pki,
+        agents: &[(&str, &str)],
+        extra: &str,
+        level: &str,
+        resolver: &str,
+    ) -> Extension {
         let d = pki.dir.path();
         let client = leaf(
             &pki.ext_ca,
@@ -131,7 +149,7 @@ impl Extension {
              [[server.clients]]\nidentity = \"{CAPI_ID}\"\n\
              [agent]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\ntimeout_seconds = 5\n\
              [update]\nretry_after_seconds = 30\n{extra}\n\
-             [resolver]\ntemplate = \"{{name}}.{{namespace}}.nodes.invalid:7443\"\n[resolver.static]\n",
+             [resolver]\n{resolver}[resolver.static]\n",
             write(d, "ext.crt", &server.0),
             write(d, "ext.key", &server.1),
             write(d, "capi-ca.crt", &pki.capi_ca.pem),
