@@ -3,6 +3,7 @@
 # and every inplaced_* / inplace_extension_* metric name the rules use must be one the
 # binaries export (the names are read from the metric tables in src/metrics.rs and
 # src/extension/metrics.rs, which tests/metrics.rs and tests/capi.rs assert are scraped).
+# Then the identity rules of deploy/extension.yaml (deploy/check-extension.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v promtool >/dev/null; then
@@ -23,3 +24,12 @@ for m in $used; do
 done
 [ "$missing" = 0 ]
 echo "alerts: $(grep -c -- '- alert:' deploy/alerts.yaml) rules checked"
+
+# deploy/extension.yaml's identity rules (README "Who can obtain CAPI's identity"):
+# deploy/check-extension.py, its mutations first (each must be reported)
+if ! python3 -c 'import yaml' 2>/dev/null; then
+    python3 -m pip install --quiet pyyaml 2>/dev/null ||
+        { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-yaml >/dev/null; }
+fi
+python3 deploy/check-extension.py --self-test
+python3 deploy/check-extension.py
