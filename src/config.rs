@@ -332,9 +332,13 @@ impl IdentityKind {
     }
 
     /// Checks an allowlist entry at config load: `key` names it in the error (e.g.
-    /// `api.tcp.clients[0]`). Errors: an empty identity; `match = "uri"` on text without a
-    /// URI scheme; `match = "dns"` on text that is no DNS name (a `:`, `/` or space in
-    /// it), each with the fix.
+    /// `api.tcp.clients[0]`). Refused, each with the fix: an empty identity or one with
+    /// leading or trailing white space (it could never equal a certificate name); an
+    /// identity whose kind is guessed (no `match`) but ambiguous: a scheme without `//`
+    /// other than `urn:` (`system:node:edge-1` is a CN, `host:443` no name at all), or an
+    /// upper-case scheme (SPIFFE IDs have a lower-case scheme, and a SAN carries it so);
+    /// `match = "uri"` on text without a URI scheme; `match = "dns"` (declared or
+    /// guessed) on text that is no DNS name (a `:`, `/` or space in it).
     pub fn check_entry(
         key: &str,
         identity: &str,
@@ -345,12 +349,39 @@ impl IdentityKind {
                 "{key}.identity: empty; give the client certificate's URI SAN (spiffe://...), DNS SAN, or a CN with match = \"cn\""
             ));
         }
-        match IdentityKind::of_entry(identity, declared) {
+        if identity.trim() != identity {
+            return Err(format!(
+                "{key}.identity {identity:?}: leading or trailing white space; no certificate name has it"
+            ));
+        }
+        let kind = IdentityKind::of_entry(identity, declared);
+        let guessed = if declared.is_none() { " (taken as" } else { "" };
+        match kind {
             IdentityKind::Uri if !has_uri_scheme(identity) => Err(format!(
                 "{key}: match = \"uri\" but {identity:?} is no URI (it has no scheme such as spiffe://); fix the identity or the match key"
             )),
+            IdentityKind::Uri if declared.is_none() => {
+                let (scheme, rest) = identity.split_once(':').unwrap_or_default();
+                if scheme.chars().any(|c| c.is_ascii_uppercase()) {
+                    Err(format!(
+                        "{key}.identity {identity:?}: write the scheme in lower case ({}:...), as certificates carry it",
+                        scheme.to_ascii_lowercase()
+                    ))
+                } else if !rest.starts_with("//") && scheme != "urn" {
+                    Err(format!(
+                        "{key}.identity {identity:?}{guessed} a URI SAN, from its \"{scheme}:\") has no \"//\": for a subject CN write match = \"cn\"; for a URI SAN without an authority write match = \"uri\""
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
             IdentityKind::Dns if identity.contains([':', '/', ' ']) => Err(format!(
-                "{key}: match = \"dns\" but {identity:?} is no DNS name; for a subject CN write match = \"cn\""
+                "{key}.identity {identity:?}{}: no DNS name (a port, path or space in it); for a subject CN write match = \"cn\"",
+                if declared.is_none() {
+                    " (taken as a DNS SAN: it has no URI scheme)"
+                } else {
+                    " (match = \"dns\")"
+                }
             )),
             _ => Ok(()),
         }

@@ -14,14 +14,15 @@ use std::fmt::Write as _;
 /// `s` with every character that could forge a line or drive a terminal written as an
 /// escape: `\n`, `\r`, `\t` as those two characters, other C0 and C1 controls and DEL
 /// as `\u{..}`, and the Unicode line and paragraph separators and bidirectional
-/// controls (U+2028/9, U+200E/F, U+202A..E, U+2066..9; the "Trojan Source" class,
+/// controls (U+2028/9, U+061C, U+200E/F, U+202A..E, U+2066..9: every Bidi_Control
+/// character of Unicode's PropList.txt; the "Trojan Source" class,
 /// CVE-2021-42574) likewise. Text without any is borrowed unchanged. Used for every
 /// string that may come from a request or an agent: the log lines of both programs and
 /// `inplacectl`'s tables.
 pub fn escape_controls(s: &str) -> Cow<'_, str> {
     fn risky(c: char) -> bool {
         c.is_control()
-            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+            || matches!(c, '\u{061C}' | '\u{2028}' | '\u{2029}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
     }
     if !s.chars().any(risky) {
         return Cow::Borrowed(s);
@@ -157,10 +158,42 @@ fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 
         if field.name() == "message" {
             write!(w, "{}", escape_controls(&text))
         } else {
-            write!(w, "{field}={}", escape_controls(&text))
+            write!(w, "{field}={}", field_value(&text))
         }
     })
     .delimited(" ")
+}
+
+/// A field value for a `name=value` log line: escaped ([`escape_controls`]), and quoted
+/// (`"..."` with `\"` and `\\` escaped) when it holds a space, `=` or `"`, so text from a
+/// request can not add a field of its own to the line (`machine=a covered=true`). Values
+/// that are already a Debug-quoted string (start and end with `"`) are kept as they are.
+fn field_value(text: &str) -> Cow<'_, str> {
+    let escaped = escape_controls(text);
+    if debug_quoted(text) || !escaped.contains([' ', '=', '"']) {
+        return escaped;
+    }
+    // as Debug quotes: `\` and `"` first, then the controls (so `\n` inside the quotes is
+    // a newline, `\\n` a backslash and an n)
+    let inner = text.replace('\\', "\\\\").replace('"', "\\\"");
+    Cow::Owned(format!("\"{}\"", escape_controls(&inner)))
+}
+
+/// Whether `text` is one Debug-quoted string: `"` at both ends and every `"` between
+/// them escaped with a backslash.
+fn debug_quoted(text: &str) -> bool {
+    let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) else {
+        return false;
+    };
+    let mut escaped = false;
+    for c in inner.chars() {
+        match (escaped, c) {
+            (false, '\\') => escaped = true,
+            (false, '"') => return false,
+            _ => escaped = false,
+        }
+    }
+    !escaped
 }
 
 /// Installs the global subscriber: journald when stderr is the journal, stderr lines
@@ -192,6 +225,7 @@ pub fn init(filter: &str) {
 #[cfg(test)]
 mod tests {
     use super::Fields;
+    use super::{debug_quoted, escape_controls, escape_controls_in_lines, field_value};
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -225,5 +259,39 @@ mod tests {
             vec![("operation".to_string(), "op-1".to_string())]
         );
         assert_eq!(got[1].0, "change");
+    }
+
+    #[test]
+    fn request_strings_are_escaped_and_fields_can_not_be_added() {
+        assert_eq!(escape_controls("plain"), "plain");
+        assert_eq!(
+            escape_controls("a\nb\rc\td\u{1b}[2J\u{7f}\u{85}"),
+            "a\\nb\\rc\\td\\u{1b}[2J\\u{7f}\\u{85}"
+        );
+        for bidi in [
+            '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}',
+            '\u{2028}', '\u{2029}',
+        ] {
+            let s = format!("x{bidi}y");
+            assert_eq!(escape_controls(&s), format!("x\\u{{{:x}}}y", bidi as u32));
+        }
+        assert_eq!(
+            escape_controls_in_lines("+a\tb\n+c\u{1b}\n"),
+            "+a\tb\n+c\\u{1b}\n"
+        );
+        // a value with a space or `=` is quoted, so it can not pose as another field
+        assert_eq!(
+            field_value("127.0.0.1:1 machine=site-a/victim covered=true"),
+            "\"127.0.0.1:1 machine=site-a/victim covered=true\""
+        );
+        assert_eq!(field_value("site-a/edge-1"), "site-a/edge-1");
+        assert_eq!(field_value(r#"a "b" c"#), r#""a \"b\" c""#);
+        // a Debug-quoted string is kept; one that only looks quoted is quoted again
+        assert!(debug_quoted(r#""a \" b""#));
+        assert!(!debug_quoted(r#""x" covered=true "y""#));
+        assert_eq!(
+            field_value(r#""x" covered=true "y""#),
+            r#""\"x\" covered=true \"y\"""#
+        );
     }
 }

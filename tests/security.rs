@@ -256,6 +256,16 @@ async fn an_annotation_resolver_sends_no_spec_before_the_node_check() {
     // the systemd-boot fixture is node edge-1-md-0-5f8c7d9b4x-k2v9w, not edge-1-cp-7xk2p
     let mut node = Node::new("systemd-boot");
     let addr = pki.agent(&node);
+    // the agent's certificate names its Machine's namespace (agent.server_name below)
+    let cert = leaf(
+        &pki.agent_ca,
+        "node",
+        vec![SanType::DnsName(
+            "site-a.agents.invalid".try_into().unwrap(),
+        )],
+    );
+    write(node.dir.path(), "server.crt", &cert.0);
+    write(node.dir.path(), "server.key", &cert.1);
     let metrics = format!("127.0.0.1:{}", free_port());
     let mut cfg = std::fs::read_to_string(&node.config).unwrap();
     cfg.push_str(&format!("[metrics]\nlisten = \"{metrics}\"\n"));
@@ -266,7 +276,10 @@ async fn an_annotation_resolver_sends_no_spec_before_the_node_check() {
         &[],
         "",
         "debug",
-        "template = \"{annotation:inplaced.io/agent}\"\nnamespaces = [\"site-a\"]\n",
+        (
+            "server_name = \"{namespace}.agents.invalid\"\n",
+            "template = \"{annotation:inplaced.io/agent}\"\nnamespaces = [\"site-a\"]\n",
+        ),
     );
     let mut can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
     assert_eq!(can["desired"]["machine"]["metadata"]["namespace"], "site-a");
@@ -352,6 +365,21 @@ fn resolvers_that_cross_namespaces_are_refused_at_load() {
             "",
             "template = \"{name}:7443\"\nnamespaces = [\"a\", \"b\"]\n",
         ),
+        // one namespace served does not bind an address from an annotation (it can name
+        // any agent that trusts the extension)
+        (
+            "",
+            "template = \"{annotation:addr}\"\nnamespaces = [\"site-a\"]\n",
+        ),
+        // {namespace} joined to other text: edge-1 in cp-x and edge-1-cp in x collide
+        (
+            "",
+            "template = \"{name}-{namespace}.nodes.example.com:7443\"\n",
+        ),
+        (
+            "server_name = \"{name}-{namespace}\"\n",
+            "template = \"{annotation:addr}\"\n",
+        ),
     ] {
         let e = load(agent, resolver).unwrap_err().to_string();
         assert!(
@@ -370,7 +398,7 @@ fn resolvers_that_cross_namespaces_are_refused_at_load() {
         ),
         (
             "",
-            "template = \"{annotation:addr}\"\nnamespaces = [\"site-a\"]\n",
+            "template = \"{name}:7443\"\nnamespaces = [\"site-a\"]\n",
         ),
         ("", "[resolver.static]\n\"site-a/m\" = \"10.0.0.1:7443\"\n"),
     ] {
@@ -392,7 +420,9 @@ async fn request_strings_can_not_forge_log_lines() {
     assert_eq!(v["status"], "Failure", "{v}");
     let log = std::fs::read_to_string(&ext.log).unwrap();
     assert!(
-        log.contains("edge-1\\nFORGED INFO all nodes updated\\r\\u{1b}[2J\\u{202e}txt"),
+        log.contains(
+            "machine=\"site-a/edge-1\\nFORGED INFO all nodes updated\\r\\u{1b}[2J\\u{202e}txt\""
+        ),
         "{log}"
     );
     assert!(!log.lines().any(|l| l.starts_with("FORGED")), "{log}");
@@ -540,9 +570,30 @@ fn allowlist_entries_that_can_not_match_are_refused_at_load() {
         ),
         (
             "identity = \"system:node:edge-1\"\nmatch = \"dns\"\n",
-            "api.tcp.clients[0]: match = \"dns\" but \"system:node:edge-1\" is no DNS name",
+            "api.tcp.clients[0].identity \"system:node:edge-1\" (match = \"dns\"): no DNS name",
         ),
         ("identity = \"\"\n", "api.tcp.clients[0].identity: empty"),
+        // a kind that would be guessed wrong is refused rather than guessed
+        (
+            "identity = \"system:node:edge-1\"\n",
+            "has no \"//\": for a subject CN write match = \"cn\"",
+        ),
+        (
+            "identity = \"ops-admin.example.com:443\"\n",
+            "has no \"//\": for a subject CN write match = \"cn\"",
+        ),
+        (
+            "identity = \"1ops.example.com:443\"\n",
+            "(taken as a DNS SAN: it has no URI scheme): no DNS name",
+        ),
+        (
+            "identity = \"SPIFFE://mgmt/ns/capi-system/sa/capi-manager\"\n",
+            "write the scheme in lower case (spiffe:...)",
+        ),
+        (
+            "identity = \"spiffe://mgmt/capi \"\n",
+            "leading or trailing white space",
+        ),
     ] {
         let e = inplaced::config::Config::parse(
             &format!("[[api.tcp.clients]]\n{entry}role = \"admin\"\n"),

@@ -395,7 +395,7 @@ async fn watch(
                 "[{:>5.1}s] {:<26} {}\n",
                 start.elapsed().as_secs_f64(),
                 render::phase(op.phase),
-                op.message
+                crate::logging::escape_controls(&op.message)
             ));
         }
         last = Some(op);

@@ -403,7 +403,8 @@ pub fn error_chain(e: &anyhow::Error) -> String {
         }
         parts.push(text);
     }
-    parts.join(": ")
+    // a status message is the agent's text (it may quote a request): one line, escaped
+    esc(&parts.join(": ")).into_owned()
 }
 
 #[cfg(test)]
@@ -433,6 +434,20 @@ mod tests {
         let mut s = pb::NodeStatus::default();
         s.problems.push("a\nproblem:         forged".into());
         assert_eq!(status(&s).matches("\nproblem:").count(), 1);
+    }
+
+    #[test]
+    fn an_agent_error_is_one_escaped_line() {
+        let e = anyhow::Error::new(tonic::Status::not_found(
+            "applying\n[  0.1s] Succeeded\u{1b}]0;x\u{7}",
+        ))
+        .context("get operation");
+        let text = error_chain(&e);
+        assert!(!text.contains(['\n', '\u{1b}', '\u{7}']), "{text}");
+        assert!(
+            text.contains("NotFound: applying\\n[  0.1s] Succeeded\\u{1b}"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -193,21 +193,38 @@ pub fn check_namespace_binding(
     namespaces: &[String],
 ) -> Result<(), String> {
     let host = template_host(template);
-    let host_bound = host.contains("{namespace}") && !uses_metadata(host);
-    let name_bound = server_name.contains("{namespace}")
+    let host_bound = namespace_label(host) && !uses_metadata(host);
+    let name_bound = namespace_label(server_name)
         && !uses_metadata(server_name)
         && !server_name.contains("{host}");
-    if namespaces.len() == 1 || host_bound || name_bound {
+    // one namespace served binds a host the operator's DNS gives, not one from metadata
+    // (an annotation can name any agent that trusts the extension, in any namespace)
+    let one_namespace = namespaces.len() == 1 && !uses_metadata(host);
+    if host_bound || name_bound || one_namespace {
         return Ok(());
     }
     let why = if uses_metadata(host) {
         "its host comes from Machine annotations or labels, which any Machine editor can point at another namespace's node"
     } else {
-        "its host does not depend on {namespace}, so a Machine of another namespace with the same name reaches the same node"
+        "its host does not have {namespace} as a label of its own, so a Machine of another namespace can reach the same node (edge-1 in cp-x and edge-1-cp in x both give edge-1-cp-x with {name}-{namespace})"
     };
     Err(format!(
-        "{template:?}: {why}; use {{namespace}} (and no annotation or label) in the host part, or set agent.server_name to a template with {{namespace}} over {{name}}/{{namespace}} only (each agent's certificate then carries that SAN), or list the one namespace served in resolver.namespaces"
+        "{template:?}: {why}; use {{namespace}} as a whole DNS label (between dots) and no annotation or label in the host part, or set agent.server_name to a template with {{namespace}} as a whole label over {{name}}/{{namespace}} only (each agent's certificate then carries that SAN), or, for a host without annotations or labels, list the one namespace served in resolver.namespaces"
     ))
+}
+
+/// Whether `{namespace}` occurs in `text` as a DNS label of its own: each side the start
+/// or end of the text or a `.` (`:` too after it, before a port). A namespace is an RFC
+/// 1123 label (no dots), so only then does the expanded text give the namespace back:
+/// `{name}-{namespace}` gives `edge-1-cp-x` for Machine `edge-1` in `cp-x` and for
+/// `edge-1-cp` in `x`.
+fn namespace_label(text: &str) -> bool {
+    const NS: &str = "{namespace}";
+    text.match_indices(NS).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + NS.len()..].chars().next();
+        matches!(before, None | Some('.')) && matches!(after, None | Some('.' | ':'))
+    })
 }
 
 /// Tries each resolver in order; the first address wins. Errors list every miss.
@@ -291,11 +308,25 @@ mod tests {
         ok("{name}.{namespace}.x:{annotation:port}", "{host}", &[]).unwrap();
         // bound by the certificate name
         ok("{annotation:addr}", "{name}.{namespace}.agents", &[]).unwrap();
-        // bound by serving one namespace
+        // bound by serving one namespace (a host the operator's DNS gives)
         ok("{name}:7443", "{host}", &["site-a"]).unwrap();
+        ok("{annotation:addr}", "{host}", &["site-a"]).unwrap_err();
+        // {namespace} joined to other text is no binding (break-it finding 1)
+        for t in [
+            "{name}-{namespace}.x:1",
+            "{name}{namespace}.x:1",
+            "{namespace}-{name}.x:1",
+            "x.{namespace}{name}:1",
+        ] {
+            ok(t, "{host}", &[]).unwrap_err();
+        }
+        ok("{annotation:a}", "{name}-{namespace}", &[]).unwrap_err();
+        ok("{annotation:a}", "{namespace}{name}.agents", &[]).unwrap_err();
+        ok("{namespace}.{name}.x:1", "{host}", &[]).unwrap();
+        ok("{name}.{namespace}:1", "{host}", &[]).unwrap();
         // not bound: name only, annotations, labels, a server name from the host
         for (t, sn, why) in [
-            ("{name}:7443", "{host}", "does not depend on {namespace}"),
+            ("{name}:7443", "{host}", "as a label of its own"),
             ("{annotation:addr}", "{host}", "annotations or labels"),
             (
                 "{label:rack}.{namespace}.x:1",

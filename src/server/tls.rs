@@ -230,12 +230,17 @@ impl CertNames {
     /// [`IdentityKind::of_entry`]: crate::config::IdentityKind::of_entry
     pub fn matches(&self, identity: &str, kind: Option<crate::config::IdentityKind>) -> bool {
         use crate::config::IdentityKind;
-        let names = match IdentityKind::of_entry(identity, kind) {
-            IdentityKind::Uri => &self.uris,
-            IdentityKind::Dns => &self.dns,
-            IdentityKind::Cn => &self.cns,
-        };
-        names.iter().any(|n| n == identity)
+        match IdentityKind::of_entry(identity, kind) {
+            IdentityKind::Uri => self.uris.iter().any(|n| n == identity),
+            // RFC 5280 §7.2 / RFC 6125 §6.4.1: DNS names compare case-insensitively, and
+            // the absolute form (a trailing dot) names the same host
+            IdentityKind::Dns => {
+                let bare = |n: &str| n.strip_suffix('.').unwrap_or(n).to_ascii_lowercase();
+                self.dns.iter().any(|n| bare(n) == bare(identity))
+            }
+            // RFC 6125 §6.4.4: the most specific (last) CN of the subject is the one read
+            IdentityKind::Cn => self.cns.last().is_some_and(|n| n == identity),
+        }
     }
 
     /// A hint for a refused certificate: the entries that its CN equals but that are not
@@ -476,4 +481,46 @@ pub fn incoming(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CertNames;
+    use crate::config::IdentityKind;
+
+    fn names(uris: &[&str], dns: &[&str], cns: &[&str]) -> CertNames {
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();
+        CertNames {
+            uris: v(uris),
+            dns: v(dns),
+            cns: v(cns),
+        }
+    }
+
+    #[test]
+    fn an_entry_reads_one_kind_of_name() {
+        let id = "spiffe://mgmt/ns/capi-system/sa/capi-manager";
+        // a CN never passes for a URI or DNS entry
+        assert!(!names(&[], &[], &[id]).matches(id, None));
+        assert!(!names(&[], &["ops.example.com"], &[id]).matches(id, None));
+        assert!(!names(&[], &[], &["ops.example.com"]).matches("ops.example.com", None));
+        assert!(names(&[id], &[], &["x"]).matches(id, None));
+        // URIs compare exactly (SPIFFE paths are case-sensitive)
+        assert!(!names(&[&id.to_uppercase()], &[], &[]).matches(id, None));
+        assert!(!names(&[&format!("{id}/")], &[], &[]).matches(id, None));
+        // DNS names compare case-insensitively, the absolute form included (RFC 5280 §7.2)
+        for san in ["OPS.example.com", "ops.example.com.", "ops.EXAMPLE.com"] {
+            assert!(
+                names(&[], &[san], &[]).matches("ops.example.com", None),
+                "{san}"
+            );
+        }
+        assert!(names(&[], &["ops.example.com"], &[]).matches("Ops.Example.com", None));
+        assert!(!names(&[], &["*.example.com"], &[]).matches("ops.example.com", None));
+        // a CN entry reads the last (most specific) CN only (RFC 6125 §6.4.4)
+        let cn = Some(IdentityKind::Cn);
+        assert!(names(&[], &[], &["a", "monitoring"]).matches("monitoring", cn));
+        assert!(!names(&[], &[], &["monitoring", "stranger"]).matches("monitoring", cn));
+        assert!(!names(&[], &["monitoring"], &[]).matches("monitoring", cn));
+    }
 }

@@ -121,18 +121,19 @@ impl Extension {
             agents,
             extra,
             level,
-            "template = \"{name}.{namespace}.nodes.invalid:7443\"\n",
+            ("", "template = \"{name}.{namespace}.nodes.invalid:7443\"\n"),
         )
     }
 
-    /// [`Extension::start_logging`] with `resolver` as the `[resolver]` table's keys
-    /// (before its `[resolver.static]` of `agents`).
+    /// [`Extension::start_logging`] with `agent_keys` added to the `[agent]` table and
+    /// `resolver_keys` as the `[resolver]` table's keys (before its `[resolver.static]`
+    /// of `agents`).
     pub fn start_resolving(
         pki: &Pki,
         agents: &[(&str, &str)],
         extra: &str,
         level: &str,
-        resolver: &str,
+        (agent_keys, resolver): (&str, &str),
     ) -> Extension {
         let d = pki.dir.path();
         let client = leaf(
@@ -147,7 +148,7 @@ impl Extension {
         let mut cfg = format!(
             "[server]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
              [[server.clients]]\nidentity = \"{CAPI_ID}\"\n\
-             [agent]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\ntimeout_seconds = 5\n\
+             [agent]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\ntimeout_seconds = 5\n{agent_keys}\
              [update]\nretry_after_seconds = 30\n{extra}\n\
              [resolver]\n{resolver}[resolver.static]\n",
             write(d, "ext.crt", &server.0),
