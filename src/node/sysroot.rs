@@ -727,6 +727,20 @@ impl Sysroot {
         gid: u32,
         durability: Durability,
     ) -> Result<Vec<String>> {
+        self.write_atomic_from(path, &mut &content[..], mode, uid, gid, durability)
+    }
+
+    /// [`Sysroot::write_atomic_with`] with the content streamed from `src` (copied
+    /// through a fixed-size buffer: memory does not grow with the content's size).
+    pub fn write_atomic_from(
+        &self,
+        path: &str,
+        src: &mut dyn std::io::Read,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        durability: Durability,
+    ) -> Result<Vec<String>> {
         let (dir, name, created) = self.ensure_parent(path)?;
         match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if kind_of(&st) == Kind::Symlink => {
@@ -757,8 +771,7 @@ impl Sysroot {
             e
         };
         let mut f = std::fs::File::from(fd);
-        f.write_all(content)
-            .map_err(|e| cleanup(io_err(path, "write", e)))?;
+        std::io::copy(src, &mut f).map_err(|e| cleanup(io_err(path, "write", e)))?;
         set_owner_mode(&f, uid, gid, mode).map_err(|e| cleanup(io_err(path, "chown/chmod", e)))?;
         if durability != Durability::Lazy {
             fsync(&f).map_err(|e| cleanup(io_err(path, "fsync", e)))?;
