@@ -509,3 +509,50 @@ async fn unsigned_versions_and_a_missing_trust_anchor_are_not_covered_unless_opt
         "{asked:?}"
     );
 }
+
+#[tokio::test]
+async fn a_rollback_restores_a_large_binary_without_holding_it_in_memory() {
+    const SIZE: usize = 64 << 20;
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    // the new kubelet reports another version: the upgrade is rolled back after the
+    // kubelet was replaced
+    let liar = kubelet("kubelet", "v1.35.1");
+    mirror.publish("v1.35.2", "kubelet", &liar, &Leaf::upstream());
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    // the node's kubelet is 64 MiB (the script exits before the padding)
+    let mut old = kubelet("kubelet", "v1.34.3");
+    old.extend_from_slice(b"exit 0\n");
+    old.extend(std::iter::repeat_n(b'#', SIZE - old.len()));
+    std::fs::write(node.path("/usr/bin/kubelet"), &old).unwrap();
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    node.start();
+    let pid = node.pid().unwrap();
+    let r = coverage(&node, TO_135).await;
+    assert!(change(&r, "kubernetes.version").covered);
+    let before_rss = peak_rss_kib(pid);
+    let before = snapshot(&node.root);
+    let op = apply(&node, TO_135, "k8s-liar").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
+    assert!(
+        op.message
+            .contains("the installed kubelet reports v1.35.1, not the target v1.35.2"),
+        "{}",
+        op.message
+    );
+    assert!(
+        op.actions.iter().any(|a| a
+            == "saved the previous /usr/bin/kubelet as /var/lib/inplaced-kubernetes/previous/kubelet-v1.34.3"),
+        "{:?}",
+        op.actions
+    );
+    assert!(std::fs::read(node.path("/usr/bin/kubelet")).unwrap() == old);
+    assert_eq!(snapshot(&node.root), before);
+    let grew = peak_rss_kib(pid).saturating_sub(before_rss);
+    eprintln!("peak RSS grew by {grew} KiB saving and restoring a 64 MiB kubelet");
+    assert!(
+        grew < 24 << 10,
+        "peak RSS grew by {grew} KiB for a 64 MiB kubelet"
+    );
+}

@@ -63,6 +63,16 @@ pub struct Fetched {
 pub enum Restore {
     /// Write the file back (None: remove it).
     File(String, Option<(Vec<u8>, Entry)>),
+    /// Write the file back from a copy kept on the node (the backup of a replaced
+    /// binary), streamed: a binary is never held in memory for its undo.
+    Copy {
+        /// The node path to restore.
+        path: String,
+        /// The node path of the copy.
+        from: String,
+        /// The mode and owner to restore.
+        entry: Entry,
+    },
     /// Run a command (a package install of the previous version).
     Command(Vec<String>),
     /// Restart the unit (the kubelet, with the restored files).
@@ -88,6 +98,22 @@ impl Restore {
                 .remove(path)
                 .map(|_| ())
                 .map_err(|e| format!("{path}: {e}")),
+            Restore::Copy { path, from, entry } => {
+                let mut src = root
+                    .open_read(from)
+                    .map_err(|e| format!("{from}: {e}"))?
+                    .ok_or_else(|| format!("{from} is gone, {path} can not be restored"))?;
+                root.write_atomic_from(
+                    path,
+                    &mut src,
+                    entry.mode,
+                    entry.uid,
+                    entry.gid,
+                    Durability::Durable,
+                )
+                .map(|_| ())
+                .map_err(|e| format!("{path}: {e}"))
+            }
             Restore::Command(argv) => runner.run(argv).map(|_| ()).map_err(|e| e.to_string()),
             Restore::Restart(unit) => services.restart(unit).map_err(|e| e.to_string()),
             Restore::Dir(d) => root
@@ -281,18 +307,33 @@ fn install_file(
 ) -> Result<(), String> {
     let cfg = host.config;
     let path = cfg.bin_path(bin);
-    let before = snapshot(host.root, &path)?;
-    if let Some((content, e)) = &before {
-        let backup = format!("{}/{bin}-{}", cfg.backup_dir.trim_end_matches('/'), up.from);
-        let prev = snapshot(host.root, &backup)?;
-        let created = host
-            .root
-            .write_atomic(&backup, content, e.mode, e.uid, e.gid)
-            .map_err(|e| format!("saving the previous {bin}: {e}"))?;
-        undo.extend(created.into_iter().map(Restore::Dir));
-        undo.push(Restore::File(backup.clone(), prev));
-        progress.done(format!("saved the previous {path} as {backup}"));
-    }
+    let before = host.root.stat(&path).map_err(|e| e.to_string())?;
+    let undo_install = match &before {
+        Some(e) => {
+            let backup = format!("{}/{bin}-{}", cfg.backup_dir.trim_end_matches('/'), up.from);
+            // an older copy under that name (rare: an earlier upgrade from the same
+            // version) is kept in memory for its undo; the binary itself is streamed
+            let prev = snapshot(host.root, &backup)?;
+            let mut src = host
+                .root
+                .open_read(&path)
+                .map_err(|e| format!("saving the previous {bin}: {e}"))?
+                .ok_or_else(|| format!("saving the previous {bin}: {path} is gone"))?;
+            let created = host
+                .root
+                .write_atomic_from(&backup, &mut src, e.mode, e.uid, e.gid, Durability::Durable)
+                .map_err(|e| format!("saving the previous {bin}: {e}"))?;
+            undo.extend(created.into_iter().map(Restore::Dir));
+            undo.push(Restore::File(backup.clone(), prev));
+            progress.done(format!("saved the previous {path} as {backup}"));
+            Restore::Copy {
+                path: path.clone(),
+                from: backup,
+                entry: e.clone(),
+            }
+        }
+        None => Restore::File(path.clone(), None),
+    };
     let mut file = &staged.file;
     file.seek(SeekFrom::Start(0))
         .map_err(|e| format!("installing {path}: reading the staging file: {e}"))?;
@@ -301,7 +342,7 @@ fn install_file(
         .write_atomic_from(&path, &mut file, 0o755, 0, 0, Durability::Durable)
         .map_err(|e| format!("installing {path}: {e}"))?;
     undo.extend(created.into_iter().map(Restore::Dir));
-    undo.push(Restore::File(path.clone(), before));
+    undo.push(undo_install);
     progress.done(format!("installed {path} {} (0755 0:0)", up.to));
     Ok(())
 }
