@@ -116,7 +116,7 @@ impl Verification {
 pub fn describe(config: &KubernetesConfig) -> String {
     if config.verify_signatures {
         format!(
-            "each verified against upstream's sigstore signature by {} (OIDC issuer {}, certificate chained to the Fulcio roots in {}; no transparency-log check) and its SHA-256",
+            "each verified against a sigstore signature by {} (OIDC issuer {}, certificate chained to the Fulcio roots in {}; no transparency-log check) and its SHA-256",
             config.signature_identity, config.signature_issuer, config.fulcio_roots
         )
     } else {

@@ -329,7 +329,7 @@ fn install_file(
             Restore::Copy {
                 path: path.clone(),
                 from: backup,
-                entry: e.clone(),
+                entry: *e,
             }
         }
         None => Restore::File(path.clone(), None),
