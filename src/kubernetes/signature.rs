@@ -15,9 +15,11 @@
 //!   --certificate-oidc-issuer https://accounts.google.com
 //! ```
 //!
-//! The binaries are signed by `krel stage`, which runs as the
+//! The binaries are signed by `krel sign blobs` running as the
 //! `krel-staging@k8s-releng-prod.iam.gserviceaccount.com` service account
-//! (kubernetes/release `gcb/stage/cloudbuild.yaml`, `GOOGLE_SERVICE_ACCOUNT_NAME`);
+//! (kubernetes/release `gcb/release/cloudbuild.yaml`: `GOOGLE_SERVICE_ACCOUNT_NAME` and
+//! `--certificate-identity=krel-staging@… --certificate-oidc-issuer=https://accounts.google.com`;
+//! `cmd/krel/cmd/sign_blobs.go` writes `<file>.sig` and `<file>.cert`);
 //! `krel-trust@…` is the identity of the promoted container *images*, not of the
 //! binaries. `.sig` is the base64 of a DER ECDSA signature, `.cert` the base64 of the
 //! PEM of the Fulcio-issued leaf certificate (both are also accepted raw here). The
