@@ -556,3 +556,23 @@ async fn a_rollback_restores_a_large_binary_without_holding_it_in_memory() {
         "peak RSS grew by {grew} KiB for a 64 MiB kubelet"
     );
 }
+
+#[tokio::test]
+async fn a_binary_over_the_size_limit_fails_the_streamed_download() {
+    let mirror = Mirror::start();
+    let bins = mirror.release("v1.35.2");
+    let limit = bins["kubeadm"].len() - 1;
+    let config = format!("{}max_download_bytes = {limit}\n", url_config(&mirror));
+    let node = node_at("v1.34.3", &config);
+    refused(
+        &node,
+        &[
+            "kubeadm: ",
+            &format!("(limit {limit} bytes, kubernetes.max_download_bytes)"),
+        ],
+    )
+    .await;
+    // the staging file of the refused download is gone
+    let staging = node.state.join("kubernetes-staging");
+    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+}
