@@ -602,6 +602,12 @@ impl Config {
                 });
             }
         }
+        c.kubernetes
+            .validate()
+            .map_err(|message| ConfigError::Parse {
+                path: origin.to_string(),
+                message,
+            })?;
         Ok(c)
     }
 

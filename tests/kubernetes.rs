@@ -1,11 +1,14 @@
 //! The `kubernetes` section end to end: the real daemon on a copy of the ubuntu fixture,
 //! with stand-in kubeadm/kubelet/kubectl executables installed in the sysroot (no real
-//! ones can be fetched here) and the `url` source served by a loopback HTTP server in the
-//! upstream release layout with real SHA-256 files.
+//! ones can be fetched here) and the `url` source served by a loopback HTTPS server in the
+//! upstream release layout with real SHA-256 files and sigstore-style signatures by a
+//! test Fulcio (tests/kubernetes_fetch.rs tests the signatures themselves).
 
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
+
+use sha2::Digest;
 
 use common::k8s::{Mirror, binaries, install_standins, url_config};
 use common::{Node, apply, change, coverage, snapshot, status};
@@ -48,19 +51,36 @@ async fn minor_upgrade_over_url_installs_verified_binaries_in_the_guides_order()
         vec!["kubelet.service"]
     );
     assert!(c.reason.contains("kubeadm upgrade node"), "{}", c.reason);
-    // coverage asked only for the checksum files, with HEAD
-    let asked = mirror.requests.lock().unwrap().clone();
     assert!(
-        asked
-            .iter()
-            .all(|r| r.starts_with("HEAD ") && r.ends_with(".sha256")),
-        "{asked:?}"
+        c.reason.contains(
+            "each verified against a sigstore signature by krel-staging@k8s-releng-prod.iam.gserviceaccount.com (OIDC issuer https://accounts.google.com"
+        ) && c.reason.contains("no transparency-log check"),
+        "{}",
+        c.reason
     );
-    assert_eq!(asked.len(), 3);
+    // coverage asked only for the checksum, signature and certificate files, with HEAD
+    let asked = mirror.requests.lock().unwrap().clone();
+    let mut want = Vec::new();
+    for b in ["kubeadm", "kubelet", "kubectl"] {
+        for ext in ["sha256", "sig", "cert"] {
+            want.push(format!("HEAD /release/v1.35.2/bin/linux/amd64/{b}.{ext}"));
+        }
+    }
+    assert_eq!(asked, want);
 
     let op = apply(&node, TO_135, "k8s-1").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
     for (name, bytes) in &new {
+        let sha = hex::encode(sha2::Sha256::digest(bytes));
+        let said = format!(
+            "verified {name} v1.35.2 (SHA-256 {sha}, {} bytes): each verified against a sigstore signature by",
+            bytes.len()
+        );
+        assert!(
+            op.actions.iter().any(|a| a.starts_with(&said)),
+            "{said} in {:?}",
+            op.actions
+        );
         let p = node.path(&format!("/usr/bin/{name}"));
         assert_eq!(&std::fs::read(&p).unwrap(), bytes, "{name}");
         assert_eq!(

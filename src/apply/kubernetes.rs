@@ -39,7 +39,7 @@ impl Agent {
             return Ok(());
         };
         let config = &self.config.kubernetes;
-        let fetched = upgrade::fetch(&up, config)
+        let fetched = upgrade::fetch(&up, config, self.state.path())
             .map_err(|e| (Phase::Failed, format!("fetching Kubernetes {}: {e}", up.to)))?;
         let health = || self.kubelet_health();
         let host = Host {

@@ -11,13 +11,15 @@
 //!   (`image: registry.k8s.io/kube-apiserver:v1.35.2`).
 //!
 //! The agent config's `[kubernetes]` table is [`config::KubernetesConfig`]; the sources of
-//! the binaries are [`source`], the download and checksum check [`fetch`], the steps of
-//! an upgrade and their rollback [`upgrade`].
+//! the binaries are [`source`], the streamed download and checksum check [`fetch`], the
+//! check of upstream's sigstore signatures [`signature`], the steps of an upgrade and
+//! their rollback [`upgrade`].
 //!
 //! [Kubernetes version skew policy]: https://kubernetes.io/releases/version-skew-policy/
 
 pub mod config;
 pub mod fetch;
+pub mod signature;
 pub mod source;
 pub mod upgrade;
 

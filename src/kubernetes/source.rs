@@ -24,6 +24,16 @@ pub fn checksum_url(binary_url: &str) -> String {
     format!("{binary_url}.sha256")
 }
 
+/// The URL of the sigstore signature of a binary URL (the upstream layout's `.sig`).
+pub fn signature_url(binary_url: &str) -> String {
+    format!("{binary_url}.sig")
+}
+
+/// The URL of the signing certificate of a binary URL (the upstream layout's `.cert`).
+pub fn certificate_url(binary_url: &str) -> String {
+    format!("{binary_url}.cert")
+}
+
 /// The hex SHA-256 in a checksum file: upstream's hold just the hex; `sha256sum`'s form
 /// (`<hex>  <name>`) is accepted too. None when it holds no 64-digit hex.
 pub fn parse_checksum(text: &str) -> Option<String> {

@@ -5,8 +5,9 @@
 //! (<https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/upgrading-linux-nodes/>,
 //! <https://kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/>):
 //!
-//! 1. fetch and verify every binary first (`url`: SHA-256 against the release layout's
-//!    `.sha256`), so that a bad download refuses before anything changed;
+//! 1. fetch and verify every binary first (`url`: streamed to the staging directory,
+//!    upstream's sigstore signature and the `.sha256` checked, see [`super::fetch`]), so
+//!    that a bad download refuses before anything changed;
 //! 2. install kubeadm of the target version (`upgrading kubeadm`), checked with
 //!    `kubeadm version -o short`;
 //! 3. `kubeadm upgrade node` (`kubeadm upgrade node`): on a control-plane node it
@@ -25,10 +26,13 @@
 //! to the previous version, and the kubelet restarted last.
 
 use std::collections::BTreeMap;
+use std::io::{Seek, SeekFrom};
+use std::path::Path;
 
 use super::config::{KubernetesConfig, SourceKind};
+use super::fetch::{Staged, Staging, Verification};
 use super::{CONTROL_PLANE_COMPONENTS, Version, source, tail};
-use crate::node::sysroot::{Entry, Sysroot};
+use crate::node::sysroot::{Durability, Entry, Sysroot};
 use crate::system::{CommandRunner, ServiceManager};
 
 /// An upgrade the plan asks for (`Steps::kubernetes`).
@@ -44,15 +48,31 @@ pub struct Upgrade {
     pub kubelet_files: Vec<String>,
 }
 
-/// Binaries fetched and verified before anything is installed: name → bytes (empty for
-/// a package source, where the package manager fetches).
-pub type Fetched = BTreeMap<String, Vec<u8>>;
+/// Binaries fetched and verified before anything is installed: name → staging file
+/// (none for a package source, where the package manager fetches). The staging files
+/// are removed when this is dropped.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    files: BTreeMap<String, Staged>,
+    staging: Option<Staging>,
+    described: String,
+}
 
 /// How to undo one completed step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Restore {
     /// Write the file back (None: remove it).
     File(String, Option<(Vec<u8>, Entry)>),
+    /// Write the file back from a copy kept on the node (the backup of a replaced
+    /// binary), streamed: a binary is never held in memory for its undo.
+    Copy {
+        /// The node path to restore.
+        path: String,
+        /// The node path of the copy.
+        from: String,
+        /// The mode and owner to restore.
+        entry: Entry,
+    },
     /// Run a command (a package install of the previous version).
     Command(Vec<String>),
     /// Restart the unit (the kubelet, with the restored files).
@@ -78,6 +98,22 @@ impl Restore {
                 .remove(path)
                 .map(|_| ())
                 .map_err(|e| format!("{path}: {e}")),
+            Restore::Copy { path, from, entry } => {
+                let mut src = root
+                    .open_read(from)
+                    .map_err(|e| format!("{from}: {e}"))?
+                    .ok_or_else(|| format!("{from} is gone, {path} can not be restored"))?;
+                root.write_atomic_from(
+                    path,
+                    &mut src,
+                    entry.mode,
+                    entry.uid,
+                    entry.gid,
+                    Durability::Durable,
+                )
+                .map(|_| ())
+                .map_err(|e| format!("{path}: {e}"))
+            }
             Restore::Command(argv) => runner.run(argv).map(|_| ()).map_err(|e| e.to_string()),
             Restore::Restart(unit) => services.restart(unit).map_err(|e| e.to_string()),
             Restore::Dir(d) => root
@@ -118,19 +154,32 @@ pub trait Progress {
     fn done(&mut self, action: String);
 }
 
-/// Fetches and verifies every binary of `up.to` (nothing on the node changes). For a
-/// package source nothing is fetched here.
-pub fn fetch(up: &Upgrade, config: &KubernetesConfig) -> Result<Fetched, String> {
-    let mut out = Fetched::new();
+/// Fetches and verifies every binary of `up.to` into the staging directory under
+/// `state_dir` (nothing on the node changes). For a package source nothing is fetched
+/// here. With `kubernetes.verify_signatures = false` each download logs a warning.
+pub fn fetch(up: &Upgrade, config: &KubernetesConfig, state_dir: &Path) -> Result<Fetched, String> {
+    let mut out = Fetched::default();
     if config.source != SourceKind::Url {
         return Ok(out);
     }
+    let verification = Verification::from_config(config).map_err(|e| e.to_string())?;
+    if matches!(verification, Verification::ChecksumOnly) {
+        tracing::warn!(
+            version = %up.to,
+            "kubernetes.verify_signatures = false: the binaries are checked only against the mirror's own .sha256, not authenticated"
+        );
+    }
     let client = super::fetch::Client::new(config).map_err(|e| e.to_string())?;
+    let mut staging = Staging::open(state_dir).map_err(|e| e.to_string())?;
     for b in config.binaries() {
         let url = source::binary_url(config, up.to, b);
-        let bytes = client.fetch_checked(&url).map_err(|e| e.to_string())?;
-        out.insert(b.to_string(), bytes);
+        let staged = client
+            .fetch_verified(&url, &mut staging, b, &verification)
+            .map_err(|e| e.to_string())?;
+        out.files.insert(b.to_string(), staged);
     }
+    out.staging = Some(staging);
+    out.described = super::fetch::describe(config);
     Ok(out)
 }
 
@@ -229,10 +278,15 @@ fn install(
     match host.config.source {
         SourceKind::Url => {
             for b in bins {
-                let bytes = fetched
+                let staged = fetched
+                    .files
                     .get(*b)
                     .ok_or_else(|| format!("{b} of {} was not fetched", up.to))?;
-                install_file(up, host, b, bytes, progress, undo)?;
+                progress.done(format!(
+                    "verified {b} {} (SHA-256 {}, {} bytes): {}",
+                    up.to, staged.sha256, staged.size, fetched.described
+                ));
+                install_file(up, host, b, staged, progress, undo)?;
             }
             Ok(())
         }
@@ -241,36 +295,54 @@ fn install(
     }
 }
 
-/// Installs one binary atomically (0755 root), the previous one kept in the backup
-/// directory as `<binary>-<old version>`.
+/// Installs one binary atomically (0755 root), streamed from its staging file, the
+/// previous one kept in the backup directory as `<binary>-<old version>`.
 fn install_file(
     up: &Upgrade,
     host: &Host<'_>,
     bin: &str,
-    bytes: &[u8],
+    staged: &Staged,
     progress: &mut dyn Progress,
     undo: &mut Vec<Restore>,
 ) -> Result<(), String> {
     let cfg = host.config;
     let path = cfg.bin_path(bin);
-    let before = snapshot(host.root, &path)?;
-    if let Some((content, e)) = &before {
-        let backup = format!("{}/{bin}-{}", cfg.backup_dir.trim_end_matches('/'), up.from);
-        let prev = snapshot(host.root, &backup)?;
-        let created = host
-            .root
-            .write_atomic(&backup, content, e.mode, e.uid, e.gid)
-            .map_err(|e| format!("saving the previous {bin}: {e}"))?;
-        undo.extend(created.into_iter().map(Restore::Dir));
-        undo.push(Restore::File(backup.clone(), prev));
-        progress.done(format!("saved the previous {path} as {backup}"));
-    }
+    let before = host.root.stat(&path).map_err(|e| e.to_string())?;
+    let undo_install = match &before {
+        Some(e) => {
+            let backup = format!("{}/{bin}-{}", cfg.backup_dir.trim_end_matches('/'), up.from);
+            // an older copy under that name (rare: an earlier upgrade from the same
+            // version) is kept in memory for its undo; the binary itself is streamed
+            let prev = snapshot(host.root, &backup)?;
+            let mut src = host
+                .root
+                .open_read(&path)
+                .map_err(|e| format!("saving the previous {bin}: {e}"))?
+                .ok_or_else(|| format!("saving the previous {bin}: {path} is gone"))?;
+            let created = host
+                .root
+                .write_atomic_from(&backup, &mut src, e.mode, e.uid, e.gid, Durability::Durable)
+                .map_err(|e| format!("saving the previous {bin}: {e}"))?;
+            undo.extend(created.into_iter().map(Restore::Dir));
+            undo.push(Restore::File(backup.clone(), prev));
+            progress.done(format!("saved the previous {path} as {backup}"));
+            Restore::Copy {
+                path: path.clone(),
+                from: backup,
+                entry: *e,
+            }
+        }
+        None => Restore::File(path.clone(), None),
+    };
+    let mut file = &staged.file;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| format!("installing {path}: reading the staging file: {e}"))?;
     let created = host
         .root
-        .write_atomic(&path, bytes, 0o755, 0, 0)
+        .write_atomic_from(&path, &mut file, 0o755, 0, 0, Durability::Durable)
         .map_err(|e| format!("installing {path}: {e}"))?;
     undo.extend(created.into_iter().map(Restore::Dir));
-    undo.push(Restore::File(path.clone(), before));
+    undo.push(undo_install);
     progress.done(format!("installed {path} {} (0755 0:0)", up.to));
     Ok(())
 }

@@ -534,6 +534,18 @@ impl Sysroot {
 
     /// Reads a regular file without following symlinks; `Ok(None)` if absent.
     pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let Some(mut f) = self.open_read(path)? else {
+            return Ok(None);
+        };
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)
+            .map_err(|e| io_err(path, "read", e))?;
+        Ok(Some(buf))
+    }
+
+    /// Opens a regular file for reading without following symlinks (a large file is
+    /// then streamed, never held in memory); `Ok(None)` if absent.
+    pub fn open_read(&self, path: &str) -> Result<Option<std::fs::File>> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Err(SysrootError::BadPath {
@@ -565,11 +577,7 @@ impl Sysroot {
         if kind_of(&st) != Kind::File {
             return Err(io_err(path, "read", io::Error::other("not a regular file")));
         }
-        let mut f = std::fs::File::from(fd);
-        let mut buf = Vec::new();
-        f.read_to_end(&mut buf)
-            .map_err(|e| io_err(path, "read", e))?;
-        Ok(Some(buf))
+        Ok(Some(std::fs::File::from(fd)))
     }
 
     /// Reads a UTF-8 text file; `Ok(None)` if absent. Invalid UTF-8 is an I/O error.
@@ -727,6 +735,20 @@ impl Sysroot {
         gid: u32,
         durability: Durability,
     ) -> Result<Vec<String>> {
+        self.write_atomic_from(path, &mut &content[..], mode, uid, gid, durability)
+    }
+
+    /// [`Sysroot::write_atomic_with`] with the content streamed from `src` (copied
+    /// through a fixed-size buffer: memory does not grow with the content's size).
+    pub fn write_atomic_from(
+        &self,
+        path: &str,
+        src: &mut dyn std::io::Read,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        durability: Durability,
+    ) -> Result<Vec<String>> {
         let (dir, name, created) = self.ensure_parent(path)?;
         match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if kind_of(&st) == Kind::Symlink => {
@@ -757,8 +779,7 @@ impl Sysroot {
             e
         };
         let mut f = std::fs::File::from(fd);
-        f.write_all(content)
-            .map_err(|e| cleanup(io_err(path, "write", e)))?;
+        std::io::copy(src, &mut f).map_err(|e| cleanup(io_err(path, "write", e)))?;
         set_owner_mode(&f, uid, gid, mode).map_err(|e| cleanup(io_err(path, "chown/chmod", e)))?;
         if durability != Durability::Lazy {
             fsync(&f).map_err(|e| cleanup(io_err(path, "fsync", e)))?;

@@ -7,7 +7,9 @@
 //! Coverage tells the truth: not covered when the skew policy forbids the step
 //! ([`crate::kubernetes::skew`]), when kubeadm did not set the node up (no kubelet
 //! config or kubeadm flags file), when no source is configured, or when the `url`
-//! source has no checksum file for the version (a HEAD request, no side effects).
+//! source can not verify the version (no upstream signature before v1.26, no trust
+//! anchor, or no checksum, signature or certificate file: HEAD requests, no side
+//! effects).
 //!
 //! Disruption: `drain` for a minor upgrade (the upgrade guide drains before it) and on a
 //! control-plane node, a kubelet restart for a patch upgrade on a worker; a
@@ -55,7 +57,8 @@ fn manifests_dir(config: &Config) -> String {
 /// Longest a checksum `HEAD` of coverage may take, in seconds.
 const HEAD_TIMEOUT_SECS: u64 = 5;
 
-/// HEAD of each binary's checksum file of `to` (`source = "url"`).
+/// [`k8s::fetch::preflight`] of `to` (`source = "url"`): signed upstream, the trust
+/// anchor readable, each binary's `.sha256`, `.sig` and `.cert` answering a HEAD.
 fn checksums(config: &Config, to: Version) -> Result<(), String> {
     let kc = &config.kubernetes;
     if kc.url.is_empty() {
@@ -67,13 +70,7 @@ fn checksums(config: &Config, to: Version) -> Result<(), String> {
         ..kc.clone()
     };
     let client = k8s::fetch::Client::new(&quick).map_err(|e| e.to_string())?;
-    for b in kc.binaries() {
-        let url = k8s::source::checksum_url(&k8s::source::binary_url(kc, to, b));
-        client.exists(&url).map_err(|e| {
-            format!("the checksum file of {b} {to} is not available ({e}); inplaced installs only binaries it can verify")
-        })?;
-    }
-    Ok(())
+    k8s::fetch::preflight(&client, kc, to)
 }
 
 impl Section for Kubernetes {
@@ -294,8 +291,9 @@ fn covered_reason(
     let kc = &config.kubernetes;
     let source = match kc.source {
         SourceKind::Url => format!(
-            "binaries from {} with their SHA-256 checked",
-            k8s::fetch::redact_url(&kc.url)
+            "binaries from {}, {}",
+            k8s::fetch::redact_url(&kc.url),
+            k8s::fetch::describe(kc)
         ),
         SourceKind::Apt => format!(
             "apt packages pinned to {}-{}",

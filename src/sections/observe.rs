@@ -195,8 +195,9 @@ pub struct KubernetesObs {
     /// Control-plane manifests: path → image tags named, or why the manifest is not
     /// known (absent, unreadable or empty on a control-plane node).
     pub manifests: Vec<(String, Observation<Vec<String>>)>,
-    /// `source = "url"`: the checksum files of the target version exist, or the first
-    /// that does not (a HEAD request each).
+    /// `source = "url"`: the target version can be verified (signed upstream, the trust
+    /// anchor readable, its checksum, signature and certificate files answer a HEAD
+    /// each), or why not ([`crate::kubernetes::fetch::preflight`]).
     pub checksums: Option<Result<(), String>>,
 }
 

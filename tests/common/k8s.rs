@@ -2,14 +2,21 @@
 //! the `kubernetes` section's tests (no real kubeadm or kubelet can be fetched here).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rcgen::{
+    BasicConstraints, CertificateParams, CustomExtension, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, SanType,
+};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use sha2::{Digest, Sha256};
 
-use super::Node;
+use super::{Node, pki};
 
 /// A stand-in kubeadm of `version`: `version -o short` prints it; `upgrade node` writes
 /// the kubelet config (and, on a control-plane node, the manifests' image tags) the way
@@ -60,83 +67,273 @@ pub fn binaries(version: &str) -> BTreeMap<&'static str, Vec<u8>> {
     ])
 }
 
-/// A loopback HTTP server answering GET and HEAD from `files` (path → body), 404 else.
+/// The identity and issuer upstream's binaries are signed by (the config's defaults).
+pub const IDENTITY: &str = "krel-staging@k8s-releng-prod.iam.gserviceaccount.com";
+pub const ISSUER: &str = "https://accounts.google.com";
+/// Fulcio's issuer extensions: V2 (DER UTF8String) and the deprecated V1 (raw bytes).
+pub const OID_ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
+pub const OID_ISSUER_V1: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 1];
+
+/// A test Fulcio: a self-signed root and an intermediate, issuing short-lived code
+/// signing certificates as Fulcio does (10 minutes, in the past: upstream's are long
+/// expired when a node downloads the binaries).
+pub struct Fulcio {
+    pub root: pki::Ca,
+    pub intermediate: pki::Ca,
+}
+
+/// How a signing certificate is made (the defaults are upstream's).
+#[derive(Clone)]
+pub struct Leaf {
+    pub sans: Vec<SanType>,
+    /// (extension OID, content) of the issuer extension; None: no issuer extension.
+    pub issuer: Option<(&'static [u64], Vec<u8>)>,
+    pub code_signing: bool,
+}
+
+impl Leaf {
+    pub fn upstream() -> Leaf {
+        Leaf::identity(IDENTITY, ISSUER)
+    }
+
+    /// An e-mail SAN `identity`, issuer `issuer` in the V2 extension.
+    pub fn identity(identity: &str, issuer: &str) -> Leaf {
+        Leaf {
+            sans: vec![SanType::Rfc822Name(identity.try_into().unwrap())],
+            issuer: Some((OID_ISSUER_V2, der_utf8(issuer))),
+            code_signing: true,
+        }
+    }
+}
+
+fn der_utf8(s: &str) -> Vec<u8> {
+    assert!(s.len() < 128);
+    let mut d = vec![0x0c, s.len() as u8];
+    d.extend(s.as_bytes());
+    d
+}
+
+impl Fulcio {
+    pub fn new(name: &str) -> Fulcio {
+        let root = pki::ca(&format!("{name} root"));
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("{name} intermediate"));
+        let key = KeyPair::generate().unwrap();
+        let pem = params
+            .signed_by(&key, &Issuer::from_params(&root.params, &root.key))
+            .unwrap()
+            .pem();
+        Fulcio {
+            root,
+            intermediate: pki::Ca { params, key, pem },
+        }
+    }
+
+    /// The trust anchor file's content: root and intermediate.
+    pub fn roots_pem(&self) -> String {
+        format!("{}{}", self.root.pem, self.intermediate.pem)
+    }
+
+    /// Signs `blob` with a fresh key certified as `leaf` says: (`.cert`, `.sig`) in
+    /// upstream's form, base64 of the PEM and base64 of the DER signature.
+    pub fn sign(&self, blob: &[u8], leaf: &Leaf) -> (Vec<u8>, Vec<u8>) {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = leaf.sans.clone();
+        if leaf.code_signing {
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+        }
+        if let Some((oid, content)) = &leaf.issuer {
+            params
+                .custom_extensions
+                .push(CustomExtension::from_oid_content(oid, content.clone()));
+        }
+        params.not_before = rcgen::date_time_ymd(2025, 3, 4);
+        params.not_after = params.not_before + std::time::Duration::from_secs(600);
+        let key = KeyPair::generate().unwrap();
+        let issuer = Issuer::from_params(&self.intermediate.params, &self.intermediate.key);
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let signer = rustls::crypto::ring::sign::any_ecdsa_type(&der)
+            .unwrap()
+            .choose_scheme(&[rustls::SignatureScheme::ECDSA_NISTP256_SHA256])
+            .unwrap();
+        let sig = signer.sign(blob).unwrap();
+        (
+            b64.encode(cert.pem()).into_bytes(),
+            b64.encode(sig).into_bytes(),
+        )
+    }
+}
+
+/// A loopback HTTPS server answering GET and HEAD from `files` (path → body) and
+/// `redirects` (path → Location, a 302), 404 else; its certificate is issued by a test
+/// CA (`ca_path`), and releases are signed by a test Fulcio (`fulcio_path`).
 pub struct Mirror {
     pub port: u16,
     pub files: Arc<Mutex<BTreeMap<String, Vec<u8>>>>,
+    pub redirects: Arc<Mutex<BTreeMap<String, String>>>,
     pub requests: Arc<Mutex<Vec<String>>>,
+    pub fulcio: Fulcio,
+    pub dir: tempfile::TempDir,
+    pub ca_path: String,
+    pub fulcio_path: String,
 }
+
+type Shared<T> = Arc<Mutex<T>>;
 
 impl Mirror {
     pub fn start() -> Mirror {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let files: Arc<Mutex<BTreeMap<String, Vec<u8>>>> = Arc::default();
-        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (f, r) = (files.clone(), requests.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let ca = pki::ca("mirror test CA");
+        let (cert, key) = pki::leaf(
+            &ca,
+            "127.0.0.1",
+            vec![SanType::IpAddress("127.0.0.1".parse().unwrap())],
+        );
+        let ca_path = pki::write(dir.path(), "mirror-ca.pem", &ca.pem);
+        let fulcio = Fulcio::new("test fulcio");
+        let fulcio_path = pki::write(dir.path(), "fulcio.pem", &fulcio.roots_pem());
+        let tls = Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+        );
+        let files: Shared<BTreeMap<String, Vec<u8>>> = Arc::default();
+        let redirects: Shared<BTreeMap<String, String>> = Arc::default();
+        let requests: Shared<Vec<String>> = Arc::default();
+        let (f, d, r) = (files.clone(), redirects.clone(), requests.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
-                let Ok(mut s) = stream else { continue };
-                let mut reader = BufReader::new(s.try_clone().unwrap());
-                let mut line = String::new();
-                if reader.read_line(&mut line).is_err() {
-                    continue;
-                }
-                loop {
-                    let mut h = String::new();
-                    if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
-                        break;
-                    }
-                }
-                let mut parts = line.split_whitespace();
-                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-                r.lock().unwrap().push(format!("{method} {path}"));
-                let body = f.lock().unwrap().get(path).cloned();
-                let head = match &body {
-                    Some(b) => format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        b.len()
-                    ),
-                    None => {
-                        "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\n"
-                            .to_string()
-                    }
-                };
-                let _ = s.write_all(head.as_bytes());
-                if method == "GET" {
-                    let _ = s.write_all(body.as_deref().unwrap_or(b"not found"));
-                }
-                let _ = s.flush();
-                let _ = reader.read(&mut [0u8; 0]);
+                let Ok(s) = stream else { continue };
+                let (tls, f, d, r) = (tls.clone(), f.clone(), d.clone(), r.clone());
+                std::thread::spawn(move || serve(s, tls, &f, &d, &r));
             }
         });
         Mirror {
             port,
             files,
+            redirects,
             requests,
+            fulcio,
+            dir,
+            ca_path,
+            fulcio_path,
         }
     }
 
-    /// Serves the release layout of `version`: each binary and its `.sha256`.
+    /// Serves `bytes` as `binary` of `version` with its `.sha256`, `.sig` and `.cert`
+    /// (signed as `leaf` says).
+    pub fn publish(&self, version: &str, binary: &str, bytes: &[u8], leaf: &Leaf) {
+        let (cert, sig) = self.fulcio.sign(bytes, leaf);
+        let path = self.path(version, binary);
+        let mut f = self.files.lock().unwrap();
+        f.insert(
+            format!("{path}.sha256"),
+            hex::encode(Sha256::digest(bytes)).into_bytes(),
+        );
+        f.insert(format!("{path}.sig"), sig);
+        f.insert(format!("{path}.cert"), cert);
+        f.insert(path, bytes.to_vec());
+    }
+
+    /// The mirror path of `binary` of `version`.
+    pub fn path(&self, version: &str, binary: &str) -> String {
+        format!("/release/{version}/bin/linux/amd64/{binary}")
+    }
+
+    /// Serves the release layout of `version`: each binary and its `.sha256`, `.sig`
+    /// and `.cert`, signed as upstream signs.
     pub fn release(&self, version: &str) -> BTreeMap<&'static str, Vec<u8>> {
         let bins = binaries(version);
-        let mut f = self.files.lock().unwrap();
         for (name, bytes) in &bins {
-            let path = format!("/release/{version}/bin/linux/amd64/{name}");
-            f.insert(
-                format!("{path}.sha256"),
-                hex::encode(Sha256::digest(bytes)).into_bytes(),
-            );
-            f.insert(path, bytes.clone());
+            self.publish(version, name, bytes, &Leaf::upstream());
         }
         bins
     }
 
     pub fn url(&self) -> String {
         format!(
-            "http://127.0.0.1:{}/release/{{version}}/bin/linux/{{arch}}/{{binary}}",
+            "https://127.0.0.1:{}/release/{{version}}/bin/linux/{{arch}}/{{binary}}",
             self.port
         )
+    }
+}
+
+/// Answers one request on a TLS connection (Connection: close).
+fn serve(
+    s: TcpStream,
+    tls: Arc<rustls::ServerConfig>,
+    files: &Shared<BTreeMap<String, Vec<u8>>>,
+    redirects: &Shared<BTreeMap<String, String>>,
+    requests: &Shared<Vec<String>>,
+) {
+    let Ok(conn) = rustls::ServerConnection::new(tls) else {
+        return;
+    };
+    let mut s = rustls::StreamOwned::new(conn, s);
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 16384 {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let mut parts = head.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    requests.lock().unwrap().push(format!("{method} {path}"));
+    let location = redirects.lock().unwrap().get(path).cloned();
+    let body = files.lock().unwrap().get(path).cloned();
+    let (status, body) = match (location, body) {
+        (Some(l), _) => (format!("302 Found\r\nLocation: {l}"), Vec::new()),
+        (None, Some(b)) => ("200 OK".to_string(), b),
+        (None, None) => ("404 Not Found".to_string(), b"not found".to_vec()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = s.write_all(head.as_bytes());
+    if method == "GET" {
+        let _ = s.write_all(&body);
+    }
+    s.conn.send_close_notify();
+    let _ = s.flush();
+}
+
+/// A loopback plain-HTTP listener that answers nothing and counts its connections:
+/// a redirect target that must never be reached.
+pub struct PlainHttp {
+    pub port: u16,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl PlainHttp {
+    pub fn start() -> PlainHttp {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let c = connections.clone();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                c.fetch_add(1, Ordering::SeqCst);
+                drop(s);
+            }
+        });
+        PlainHttp { port, connections }
     }
 }
 
@@ -155,10 +352,13 @@ pub fn install_standins(node: &mut Node, version: &str) {
     ));
 }
 
-/// `[kubernetes]` with the `url` source on `mirror`.
+/// `[kubernetes]` with the `url` source on `mirror`: its CA for TLS, its Fulcio as the
+/// trust anchor, upstream's identity and issuer (the defaults).
 pub fn url_config(mirror: &Mirror) -> String {
     format!(
-        "[kubernetes]\nsource = \"url\"\nurl = \"{}\"\narch = \"amd64\"\ntimeout_secs = 10\n",
-        mirror.url()
+        "[kubernetes]\nsource = \"url\"\nurl = \"{}\"\narch = \"amd64\"\ntimeout_secs = 10\nca_bundle = \"{}\"\nfulcio_roots = \"{}\"\n",
+        mirror.url(),
+        mirror.ca_path,
+        mirror.fulcio_path
     )
 }
