@@ -158,6 +158,8 @@ expect "deb: README" "$deb_list" ' \./usr/share/doc/inplaced/README\.md$'
 
 conffiles=$(dpkg-deb -I "$deb" conffiles 2>/dev/null || true)
 expect "deb: conffiles lists /etc/inplaced/config.toml" "$conffiles" '^/etc/inplaced/config\.toml$'
+expect "deb: etc/inplaced/sigstore/fulcio.pem" "$deb_list" '^-rw-r--r-- (root/root|0/0) .* \./etc/inplaced/sigstore/fulcio\.pem$'
+expect "deb: conffiles lists the Fulcio trust anchor" "$conffiles" '^/etc/inplaced/sigstore/fulcio\.pem$'
 control=$(dpkg-deb -f "$deb")
 expect "deb: Section admin" "$control" '^Section: admin$'
 expect "deb: Depends on systemd" "$control" '^Depends: .*\bsystemd\b'
@@ -209,7 +211,7 @@ for f in /usr/share/man/man8/inplaced.8.gz /usr/share/man/man1/inplacectl.1.gz \
 done
 for f in /usr/bin/inplaced /usr/bin/inplacectl /usr/lib/systemd/system/inplaced.service \
     /usr/lib/tmpfiles.d/inplaced.conf /etc/inplaced/config.toml \
-    /usr/share/doc/inplaced/README.md; do
+    /etc/inplaced/sigstore/fulcio.pem /usr/share/doc/inplaced/README.md; do
     expect "rpm: $f" "$rpm_list" "^${f//./\\.}\$"
 done
 # fflags: c = %config, n = noreplace, d = %doc

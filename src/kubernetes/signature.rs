@@ -431,6 +431,19 @@ pub fn verify_digest(
 mod tests {
     use super::*;
 
+    /// The anchor the packages install at [`DEFAULT_FULCIO_ROOTS`]: sigstore's current
+    /// Fulcio root (self-signed) and its intermediate, both usable.
+    #[test]
+    fn the_shipped_fulcio_anchor_loads() {
+        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/sigstore/fulcio.pem");
+        let t = TrustRoot::load(p).unwrap();
+        assert_eq!((t.roots.len(), t.intermediates.len()), (1, 1));
+        let (_, root) = X509Certificate::from_der(&t.roots[0]).unwrap();
+        assert_eq!(root.subject().to_string(), "O=sigstore.dev, CN=sigstore");
+        let (_, mid) = X509Certificate::from_der(&t.intermediates[0]).unwrap();
+        assert_eq!(mid.issuer().to_string(), "O=sigstore.dev, CN=sigstore");
+    }
+
     #[test]
     fn der_utf8_strings() {
         assert_eq!(der_utf8(b"\x0c\x03abc"), Some("abc".into()));
