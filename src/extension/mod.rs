@@ -385,20 +385,33 @@ impl Extension {
                 0,
             );
         }
-        let (resp, id) = self.drive(&m, &eff, &req.desired).await;
+        // the files are decoded once for the whole hook, within the config's budget
+        let base = match capi::desired_node_spec_checked(&req.desired) {
+            Ok(s) => s,
+            Err(e) => {
+                return UpdateMachineResponse::new(
+                    Status::Failure,
+                    format!("{}: nothing was applied: {e}", m.name),
+                    0,
+                );
+            }
+        };
+        let (resp, id) = self.drive(&m, &eff, &req.desired, base).await;
         tracing::info!(machine = %m.key(), operation = %id, status = ?resp.status, retry = resp.retry_after_seconds, "UpdateMachine: {}", resp.message);
         resp
     }
 
-    /// Drives the update of `desired` on the node: (the answer, the operation id).
+    /// Drives the update of `desired` (whose bootstrap config's NodeSpec is `base`,
+    /// [`capi::desired_node_spec`]) on the node: (the answer, the operation id).
     async fn drive(
         &self,
         m: &MachineRef,
         eff: &Effective,
         desired: &MachineObjects,
+        base: pb::NodeSpec,
     ) -> (UpdateMachineResponse, String) {
-        let mut id = operation_id(m, &capi::desired_node_spec(desired));
-        let resp = self.drive_spec(m, eff, desired, &mut id).await;
+        let mut id = operation_id(m, &base);
+        let resp = self.drive_spec(m, eff, desired, base, &mut id).await;
         (resp, id)
     }
 
@@ -407,6 +420,7 @@ impl Extension {
         m: &MachineRef,
         eff: &Effective,
         desired: &MachineObjects,
+        base: pb::NodeSpec,
         id: &mut String,
     ) -> UpdateMachineResponse {
         let wait =
@@ -435,7 +449,7 @@ impl Extension {
         // of the spec as it is applied when the node reports its Kubernetes version
         // (nearly always; otherwise it is asked about again below). The coverage is left
         // out while an operation runs: nothing could be started then.
-        let guess = capi::update_node_spec(desired, true);
+        let guess = capi::with_version(base, desired, true);
         let req = pb::InspectRequest {
             desired: Some(guess.clone()),
             reboot_policy: eff.reboot_policy as i32,
@@ -462,7 +476,13 @@ impl Extension {
             return UpdateMachineResponse::new(Status::Failure, e, 0);
         }
         // the Machine's version joins the spec when the node reports its own
-        let spec = capi::update_node_spec(desired, !status.kubernetes_version.is_empty());
+        // (the guess is moved, not copied: its files may be megabytes)
+        let reports_version = !status.kubernetes_version.is_empty();
+        let as_guessed = reports_version || guess.kubernetes.is_none();
+        let mut spec = guess;
+        if !reports_version {
+            spec.kubernetes = None;
+        }
         *id = operation_id(m, &spec);
         let id = id.as_str();
         let target = spec.kubernetes.as_ref().map(|k| k.version.clone());
@@ -471,7 +491,7 @@ impl Extension {
             (None, Some(op)) => op,
             (start, _) => {
                 let sid = start.unwrap_or_else(|| id.to_string());
-                let coverage = view.coverage.clone().filter(|_| spec == guess);
+                let coverage = view.coverage.clone().filter(|_| as_guessed);
                 match self.start(&mut c, eff, spec, coverage, &sid).await {
                     Ok(op) => op,
                     Err(r) => return r,
