@@ -310,8 +310,17 @@ async fn gzip_bombs_are_bounded_per_request() {
             }));
         }
     }
+    let mut answers = Vec::new();
     for t in tasks {
-        let (path, (status, v)) = t.await.unwrap();
+        answers.push(t.await.unwrap());
+    }
+    let peak = status_bytes(pid, "VmHWM");
+    eprintln!(
+        "measured: extension peak {} MiB before, {} MiB after 12 requests of 12 gzip bombs",
+        mib(before),
+        mib(peak)
+    );
+    for (path, (status, v)) in answers {
         assert_eq!(status, 200, "{path}: {v}");
         let msg = v["message"].as_str().unwrap_or_default();
         assert!(
@@ -328,12 +337,6 @@ async fn gzip_bombs_are_bounded_per_request() {
             assert!(msg.contains("not covered"), "{v}");
         }
     }
-    let peak = status_bytes(pid, "VmHWM");
-    eprintln!(
-        "measured: extension peak {} MiB before, {} MiB after 12 requests of 12 gzip bombs",
-        mib(before),
-        mib(peak)
-    );
     assert!(
         peak < 192 << 20,
         "peak {} MiB: the Deployment allows 256 MiB",

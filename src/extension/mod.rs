@@ -275,7 +275,18 @@ impl Extension {
             self.pool.evict(&key);
             AgentError(format!("agent at {addr}: coverage: {}", s.message()))
         };
-        let mut spec = capi::desired_node_spec(desired);
+        let t = eff.agent_timeout;
+        // over the extension's decoded budget: refused here, as the node would refuse a
+        // spec over its limits; the node is asked only for its recommendation
+        let mut spec = match capi::desired_node_spec_checked(desired) {
+            Ok(s) => s,
+            Err(e) => {
+                let v = inspect(&mut c, t, pb::InspectRequest::default())
+                    .await
+                    .map_err(unreachable)?;
+                return Ok(refused_coverage(diff, &e, v.preservation));
+            }
+        };
         // a version change is asked about too (UpdateMachine applies it)
         spec.kubernetes = diff.delta.kubernetes.clone();
         let req = pb::InspectRequest {
@@ -283,7 +294,6 @@ impl Extension {
             reboot_policy: eff.reboot_policy as i32,
             ..Default::default()
         };
-        let t = eff.agent_timeout;
         let (refused, preservation) = match inspect(&mut c, t, req).await {
             Ok(v) => match v.coverage {
                 Some(Ok(r)) => return Ok(NodeCoverage::from_report(&r)),
@@ -305,18 +315,11 @@ impl Extension {
             }
             Err(s) => return Err(unreachable(s)),
         };
-        let mut cov = NodeCoverage {
-            preserve: preservation.preserve,
-            preserve_reasons: preservation.reasons,
-            ..Default::default()
-        };
-        for id in diff.units.iter().flat_map(|u| &u.ids) {
-            cov.changes.insert(
-                id.clone(),
-                Err(format!("the node refuses the spec: {}", refused.message())),
-            );
-        }
-        Ok(cov)
+        Ok(refused_coverage(
+            diff,
+            &format!("the node refuses the spec: {}", refused.message()),
+            preservation,
+        ))
     }
 
     /// CanUpdateMachineSet: deterministic, from the translation and the declared
@@ -853,6 +856,25 @@ impl Extension {
         };
         (StatusCode::OK, v)
     }
+}
+
+/// The coverage of a spec refused as a whole (by the node for its limits, or by the
+/// extension's decoded budget): every node change of `diff` not covered for `why`, with
+/// the node's preservation recommendation.
+fn refused_coverage(
+    diff: &capi::translate::Analysis,
+    why: &str,
+    preservation: pb::Preservation,
+) -> NodeCoverage {
+    let mut cov = NodeCoverage {
+        preserve: preservation.preserve,
+        preserve_reasons: preservation.reasons,
+        ..Default::default()
+    };
+    for id in diff.units.iter().flat_map(|u| &u.ids) {
+        cov.changes.insert(id.clone(), Err(why.to_string()));
+    }
+    cov
 }
 
 /// A request parse error with its JSON path, without the offending value: serde quotes a
