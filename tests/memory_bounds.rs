@@ -272,7 +272,10 @@ async fn gzip_bombs_are_bounded_per_request() {
     let pid = ext.child.id();
     let bombs = gzip_bombs(12);
     let mut can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
-    add_files(&mut can["desired"]["bootstrapConfig"]["spec"]["files"], &bombs);
+    add_files(
+        &mut can["desired"]["bootstrapConfig"]["spec"]["files"],
+        &bombs,
+    );
     let mut set = fixture("e-machineset-worker-template/canupdatemachineset-request.json");
     add_files(
         &mut set["desired"]["bootstrapConfigTemplate"]["spec"]["template"]["spec"]["files"],
@@ -293,7 +296,7 @@ async fn gzip_bombs_are_bounded_per_request() {
         ("updatemachine/update-machine", update),
     ];
     let mut tasks = Vec::new();
-    for (path, body) in hooks.iter().cloned() {
+    for (path, body) in hooks {
         for _ in 0..4 {
             let (ext, path, body) = (ext.clone(), path.to_string(), body.clone());
             tasks.push(tokio::spawn(async move {
@@ -359,11 +362,17 @@ async fn files_within_the_budget_are_decoded() {
         .map(|i| json!({"path": format!("/etc/bulk/{i}.conf"), "encoding": "gzip+base64", "content": b64}))
         .collect();
     let mut can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
-    add_files(&mut can["desired"]["bootstrapConfig"]["spec"]["files"], &files);
+    add_files(
+        &mut can["desired"]["bootstrapConfig"]["spec"]["files"],
+        &files,
+    );
     let v = ext
         .hook("canupdatemachine", "can-update-machine", &can)
         .await;
     let msg = v["message"].as_str().unwrap();
     assert!(!msg.contains("limit of decoded content"), "{v}");
-    assert!(msg.contains("/etc/bulk") || msg.contains("spec.files"), "{v}");
+    assert!(
+        msg.contains("/etc/bulk") || msg.contains("spec.files"),
+        "{v}"
+    );
 }

@@ -242,8 +242,8 @@ impl Budget {
     /// budget), held by `reserved` until it is dropped; false when the budget is closed.
     pub async fn reserve_parsed(&self, reserved: &mut Reserved, bytes: u64) -> bool {
         let kib = u32::try_from(bytes.div_ceil(1024).max(1))
-        .unwrap_or(u32::MAX)
-        .min(self.max_parsed_kib);
+            .unwrap_or(u32::MAX)
+            .min(self.max_parsed_kib);
         match self.parsed_kib.clone().acquire_many_owned(kib).await {
             Ok(p) => {
                 reserved.parsed = Some(p);

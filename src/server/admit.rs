@@ -14,14 +14,15 @@
 //! 2. reads the gRPC frame header (5 bytes: compression flag, length) and reserves the
 //!    message's length from [`RECEIVING_MIB`] before the rest is read (a message over
 //!    the size limit is refused unread with `RESOURCE_EXHAUSTED`), so messages wait in the
-//!    socket, not in memory;
+//!    socket, not in memory; the message must arrive within [`MESSAGE_READ_TIMEOUT`];
 //! 3. for the calls that carry a NodeSpec (`GetCoverage`, `Apply`, `Inspect`), counts
 //!    its fields on the raw bytes ([`super::limits::count`], refusing over the limits
 //!    with `INVALID_ARGUMENT`) and reserves what decoding, planning and answering it will
 //!    take ([`planning_cost`]) from `policy.max_planning_mib`, waiting while the agent is
 //!    full; a spec costlier than the whole budget takes all of it (it runs alone).
 //!
-//! Both reservations are held until the handler has answered. Reservations are taken in
+//! Both reservations of a call carrying a spec are held until its answer is sent; the
+//! message bytes of another call until it is answered. Reservations are taken in
 //! that order and a call waiting for planning memory never holds planning memory, so no
 //! call waits on one that waits on it.
 
@@ -54,6 +55,10 @@ pub const PLANNING_BYTES_PER_BYTE: u64 = 4;
 /// Message bytes being received at once, MiB (one largest message, `policy.max_spec_bytes`
 /// 64 MiB plus 1 MiB, fits).
 pub const RECEIVING_MIB: u64 = 65;
+
+/// Longest a caller may take to send its request message (the bytes it reserved are held
+/// meanwhile).
+pub const MESSAGE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What planning a spec of `counts` in a message of `len` bytes reserves, bytes.
 pub fn planning_cost(counts: Counts, len: usize) -> u64 {
@@ -131,11 +136,18 @@ impl Gate {
         let mut buf = BytesMut::new();
         let mut held = Vec::with_capacity(2);
         let mut want = 5usize;
+        let until = tokio::time::Instant::now() + MESSAGE_READ_TIMEOUT;
         while buf.len() < want {
-            let Some(frame) = body.frame().await else {
+            let Ok(frame) = tokio::time::timeout_at(until, body.frame()).await else {
+                return Err(Status::deadline_exceeded(format!(
+                    "the request message was not sent within {MESSAGE_READ_TIMEOUT:?}"
+                )));
+            };
+            let Some(frame) = frame else {
                 break;
             };
-            let frame = frame.map_err(|e| Status::cancelled(format!("reading the request: {e}")))?;
+            let frame =
+                frame.map_err(|e| Status::cancelled(format!("reading the request: {e}")))?;
             let Ok(data) = frame.into_data() else {
                 continue;
             };
@@ -221,14 +233,20 @@ where
         let gate = self.gate.clone();
         Box::pin(async move {
             match gate.admit(req, need, spec).await {
-                // held until the answer is sent: the report's encoding is made as the
-                // response body is polled
-                Ok((req, held)) => Ok(inner.call(req).await?.map(|b| {
+                // a spec's reservation is held until the answer is sent (the report's
+                // encoding is made as the response body is polled); another call's
+                // until it is answered (a WatchOperation stream holds nothing)
+                Ok((req, held)) if spec => Ok(inner.call(req).await?.map(|b| {
                     Body::new(b.map_frame(move |f| {
                         let _held = &held;
                         f
                     }))
                 })),
+                Ok((req, held)) => {
+                    let r = inner.call(req).await;
+                    drop(held);
+                    r
+                }
                 Err(s) => Ok(s.into_http()),
             }
         })

@@ -157,51 +157,49 @@ pub fn role_in(
     ext: &tonic::codegen::http::Extensions,
     reader_gid: Option<u32>,
 ) -> Result<Role, Status> {
-        if let Some(peer) = ext.get::<tls::TlsPeer>() {
-            return peer.role.ok_or_else(|| {
-                Status::permission_denied(format!(
-                    "client certificate identities {:?} are not on the allowlist (api.tcp.clients)",
-                    peer.identities
-                ))
-            });
-        }
-        let Some(info) = ext.get::<tonic::transport::server::UdsConnectInfo>()
-        else {
-            return Err(Status::permission_denied(
-                "unknown transport: no peer identity",
-            ));
-        };
-        let Some(cred) = info.peer_cred else {
-            return Err(Status::permission_denied(
-                "the socket gave no peer credentials",
-            ));
-        };
-        let uid = cred.uid();
-        if uid == 0 || uid == rustix::process::geteuid().as_raw() {
-            return Ok(Role::Admin);
-        }
-        if let Some(g) = reader_gid {
-            if cred.gid() == g {
-                return Ok(Role::Reader);
-            }
-            let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                .ok()
-                .flatten()
-                .map(|u| u.name);
-            let members = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(g))
-                .ok()
-                .flatten()
-                .map(|g| g.mem)
-                .unwrap_or_default();
-            if name.is_some_and(|n| members.contains(&n)) {
-                return Ok(Role::Reader);
-            }
-        }
-        Err(Status::permission_denied(format!(
-            "uid {uid} may not use this API: it is for root and members of api.socket_group"
-        )))
+    if let Some(peer) = ext.get::<tls::TlsPeer>() {
+        return peer.role.ok_or_else(|| {
+            Status::permission_denied(format!(
+                "client certificate identities {:?} are not on the allowlist (api.tcp.clients)",
+                peer.identities
+            ))
+        });
     }
-
+    let Some(info) = ext.get::<tonic::transport::server::UdsConnectInfo>() else {
+        return Err(Status::permission_denied(
+            "unknown transport: no peer identity",
+        ));
+    };
+    let Some(cred) = info.peer_cred else {
+        return Err(Status::permission_denied(
+            "the socket gave no peer credentials",
+        ));
+    };
+    let uid = cred.uid();
+    if uid == 0 || uid == rustix::process::geteuid().as_raw() {
+        return Ok(Role::Admin);
+    }
+    if let Some(g) = reader_gid {
+        if cred.gid() == g {
+            return Ok(Role::Reader);
+        }
+        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map(|u| u.name);
+        let members = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(g))
+            .ok()
+            .flatten()
+            .map(|g| g.mem)
+            .unwrap_or_default();
+        if name.is_some_and(|n| members.contains(&n)) {
+            return Ok(Role::Reader);
+        }
+    }
+    Err(Status::permission_denied(format!(
+        "uid {uid} may not use this API: it is for root and members of api.socket_group"
+    )))
+}
 
 /// True for a caller on the Unix socket who is root on the node (or the agent's own
 /// user): the only callers whose error messages may name the agent's own paths.
