@@ -79,7 +79,11 @@ async fn coverage_burst(
 ) -> Vec<Result<pb::CoverageReport, tonic::Status>> {
     let mut tasks = Vec::new();
     for _ in 0..n {
-        let mut c = node.client().await.max_decoding_message_size(256 << 20);
+        let mut c = node
+            .client()
+            .await
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20);
         let req = pb::GetCoverageRequest {
             desired: Some(spec.clone()),
             ..Default::default()
@@ -167,6 +171,58 @@ async fn four_largest_specs_at_once_stay_under_memory_max() {
         mib(base),
         mib(peak)
     );
+}
+
+/// The other shapes of a spec at its limits, four at once each: 1000 files of 63 KiB
+/// (62 MiB of content, at `policy.max_spec_bytes`: the bytes-heavy member) and 199 000
+/// NTP servers (strings in a list). Each is answered and the agent's peak stays under half
+/// of the unit's `MemoryMax`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_largest_specs_at_once_stay_under_memory_max() {
+    let content = vec![b'#'; 63 << 10];
+    let files = pb::NodeSpec {
+        files: (0..1000)
+            .map(|i| pb::File {
+                path: format!("/etc/bulk/{i}.conf"),
+                content: content.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let ntp = pb::NodeSpec {
+        ntp: Some(pb::Ntp {
+            servers: (0..199_000)
+                .map(|i| format!("ntp{i}.example.invalid"))
+                .collect(),
+        }),
+        ..Default::default()
+    };
+    for (what, spec) in [
+        ("1000 files of 63 KiB", files),
+        ("199 000 NTP servers", ntp),
+    ] {
+        // an agent of its own: VmHWM is the process's peak so far
+        let mut node = Node::new("ubuntu-2404-grub");
+        node.env = unit_environment();
+        node.start();
+        let pid = node.pid().unwrap();
+        let t = Instant::now();
+        for r in coverage_burst(&node, &spec, 4).await {
+            r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        }
+        let peak = status_bytes(pid, "VmHWM");
+        eprintln!(
+            "measured: four specs of {what} at once: agent peak {} MiB ({:?})",
+            mib(peak),
+            t.elapsed()
+        );
+        assert!(
+            peak < unit_memory_max() / 2,
+            "{what}: peak {} MiB",
+            mib(peak)
+        );
+    }
 }
 
 /// A caller who may not make a call has not a byte of its message read: a reader's
