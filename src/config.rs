@@ -488,6 +488,12 @@ pub struct PolicyConfig {
     /// wait. Planning reads the node and is CPU-bound: more than the node's cores only
     /// adds memory.
     pub max_concurrent_coverage: usize,
+    /// Agent memory the calls that carry a spec may reserve at once, MiB (default 384,
+    /// the unit's `MemoryHigh`): before its message is decoded a call reserves what its
+    /// fields and bytes will cost (`src/server/admit.rs`) and waits while the agent is
+    /// full. With the idle daemon, the messages being received and one running
+    /// operation it keeps the agent under the unit's `MemoryMax=768M`.
+    pub max_planning_mib: u64,
 }
 
 impl Default for PolicyConfig {
@@ -515,6 +521,7 @@ impl Default for PolicyConfig {
             max_spec_bytes: 64 << 20,
             max_spec_elements: 200_000,
             max_concurrent_coverage: 4,
+            max_planning_mib: 384,
         }
     }
 }

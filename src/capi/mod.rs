@@ -378,7 +378,17 @@ pub fn same_version(a: &str, b: &str) -> bool {
 /// `spec.version`. A node that reports none was never covered for a version change (its
 /// coverage says the version is not known), so its updates stay what they were.
 pub fn update_node_spec(desired: &MachineObjects, reports_version: bool) -> pb::NodeSpec {
-    let mut spec = desired_node_spec(desired);
+    with_version(desired_node_spec(desired), desired, reports_version)
+}
+
+/// `spec` (the desired bootstrap config's, [`desired_node_spec`]) with the Machine's
+/// `spec.version` when the node reports its own (see [`update_node_spec`]), so a hook
+/// decodes the files once.
+pub fn with_version(
+    mut spec: pb::NodeSpec,
+    desired: &MachineObjects,
+    reports_version: bool,
+) -> pb::NodeSpec {
     if reports_version {
         spec.kubernetes = desired
             .machine
@@ -437,6 +447,19 @@ pub fn desired_node_spec(desired: &MachineObjects) -> pb::NodeSpec {
         .filter(|b| translate::kubeadm_api_version_problem(b).is_none())
         .map(|b| translate::node_spec(b, &["spec"]).0)
         .unwrap_or_default()
+}
+
+/// [`desired_node_spec`], or why it can not be made: the files decode to more than
+/// [`translate::MAX_DECODED_CONFIG_BYTES`] together ([`translate::node_spec_checked`]).
+pub fn desired_node_spec_checked(desired: &MachineObjects) -> Result<pb::NodeSpec, String> {
+    Ok(desired
+        .bootstrap_config
+        .as_ref()
+        .filter(|b| translate::kubeadm_api_version_problem(b).is_none())
+        .map(|b| translate::node_spec_checked(b, &["spec"]))
+        .transpose()?
+        .map(|(s, _)| s)
+        .unwrap_or_default())
 }
 
 fn message(subject: &str, d: &Decision, disruption: &str, preserve: Option<&[String]>) -> String {

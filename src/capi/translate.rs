@@ -141,6 +141,39 @@ pub fn redact(obj: &mut Value) {
 /// past this bound.
 pub const MAX_DECODED_FILE_BYTES: u64 = 16 << 20;
 
+/// Most decoded bytes (inflated, base64-decoded or plain) of all `files` of one bootstrap
+/// config together (16 MiB: one file of [`MAX_DECODED_FILE_BYTES`], or many smaller). A
+/// gzip bomb is about 1000:1, so a 181 KB request of files each under the per-file bound
+/// inflated to 534 MB before there was a total; inflation stops one byte past what is
+/// left of this budget, never after. Over it, the files are not covered (CanUpdate) and
+/// UpdateMachine refuses the spec; both name the limit.
+pub const MAX_DECODED_CONFIG_BYTES: u64 = 16 << 20;
+
+/// What is left of [`MAX_DECODED_CONFIG_BYTES`] while the files of one bootstrap config
+/// are decoded ([`decode_file_within`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeBudget {
+    left: u64,
+    /// True once a file did not fit.
+    pub exceeded: bool,
+}
+
+impl Default for DecodeBudget {
+    fn default() -> Self {
+        DecodeBudget {
+            left: MAX_DECODED_CONFIG_BYTES,
+            exceeded: false,
+        }
+    }
+}
+
+/// The reason a file is not decoded once the files before it took the budget.
+pub fn over_config_budget() -> String {
+    format!(
+        "the files of this bootstrap config decode to more than {MAX_DECODED_CONFIG_BYTES} bytes in all (the extension's limit of decoded content per bootstrap config); put large content on the node another way"
+    )
+}
+
 /// Why a top-level KubeadmConfigSpec field is never applied in place.
 fn field_reason(field: &str) -> &'static str {
     match field {
@@ -270,6 +303,26 @@ pub enum NodeFile {
 /// string (default 0644); `owner` `user[:group]` (default root). Errors are the reason the
 /// entry is not applied in place.
 pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
+    decode_file_within(f, &mut DecodeBudget::default())
+}
+
+/// [`decode_file`], taking the decoded bytes from `budget` (shared by the files of one
+/// bootstrap config): gzip is inflated at most one byte past what is left, and a file
+/// that does not fit is refused with [`over_config_budget`] (`budget.exceeded` is set).
+pub fn decode_file_within(f: &Value, budget: &mut DecodeBudget) -> Result<NodeFile, String> {
+    if budget.exceeded {
+        return Err(over_config_budget());
+    }
+    let r = decode_file_inner(f, budget);
+    if let Ok(NodeFile::File(pf)) = &r {
+        budget.left -= pf.content.len() as u64;
+    } else if let Ok(NodeFile::DropIn(d)) = &r {
+        budget.left -= d.content.len() as u64;
+    }
+    r
+}
+
+fn decode_file_inner(f: &Value, budget: &mut DecodeBudget) -> Result<NodeFile, String> {
     for key in [
         "path",
         "owner",
@@ -312,11 +365,18 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
             .map_err(|_| "content is not valid base64".to_string())
     };
     // A gzip bomb (1 MB of request for 1 GB of zeros) must not be inflated whole: stop one
-    // byte past the limit the agents apply to a file anyway.
-    let gunzip = |b: &[u8]| {
+    // byte past the limit the agents apply to a file anyway, or past what is left of the
+    // config's budget, whichever is less.
+    let left = budget.left;
+    let over_budget = |budget: &mut DecodeBudget| {
+        budget.exceeded = true;
+        over_config_budget()
+    };
+    let gunzip = |b: &[u8], budget: &mut DecodeBudget| {
         let mut out = Vec::new();
+        let bound = MAX_DECODED_FILE_BYTES.min(left);
         flate2::read::GzDecoder::new(b)
-            .take(MAX_DECODED_FILE_BYTES + 1)
+            .take(bound + 1)
             .read_to_end(&mut out)
             .map_err(|e| format!("content is not valid gzip ({e})"))?;
         if out.len() as u64 > MAX_DECODED_FILE_BYTES {
@@ -324,19 +384,25 @@ pub fn decode_file(f: &Value) -> Result<NodeFile, String> {
                 "content decompresses to more than {MAX_DECODED_FILE_BYTES} bytes (the agents' default policy.max_file_bytes)"
             ));
         }
+        if out.len() as u64 > left {
+            return Err(over_budget(budget));
+        }
         Ok(out)
     };
     let content = match str_of(f, "encoding").unwrap_or("") {
         "" | "text/plain" => raw.as_bytes().to_vec(),
         "base64" | "b64" => b64(raw)?,
-        "gzip" | "gz" => gunzip(raw.as_bytes())?,
-        "gzip+base64" | "gz+base64" | "gz+b64" | "gzip+b64" => gunzip(&b64(raw)?)?,
+        "gzip" | "gz" => gunzip(raw.as_bytes(), budget)?,
+        "gzip+base64" | "gz+base64" | "gz+b64" | "gzip+b64" => gunzip(&b64(raw)?, budget)?,
         other => {
             return Err(format!(
                 "encoding {other:?} is not one cloud-init knows (base64, gzip, gzip+base64)"
             ));
         }
     };
+    if content.len() as u64 > left {
+        return Err(over_budget(budget));
+    }
     if has_jinja(&String::from_utf8_lossy(&content)) {
         return Err("content holds cloud-init Jinja ({{ ... }}), which only the node renders at provisioning".into());
     }
@@ -421,6 +487,7 @@ fn files(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
     let mut u = DiffUnit::open(&tokens);
     let mut reasons = Vec::new();
     let mut seen = BTreeSet::new();
+    let mut budget = DecodeBudget::default();
     for (i, f) in des.iter().enumerate() {
         let path = str_of(f, "path").unwrap_or("");
         if !seen.insert(path.to_string()) {
@@ -432,6 +499,14 @@ fn files(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
             .enumerate()
             .find(|(_, c)| str_of(c, "path") == Some(path));
         if before.map(|(_, c)| c) == Some(f) {
+            // unchanged, but its bytes count toward the config's total all the same, as
+            // UpdateMachine decodes every file (the content is dropped at once)
+            if !budget.exceeded
+                && let Err(e) = decode_file_within(f, &mut budget)
+                && budget.exceeded
+            {
+                reasons.push(format!("{path}: {e}"));
+            }
             continue;
         }
         let at = |j: usize| {
@@ -447,7 +522,7 @@ fn files(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
             reasons.push(format!("{path}: {r}"));
             continue;
         }
-        match decode_file(f) {
+        match decode_file_within(f, &mut budget) {
             Ok(NodeFile::File(pf)) => {
                 u.ids.push(format!("files[{}]", pf.path));
                 out.delta.files.push(pf);
@@ -657,16 +732,37 @@ fn ntp(current: &Value, desired: &Value, root: &[&str], out: &mut Analysis) {
 /// (Jinja) or what was never in-place material (append, contentFrom, Template). Those are
 /// returned as skipped notes; CanUpdate already refused any change to them.
 pub fn node_spec(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>) {
+    let (spec, skipped, _) = node_spec_within(desired, root);
+    (spec, skipped)
+}
+
+/// [`node_spec`], or [`over_config_budget`] when the files decode to more than
+/// [`MAX_DECODED_CONFIG_BYTES`] together (UpdateMachine refuses such a spec rather than
+/// apply it without some of its files).
+pub fn node_spec_checked(
+    desired: &Value,
+    root: &[&str],
+) -> Result<(pb::NodeSpec, Vec<String>), String> {
+    match node_spec_within(desired, root) {
+        (_, _, true) => Err(over_config_budget()),
+        (spec, skipped, false) => Ok((spec, skipped)),
+    }
+}
+
+/// [`node_spec`] and whether the files went over [`MAX_DECODED_CONFIG_BYTES`].
+fn node_spec_within(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>, bool) {
     let mut spec = pb::NodeSpec::default();
     let mut skipped = Vec::new();
     let files_t = toks(root, &["files"]);
+    let mut budget = DecodeBudget::default();
     if let Some(list) = get(desired, &files_t).and_then(Value::as_array) {
         for (i, f) in list.iter().enumerate() {
             let mut at = files_t.clone();
             at.push(i.to_string());
             let decoded = match unknown_reason("File", &unknown_members(f, &FILE_FIELDS, &at)) {
                 Some(r) => Err(r),
-                None => decode_file(f),
+                None if budget.exceeded => Err(over_config_budget()),
+                None => decode_file_within(f, &mut budget),
             };
             match decoded {
                 Ok(NodeFile::File(pf)) => spec.files.push(pf),
@@ -741,7 +837,7 @@ pub fn node_spec(desired: &Value, root: &[&str]) -> (pb::NodeSpec, Vec<String>) 
             Err(e) => skipped.push(format!("ntp: {e}")),
         },
     }
-    (spec, skipped)
+    (spec, skipped, budget.exceeded)
 }
 
 /// Machine spec fields CAPI zeroes before comparing (`CleanupMachineSpecForDiff`).

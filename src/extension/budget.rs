@@ -16,9 +16,19 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 /// Machine and an InfraMachine, current and desired, holds a few thousand.
 pub const MAX_JSON_VALUES: usize = 100_000;
 
+/// What a string value was, for the map that holds it (`encoding`, `content`).
+#[derive(Debug, Clone, Copy)]
+struct Str {
+    len: usize,
+    gzip: bool,
+}
+
 struct Count<'a> {
     n: &'a mut usize,
     max: usize,
+    decoded: &'a mut u64,
+    /// Set to the string this value is, if it is one.
+    seen: Option<&'a mut Option<Str>>,
 }
 
 impl Count<'_> {
@@ -28,6 +38,25 @@ impl Count<'_> {
             return Err(E::custom("over the limit"));
         }
         Ok(())
+    }
+
+    fn child<'b>(&'b mut self, seen: Option<&'b mut Option<Str>>) -> Count<'b> {
+        Count {
+            n: self.n,
+            max: self.max,
+            decoded: self.decoded,
+            seen,
+        }
+    }
+
+    fn string<E: serde::de::Error>(mut self, v: &str) -> Result<(), E> {
+        if let Some(s) = self.seen.take() {
+            *s = Some(Str {
+                len: v.len(),
+                gzip: v.starts_with("gz"),
+            });
+        }
+        self.one()
     }
 }
 
@@ -46,12 +75,64 @@ macro_rules! leaf {
     )*};
 }
 
+/// The keys of a cloud-init `files` entry the decoded-size bound reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Encoding,
+    Content,
+    Other,
+}
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Key;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Key;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
+        Ok(match v {
+            "encoding" => Key::Encoding,
+            "content" => Key::Content,
+            _ => Key::Other,
+        })
+    }
+}
+
+/// Most bytes a `content` string of `len` bytes decodes to: itself, or for a gzip
+/// encoding [`GZIP_MAX_RATIO`] times (DEFLATE's bound: 258 bytes from a 2-bit code) and
+/// at most the per-file limit the extension inflates to.
+fn decoded_bound(len: usize, gzip: bool) -> u64 {
+    if !gzip {
+        return len as u64;
+    }
+    (len as u64)
+        .saturating_mul(GZIP_MAX_RATIO)
+        .saturating_add(1024)
+        .min(crate::capi::translate::MAX_DECODED_FILE_BYTES)
+}
+
+/// DEFLATE's largest expansion (RFC 1951: a 258-byte match in as little as 2 bits, about
+/// 1032:1).
+pub const GZIP_MAX_RATIO: u64 = 1032;
+
 impl<'de> Visitor<'de> for Count<'_> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("JSON")
     }
-    leaf!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str, visit_borrowed_str: &'de str);
+    leaf!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64);
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.string(v)
+    }
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<(), E> {
+        self.string(v)
+    }
     fn visit_unit<E: serde::de::Error>(mut self) -> Result<(), E> {
         self.one()
     }
@@ -60,39 +141,57 @@ impl<'de> Visitor<'de> for Count<'_> {
     }
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         self.one()?;
-        while seq
-            .next_element_seed(Count {
-                n: self.n,
-                max: self.max,
-            })?
-            .is_some()
-        {}
+        while seq.next_element_seed(self.child(None))?.is_some() {}
         Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         self.one()?;
-        while map.next_key::<serde::de::IgnoredAny>()?.is_some() {
-            map.next_value_seed(Count {
-                n: self.n,
-                max: self.max,
-            })?;
+        let (mut encoding, mut content) = (None, None);
+        while let Some(k) = map.next_key_seed(Key::Other)? {
+            let seen = match k {
+                Key::Encoding => Some(&mut encoding),
+                Key::Content => Some(&mut content),
+                Key::Other => None,
+            };
+            map.next_value_seed(self.child(seen))?;
+        }
+        if let Some(c) = content {
+            let gzip = encoding.is_some_and(|e: Str| e.gzip);
+            *self.decoded = self.decoded.saturating_add(decoded_bound(c.len, gzip));
         }
         Ok(())
     }
 }
 
-/// Counts the JSON values of `body`, stopping at the first over `max`. Malformed JSON is
-/// not an error here: the typed parse that follows reports it with its JSON path.
-pub fn check(body: &[u8], max: usize) -> Result<usize, String> {
-    let mut n = 0;
-    let _malformed =
-        (Count { n: &mut n, max }).deserialize(&mut serde_json::Deserializer::from_slice(body));
+/// What [`check`] found in a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    /// JSON values.
+    pub values: usize,
+    /// At most how many bytes the `content` of its objects decode to (cloud-init
+    /// `files` entries: a gzip encoding at [`GZIP_MAX_RATIO`], at most the per-file
+    /// limit), counted before anything is decoded.
+    pub decoded: u64,
+}
+
+/// Counts the JSON values of `body`, stopping at the first over `max`, and bounds what
+/// its file contents decode to. Malformed JSON is not an error here: the typed parse
+/// that follows reports it with its JSON path.
+pub fn check(body: &[u8], max: usize) -> Result<Counted, String> {
+    let (mut n, mut decoded) = (0, 0);
+    let _malformed = (Count {
+        n: &mut n,
+        max,
+        decoded: &mut decoded,
+        seen: None,
+    })
+    .deserialize(&mut serde_json::Deserializer::from_slice(body));
     if n > max {
         return Err(format!(
             "more than {max} JSON values (the extension's limit per request)"
         ));
     }
-    Ok(n)
+    Ok(Counted { values: n, decoded })
 }
 
 #[cfg(test)]
@@ -102,7 +201,7 @@ mod tests {
     #[test]
     fn counts_values_and_stops_at_the_limit() {
         assert_eq!(
-            check(br#"{"a": [1, "x", null, {}], "b": true}"#, 100),
+            check(br#"{"a": [1, "x", null, {}], "b": true}"#, 100).map(|c| c.values),
             Ok(7)
         );
         let flood: Vec<u8> = std::iter::once(b'[')
@@ -114,6 +213,28 @@ mod tests {
             e,
             "more than 100 JSON values (the extension's limit per request)"
         );
-        assert_eq!(check(b"{not json", 100), Ok(1));
+        assert_eq!(check(b"{not json", 100).map(|c| c.values), Ok(1));
+    }
+
+    #[test]
+    fn bounds_what_file_contents_decode_to() {
+        let body = br#"{"files": [
+            {"path": "/a", "content": "12345678"},
+            {"content": "abcd", "encoding": "gzip+base64"},
+            {"encoding": "gz", "content": "xyz"},
+            {"content": "AAAA", "encoding": "base64"}],
+            "big": {"encoding": "gzip", "content": "BIG"}}"#;
+        let c = check(body, 100).unwrap();
+        let gz = |n: u64| n * GZIP_MAX_RATIO + 1024;
+        assert_eq!(c.decoded, 8 + gz(4) + gz(3) + 4 + gz(3));
+        // a gzip content never counts more than one file may inflate to
+        let long = format!(
+            r#"{{"encoding": "gzip", "content": "{}"}}"#,
+            "A".repeat(20_000)
+        );
+        assert_eq!(
+            check(long.as_bytes(), 100).unwrap().decoded,
+            crate::capi::translate::MAX_DECODED_FILE_BYTES
+        );
     }
 }

@@ -79,8 +79,10 @@ pub struct ServerConfig {
     #[serde(default = "default_max_request_mib")]
     pub max_request_mib: usize,
     /// Most parsed-request bytes held at once, in MiB (default 96): before a body is
-    /// parsed its JSON values are counted and 256 bytes reserved for each (100 000 values,
-    /// the most a request may have, reserve 25 MiB), held until the answer; at least 25.
+    /// parsed its JSON values are counted and 256 bytes reserved for each, its strings
+    /// once more, and three copies of what its files' content decodes to, bounded before
+    /// anything is inflated (`http::parsed_cost`: at most 89 MiB for one request), held
+    /// until the answer; at least 89.
     #[serde(default = "default_max_parsed_mib")]
     pub max_parsed_mib: usize,
 }

@@ -169,10 +169,34 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
 /// 98 000 values of `{}` and `0`, so 22 MB for one request of the largest count).
 pub const PARSED_BYTES_PER_VALUE: usize = 256;
 
-/// The most one request reserves for its parsed form, MiB (the value limit at
-/// [`PARSED_BYTES_PER_VALUE`]); `server.max_parsed_mib` may not be lower.
-pub const MAX_PARSED_MIB: usize =
-    (super::budget::MAX_JSON_VALUES * PARSED_BYTES_PER_VALUE).div_ceil(1 << 20);
+/// Copies of the decoded file contents a hook holds at once: the translation's delta or
+/// the NodeSpec, the copy in the request to the agent, and its encoding.
+pub const DECODED_COPIES: u64 = 3;
+
+/// The most one request reserves for its parsed form, MiB: the value limit at
+/// [`PARSED_BYTES_PER_VALUE`], the strings of the largest body, and [`DECODED_COPIES`]
+/// of the most one bootstrap config's files decode to
+/// ([`crate::capi::translate::MAX_DECODED_CONFIG_BYTES`]); `server.max_parsed_mib` may
+/// not be lower.
+pub const MAX_PARSED_MIB: usize = (super::budget::MAX_JSON_VALUES * PARSED_BYTES_PER_VALUE
+    + MAX_BODY
+    + DECODED_COPIES as usize * crate::capi::translate::MAX_DECODED_CONFIG_BYTES as usize)
+    .div_ceil(1 << 20);
+
+/// What a parsed request of `body` bytes reserves, bytes: [`PARSED_BYTES_PER_VALUE`] per
+/// JSON value, the body's strings once more (a string is one value), and
+/// [`DECODED_COPIES`] of what its files decode to (bounded before anything is inflated,
+/// [`super::budget::Counted::decoded`], and at most what one bootstrap config may decode
+/// to).
+pub fn parsed_cost(c: super::budget::Counted, body: usize) -> u64 {
+    let decoded = c
+        .decoded
+        .min(crate::capi::translate::MAX_DECODED_CONFIG_BYTES);
+    (c.values as u64)
+        .saturating_mul(PARSED_BYTES_PER_VALUE as u64)
+        .saturating_add(body as u64)
+        .saturating_add(DECODED_COPIES * decoded)
+}
 
 /// What requests may hold at once: places (`server.max_requests`), body bytes in KiB
 /// (`server.max_request_mib`) and parsed bytes in KiB (`server.max_parsed_mib`). A
@@ -214,17 +238,12 @@ impl Budget {
         }
     }
 
-    /// Waits for the parsed bytes of a body of `values` JSON values (at
-    /// [`PARSED_BYTES_PER_VALUE`] each, at most the whole parsed budget), held by
-    /// `reserved` until it is dropped; false when the budget is closed.
-    pub async fn reserve_parsed(&self, reserved: &mut Reserved, values: usize) -> bool {
-        let kib = u32::try_from(
-            (values.saturating_mul(PARSED_BYTES_PER_VALUE))
-                .div_ceil(1024)
-                .max(1),
-        )
-        .unwrap_or(u32::MAX)
-        .min(self.max_parsed_kib);
+    /// Waits for `bytes` of parsed request ([`parsed_cost`], at most the whole parsed
+    /// budget), held by `reserved` until it is dropped; false when the budget is closed.
+    pub async fn reserve_parsed(&self, reserved: &mut Reserved, bytes: u64) -> bool {
+        let kib = u32::try_from(bytes.div_ceil(1024).max(1))
+            .unwrap_or(u32::MAX)
+            .min(self.max_parsed_kib);
         match self.parsed_kib.clone().acquire_many_owned(kib).await {
             Ok(p) => {
                 reserved.parsed = Some(p);
@@ -289,9 +308,11 @@ async fn respond(
             let b = b.to_bytes();
             // the parsed form's bytes before it is parsed (a body over the value limit
             // is refused unparsed by the route, so it needs none)
-            let values = super::budget::check(&b, super::budget::MAX_JSON_VALUES);
-            if let Ok(n) = values
-                && !requests.reserve_parsed(&mut slot, n).await
+            let counted = super::budget::check(&b, super::budget::MAX_JSON_VALUES);
+            if let Ok(c) = counted
+                && !requests
+                    .reserve_parsed(&mut slot, parsed_cost(c, b.len()))
+                    .await
             {
                 return json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -299,6 +320,7 @@ async fn respond(
                 );
             }
             let deadline = budget.saturating_sub(started.elapsed());
+            let values = counted.map(|c| c.values);
             ext.handle(&method, &path, deadline, &b, &values).await
         }
         Ok(Err(e)) => (

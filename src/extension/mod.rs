@@ -293,7 +293,18 @@ impl Extension {
                 .map_err(unreachable)?;
             self.check_node(m, &addr, &v.status).map_err(AgentError)?;
         }
-        let mut spec = capi::desired_node_spec(desired);
+        let t = eff.agent_timeout;
+        // over the extension's decoded budget: refused here, as the node would refuse a
+        // spec over its limits; the node is asked only for its recommendation
+        let mut spec = match capi::desired_node_spec_checked(desired) {
+            Ok(s) => s,
+            Err(e) => {
+                let v = inspect(&mut c, t, pb::InspectRequest::default())
+                    .await
+                    .map_err(unreachable)?;
+                return Ok(refused_coverage(diff, &e, v.preservation));
+            }
+        };
         // a version change is asked about too (UpdateMachine applies it)
         spec.kubernetes = diff.delta.kubernetes.clone();
         let req = pb::InspectRequest {
@@ -301,7 +312,6 @@ impl Extension {
             reboot_policy: eff.reboot_policy as i32,
             ..Default::default()
         };
-        let t = eff.agent_timeout;
         let (refused, preservation) = match inspect(&mut c, t, req).await {
             Ok(v) => match v.coverage {
                 Some(Ok(r)) => return Ok(NodeCoverage::from_report(&r)),
@@ -323,18 +333,11 @@ impl Extension {
             }
             Err(s) => return Err(unreachable(s)),
         };
-        let mut cov = NodeCoverage {
-            preserve: preservation.preserve,
-            preserve_reasons: preservation.reasons,
-            ..Default::default()
-        };
-        for id in diff.units.iter().flat_map(|u| &u.ids) {
-            cov.changes.insert(
-                id.clone(),
-                Err(format!("the node refuses the spec: {}", refused.message())),
-            );
-        }
-        Ok(cov)
+        Ok(refused_coverage(
+            diff,
+            &format!("the node refuses the spec: {}", refused.message()),
+            preservation,
+        ))
     }
 
     /// CanUpdateMachineSet: deterministic, from the translation and the declared
@@ -406,20 +409,33 @@ impl Extension {
                 0,
             );
         }
-        let (resp, id) = self.drive(&m, &eff, &req.desired).await;
+        // the files are decoded once for the whole hook, within the config's budget
+        let base = match capi::desired_node_spec_checked(&req.desired) {
+            Ok(s) => s,
+            Err(e) => {
+                return UpdateMachineResponse::new(
+                    Status::Failure,
+                    format!("{}: nothing was applied: {e}", m.name),
+                    0,
+                );
+            }
+        };
+        let (resp, id) = self.drive(&m, &eff, &req.desired, base).await;
         tracing::info!(machine = %m.key(), operation = %id, status = ?resp.status, retry = resp.retry_after_seconds, "UpdateMachine: {}", resp.message);
         resp
     }
 
-    /// Drives the update of `desired` on the node: (the answer, the operation id).
+    /// Drives the update of `desired` (whose bootstrap config's NodeSpec is `base`,
+    /// [`capi::desired_node_spec`]) on the node: (the answer, the operation id).
     async fn drive(
         &self,
         m: &MachineRef,
         eff: &Effective,
         desired: &MachineObjects,
+        base: pb::NodeSpec,
     ) -> (UpdateMachineResponse, String) {
-        let mut id = operation_id(m, &capi::desired_node_spec(desired));
-        let resp = self.drive_spec(m, eff, desired, &mut id).await;
+        let mut id = operation_id(m, &base);
+        let resp = self.drive_spec(m, eff, desired, base, &mut id).await;
         (resp, id)
     }
 
@@ -428,6 +444,7 @@ impl Extension {
         m: &MachineRef,
         eff: &Effective,
         desired: &MachineObjects,
+        base: pb::NodeSpec,
         id: &mut String,
     ) -> UpdateMachineResponse {
         let wait =
@@ -466,7 +483,7 @@ impl Extension {
                 return UpdateMachineResponse::new(Status::Failure, e, 0);
             }
         }
-        let guess = capi::update_node_spec(desired, true);
+        let guess = capi::with_version(base, desired, true);
         let req = pb::InspectRequest {
             desired: Some(guess.clone()),
             reboot_policy: eff.reboot_policy as i32,
@@ -493,7 +510,13 @@ impl Extension {
             return UpdateMachineResponse::new(Status::Failure, e, 0);
         }
         // the Machine's version joins the spec when the node reports its own
-        let spec = capi::update_node_spec(desired, !status.kubernetes_version.is_empty());
+        // (the guess is moved, not copied: its files may be megabytes)
+        let reports_version = !status.kubernetes_version.is_empty();
+        let as_guessed = reports_version || guess.kubernetes.is_none();
+        let mut spec = guess;
+        if !reports_version {
+            spec.kubernetes = None;
+        }
         *id = operation_id(m, &spec);
         let id = id.as_str();
         let target = spec.kubernetes.as_ref().map(|k| k.version.clone());
@@ -502,7 +525,7 @@ impl Extension {
             (None, Some(op)) => op,
             (start, _) => {
                 let sid = start.unwrap_or_else(|| id.to_string());
-                let coverage = view.coverage.clone().filter(|_| spec == guess);
+                let coverage = view.coverage.clone().filter(|_| as_guessed);
                 match self.start(&mut c, eff, spec, coverage, &sid).await {
                     Ok(op) => op,
                     Err(r) => return r,
@@ -888,6 +911,25 @@ impl Extension {
         };
         (StatusCode::OK, v)
     }
+}
+
+/// The coverage of a spec refused as a whole (by the node for its limits, or by the
+/// extension's decoded budget): every node change of `diff` not covered for `why`, with
+/// the node's preservation recommendation.
+fn refused_coverage(
+    diff: &capi::translate::Analysis,
+    why: &str,
+    preservation: pb::Preservation,
+) -> NodeCoverage {
+    let mut cov = NodeCoverage {
+        preserve: preservation.preserve,
+        preserve_reasons: preservation.reasons,
+        ..Default::default()
+    };
+    for id in diff.units.iter().flat_map(|u| &u.ids) {
+        cov.changes.insert(id.clone(), Err(why.to_string()));
+    }
+    cov
 }
 
 /// A request parse error with its JSON path, without the offending value: serde quotes a

@@ -6,6 +6,7 @@
 //! an id reused with another spec `ALREADY_EXISTS`, an unknown operation `NOT_FOUND`.
 
 pub mod accept;
+pub mod admit;
 pub mod limits;
 pub mod metrics;
 pub mod tls;
@@ -106,51 +107,7 @@ impl Service {
     /// (or the agent's own uid) is admin; a member of `api.socket_group` (primary or
     /// supplementary, per the host's group database) is a reader; anyone else is refused.
     pub fn role_of<T>(&self, req: &Request<T>) -> Result<Role, Status> {
-        if let Some(peer) = req.extensions().get::<tls::TlsPeer>() {
-            return peer.role.ok_or_else(|| {
-                Status::permission_denied(format!(
-                    "client certificate identities {:?} are not on the allowlist (api.tcp.clients)",
-                    peer.identities
-                ))
-            });
-        }
-        let Some(info) = req
-            .extensions()
-            .get::<tonic::transport::server::UdsConnectInfo>()
-        else {
-            return Err(Status::permission_denied(
-                "unknown transport: no peer identity",
-            ));
-        };
-        let Some(cred) = info.peer_cred else {
-            return Err(Status::permission_denied(
-                "the socket gave no peer credentials",
-            ));
-        };
-        let uid = cred.uid();
-        if uid == 0 || uid == rustix::process::geteuid().as_raw() {
-            return Ok(Role::Admin);
-        }
-        if let Some(g) = self.reader_gid {
-            if cred.gid() == g {
-                return Ok(Role::Reader);
-            }
-            let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                .ok()
-                .flatten()
-                .map(|u| u.name);
-            let members = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(g))
-                .ok()
-                .flatten()
-                .map(|g| g.mem)
-                .unwrap_or_default();
-            if name.is_some_and(|n| members.contains(&n)) {
-                return Ok(Role::Reader);
-            }
-        }
-        Err(Status::permission_denied(format!(
-            "uid {uid} may not use this API: it is for root and members of api.socket_group"
-        )))
+        role_in(req.extensions(), self.reader_gid)
     }
 
     /// Refuses `show_content` (DESIGN §6, §7: secret content is never echoed back) unless
@@ -191,6 +148,57 @@ impl Service {
             state_dir: self.agent.state_path().display().to_string(),
         })
     }
+}
+
+/// The caller's role from a request's extensions (the connection's [`tls::TlsPeer`] or
+/// Unix peer credentials); see [`Service::role_of`]. Also used before a request's body is
+/// read ([`admit`]).
+pub fn role_in(
+    ext: &tonic::codegen::http::Extensions,
+    reader_gid: Option<u32>,
+) -> Result<Role, Status> {
+    if let Some(peer) = ext.get::<tls::TlsPeer>() {
+        return peer.role.ok_or_else(|| {
+            Status::permission_denied(format!(
+                "client certificate identities {:?} are not on the allowlist (api.tcp.clients)",
+                peer.identities
+            ))
+        });
+    }
+    let Some(info) = ext.get::<tonic::transport::server::UdsConnectInfo>() else {
+        return Err(Status::permission_denied(
+            "unknown transport: no peer identity",
+        ));
+    };
+    let Some(cred) = info.peer_cred else {
+        return Err(Status::permission_denied(
+            "the socket gave no peer credentials",
+        ));
+    };
+    let uid = cred.uid();
+    if uid == 0 || uid == rustix::process::geteuid().as_raw() {
+        return Ok(Role::Admin);
+    }
+    if let Some(g) = reader_gid {
+        if cred.gid() == g {
+            return Ok(Role::Reader);
+        }
+        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map(|u| u.name);
+        let members = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(g))
+            .ok()
+            .flatten()
+            .map(|g| g.mem)
+            .unwrap_or_default();
+        if name.is_some_and(|n| members.contains(&n)) {
+            return Ok(Role::Reader);
+        }
+    }
+    Err(Status::permission_denied(format!(
+        "uid {uid} may not use this API: it is for root and members of api.socket_group"
+    )))
 }
 
 /// True for a caller on the Unix socket who is root on the node (or the agent's own
@@ -478,13 +486,17 @@ pub const KEEPALIVE: (std::time::Duration, std::time::Duration) = (
 
 type HttpResponse = tonic::codegen::http::Response<tonic::body::Body>;
 type SizeLayer = tower::layer::util::Stack<
-    tower::util::MapResponseLayer<fn(HttpResponse) -> HttpResponse>,
-    tower::layer::util::Identity,
+    admit::AdmitLayer,
+    tower::layer::util::Stack<
+        tower::util::MapResponseLayer<fn(HttpResponse) -> HttpResponse>,
+        tower::layer::util::Identity,
+    >,
 >;
 
-/// A tonic server with the per-connection limits above, and over-size messages answered
-/// `RESOURCE_EXHAUSTED` ([`limits::resource_exhausted_for_size`]).
-fn grpc_server() -> tonic::transport::Server<SizeLayer> {
+/// A tonic server with the per-connection limits above, over-size messages answered
+/// `RESOURCE_EXHAUSTED` ([`limits::resource_exhausted_for_size`]), and every call
+/// admitted by `gate` before its message is read ([`admit`]).
+fn grpc_server(gate: &Arc<admit::Gate>) -> tonic::transport::Server<SizeLayer> {
     tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .max_connection_age(MAX_CONNECTION_AGE)
@@ -494,6 +506,7 @@ fn grpc_server() -> tonic::transport::Server<SizeLayer> {
         .layer(tower::util::MapResponseLayer::new(
             limits::resource_exhausted_for_size as fn(_) -> _,
         ))
+        .layer(admit::AdmitLayer(gate.clone()))
 }
 
 /// Serves the API, health and reflection on the Unix socket `socket` (replacing a stale
@@ -515,10 +528,17 @@ pub async fn serve(
     let (listener, reader_gid) = bind_socket(&agent, socket)?;
     let policy = &agent.config().policy;
     let max_message = policy.max_spec_bytes as usize + (1 << 20);
-    limits::install(limits::WireLimits {
+    let wire = limits::WireLimits {
         max_files: policy.max_files,
         max_elements: policy.max_spec_elements,
-    });
+    };
+    limits::install(wire);
+    let gate = Arc::new(admit::Gate::new(
+        reader_gid,
+        max_message,
+        wire,
+        policy.max_planning_mib,
+    ));
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<NodeAgentServer<Service>>().await;
     // reflection v1, and v1alpha for clients that only know it (grpcio-reflection's
@@ -541,7 +561,7 @@ pub async fn serve(
     };
     tracing::info!(socket = %socket.display(), "serving");
     ready();
-    let unix = grpc_server()
+    let unix = grpc_server(&gate)
         .add_service(health.clone())
         .add_service(reflection.clone())
         .add_service(reflection_alpha.clone())
@@ -550,7 +570,7 @@ pub async fn serve(
     match tcp {
         None => unix.await.context("serving gRPC")?,
         Some(incoming) => {
-            let remote = grpc_server()
+            let remote = grpc_server(&gate)
                 .add_service(health)
                 .add_service(reflection)
                 .add_service(reflection_alpha)

@@ -24,6 +24,52 @@ fn a_gzip_bomb_is_refused_without_inflating_it() {
 }
 
 #[test]
+fn the_files_of_one_config_share_one_decoded_budget() {
+    use std::io::Write;
+    let bomb = |mib: usize| {
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&vec![0u8; mib << 20]).unwrap();
+        base64::engine::general_purpose::STANDARD.encode(z.finish().unwrap())
+    };
+    let file = |i: usize, b64: &str| json!({"path": format!("/etc/b{i}"), "encoding": "gzip+base64", "content": b64});
+    let six = bomb(6);
+    // 6 + 6 fit, the third does not; nor does anything after it, however small
+    let files: Vec<Value> = (0..3)
+        .map(|i| file(i, &six))
+        .chain([json!({"path": "/etc/small", "content": "x"})])
+        .collect();
+    let mut budget = DecodeBudget::default();
+    let r: Vec<_> = files
+        .iter()
+        .map(|f| decode_file_within(f, &mut budget))
+        .collect();
+    assert!(r[0].is_ok() && r[1].is_ok(), "{r:?}");
+    for e in &r[2..] {
+        assert_eq!(e.as_ref().unwrap_err(), &over_config_budget());
+    }
+    assert!(budget.exceeded);
+    let config = json!({"spec": {"files": files}});
+    assert_eq!(
+        node_spec_checked(&config, &["spec"]).unwrap_err(),
+        over_config_budget()
+    );
+    assert!(over_config_budget().contains("16777216 bytes in all"));
+    // CanUpdate: the unit is blocked naming the limit, unchanged files counting too
+    let current = json!({"spec": {"files": [file(0, &six), file(1, &six)]}});
+    let a = kubeadm(&current, &config, &["spec"]);
+    let files_unit = a.units.iter().find(|u| u.path == "spec.files").unwrap();
+    let why = files_unit.blocked.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("/etc/b2: the files of this bootstrap config"),
+        "{why}"
+    );
+    // two files of 6 MiB decode
+    let two = json!({"spec": {"files": [file(0, &six), file(1, &six)]}});
+    let (spec, skipped) = node_spec_checked(&two, &["spec"]).unwrap();
+    assert_eq!((spec.files.len(), skipped.len()), (2, 0));
+}
+
+#[test]
 fn only_v1beta2_kubeadm_objects_are_read() {
     let v1 = json!({"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1", "kind": "KubeadmConfig"});
     let e = kubeadm_api_version_problem(&v1).expect("refused");
