@@ -6,8 +6,11 @@
 //! an id reused with another spec `ALREADY_EXISTS`, an unknown operation `NOT_FOUND`.
 
 pub mod accept;
+pub mod handshakes;
 pub mod limits;
 pub mod metrics;
+pub mod places;
+pub mod refusals;
 pub mod tls;
 
 use std::os::unix::fs::PermissionsExt;
@@ -481,10 +484,12 @@ type SizeLayer = tower::layer::util::Stack<
     tower::util::MapResponseLayer<fn(HttpResponse) -> HttpResponse>,
     tower::layer::util::Identity,
 >;
+type Layers = tower::layer::util::Stack<places::ReaderCallsLayer, SizeLayer>;
 
-/// A tonic server with the per-connection limits above, and over-size messages answered
-/// `RESOURCE_EXHAUSTED` ([`limits::resource_exhausted_for_size`]).
-fn grpc_server() -> tonic::transport::Server<SizeLayer> {
+/// A tonic server with the per-connection limits above, over-size messages answered
+/// `RESOURCE_EXHAUSTED` ([`limits::resource_exhausted_for_size`]), and each reader
+/// identity's calls in flight capped ([`places::ReaderCallsLayer`]).
+fn grpc_server() -> tonic::transport::Server<Layers> {
     tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .max_connection_age(MAX_CONNECTION_AGE)
@@ -494,6 +499,7 @@ fn grpc_server() -> tonic::transport::Server<SizeLayer> {
         .layer(tower::util::MapResponseLayer::new(
             limits::resource_exhausted_for_size as fn(_) -> _,
         ))
+        .layer(places::ReaderCallsLayer)
 }
 
 /// Serves the API, health and reflection on the Unix socket `socket` (replacing a stale
