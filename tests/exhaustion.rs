@@ -174,9 +174,9 @@ async fn hold_open(
     }
 }
 
-/// The latencies of `times` calls made one after another (each bounded by 40 s: an
-/// unanswered call counts 40 s).
-async fn latencies<F, Fut>(times: usize, call: F) -> Vec<Duration>
+/// The latencies of `times` calls made one after another (each bounded by `bound`: an
+/// unanswered call counts `bound`).
+async fn latencies<F, Fut>(times: usize, bound: Duration, call: F) -> Vec<Duration>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
@@ -184,10 +184,10 @@ where
     let mut out = Vec::new();
     for _ in 0..times {
         let t = Instant::now();
-        match tokio::time::timeout(Duration::from_secs(40), call()).await {
+        match tokio::time::timeout(bound, call()).await {
             Ok(Ok(())) => out.push(t.elapsed()),
             Ok(Err(e)) => panic!("the authenticated call failed: {e}"),
-            Err(_) => out.push(Duration::from_secs(40)),
+            Err(_) => out.push(bound),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -198,8 +198,18 @@ where
 const FLOODS: [(&str, usize, usize, Hold); 4] = [
     ("300 idle from 38 sources", 300, 38, Hold::Idle),
     ("300 idle from one source", 300, 1, Hold::Idle),
-    ("300 half ClientHellos from 38 sources", 300, 38, Hold::HalfHello),
-    ("300 whole ClientHellos from 38 sources", 300, 38, Hold::WholeHello),
+    (
+        "300 half ClientHellos from 38 sources",
+        300,
+        38,
+        Hold::HalfHello,
+    ),
+    (
+        "300 whole ClientHellos from 38 sources",
+        300,
+        38,
+        Hold::WholeHello,
+    ),
 ];
 
 /// Runs `call` 5 times under each of [`FLOODS`] against `addr`; asserts each answered
@@ -215,7 +225,7 @@ where
         let flood = Flood::start(addr, n, sources, hold);
         flood.wait_opened(n);
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let l = latencies(5, &call).await;
+        let l = latencies(5, Duration::from_secs(40), &call).await;
         let opened = flood.stop();
         let max = l.iter().max().copied().unwrap_or_default();
         eprintln!(
@@ -299,8 +309,15 @@ fn start_agent(node: &Node, extra: &str, metrics: &str, log: &Path) -> Child {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(metrics).is_err() {
-        assert!(Instant::now() < deadline, "inplaced did not start: {}", std::fs::read_to_string(log).unwrap());
+    // the API is bound before the local socket, the metrics before both
+    while std::net::TcpStream::connect(metrics).is_err()
+        || std::os::unix::net::UnixStream::connect(&node.socket).is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "inplaced did not start: {}",
+            std::fs::read_to_string(log).unwrap()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     child
@@ -329,7 +346,10 @@ async fn floods_do_not_delay_an_admin_on_the_agent() {
     under_floods("agent", &addr, || get_status(&addr, &admin)).await;
     let m = scrape(&metrics);
     for (reason, what) in [
-        ("budget_evicted", "300 from 38 sources over the budget of 256"),
+        (
+            "budget_evicted",
+            "300 from 38 sources over the budget of 256",
+        ),
         ("per_source_cap", "300 from one source over its 8"),
     ] {
         assert!(refused(&m, "inplaced", reason) > 0.0, "{what}: {m}");
@@ -350,13 +370,321 @@ async fn floods_do_not_delay_capi_on_the_extension() {
     );
     let disco = json!({"apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1", "kind": "DiscoveryRequest"});
     under_floods("extension", &ext.addr, || async {
-        let (status, v) = ext
-            .post_as(ext.client.as_ref(), DISCOVERY, &disco)
-            .await?;
-        (status == 200).then_some(()).ok_or(format!("{status}: {v}"))
+        let (status, v) = ext.post_as(ext.client.as_ref(), DISCOVERY, &disco).await?;
+        (status == 200)
+            .then_some(())
+            .ok_or(format!("{status}: {v}"))
     })
     .await;
     let m = scrape(&metrics);
-    assert!(refused(&m, "inplace_extension", "budget_evicted") > 0.0, "{m}");
-    assert!(refused(&m, "inplace_extension", "per_source_cap") > 0.0, "{m}");
+    assert!(
+        refused(&m, "inplace_extension", "budget_evicted") > 0.0,
+        "{m}"
+    );
+    assert!(
+        refused(&m, "inplace_extension", "per_source_cap") > 0.0,
+        "{m}"
+    );
+}
+
+/// A reader identity opening 100 connections keeps `connections_per_reader` of them, its
+/// calls in flight are capped at `calls_per_reader` across them (one more is
+/// `RESOURCE_EXHAUSTED`), and an admin's call is answered within 1 s all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_can_not_keep_an_admin_out() {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let pki = Pki::new();
+    let node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    let mut text = std::fs::read_to_string(&node.config).unwrap();
+    text.push_str(
+        "[[api.tcp.clients]]\nidentity = \"monitoring\"\nmatch = \"cn\"\nrole = \"reader\"\n",
+    );
+    std::fs::write(&node.config, text).unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let log = node.dir.path().join("agent.log");
+    let extra = "connections_per_reader = 4\ncalls_per_reader = 2\n";
+    let _agent = Killed(start_agent(&node, extra, &metrics, &log));
+    let reader = identity(&pki.agent_ca, &leaf(&pki.ext_ca, "monitoring", vec![]));
+    let admin = admin_identity(&pki);
+    // 100 connections, 5 at a time (under the 8 pending handshakes of one source)
+    let mut served = Vec::new();
+    for _ in 0..20 {
+        let mut opening = Vec::new();
+        for _ in 0..5 {
+            let (addr, reader) = (addr.clone(), reader.clone());
+            opening.push(tokio::spawn(async move {
+                let c = inplaced::client::connect_tls_channel(&addr, &reader);
+                tokio::time::timeout(Duration::from_secs(5), c).await
+            }));
+        }
+        for o in opening {
+            let Ok(Ok(ch)) = o.await.unwrap() else {
+                continue;
+            };
+            let mut c = pb::node_agent_client::NodeAgentClient::new(ch.clone());
+            let call = c.get_status(pb::GetStatusRequest {});
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(3), call).await {
+                served.push(ch);
+            }
+        }
+    }
+    let l = latencies(5, Duration::from_secs(15), || get_status(&addr, &admin)).await;
+    eprintln!(
+        "measured: a reader holding {} served connections; the admin's calls took {l:?}",
+        served.len()
+    );
+    assert!(l.iter().all(|d| *d < WITHIN), "{l:?}");
+    assert!(
+        (1..=4).contains(&served.len()),
+        "the reader holds {} connections",
+        served.len()
+    );
+    // two calls in flight (health watches stay open) take the reader's calls
+    let mut watches = Vec::new();
+    for _ in 0..2 {
+        let mut h = HealthClient::new(served[0].clone());
+        let w = h.watch(HealthCheckRequest::default()).await.unwrap();
+        watches.push(w.into_inner());
+    }
+    let mut other = pb::node_agent_client::NodeAgentClient::new(served.last().unwrap().clone());
+    let e = other.get_status(pb::GetStatusRequest {}).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("api.tcp.calls_per_reader"), "{e:?}");
+    get_status(&addr, &admin).await.unwrap();
+    // one ends: the reader is served again
+    watches.pop();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match other.get_status(pb::GetStatusRequest {}).await {
+            Ok(_) => break,
+            Err(e) if Instant::now() < deadline => {
+                assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the reader's freed call is not served: {e:?}"),
+        }
+    }
+    let m = scrape(&metrics);
+    assert!(refused(&m, "inplaced", "identity_cap") >= 96.0, "{m}");
+    assert_eq!(refused(&m, "inplaced", "connection_cap"), 0.0, "{m}");
+}
+
+/// One anonymous attempt of `kind` on `addr` from `src`, ended when the server ends it.
+async fn attempt(kind: usize, src: Ipv4Addr, addr: SocketAddr, tls: &tokio_rustls::TlsConnector) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = match connect_from(src, addr).await {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    let mut buf = [0u8; 1024];
+    match kind {
+        // not TLS
+        0 => {
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            while let Ok(n) = s.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        // closed at once
+        1 => drop(s),
+        // TLS without a client certificate
+        _ => {
+            if let Ok(mut t) = tls.connect("localhost".try_into().unwrap(), s).await {
+                while let Ok(n) = t.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// 5 000 anonymous attempts on `addr` (4 000 not TLS, 800 closed at once, 200 TLS
+/// without a certificate) from 16 sources, 16 at a time.
+async fn anonymous_attempts(addr: &str, server_ca: &str) {
+    use rustls_pki_types::pem::PemObject;
+    let addr: SocketAddr = addr.parse().unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(server_ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+    let mut workers = Vec::new();
+    for w in 0..16usize {
+        let tls = tls.clone();
+        workers.push(tokio::spawn(async move {
+            let src = Ipv4Addr::new(127, 0, 0, 2 + w as u8);
+            for i in (w..5000).step_by(16) {
+                let kind = if i < 4000 {
+                    0
+                } else if i < 4800 {
+                    1
+                } else {
+                    2
+                };
+                let a = attempt(kind, src, addr, &tls);
+                let _ = tokio::time::timeout(Duration::from_secs(5), a).await;
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+}
+
+/// How many refusals of `listener` the log accounts for: one per line logged one by one
+/// ("TLS handshake refused"), plus the counts of the summaries; and the lines.
+fn logged_refusals(log: &str, listener: &str) -> (u64, usize) {
+    let mut n = 0;
+    let mut lines = 0;
+    for l in log
+        .lines()
+        .filter(|l| l.contains(&format!("\"{listener}\"")))
+    {
+        if l.contains("TLS handshake refused") {
+            n += 1;
+            lines += 1;
+        } else if let Some((_, rest)) = l.split_once("refused=") {
+            lines += 1;
+            let counts = rest.split_whitespace().next().unwrap_or("");
+            for c in counts.split(',') {
+                n += c
+                    .rsplit('=')
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    (n, lines)
+}
+
+/// Where a server is, for [`counted_and_logged`].
+struct Served<'a> {
+    name: &'a str,
+    addr: &'a str,
+    ca: &'a str,
+    metrics: &'a str,
+    prefix: &'a str,
+    log: &'a Path,
+    listener: &'a str,
+}
+
+/// [`anonymous_attempts`] on `s`, then its counts per reason and its log: every
+/// refusal accounted for within 25 s, in a bounded number of lines.
+async fn counted_and_logged(s: Served<'_>) {
+    let Served {
+        name: server,
+        metrics,
+        prefix,
+        log,
+        listener,
+        ..
+    } = s;
+    // what came before (the harness's readiness probe connects and closes)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = scrape(metrics);
+    let (logged_before, _) = logged_refusals(&std::fs::read_to_string(log).unwrap(), listener);
+    anonymous_attempts(s.addr, s.ca).await;
+    let deadline = Instant::now() + Duration::from_secs(25);
+    let count = |m: &str, reasons: &[&str]| -> f64 {
+        reasons
+            .iter()
+            .map(|r| refused(m, prefix, r) - refused(&before, prefix, r))
+            .sum()
+    };
+    // a connection closed at once may be dropped first for a newer one of its source
+    let expected: [(&[&str], f64); 3] = [
+        (&["protocol"], 4000.0),
+        (&["closed", "per_source_cap"], 800.0),
+        (&["no_certificate"], 200.0),
+    ];
+    let m = loop {
+        let m = scrape(metrics);
+        let done = expected.iter().all(|(r, n)| count(&m, r) >= *n);
+        if done || Instant::now() > deadline {
+            break m;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for (reasons, n) in expected {
+        assert_eq!(count(&m, reasons), n, "{server}: {reasons:?}: {m}");
+    }
+    for reason in [
+        "bad_certificate",
+        "not_allowlisted",
+        "timeout",
+        "budget_evicted",
+    ] {
+        assert_eq!(
+            refused(&m, prefix, reason),
+            0.0,
+            "{server}: {reason} exported at 0: {m}"
+        );
+    }
+    let (n, lines) = loop {
+        let text = std::fs::read_to_string(log).unwrap();
+        let (n, lines) = logged_refusals(&text, listener);
+        let n = n - logged_before;
+        if n >= 5000 || Instant::now() > deadline {
+            break (n, lines);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let all = std::fs::read_to_string(log).unwrap().lines().count();
+    eprintln!(
+        "measured: {server}: 5000 anonymous attempts logged in {lines} lines ({all} in the whole log), accounting for {n}"
+    );
+    assert_eq!(n, 5000, "{server}: the log accounts for every refusal");
+    assert!(all <= 60, "{server}: {all} log lines");
+}
+
+/// 5 000 anonymous failed handshakes on each server are counted per reason and logged
+/// in a bounded number of lines (the first of each reason, then one summary per 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_refusals_are_counted_and_logged_at_a_bounded_rate() {
+    let pki = Pki::new();
+    let node = Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let log = node.dir.path().join("agent.log");
+    let _agent = Killed(start_agent(&node, "", &metrics, &log));
+    counted_and_logged(Served {
+        name: "agent",
+        addr: &addr,
+        ca: &pki.agent_ca.pem,
+        metrics: &metrics,
+        prefix: "inplaced",
+        log: &log,
+        listener: "api.tcp",
+    })
+    .await;
+    let ext_metrics = format!("127.0.0.1:{}", free_port());
+    let ext = Extension::start_logging(
+        &pki,
+        &[],
+        &format!("[metrics]\nlisten = \"{ext_metrics}\"\n"),
+        "info",
+    );
+    counted_and_logged(Served {
+        name: "extension",
+        addr: &ext.addr,
+        ca: &ext.ca,
+        metrics: &ext_metrics,
+        prefix: "inplace_extension",
+        log: &ext.log,
+        listener: "server",
+    })
+    .await;
 }
