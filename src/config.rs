@@ -349,11 +349,13 @@ pub struct TcpConfig {
     pub calls_per_reader: usize,
     /// Most TLS handshakes pending at once (default 256). Before its handshake a
     /// connection holds no place; when the budget is full a new handshake drops the
-    /// oldest of the source holding the most (`src/server/handshakes.rs`). The ClientHello
+    /// oldest of the source holding the most, sources with a handshake older than 1 s
+    /// first (`src/server/handshakes.rs`). The ClientHello
     /// must come within 5 s, the handshake end within 10 s.
     pub handshake_budget: usize,
-    /// Most TLS handshakes pending from one source, an IPv4 address or an IPv6 /64
-    /// (default 8); a newer one drops that source's oldest. At most `handshake_budget`.
+    /// Most TLS handshakes older than 1 s pending from one source, an IPv4 address or an
+    /// IPv6 /64 (default 8); a newer one drops that source's oldest (a burst of fresh ones
+    /// is kept up to 4 times this). At most `handshake_budget`.
     pub handshakes_per_source: usize,
     /// Address to listen on (`0.0.0.0:9443`); empty = no TCP listener.
     pub listen: String,

@@ -72,12 +72,14 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most TLS handshakes pending at once (default 256). Before its handshake a
     /// connection holds no place; when the budget is full a new handshake drops the
-    /// oldest of the source holding the most (`src/server/handshakes.rs`). The ClientHello
+    /// oldest of the source holding the most, sources with a handshake older than 1 s
+    /// first (`src/server/handshakes.rs`). The ClientHello
     /// must come within 5 s, the handshake end within 10 s.
     #[serde(default = "default_handshake_budget")]
     pub handshake_budget: usize,
-    /// Most TLS handshakes pending from one source, an IPv4 address or an IPv6 /64
-    /// (default 8); a newer one drops that source's oldest. At most `handshake_budget`.
+    /// Most TLS handshakes older than 1 s pending from one source, an IPv4 address or an
+    /// IPv6 /64 (default 8); a newer one drops that source's oldest (a burst of fresh ones
+    /// is kept up to 4 times this). At most `handshake_budget`.
     #[serde(default = "default_handshakes_per_source")]
     pub handshakes_per_source: usize,
     /// Most requests answered at once (default 64, as many as connections); more wait
@@ -400,7 +402,10 @@ impl Config {
             ("server.max_requests", c.server.max_requests),
             ("server.max_connections", c.server.max_connections),
             ("server.handshake_budget", c.server.handshake_budget),
-            ("server.handshakes_per_source", c.server.handshakes_per_source),
+            (
+                "server.handshakes_per_source",
+                c.server.handshakes_per_source,
+            ),
         ] {
             if v == 0 {
                 return Err(invalid(

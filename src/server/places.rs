@@ -162,15 +162,18 @@ impl Places {
             };
             Some((r, self.all.clone().acquire_owned().await.ok()?))
         };
-        let free = self.all.available_permits() > 0
-            && (!reader || self.readers.available_permits() > 0);
+        let free =
+            self.all.available_permits() > 0 && (!reader || self.readers.available_permits() > 0);
         let got = if free {
             permits.await
         } else {
             let Ok(_waiting) = self.waiting.clone().try_acquire_owned() else {
                 return Err(Reason::ConnectionCap);
             };
-            tokio::time::timeout(self.wait, permits).await.ok().flatten()
+            tokio::time::timeout(self.wait, permits)
+                .await
+                .ok()
+                .flatten()
         };
         let (r, all) = got.ok_or(Reason::ConnectionCap)?;
         Ok((
@@ -215,9 +218,8 @@ where
 {
     type Response = HttpResponse;
     type Error = S::Error;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<HttpResponse, S::Error>> + Send>,
-    >;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<HttpResponse, S::Error>> + Send>>;
 
     fn poll_ready(
         &mut self,

@@ -166,7 +166,13 @@ impl Refusals {
     /// `log` (which writes its line) when it is the first of its kind this interval, where
     /// `names` (the certificate's names, empty when none) joins the kind of
     /// [`Reason::NotAllowlisted`] and [`Reason::IdentityCap`].
-    pub fn refused(&'static self, listener: &'static str, reason: Reason, names: &str, log: impl FnOnce()) {
+    pub fn refused(
+        &'static self,
+        listener: &'static str,
+        reason: Reason,
+        names: &str,
+        log: impl FnOnce(),
+    ) {
         self.counts
             .get_or_create(&vec![("reason".into(), reason.label().into())])
             .inc();

@@ -541,9 +541,7 @@ async fn connect(
     };
     let handshaken = handshake(acc, a.stream, &mut ticket).await;
     drop(ticket);
-    let (s, names) = handshaken
-        .map_err(|r| r.report("api.tcp", remote))
-        .ok()?;
+    let (s, names) = handshaken.map_err(|r| r.report("api.tcp", remote)).ok()?;
     let Some(role) = role_for(cfg, &names) else {
         refuse_unlisted("api.tcp", "api.tcp.clients", remote, &names);
         return None;
