@@ -8,6 +8,7 @@
 //! - A reader identity holding many connections and calls can not keep an admin out.
 //! - 5 000 anonymous failed handshakes are counted per reason and logged in a bounded
 //!   number of lines that still account for every one.
+//! - Connection limits that can not work stop either server, naming the key.
 
 mod common;
 
@@ -687,4 +688,80 @@ async fn anonymous_refusals_are_counted_and_logged_at_a_bounded_rate() {
         listener: "server",
     })
     .await;
+}
+
+/// Runs `c` until it exits (killed after 10 s): whether it succeeded, and its stderr.
+fn exits(mut c: Command) -> (bool, String) {
+    let err = tempfile::NamedTempFile::new().unwrap();
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(err.path()).unwrap();
+    (status.is_some_and(|s| s.success()), text)
+}
+
+/// Connection limits that can not work stop either server at start, the error naming
+/// the key.
+#[test]
+fn impossible_connection_limits_name_the_key() {
+    let pki = Pki::new();
+    let node = Node::new("ubuntu-2404-grub");
+    pki.agent(&node);
+    let base = std::fs::read_to_string(&node.config).unwrap();
+    let (tcp, clients) = base.split_once("[[api.tcp.clients]]").unwrap();
+    for (extra, key) in [
+        (
+            "handshakes_per_source = 300\n",
+            "api.tcp.handshakes_per_source",
+        ),
+        ("admin_connections = 65\n", "api.tcp.admin_connections"),
+        ("calls_per_reader = 0\n", "api.tcp.calls_per_reader"),
+        ("handshake_budget = 0\n", "api.tcp.handshake_budget"),
+    ] {
+        std::fs::write(
+            &node.config,
+            format!("{tcp}{extra}[[api.tcp.clients]]{clients}"),
+        )
+        .unwrap();
+        let (ok, err) = exits(node.daemon());
+        assert!(!ok, "{extra}: started");
+        assert!(err.contains(key), "{extra}: {err}");
+    }
+    let d = pki.dir.path();
+    for (extra, key) in [
+        ("handshake_budget = 0", "server.handshake_budget"),
+        (
+            "handshake_budget = 4\nhandshakes_per_source = 8",
+            "server.handshakes_per_source",
+        ),
+    ] {
+        let cfg = format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\ncert = \"x\"\nkey = \"x\"\nclient_ca = \"x\"\n{extra}\n\
+             [[server.clients]]\nidentity = \"x\"\n[agent]\nca = \"x\"\ncert = \"x\"\nkey = \"x\"\n\
+             [resolver]\ntemplate = \"{{name}}:7443\"\n",
+            free_port()
+        );
+        let path = d.join("bad.toml");
+        std::fs::write(&path, cfg).unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_inplace-extension"));
+        c.arg("--config").arg(&path);
+        let (ok, err) = exits(c);
+        assert!(!ok, "{extra}: started");
+        assert!(err.contains(key), "{extra}: {err}");
+    }
 }
