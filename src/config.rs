@@ -342,7 +342,9 @@ pub struct TcpConfig {
     /// most the rest, so no reader can keep an admin out. At most `max_connections`.
     pub admin_connections: usize,
     /// Most connections of one reader identity (an `[[api.tcp.clients]]` entry with
-    /// role reader; default 4); one more is refused right after its handshake.
+    /// role reader; default 4); one more is refused right after its handshake. Every
+    /// certificate the entry matches counts towards it: give each reader client its own
+    /// entry, or raise this for readers that share one.
     pub connections_per_reader: usize,
     /// Most calls in flight of one reader identity across its connections (default 16);
     /// one more is answered `RESOURCE_EXHAUSTED`.
