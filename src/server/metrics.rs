@@ -107,10 +107,11 @@ pub async fn serve(
         .with_context(|| format!("metrics.listen: binding {addr}"))?;
     tracing::info!(address = %addr, tls = acceptor.is_some(), "serving metrics");
     // as the API (src/server/handshakes.rs): 16 pending handshakes, 4 per source, then
-    // 8 places for scrapers on the allowlist; on loopback 8 places before accept
+    // 8 places for scrapers on the allowlist (descriptors: the handshakes, the places and
+    // as many refused at once); on loopback 8 places before accept
     let handshakes = super::handshakes::Handshakes::new(16, 4);
     let places = Arc::new(tokio::sync::Semaphore::new(8));
-    let gate = super::accept::Gate::new(if acceptor.is_some() { 8 + 16 } else { 8 });
+    let gate = super::accept::Gate::new(if acceptor.is_some() { 16 + 2 * 8 } else { 8 });
     let mut backoff = super::accept::Backoff::default();
     loop {
         let a = tokio::select! {
