@@ -418,9 +418,32 @@ pub struct ClientEntry {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TcpConfig {
-    /// Most TCP connections open at once, TLS handshakes included (default 64); more wait
-    /// in the listen backlog. A handful of management-cluster clients need a few each.
+    /// Most authenticated connections open at once (default 64): a connection takes a
+    /// place only after its TLS handshake, once its certificate is on the allowlist
+    /// (`src/server/places.rs`). With every place taken, a new one waits up to 5 s, then
+    /// is closed. A handful of management-cluster clients need a few each.
     pub max_connections: usize,
+    /// Of `max_connections`, places only admins may take (default 16): readers hold at
+    /// most the rest, so no reader can keep an admin out. At most `max_connections`.
+    pub admin_connections: usize,
+    /// Most connections of one reader identity (an `[[api.tcp.clients]]` entry with
+    /// role reader; default 4); one more is refused right after its handshake. Every
+    /// certificate the entry matches counts towards it: give each reader client its own
+    /// entry, or raise this for readers that share one.
+    pub connections_per_reader: usize,
+    /// Most calls in flight of one reader identity across its connections (default 16);
+    /// one more is answered `RESOURCE_EXHAUSTED`.
+    pub calls_per_reader: usize,
+    /// Most TLS handshakes pending at once (default 256). Before its handshake a
+    /// connection holds no place; when the budget is full a new handshake drops the
+    /// oldest of the source holding the most, sources with a handshake older than 1 s
+    /// first (`src/server/handshakes.rs`). The ClientHello
+    /// must come within 5 s, the handshake end within 10 s.
+    pub handshake_budget: usize,
+    /// Most TLS handshakes older than 1 s pending from one source, an IPv4 address or an
+    /// IPv6 /64 (default 8); a newer one drops that source's oldest (a burst of fresh ones
+    /// is kept up to 4 times this). At most `handshake_budget`.
+    pub handshakes_per_source: usize,
     /// Address to listen on (`0.0.0.0:9443`); empty = no TCP listener.
     pub listen: String,
     /// Server certificate chain (PEM).
@@ -441,6 +464,11 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             max_connections: 64,
+            admin_connections: 16,
+            connections_per_reader: 4,
+            calls_per_reader: 16,
+            handshake_budget: 256,
+            handshakes_per_source: 8,
             listen: String::new(),
             cert: String::new(),
             key: String::new(),
@@ -449,6 +477,41 @@ impl Default for TcpConfig {
             insecure_loopback: false,
             insecure_loopback_role: ClientRole::default(),
         }
+    }
+}
+
+impl TcpConfig {
+    /// Why the connection limits can not work, naming the key (`api.tcp.<key>: ...`).
+    pub fn check_limits(&self) -> Result<(), String> {
+        for (key, v) in [
+            ("max_connections", self.max_connections),
+            ("connections_per_reader", self.connections_per_reader),
+            ("calls_per_reader", self.calls_per_reader),
+            ("handshake_budget", self.handshake_budget),
+            ("handshakes_per_source", self.handshakes_per_source),
+        ] {
+            if v == 0 {
+                return Err(format!(
+                    "api.tcp.{key}: must be at least 1 (0 would serve no client)"
+                ));
+            }
+        }
+        if self.max_connections > 1 << 20 || self.handshake_budget > 1 << 20 {
+            return Err("api.tcp.max_connections and api.tcp.handshake_budget: at most 1048576 each (descriptors)".into());
+        }
+        if self.admin_connections > self.max_connections {
+            return Err(format!(
+                "api.tcp.admin_connections: {} is more than api.tcp.max_connections ({}); the admins' reserve is part of it",
+                self.admin_connections, self.max_connections
+            ));
+        }
+        if self.handshakes_per_source > self.handshake_budget {
+            return Err(format!(
+                "api.tcp.handshakes_per_source: {} is more than api.tcp.handshake_budget ({})",
+                self.handshakes_per_source, self.handshake_budget
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -594,6 +657,13 @@ impl Config {
                     message,
                 })?;
         }
+        c.api
+            .tcp
+            .check_limits()
+            .map_err(|message| ConfigError::Parse {
+                path: origin.to_string(),
+                message,
+            })?;
         for (i, r) in c.disruption.iter().enumerate() {
             globset::Glob::new(&r.path).map_err(|e| ConfigError::Parse {
                 path: origin.to_string(),

@@ -18,6 +18,7 @@
 //! | `inplaced_journal_recoveries_total` | counter | | interrupted operations recovered from the journal at start-up |
 //! | `inplaced_coverage_duration_seconds` | histogram | | `GetCoverage` latency |
 //! | `inplaced_apply_duration_seconds` | histogram | | operation duration, start to final phase |
+//! | `inplaced_tls_handshakes_refused_total` | counter | `reason` | TCP connections (API, metrics) dropped before they were served, every reason exported at 0 ([`crate::server::refusals::Reason`]) |
 //!
 //! Counters restart at 0 with the daemon, as Prometheus expects; an operation is counted
 //! once, when a refresh first sees it settled (refreshes run at every scrape and every
@@ -169,6 +170,11 @@ impl NodeMetrics {
             "apply_duration_seconds",
             "Operation duration, start to final phase",
             m.apply.clone(),
+        );
+        registry.register(
+            "tls_handshakes_refused",
+            "Connections dropped before they were served, by reason",
+            crate::server::refusals::get().family(),
         );
         NodeMetrics { registry, ..m }
     }

@@ -64,10 +64,24 @@ pub struct ServerConfig {
     /// when it changes.
     #[serde(default)]
     pub clients: Vec<AllowedClient>,
-    /// Most connections open at once, TLS handshakes included (default 64); more wait in
-    /// the listen backlog.
+    /// Most authenticated connections open at once (default 64): a connection takes a
+    /// place only after its TLS handshake, once its certificate is on `server.clients`
+    /// (`src/server/places.rs`); with every place taken a new one waits up to 5 s, then is
+    /// closed.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Most TLS handshakes pending at once (default 256). Before its handshake a
+    /// connection holds no place; when the budget is full a new handshake drops the
+    /// oldest of the source holding the most, sources with a handshake older than 1 s
+    /// first (`src/server/handshakes.rs`). The ClientHello
+    /// must come within 5 s, the handshake end within 10 s.
+    #[serde(default = "default_handshake_budget")]
+    pub handshake_budget: usize,
+    /// Most TLS handshakes older than 1 s pending from one source, an IPv4 address or an
+    /// IPv6 /64 (default 8); a newer one drops that source's oldest (a burst of fresh ones
+    /// is kept up to 4 times this). At most `handshake_budget`.
+    #[serde(default = "default_handshakes_per_source")]
+    pub handshakes_per_source: usize,
     /// Most requests answered at once (default 64, as many as connections); more wait
     /// with their body unread. A request keeps its place while the agent answers it.
     #[serde(default = "default_max_requests")]
@@ -97,6 +111,14 @@ fn default_max_request_mib() -> usize {
 
 fn default_max_connections() -> usize {
     64
+}
+
+fn default_handshake_budget() -> usize {
+    256
+}
+
+fn default_handshakes_per_source() -> usize {
+    8
 }
 
 fn default_max_requests() -> usize {
@@ -387,6 +409,11 @@ impl Config {
         for (key, v) in [
             ("server.max_requests", c.server.max_requests),
             ("server.max_connections", c.server.max_connections),
+            ("server.handshake_budget", c.server.handshake_budget),
+            (
+                "server.handshakes_per_source",
+                c.server.handshakes_per_source,
+            ),
         ] {
             if v == 0 {
                 return Err(invalid(
@@ -394,6 +421,21 @@ impl Config {
                     "must be at least 1 (0 would answer no request)".into(),
                 ));
             }
+        }
+        if c.server.handshakes_per_source > c.server.handshake_budget {
+            return Err(invalid(
+                "server.handshakes_per_source",
+                format!(
+                    "{} is more than server.handshake_budget ({})",
+                    c.server.handshakes_per_source, c.server.handshake_budget
+                ),
+            ));
+        }
+        if c.server.max_connections > 1 << 20 || c.server.handshake_budget > 1 << 20 {
+            return Err(invalid(
+                "server.max_connections",
+                "server.max_connections and server.handshake_budget: at most 1048576 each (descriptors)".into(),
+            ));
         }
         if !(1..=30).contains(&c.server.handler_timeout_seconds) {
             return Err(invalid(

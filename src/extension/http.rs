@@ -51,14 +51,17 @@ pub struct Endpoint {
 
 /// Serves HTTPS on `listener` until `shutdown` resolves.
 ///
-/// Each connection takes a place under `server.max_connections` before it is accepted
-/// ([`crate::server::accept`]: back-off on accept errors, so a full descriptor table does
-/// not spin), gets the current certificates, and must finish its TLS handshake within
+/// Connections are accepted as the agent's ([`crate::server::tls::incoming`]): before its
+/// TLS handshake a connection holds one of `server.handshake_budget` pending handshakes
+/// (at most `server.handshakes_per_source` from one source, the oldest dropped for a
+/// newer one; [`crate::server::handshakes`]), must send its ClientHello within
+/// [`crate::server::tls::HELLO_TIMEOUT`] and finish within
 /// [`crate::server::tls::HANDSHAKE_TIMEOUT`] with a client certificate from
 /// `server.client_ca`. A certificate no `[[server.clients]]` entry matches is disconnected
-/// before its request is read. Requests are read and answered at most
-/// `server.max_requests` at a time, with at most `server.max_request_mib` of bodies and
-/// `server.max_parsed_mib` of parsed requests reserved ([`Budget`]).
+/// before its request is read; one that does takes one of `server.max_connections` places
+/// ([`crate::server::places`]; CAPI's managers are all admins). Requests are read and
+/// answered at most `server.max_requests` at a time, with at most `server.max_request_mib`
+/// of bodies and `server.max_parsed_mib` of parsed requests reserved ([`Budget`]).
 pub async fn serve(
     ext: Arc<Extension>,
     listener: tokio::net::TcpListener,
@@ -66,12 +69,22 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     use crate::server::accept::{Backoff, Gate, accept};
+    use crate::server::{handshakes::Handshakes, places};
     tokio::pin!(shutdown);
-    let gate = Gate::new(ext.config.server.max_connections);
+    let s = &ext.config.server;
+    let handshakes = Handshakes::new(s.handshake_budget, s.handshakes_per_source);
+    let places = places::Places::new(places::Limits {
+        max_connections: s.max_connections,
+        admin_connections: 0,
+        connections_per_reader: 1,
+        calls_per_reader: 1,
+    });
+    // descriptors: every pending handshake, every place and as many waiting for one
+    let gate = Gate::new(s.handshake_budget + 2 * s.max_connections);
     let requests = Arc::new(Budget::new(
-        ext.config.server.max_requests,
-        ext.config.server.max_request_mib,
-        ext.config.server.max_parsed_mib,
+        s.max_requests,
+        s.max_request_mib,
+        s.max_parsed_mib,
     ));
     let mut backoff = Backoff::default();
     let endpoint = Arc::new(endpoint);
@@ -81,24 +94,20 @@ pub async fn serve(
             _ = &mut shutdown => return,
             a = accept(&listener, &gate, &mut backoff, "server") => a,
         };
-        let (ext, endpoint, requests) = (ext.clone(), endpoint.clone(), requests.clone());
+        let ticket = handshakes.admit(a.remote.ip());
+        let (ext, endpoint, requests, places) = (
+            ext.clone(),
+            endpoint.clone(),
+            requests.clone(),
+            places.clone(),
+        );
         tokio::spawn(async move {
-            let _place = a.permit;
+            let _fd = a.permit;
             let peer = a.remote;
-            let Some((tls, names)) =
-                crate::server::tls::handshake(&endpoint.acceptor, a.stream, peer).await
+            let Some((tls, _place)) = admit(&endpoint, a.stream, peer, ticket, &places).await
             else {
                 return;
             };
-            if !endpoint
-                .clients
-                .current()
-                .iter()
-                .any(|c| names.matches(&c.identity, c.kind))
-            {
-                tracing::warn!(%peer, identities = ?names.all(), "client certificate not on the allowlist (server.clients): disconnected");
-                return;
-            }
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let (ext, requests) = (ext.clone(), requests.clone());
                 async move { Ok::<_, Infallible>(respond(&ext, &requests, req).await) }
@@ -113,6 +122,37 @@ pub async fn serve(
                 Ok(Ok(())) => {}
             }
         });
+    }
+}
+
+/// The handshake, the allowlist and a place of one connection; None when refused
+/// (counted and logged at a bounded rate, [`crate::server::refusals`]).
+async fn admit(
+    endpoint: &Endpoint,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    mut ticket: crate::server::handshakes::Ticket,
+    places: &Arc<crate::server::places::Places>,
+) -> Option<(
+    tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    crate::server::places::Place,
+)> {
+    use crate::server::tls;
+    let handshaken = tls::handshake(&endpoint.acceptor, stream, &mut ticket).await;
+    drop(ticket);
+    let (s, names) = handshaken.map_err(|r| r.report("server", peer)).ok()?;
+    let clients = endpoint.clients.current();
+    if !clients.iter().any(|c| names.matches(&c.identity, c.kind)) {
+        let hint = names.cn_hint(clients.iter().map(|c| (c.identity.as_str(), c.kind)));
+        tls::refuse_unlisted("server", "server.clients", peer, &names, &hint);
+        return None;
+    }
+    match places.take(crate::server::places::Holder::Admin).await {
+        Ok((place, _)) => Some((s, place)),
+        Err(reason) => {
+            tls::refuse_place("server", reason, peer, &names);
+            None
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! | `inplace_extension_agent_calls_total` | counter | `result` (`ok`, or the gRPC code in snake case, `deadline_exceeded` for no answer in time) |
 //! | `inplace_extension_agent_rpcs_total` | counter | `hook`, `rpc` (the agent RPC: `inspect`, `get_coverage`, `apply`, ...; one per call made while answering that hook) |
 //! | `inplace_extension_deadline_misses_total` | counter | `hook` (the hook's deadline passed; it answered the fallback) |
+//! | `inplace_extension_tls_handshakes_refused_total` | counter | `reason` (connections dropped before they were served; every reason exported at 0, [`crate::server::refusals::Reason`]) |
 
 use std::sync::OnceLock;
 
@@ -107,6 +108,11 @@ impl ExtensionMetrics {
             "deadline_misses",
             "Hook calls that reached their deadline",
             deadline_misses.clone(),
+        );
+        registry.register(
+            "tls_handshakes_refused",
+            "Connections dropped before they were served, by reason",
+            crate::server::refusals::get().family(),
         );
         ExtensionMetrics {
             registry,

@@ -1,12 +1,17 @@
 //! Accepting TCP connections under pressure, for both servers (the agent's mTLS API and
 //! the extension's HTTPS endpoint).
 //!
-//! - **A cap on connections.** A permit of a [`Gate`] is taken *before* `accept(2)` and
-//!   travels with the connection until it closes, so a flood of connections (or of slow
-//!   TLS handshakes) waits in the kernel's listen backlog instead of taking file
-//!   descriptors and memory. The cap is far below the descriptor limit, which keeps a
-//!   reserve for the agent's own work and its local socket (root's `inplacectl` keeps
-//!   working while the TCP port is flooded).
+//! - **A cap on descriptors.** A permit of a [`Gate`] is taken *before* `accept(2)` and
+//!   travels with the connection until it closes, so the connections of one listener
+//!   never take more descriptors than the cap. For TLS listeners the cap is
+//!   `handshake_budget + 2 × max_connections` and is not what keeps anyone out: pending
+//!   handshakes are bounded by the handshake budget, which drops old ones for new ones
+//!   ([`super::handshakes`]), and places are taken only after authentication
+//!   ([`super::places`]). Plain listeners (metrics on loopback, `insecure_loopback`)
+//!   use it as their connection cap, later connections waiting in the listen backlog.
+//!   The cap is far below the descriptor limit, which keeps a reserve for the agent's own
+//!   work and its local socket (root's `inplacectl` keeps working while the TCP port is
+//!   flooded).
 //! - **Back-off on accept errors.** `EMFILE`, `ENFILE`, `ENOBUFS` and `ENOMEM` leave the
 //!   pending connection in the backlog, so retrying at once spins a core. The loop waits
 //!   5 ms, doubling up to 1 s, and resets after a success; the error is logged once, then
@@ -21,7 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The connection cap of one listener.
+/// The descriptor cap of one listener (its connection cap for plain listeners).
 #[derive(Debug, Clone)]
 pub struct Gate {
     permits: Arc<Semaphore>,

@@ -106,18 +106,25 @@ pub async fn serve(
         .await
         .with_context(|| format!("metrics.listen: binding {addr}"))?;
     tracing::info!(address = %addr, tls = acceptor.is_some(), "serving metrics");
-    let gate = super::accept::Gate::new(8);
+    // as the API (src/server/handshakes.rs): 16 pending handshakes, 4 per source, then
+    // 8 places for scrapers on the allowlist (descriptors: the handshakes, the places and
+    // as many refused at once); on loopback 8 places before accept
+    let handshakes = super::handshakes::Handshakes::new(16, 4);
+    let places = Arc::new(tokio::sync::Semaphore::new(8));
+    let gate = super::accept::Gate::new(if acceptor.is_some() { 16 + 2 * 8 } else { 8 });
     let mut backoff = super::accept::Backoff::default();
     loop {
         let a = tokio::select! {
             a = super::accept::accept(&listener, &gate, &mut backoff, "metrics.listen") => a,
             _ = stop.wait_for(|s| *s) => return Ok(()),
         };
-        let (agent, metrics, acceptor, tcp) = (
+        let ticket = acceptor.as_ref().map(|_| handshakes.admit(a.remote.ip()));
+        let (agent, metrics, acceptor, tcp, places) = (
             agent.clone(),
             metrics.clone(),
             acceptor.clone(),
             tcp.clone(),
+            places.clone(),
         );
         tokio::spawn(async move {
             let _place = a.permit;
@@ -137,27 +144,35 @@ pub async fn serve(
                 .header_read_timeout(Duration::from_secs(10))
                 .clone();
             let life = Duration::from_secs(60);
-            match acceptor {
-                None => {
-                    let _ = tokio::time::timeout(
-                        life,
-                        http.serve_connection(TokioIo::new(a.stream), svc),
-                    )
-                    .await;
-                }
-                Some(acc) => {
-                    let Some((s, names)) = super::tls::handshake(&acc, a.stream, a.remote).await
-                    else {
-                        return;
-                    };
-                    if super::tls::role_for(&tcp, &names).is_none() {
-                        tracing::warn!(identities = ?names.all(), "metrics: client certificate not on the allowlist (api.tcp.clients): disconnected");
-                        return;
-                    }
-                    let _ = tokio::time::timeout(life, http.serve_connection(TokioIo::new(s), svc))
+            let (Some(acc), Some(mut ticket)) = (acceptor, ticket) else {
+                let _ =
+                    tokio::time::timeout(life, http.serve_connection(TokioIo::new(a.stream), svc))
                         .await;
-                }
+                return;
+            };
+            let handshaken = super::tls::handshake(&acc, a.stream, &mut ticket).await;
+            drop(ticket);
+            let Ok((s, names)) = handshaken.map_err(|r| r.report("metrics.listen", a.remote))
+            else {
+                return;
+            };
+            if super::tls::role_for(&tcp, &names).is_none() {
+                let hint = super::tls::agent_hint(&tcp, &names);
+                super::tls::refuse_unlisted(
+                    "metrics.listen",
+                    "api.tcp.clients",
+                    a.remote,
+                    &names,
+                    &hint,
+                );
+                return;
             }
+            let Ok(_scraper) = places.try_acquire_owned() else {
+                let why = super::refusals::Reason::ConnectionCap;
+                super::tls::refuse_place("metrics.listen", why, a.remote, &names);
+                return;
+            };
+            let _ = tokio::time::timeout(life, http.serve_connection(TokioIo::new(s), svc)).await;
         });
     }
 }

@@ -7,8 +7,11 @@
 
 pub mod accept;
 pub mod admit;
+pub mod handshakes;
 pub mod limits;
 pub mod metrics;
+pub mod places;
+pub mod refusals;
 pub mod tls;
 
 use std::os::unix::fs::PermissionsExt;
@@ -492,11 +495,13 @@ type SizeLayer = tower::layer::util::Stack<
         tower::layer::util::Identity,
     >,
 >;
+type Layers = tower::layer::util::Stack<places::ReaderCallsLayer, SizeLayer>;
 
 /// A tonic server with the per-connection limits above, over-size messages answered
-/// `RESOURCE_EXHAUSTED` ([`limits::resource_exhausted_for_size`]), and every call
-/// admitted by `gate` before its message is read ([`admit`]).
-fn grpc_server(gate: &Arc<admit::Gate>) -> tonic::transport::Server<SizeLayer> {
+/// `RESOURCE_EXHAUSTED` ([`limits::resource_exhausted_for_size`]), every call admitted by
+/// `gate` before its message is read ([`admit`]), and each reader identity's calls in
+/// flight capped ([`places::ReaderCallsLayer`]).
+fn grpc_server(gate: &Arc<admit::Gate>) -> tonic::transport::Server<Layers> {
     tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .max_connection_age(MAX_CONNECTION_AGE)
@@ -507,6 +512,7 @@ fn grpc_server(gate: &Arc<admit::Gate>) -> tonic::transport::Server<SizeLayer> {
             limits::resource_exhausted_for_size as fn(_) -> _,
         ))
         .layer(admit::AdmitLayer(gate.clone()))
+        .layer(places::ReaderCallsLayer)
 }
 
 /// Serves the API, health and reflection on the Unix socket `socket` (replacing a stale

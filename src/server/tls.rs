@@ -30,6 +30,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::Role;
+use super::handshakes::Ticket;
+use super::refusals::Reason;
 use crate::config::TcpConfig;
 
 /// Who is on the other end of a TCP connection.
@@ -42,15 +44,21 @@ pub struct TlsPeer {
     pub identities: Vec<String>,
     /// The role the allowlist gives, or None when no identity is listed.
     pub role: Option<Role>,
+    /// A reader identity's calls in flight (`api.tcp.calls_per_reader`, shared by its
+    /// connections; [`super::places::ReaderCallsLayer`]); None for admins.
+    pub calls: Option<Arc<tokio::sync::Semaphore>>,
 }
 
-/// A TCP connection after the TLS handshake (or a plain loopback one), holding its place
-/// under the listener's connection cap until it closes.
+/// A TCP connection after the TLS handshake (or a plain loopback one), holding its
+/// descriptor's permit and its place ([`super::places`]) until it closes.
 #[derive(Debug)]
 pub struct Conn {
     io: Io,
     peer: TlsPeer,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _held: (
+        tokio::sync::OwnedSemaphorePermit,
+        Option<super::places::Place>,
+    ),
 }
 
 #[derive(Debug)]
@@ -380,31 +388,82 @@ pub fn role_for(cfg: &TcpConfig, names: &CertNames) -> Option<Role> {
         })
 }
 
-/// How long a TLS handshake may take before the connection is dropped.
+/// How long a client has, from its connection, to send its ClientHello (one packet, sent
+/// right after the TCP handshake; the time leaves room for retransmissions).
+pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a TLS handshake may take in all, from the connection.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The server side of a TLS handshake on `stream` with the acceptor's current config,
-/// within [`HANDSHAKE_TIMEOUT`]: the stream and the verified client certificate's names,
-/// or `None` (refused or timed out, logged at info with the peer address).
+/// A connection dropped before it was served, and why.
+#[derive(Debug)]
+pub struct Refused {
+    /// Why, for the metric.
+    pub reason: Reason,
+    /// Details for the log.
+    pub error: String,
+}
+
+impl Refused {
+    fn new(reason: Reason, error: impl Into<String>) -> Refused {
+        Refused {
+            reason,
+            error: error.into(),
+        }
+    }
+
+    fn of(e: &std::io::Error) -> Refused {
+        Refused::new(Reason::of_handshake_error(e), e.to_string())
+    }
+
+    /// Counts it and logs it at the bounded rate of [`super::refusals`] (`listener` names
+    /// the config section: `api.tcp`, `server`, `metrics.listen`).
+    pub fn report(&self, listener: &'static str, remote: SocketAddr) {
+        super::refusals::get().refused(listener, self.reason, "", || {
+            tracing::info!(listener, %remote, reason = self.reason.label(), error = %self.error, "TLS handshake refused");
+        });
+    }
+}
+
+/// The server side of a TLS handshake on `stream` with the acceptor's current config
+/// (read once the ClientHello is in, so an idle socket costs no file check): the stream
+/// and the verified client certificate's names. Refused when the ClientHello does not
+/// come within [`HELLO_TIMEOUT`], the handshake does not finish within
+/// [`HANDSHAKE_TIMEOUT`], rustls refuses it, or `ticket` is dropped from the handshake
+/// budget for a newer handshake ([`super::handshakes`]).
 pub async fn handshake(
     acceptor: &Acceptor,
     stream: TcpStream,
-    remote: SocketAddr,
-) -> Option<(tokio_rustls::server::TlsStream<TcpStream>, CertNames)> {
-    let tls = tokio_rustls::TlsAcceptor::from(acceptor.current());
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-        Ok(Ok(s)) => {
-            let names = peer_names(&s);
-            Some((s, names))
+    ticket: &mut Ticket,
+) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, CertNames), Refused> {
+    let started = tokio::time::Instant::now();
+    let tls = async {
+        let hello =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+        let start = match tokio::time::timeout(HELLO_TIMEOUT, hello).await {
+            Err(_) => {
+                return Err(Refused::new(
+                    Reason::Timeout,
+                    format!("no ClientHello within {HELLO_TIMEOUT:?}"),
+                ));
+            }
+            Ok(r) => r.map_err(|e| Refused::of(&e))?,
+        };
+        let accept = start.into_stream(acceptor.current());
+        match tokio::time::timeout_at(started + HANDSHAKE_TIMEOUT, accept).await {
+            Err(_) => Err(Refused::new(
+                Reason::Timeout,
+                format!("handshake unfinished after {HANDSHAKE_TIMEOUT:?}"),
+            )),
+            Ok(r) => {
+                let s = r.map_err(|e| Refused::of(&e))?;
+                let names = peer_names(&s);
+                Ok((s, names))
+            }
         }
-        Ok(Err(e)) => {
-            tracing::info!(%remote, error = %e, "TLS handshake refused");
-            None
-        }
-        Err(_) => {
-            tracing::info!(%remote, "TLS handshake timed out");
-            None
-        }
+    };
+    tokio::select! {
+        r = tls => r,
+        why = ticket.evicted() => Err(Refused::new(why, "dropped for a newer handshake")),
     }
 }
 
@@ -418,69 +477,153 @@ pub fn peer_names<IO>(s: &tokio_rustls::server::TlsStream<IO>) -> CertNames {
         .unwrap_or_default()
 }
 
-/// Accepts TCP connections on `listener` (at most `api.tcp.max_connections` open at once,
-/// handshakes included; [`super::accept`]), performs the TLS handshake (concurrently,
-/// within [`HANDSHAKE_TIMEOUT`]) and yields ready connections. A verified certificate that
-/// no `[[api.tcp.clients]]` entry matches is disconnected right after the handshake,
-/// before any request (health and reflection included) is read.
+/// Reports a verified certificate no allowlist entry matches (`key` names the list, e.g.
+/// `api.tcp.clients`; `hint` is [`CertNames::cn_hint`] over its entries), with the message
+/// the log has always had.
+pub fn refuse_unlisted(
+    listener: &'static str,
+    key: &str,
+    remote: SocketAddr,
+    names: &CertNames,
+    hint: &str,
+) {
+    let all = names.all();
+    super::refusals::get().refused(listener, Reason::NotAllowlisted, &all.join(","), || {
+        tracing::warn!(%remote, identities = ?all, "client certificate not on the allowlist ({key}): disconnected{hint}");
+    });
+}
+
+/// [`CertNames::cn_hint`] over the agent's `[[api.tcp.clients]]`.
+pub fn agent_hint(cfg: &TcpConfig, names: &CertNames) -> String {
+    names.cn_hint(cfg.clients.iter().map(|c| (c.identity.as_str(), c.kind)))
+}
+
+/// Reports an authenticated connection refused for `reason` (a cap, [`super::places`]).
+pub fn refuse_place(listener: &'static str, reason: Reason, remote: SocketAddr, names: &CertNames) {
+    let all = names.all();
+    super::refusals::get().refused(listener, reason, &all.join(","), || {
+        tracing::warn!(listener, %remote, identities = ?all, reason = reason.label(), "no connection place for an authenticated client: disconnected");
+    });
+}
+
+/// Accepts TCP connections on `listener` and yields them ready to serve, under the rules
+/// of [`super::handshakes`] (before the handshake: `api.tcp.handshake_budget`,
+/// `api.tcp.handshakes_per_source`, [`HELLO_TIMEOUT`], [`HANDSHAKE_TIMEOUT`]) and
+/// [`super::places`] (after it: `api.tcp.max_connections`, `admin_connections`,
+/// `connections_per_reader`, `calls_per_reader`). A verified certificate that no
+/// `[[api.tcp.clients]]` entry matches is disconnected right after the handshake, before
+/// any request (health and reflection included) is read. Open descriptors are bounded by
+/// a [`super::accept::Gate`] of `handshake_budget + 2 × max_connections` (every pending
+/// handshake, every place and as many waiting for one); plain loopback connections
+/// (`insecure_loopback`) take `max_connections` places before they are accepted.
 pub fn incoming(
     listener: tokio::net::TcpListener,
     cfg: TcpConfig,
     acceptor: Option<Arc<Acceptor>>,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(32);
-    let gate = super::accept::Gate::new(cfg.max_connections);
+    let places = super::places::Places::new(super::places::Limits {
+        max_connections: cfg.max_connections,
+        admin_connections: cfg.admin_connections,
+        connections_per_reader: cfg.connections_per_reader,
+        calls_per_reader: cfg.calls_per_reader,
+    });
+    let handshakes =
+        super::handshakes::Handshakes::new(cfg.handshake_budget, cfg.handshakes_per_source);
+    let gate = super::accept::Gate::new(match acceptor {
+        None => cfg.max_connections,
+        Some(_) => cfg.handshake_budget + 2 * cfg.max_connections,
+    });
     tokio::spawn(async move {
         let mut backoff = super::accept::Backoff::default();
         loop {
             let a = super::accept::accept(&listener, &gate, &mut backoff, "api.tcp").await;
-            let tx = tx.clone();
-            let cfg = cfg.clone();
-            let acceptor = acceptor.clone();
+            // admitted here, in accept order, so eviction sees every pending handshake
+            let ticket = acceptor.as_ref().map(|_| handshakes.admit(a.remote.ip()));
+            let (tx, cfg, acceptor, places) =
+                (tx.clone(), cfg.clone(), acceptor.clone(), places.clone());
             tokio::spawn(async move {
-                let remote = a.remote;
-                let (io, peer) = match acceptor {
-                    None => {
-                        let role = Some(match cfg.insecure_loopback_role {
-                            crate::config::ClientRole::Admin => Role::Admin,
-                            crate::config::ClientRole::Reader => Role::Reader,
-                        });
-                        let peer = TlsPeer {
-                            remote: Some(remote),
-                            identities: vec![],
-                            role,
-                        };
-                        (Io::Plain(a.stream), peer)
-                    }
-                    Some(acc) => {
-                        let Some((s, names)) = handshake(&acc, a.stream, remote).await else {
-                            return;
-                        };
-                        let Some(role) = role_for(&cfg, &names) else {
-                            let hint = names
-                                .cn_hint(cfg.clients.iter().map(|c| (c.identity.as_str(), c.kind)));
-                            tracing::warn!(%remote, identities = ?names.all(), "client certificate not on the allowlist (api.tcp.clients): disconnected{hint}");
-                            return;
-                        };
-                        let peer = TlsPeer {
-                            remote: Some(remote),
-                            identities: names.all(),
-                            role: Some(role),
-                        };
-                        (Io::Tls(Box::new(s)), peer)
-                    }
-                };
-                let _ = tx
-                    .send(Ok(Conn {
-                        io,
-                        peer,
-                        _permit: a.permit,
-                    }))
-                    .await;
+                if let Some(c) = connect(a, ticket, &cfg, acceptor.as_deref(), &places).await {
+                    let _ = tx.send(Ok(c)).await;
+                }
             });
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+fn role_of(r: crate::config::ClientRole) -> Role {
+    match r {
+        crate::config::ClientRole::Admin => Role::Admin,
+        crate::config::ClientRole::Reader => Role::Reader,
+    }
+}
+
+/// One accepted connection made ready: handshake, allowlist, place; None when refused
+/// (reported).
+async fn connect(
+    a: super::accept::Accepted,
+    ticket: Option<Ticket>,
+    cfg: &TcpConfig,
+    acceptor: Option<&Acceptor>,
+    places: &Arc<super::places::Places>,
+) -> Option<Conn> {
+    use super::places::Holder;
+    let remote = a.remote;
+    let (Some(acc), Some(mut ticket)) = (acceptor, ticket) else {
+        let peer = TlsPeer {
+            remote: Some(remote),
+            identities: vec![],
+            role: Some(role_of(cfg.insecure_loopback_role)),
+            calls: None,
+        };
+        return Some(Conn {
+            io: Io::Plain(a.stream),
+            peer,
+            _held: (a.permit, None),
+        });
+    };
+    let handshaken = handshake(acc, a.stream, &mut ticket).await;
+    drop(ticket);
+    let (s, names) = handshaken.map_err(|r| r.report("api.tcp", remote)).ok()?;
+    let Some(role) = role_for(cfg, &names) else {
+        refuse_unlisted(
+            "api.tcp",
+            "api.tcp.clients",
+            remote,
+            &names,
+            &agent_hint(cfg, &names),
+        );
+        return None;
+    };
+    // a reader's caps are its allowlist entry's (the first that matches, as role_for)
+    let entry = cfg
+        .clients
+        .iter()
+        .find(|c| names.matches(&c.identity, c.kind))
+        .map_or(String::new(), |c| c.identity.clone());
+    let who = match role {
+        Role::Admin => Holder::Admin,
+        Role::Reader => Holder::Reader(&entry),
+    };
+    let (place, calls) = match places.take(who).await {
+        Ok(p) => p,
+        Err(reason) => {
+            refuse_place("api.tcp", reason, remote, &names);
+            return None;
+        }
+    };
+    let peer = TlsPeer {
+        remote: Some(remote),
+        identities: names.all(),
+        role: Some(role),
+        calls,
+    };
+    Some(Conn {
+        io: Io::Tls(Box::new(s)),
+        peer,
+        _held: (a.permit, Some(place)),
+    })
 }
 
 #[cfg(test)]
