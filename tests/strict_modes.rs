@@ -505,3 +505,31 @@ async fn an_untrusted_tls_key_is_not_used_and_the_socket_serves() {
     assert_eq!(mode_of(Path::new(&key)), 0o666);
     node.stop();
 }
+
+/// The state directory (journals and saved originals, restored as root at start-up) is
+/// obeyed like the config: writable by others or by its group, the start is refused
+/// naming it with owner and mode; a missing one is created 0700.
+#[test]
+fn an_untrusted_state_directory_refuses_to_start() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    node.stop();
+    assert_eq!(mode_of(&node.state), 0o700, "created 0700");
+    for mode in [0o777, 0o770, 0o1777] {
+        chmod(&node.state, mode);
+        let out = node.daemon().output().unwrap();
+        assert!(!out.status.success(), "{mode:o}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.contains(&format!(
+                "--state-dir: {}: untrusted directory",
+                node.state.display()
+            )) && e.contains(&format!("mode {mode:04o}")),
+            "{e}"
+        );
+        assert_eq!(mode_of(&node.state), mode, "left as it is");
+    }
+    chmod(&node.state, 0o700);
+    node.start();
+    node.stop();
+}

@@ -268,6 +268,24 @@ const MAX_LINKS: usize = 40;
 /// [`TrustError::Untrusted`] naming the first path that breaks the rule (owner, mode),
 /// [`TrustError::Missing`] when it is absent, others for I/O.
 pub fn read_host(path: &Path) -> Result<Vec<u8>, TrustError> {
+    let (fd, reached) = walk_host(path, false)?;
+    read_checked(fd, &reached)
+}
+
+/// Checks the host directory `path` and every directory up to `/` as [`read_host`] does
+/// for a file (symlinks on the way followed and their targets checked).
+///
+/// # Errors
+/// As [`read_host`]; [`TrustError::Kind`] when `path` is not a directory.
+pub fn check_host_dir(path: &Path) -> Result<(), TrustError> {
+    let (fd, reached) = walk_host(path, true)?;
+    checked(fd.as_fd(), &reached).map(|_| ())
+}
+
+/// Opens the host path `path` component by component (the last one a directory when
+/// `dir`), checking every directory passed; the last one is opened, not checked. Returns
+/// it with the path it was reached at.
+fn walk_host(path: &Path, want_dir: bool) -> Result<(OwnedFd, String), TrustError> {
     let shown = path.display().to_string();
     let abs = std::path::absolute(path).map_err(|e| io_err(&shown, "resolve", e))?;
     let text = abs.to_str().ok_or_else(|| TrustError::BadPath {
@@ -286,10 +304,9 @@ pub fn read_host(path: &Path) -> Result<Vec<u8>, TrustError> {
     let mut todo: std::collections::VecDeque<String> = split(text);
     let mut links = 0;
     while let Some(c) = todo.pop_front() {
-        let (dir, here) = stack
-            .last()
-            .map(|(f, p)| (f.as_fd(), p.clone()))
-            .unwrap_or_else(|| unreachable!());
+        let Some((dir, here)) = stack.last().map(|(f, p)| (f.as_fd(), p.clone())) else {
+            break;
+        };
         if c == ".." {
             if stack.len() > 1 {
                 stack.pop();
@@ -298,8 +315,8 @@ pub fn read_host(path: &Path) -> Result<Vec<u8>, TrustError> {
         }
         let p = join(&here, &c);
         let last = todo.is_empty();
-        match open_component(dir, &c, &p, !last) {
-            Ok(fd) if last => return read_checked(fd, &p),
+        match open_component(dir, &c, &p, want_dir || !last) {
+            Ok(fd) if last => return Ok((fd, p)),
             Ok(fd) => {
                 checked(fd.as_fd(), &p)?;
                 stack.push((fd, p));
@@ -325,10 +342,14 @@ pub fn read_host(path: &Path) -> Result<Vec<u8>, TrustError> {
             Err(e) => return Err(e),
         }
     }
-    Err(TrustError::Kind {
-        path: shown,
-        wanted: "regular file",
-    })
+    // `/` itself, or a path that ends at it (`/..`)
+    match stack.pop() {
+        Some((fd, p)) if want_dir => Ok((fd, p)),
+        _ => Err(TrustError::Kind {
+            path: shown,
+            wanted: "regular file",
+        }),
+    }
 }
 
 /// The first of the host files `(config key, path)` that breaks the rule, as
