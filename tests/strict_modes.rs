@@ -533,3 +533,28 @@ fn an_untrusted_state_directory_refuses_to_start() {
     node.start();
     node.stop();
 }
+
+/// A trusted drop-in of the operator's with a mode other than 0644 (0600, 0640) is applied
+/// at start-up and keeps its mode: the agent does not "repair" a file it did not write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_drop_in_is_applied_and_keeps_its_mode() {
+    for mode in [0o600, 0o640, 0o400] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        let dir = node.path("/etc/inplaced/node.d");
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("10-maps.yaml");
+        std::fs::write(&f, DROP_IN).unwrap();
+        chmod(&f, mode);
+        node.start();
+        let ops = node.operations().await;
+        assert_eq!(ops.len(), 1, "{ops:?}");
+        let op = node.settle(&ops[0].id).await;
+        assert_eq!(op.phase, pb::Phase::Succeeded as i32, "{op:?}");
+        assert_eq!(node.read("/proc/sys/vm/max_map_count").trim(), "262144");
+        let st = status(&node).await;
+        assert!(st.drift.is_empty(), "{:?}", st.drift);
+        node.stop();
+        assert_eq!(mode_of(&f), mode, "{mode:o}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), DROP_IN);
+    }
+}
