@@ -24,6 +24,27 @@ fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// Runs the daemon that must refuse to start: its output once it exits, within 20 s (a
+/// daemon that starts instead is killed and the test fails).
+fn refused(node: &Node) -> std::process::Output {
+    let mut child = node
+        .daemon()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("inplaced started: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
@@ -314,7 +335,7 @@ fn an_untrusted_config_refuses_to_start() {
         chmod(&dir, 0o700);
         chmod(spoiled, mode);
         std::os::unix::fs::chown(spoiled, Some(owner), None).unwrap();
-        let out = node.daemon().output().unwrap();
+        let out = refused(&node);
         std::os::unix::fs::chown(spoiled, Some(me), None).unwrap();
         assert!(!out.status.success(), "{what}");
         let e = String::from_utf8_lossy(&out.stderr);
@@ -517,7 +538,7 @@ fn an_untrusted_state_directory_refuses_to_start() {
     assert_eq!(mode_of(&node.state), 0o700, "created 0700");
     for mode in [0o777, 0o770, 0o1777] {
         chmod(&node.state, mode);
-        let out = node.daemon().output().unwrap();
+        let out = refused(&node);
         assert!(!out.status.success(), "{mode:o}");
         let e = String::from_utf8_lossy(&out.stderr);
         assert!(
