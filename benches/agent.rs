@@ -106,7 +106,8 @@ impl Daemon {
     fn new(tag: &str) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix(&format!("inplaced-bench-{tag}-"))
-            .tempdir()
+            // not under /tmp: inplaced refuses a config in a directory others can write
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .unwrap();
         let root = dir.path().join("root");
         copy_tree(&example("node"), &root);

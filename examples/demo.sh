@@ -13,7 +13,9 @@ else
     cargo build --quiet --bins
     bin=${CARGO_TARGET_DIR:-target}/debug
 fi
-work=$(mktemp -d)
+# not under /tmp: inplaced refuses state or a config in a directory others can write
+mkdir -p "${CARGO_TARGET_DIR:-target}/tmp"
+work=$(mktemp -d -p "$(cd "${CARGO_TARGET_DIR:-target}/tmp" && pwd)")
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 cp -r examples/node "$work/root"
 sock="$work/inplaced.sock"

@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 
 cargo build --quiet --bins --example gen-certs
 bin=${CARGO_TARGET_DIR:-target}/debug
-work=$(mktemp -d)
+# not under /tmp: inplaced refuses a config in a directory others can write (StrictModes)
+mkdir -p "${CARGO_TARGET_DIR:-target}/tmp"
+work=$(mktemp -d -p "$(cd "${CARGO_TARGET_DIR:-target}/tmp" && pwd)")
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 "$bin/examples/gen-certs" "$work/pki" >/dev/null

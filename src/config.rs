@@ -45,6 +45,13 @@ pub enum ConfigError {
         /// OS error (part of the message).
         error: std::io::Error,
     },
+    /// The file, or a directory on its way up to `/`, may be written by another user
+    /// than root (or the agent's uid): nothing from it is used and the daemon does not
+    /// start ([`crate::node::trust`]).
+    #[error(
+        "{0}; inplaced does not start with a configuration another user could have written: fix the owner and mode (chown root:root, chmod go-w)"
+    )]
+    Untrusted(crate::node::trust::Untrusted),
     /// The TOML is invalid or has unknown keys.
     #[error("{path}: {message}")]
     Parse {
@@ -286,9 +293,12 @@ pub struct MetricsConfig {
     /// (its certificates and its `[[api.tcp.clients]]` allowlist, any role). Empty: off.
     pub listen: String,
     /// A node_exporter textfile collector file (e.g.
-    /// `/var/lib/node_exporter/textfile_collector/inplaced.prom`), rewritten atomically
-    /// when anything it reports changes (checked every 5 s: after every operation and
-    /// drift scan). Empty: off.
+    /// `/var/lib/node_exporter/textfile_collector/inplaced.prom`), a node path written
+    /// under `--root` like every node file, rewritten atomically when anything it reports
+    /// changes (checked every 5 s: after every operation and drift scan). Its directory
+    /// must exist and, with every directory above it, be owned by root and not group- or
+    /// other-writable; otherwise it is not written and `status` lists the problem.
+    /// Empty: off.
     pub textfile: String,
 }
 
@@ -664,6 +674,17 @@ impl Config {
                 path: origin.to_string(),
                 message,
             })?;
+        if !c.metrics.textfile.is_empty()
+            && crate::node::sysroot::components(&c.metrics.textfile).is_err()
+        {
+            return Err(ConfigError::Parse {
+                path: origin.to_string(),
+                message: format!(
+                    "metrics.textfile {:?}: not an absolute, normalized node path (it is written under --root)",
+                    c.metrics.textfile
+                ),
+            });
+        }
         for (i, r) in c.disruption.iter().enumerate() {
             globset::Glob::new(&r.path).map_err(|e| ConfigError::Parse {
                 path: origin.to_string(),
@@ -688,18 +709,42 @@ impl Config {
         Ok(c)
     }
 
-    /// Loads `path`; a missing file gives the defaults when `required` is false.
+    /// Loads `path`; a missing file gives the defaults when `required` is false. The file
+    /// and every directory up to `/` must be owned by root (or the agent's uid) and not
+    /// group- or other-writable, checked on the opened descriptors
+    /// ([`crate::node::trust::read_host`], sshd's `StrictModes`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Untrusted`] naming the path, owner and mode; [`ConfigError::Read`],
+    /// [`ConfigError::Parse`].
     pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
-            Ok(t) => Config::parse(&t, &path.display().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
-                Ok(Config::default())
+        use crate::node::trust::{TrustError, read_host};
+        let shown = path.display().to_string();
+        let bytes = match read_host(path) {
+            Ok(b) => b,
+            Err(e) if e.is_missing() && !required => return Ok(Config::default()),
+            Err(TrustError::Untrusted(u)) => return Err(ConfigError::Untrusted(u)),
+            Err(TrustError::Missing { .. }) => {
+                return Err(ConfigError::Read {
+                    path: shown,
+                    error: std::io::Error::from_raw_os_error(2),
+                });
             }
-            Err(e) => Err(ConfigError::Read {
-                path: path.display().to_string(),
-                error: e,
-            }),
-        }
+            Err(TrustError::Io { error, .. }) => {
+                return Err(ConfigError::Read { path: shown, error });
+            }
+            Err(e) => {
+                return Err(ConfigError::Read {
+                    path: shown,
+                    error: std::io::Error::other(e.to_string()),
+                });
+            }
+        };
+        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Parse {
+            path: shown.clone(),
+            message: "not UTF-8 text".into(),
+        })?;
+        Config::parse(&text, &shown)
     }
 
     /// The first disruption rule matching `path`.

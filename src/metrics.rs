@@ -252,23 +252,23 @@ fn now_seconds() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Writes `text` to `path` atomically (a temporary file in the same directory, fsync,
-/// rename), mode 0644, as node_exporter's textfile collector expects (it reads `*.prom`
-/// files only, so the temporary `.inplaced.prom.tmp` is never half-read).
-pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+/// Writes `text` to the node path `path` under the sysroot `root` like every node file
+/// ([`crate::node::Sysroot::write_trusted`]: each component opened `O_NOFOLLOW`, a unique
+/// `O_EXCL` temporary `.<name>.inplaced-<pid>-<n>.tmp` in the same directory, fsync,
+/// rename), mode 0644 as node_exporter's textfile collector expects (it reads `*.prom`
+/// files only, so the temporary is never half-read). The directory is never created: it
+/// and every directory above it must exist and be owned by root (or the agent's uid) and
+/// not group- or other-writable, or nothing is written.
+///
+/// # Errors
+/// [`TrustError`] naming the path: missing or untrusted directory, a symlink at `path`,
+/// I/O.
+pub fn write_textfile(
+    root: &crate::node::Sysroot,
+    path: &str,
+    text: &str,
+) -> Result<(), crate::node::trust::TrustError> {
+    root.write_trusted(path, text.as_bytes(), 0o644)
 }
 
 #[cfg(test)]

@@ -559,7 +559,11 @@ fn logged_refusals(log: &str, listener: &str) -> (u64, usize) {
         } else if let Some((_, rest)) = l.split_once("refused=") {
             lines += 1;
             // a value holding `=` is logged quoted (a request string can not add fields)
-            let counts = rest.split_whitespace().next().unwrap_or("").trim_matches('"');
+            let counts = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .trim_matches('"');
             for c in counts.split(',') {
                 n += c
                     .rsplit('=')

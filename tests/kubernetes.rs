@@ -97,7 +97,7 @@ async fn minor_upgrade_over_url_installs_verified_binaries_in_the_guides_order()
         format!("{config_before}# kubelet-config of v1.35.2\n")
     );
     // the recorded order: kubeadm install → kubeadm upgrade node → kubelet install →
-    // daemon-reload → kubelet restart
+    // both report the target → daemon-reload → kubelet restart
     let steps: Vec<&str> = op
         .actions
         .iter()
@@ -116,6 +116,7 @@ async fn minor_upgrade_over_url_installs_verified_binaries_in_the_guides_order()
             "ran /usr/bin/kubeadm upgrade node",
             "installed /usr/bin/kubelet v1.35.2 (0755 0:0)",
             "installed /usr/bin/kubectl v1.35.2 (0755 0:0)",
+            "installed kubelet, kubectl report v1.35.2",
             "daemon-reload",
             "restarted kubelet.service",
         ]
@@ -373,7 +374,7 @@ fn apt_node() -> Node {
     std::fs::write(&node.config, "[kubernetes]\nsource = \"apt\"\n").unwrap();
     node.env.push((
         "INPLACED_RECORD_EXEC".into(),
-        "/usr/bin/kubeadm,/usr/bin/kubelet,apt-get,apt-mark".into(),
+        "/usr/bin/kubeadm,/usr/bin/kubelet,/usr/bin/kubectl,apt-get,apt-mark".into(),
     ));
     node
 }
@@ -510,7 +511,7 @@ async fn dnf_installs_pinned_packages_and_puts_the_versionlocks_back() {
     std::fs::write(&node.config, "[kubernetes]\nsource = \"dnf\"\n").unwrap();
     node.env = vec![(
         "INPLACED_RECORD_EXEC".into(),
-        "/usr/bin/kubeadm,/usr/bin/kubelet,dnf".into(),
+        "/usr/bin/kubeadm,/usr/bin/kubelet,/usr/bin/kubectl,dnf".into(),
     )];
     node.start();
     let op = apply(&node, TO_135, "k8s-dnf").await;

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use common::k8s::{
     Fulcio, IDENTITY, ISSUER, Leaf, Mirror, OID_ISSUER_V1, PlainHttp, binaries, install_standins,
-    kubelet, url_config,
+    kubectl, kubelet, url_config,
 };
 use common::{Node, apply, change, coverage, snapshot};
 use inplaced::pb::Phase;
@@ -104,7 +104,7 @@ async fn correctly_signed_binaries_install() {
     assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
     assert_eq!(
         std::fs::read(node.path("/usr/bin/kubectl")).unwrap(),
-        kubelet("kubectl", "v1.34.5")
+        kubectl("v1.34.5")
     );
 }
 
@@ -360,7 +360,7 @@ async fn downloads_stream_through_a_root_only_staging_directory() {
     let mirror = Mirror::start();
     let mut bins = mirror.release("v1.35.2");
     // a 64 MiB kubectl (never run by the stand-ins)
-    let mut big = kubelet("kubectl", "v1.35.2");
+    let mut big = kubectl("v1.35.2");
     big.extend(std::iter::repeat_n(b'#', SIZE - big.len()));
     mirror.publish("v1.35.2", "kubectl", &big, &Leaf::upstream());
     bins.insert("kubectl", big.clone());
@@ -575,4 +575,53 @@ async fn a_binary_over_the_size_limit_fails_the_streamed_download() {
     // the staging file of the refused download is gone
     let staging = node.state.join("kubernetes-staging");
     assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+}
+
+/// A signature covers bytes, not a file name or a version: a mirror replaying upstream's
+/// genuinely signed files of another release or another binary (with their own `.sig`,
+/// `.cert` and `.sha256`) at a binary's path gets nothing installed for good. Each
+/// installed binary must report the target before the kubelet runs on it, so the
+/// operation rolls back without a kubelet restart, naming the binary and the version
+/// (break-it finding: v1.26.0's kubectl and kubeadm were installed as kubectl, and an
+/// older kubelet was restarted before its version was checked).
+#[tokio::test]
+async fn signed_bytes_of_another_release_or_binary_are_not_installed() {
+    for (name, bytes, want) in [
+        (
+            "kubectl",
+            kubectl("v1.26.0"),
+            "the installed kubectl reports v1.26.0, not the target v1.35.2",
+        ),
+        (
+            "kubectl",
+            common::k8s::kubeadm("v1.35.2"),
+            "/usr/bin/kubectl version --client: exit status: 2",
+        ),
+        (
+            "kubelet",
+            kubelet("kubelet", "v1.26.0"),
+            "the installed kubelet reports v1.26.0, not the target v1.35.2",
+        ),
+    ] {
+        let mirror = Mirror::start();
+        mirror.release("v1.35.2");
+        mirror.publish("v1.35.2", name, &bytes, &Leaf::upstream());
+        let node = node_at("v1.34.3", &url_config(&mirror));
+        let before = std::fs::read(node.path(&format!("/usr/bin/{name}"))).unwrap();
+        let op = apply(&node, TO_135, "replayed").await;
+        assert_eq!(op.phase, Phase::RolledBack as i32, "{name}: {}", op.message);
+        assert!(op.message.contains(want), "{name}: {}", op.message);
+        assert!(
+            !op.actions
+                .iter()
+                .any(|a| a.starts_with("restarted kubelet.service") && !a.contains("undo")),
+            "{name}: the kubelet ran on it: {:?}",
+            op.actions
+        );
+        assert_eq!(
+            std::fs::read(node.path(&format!("/usr/bin/{name}"))).unwrap(),
+            before,
+            "{name}"
+        );
+    }
 }

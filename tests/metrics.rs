@@ -29,13 +29,13 @@ fn sample(text: &str, name: &str) -> Option<f64> {
 fn metrics_follow_operations_over_http_and_the_textfile() {
     let mut node = Node::new("ubuntu-2404-grub");
     let addr = format!("127.0.0.1:{}", free_port());
-    let textfile = node.dir.path().join("textfile/inplaced.prom");
+    // a node path, written under --root
+    let textfile = node.path("/var/lib/node_exporter/textfile_collector/inplaced.prom");
     std::fs::create_dir_all(textfile.parent().unwrap()).unwrap();
     std::fs::write(
         &node.config,
         format!(
-            "[metrics]\nlisten = \"{addr}\"\ntextfile = \"{}\"\n",
-            textfile.display()
+            "[metrics]\nlisten = \"{addr}\"\ntextfile = \"/var/lib/node_exporter/textfile_collector/inplaced.prom\"\n"
         ),
     )
     .unwrap();
@@ -140,7 +140,7 @@ fn metrics_off_loopback_need_mutual_tls() {
 /// version of the edit set the metrics listener to the API's port.
 #[test]
 fn the_install_edit_sets_the_api_listener_only() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir();
     let cfg = dir.path().join("config.toml");
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/config.toml"),

@@ -32,12 +32,26 @@ impl Agent {
     /// (`applied-spec.pb`), starts operation `startup-<first 8 hex digits of the spec
     /// hash>`, or `-2`, `-3`... when that id is in the history (reboot policy
     /// CALLER_HANDLES) applying the last applied spec with its
-    /// drop-ins replaced by those on disk. A drop-in that can not be read or does not parse
-    /// is not applied: it is logged with the file and the field and listed in
-    /// `NodeStatus.problems`; a last applied version of it stays in effect and its file is
-    /// left as it is. Returns the operation started (or the existing one of that id), if
+    /// drop-ins replaced by those on disk. A drop-in that can not be read or does not parse,
+    /// or that another user than root could have written (the file, node.d or a directory
+    /// above it owned by another user or group- or other-writable,
+    /// [`crate::node::trust`]) is not applied: it is logged with the file and the field (or
+    /// its owner and mode) and listed in `NodeStatus.problems`; a last applied version of
+    /// it stays in effect and its file is left as it is (its mode is never "repaired"). Returns the operation started (or the existing one of that id), if
     /// any; every reason not to converge is logged and listed in the problems.
     pub fn converge_node_d(self: &Arc<Self>) -> Option<pb::Operation> {
+        // node.d and every directory above it: another user who could write there could
+        // place or swap drop-ins, so none is used (the last applied ones stay in effect)
+        match self.root.check_trusted_dir(DROPIN_DIR) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                self.problem(format!(
+                    "node.d drop-ins not applied at start-up: {e}; the last applied drop-ins stay in effect"
+                ));
+                return None;
+            }
+        }
         let names = match self.root.list_dir(DROPIN_DIR) {
             Ok(Some(n)) => n,
             Ok(None) => return None,
@@ -105,8 +119,10 @@ impl Agent {
             let path = format!("{DROPIN_DIR}/{name}");
             let parsed = validate_dropin_name("name", &name)
                 .map_err(|e| e.to_string())
-                .and_then(|()| match self.root.read_string(&path) {
-                    Ok(Some(text)) => Ok(text),
+                .and_then(|()| match self.root.read_trusted(&path) {
+                    Ok(Some(bytes)) => {
+                        String::from_utf8(bytes).map_err(|_| format!("{path}: not UTF-8 text"))
+                    }
                     Ok(None) => Err("vanished while reading".to_string()),
                     Err(e) => Err(e.to_string()),
                 })

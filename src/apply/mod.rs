@@ -224,6 +224,8 @@ pub struct Agent {
     runner: Arc<dyn CommandRunner>,
     default_healthz: Option<String>,
     problems: Mutex<Vec<String>>,
+    /// Problems that come and go, by what they are about ([`Agent::set_problem`]).
+    live_problems: Mutex<std::collections::BTreeMap<String, String>>,
     /// Why mutations are refused (the state directory can not be written), if they are.
     unavailable: Mutex<Option<String>>,
     drift_lock: Mutex<()>,
@@ -362,6 +364,7 @@ impl Agent {
             runner: parts.runner,
             default_healthz: parts.default_healthz,
             problems: Mutex::new(problems),
+            live_problems: Mutex::default(),
             unavailable: Mutex::new(None),
             drift_lock: Mutex::new(()),
             kubelet_version: Mutex::new(None),
@@ -555,9 +558,17 @@ impl Agent {
                 return Err(SpecError::new(field, "give content or keep, not both").into());
             }
             let path = format!("{}/{}", crate::spec::DROPIN_DIR, d.name);
-            match self.root.read_string(&path) {
-                Ok(Some(text)) => d.content = text,
-                _ => {
+            // the node's copy is obeyed as root: only when no other user could write it
+            let text = match self.root.read_trusted(&path) {
+                Ok(Some(bytes)) => String::from_utf8(bytes).ok(),
+                Err(e @ crate::node::trust::TrustError::Untrusted(_)) => {
+                    return Err(SpecError::new(field, format!("not kept: {e}")).into());
+                }
+                _ => None,
+            };
+            match text {
+                Some(text) => d.content = text,
+                None => {
                     return Err(SpecError::new(
                         field,
                         format!("the node has no readable {path} to keep"),

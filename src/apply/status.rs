@@ -42,6 +42,13 @@ impl Agent {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .clone();
+                p.extend(
+                    self.live_problems
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .values()
+                        .cloned(),
+                );
                 p.extend(self.unknown_observations(&record));
                 p
             },
@@ -52,6 +59,25 @@ impl Agent {
 }
 
 impl Agent {
+    /// Sets (`Some`) or clears (`None`) the problem about `about` (a config key or a
+    /// path: one problem each) in `NodeStatus.problems`, logging it when it appears or
+    /// changes: for conditions that come and go, such as the metrics textfile's directory
+    /// (missing, or writable by others) or an untrusted certificate file.
+    pub fn set_problem(&self, about: &str, problem: Option<String>) {
+        let mut live = self.live_problems.lock().unwrap_or_else(|p| p.into_inner());
+        match problem {
+            Some(msg) => {
+                if live.get(about) != Some(&msg) {
+                    tracing::warn!("{msg}");
+                    live.insert(about.to_string(), msg);
+                }
+            }
+            None => {
+                live.remove(about);
+            }
+        }
+    }
+
     /// The running-state observations the managed items depend on that can not be made
     /// (issue 20 §2), each as a problem: the node observed for the applied record.
     fn unknown_observations(&self, record: &crate::state::AppliedRecord) -> Vec<String> {

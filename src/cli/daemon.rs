@@ -66,6 +66,7 @@ pub fn main() -> ExitCode {
 fn run(args: Args) -> anyhow::Result<()> {
     let required = args.config != std::path::Path::new("/etc/inplaced/config.toml");
     let config = Config::load(&args.config, required)?;
+    trusted_state_dir(&args.state_dir)?;
     let config_drift_interval = config.drift.interval_secs;
     let (services, rebooter, runner): (
         Arc<dyn ServiceManager>,
@@ -193,6 +194,24 @@ fn run(args: Args) -> anyhow::Result<()> {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         r
+    })
+}
+
+/// Creates the state directory (0700) when missing and refuses to start when it, or a
+/// directory above it, could be written by another user than root: its journals and saved
+/// originals decide what is written and restored as root at start-up
+/// ([`crate::node::trust`], issue 23 §3).
+fn trusted_state_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating --state-dir {}", dir.display()))?;
+    crate::node::trust::check_host_dir(dir).map_err(|e| {
+        anyhow::anyhow!(
+            "--state-dir: {e}; inplaced does not start on state another user could have written"
+        )
     })
 }
 

@@ -155,12 +155,15 @@ pub fn preflight(client: &Client, config: &KubernetesConfig, to: Version) -> Res
 
 /// `url` without the credentials of its user-info part (`https://user:secret@host/…` →
 /// `https://…@host/…`), for messages: a mirror URL may carry them, messages never do.
+/// Everything up to the last `@` before the path is cut, and a password written with an
+/// unencoded `/` (not valid in RFC 3986 user-info, but typed) is cut as well: the cut
+/// reaches the last `@` of the whole URL when the host part holds no `@`.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
     let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    match rest[..authority_end].rfind('@').or_else(|| rest.rfind('@')) {
         Some(at) => format!("{scheme}://…{}", &rest[at..]),
         None => url.to_string(),
     }
@@ -497,15 +500,35 @@ mod tests {
     use super::redact_url;
 
     #[test]
+    fn credentials_never_reach_a_message() {
+        for (url, shown) in [
+            (
+                "https://bob:secret@mirror.example/release/v1.35.2/kubelet",
+                "https://…@mirror.example/release/v1.35.2/kubelet",
+            ),
+            // an unencoded `/` in the password (break-it finding: it was shown whole)
+            (
+                "https://bob:pa/ss@mirror.example/release/kubelet",
+                "https://…@mirror.example/release/kubelet",
+            ),
+            (
+                "https://mirror.example/release/kubelet",
+                "https://mirror.example/release/kubelet",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+    }
+
+    #[test]
     fn credentials_never_reach_messages() {
         assert_eq!(
             redact_url("https://bob:s3cret@mirror.example/release/v1.35.2/kubelet"),
             "https://…@mirror.example/release/v1.35.2/kubelet"
         );
-        assert_eq!(
-            redact_url("http://127.0.0.1:8080/a@b"),
-            "http://127.0.0.1:8080/a@b"
-        );
+        // an `@` after the first `/` can not be told apart from a password holding an
+        // unencoded `/`: everything before it is cut (a message loses some of its path)
+        assert_eq!(redact_url("http://127.0.0.1:8080/a@b"), "http://…@b");
         assert_eq!(redact_url("not a url"), "not a url");
     }
 }

@@ -145,6 +145,22 @@ pub fn parse_kubelet_version(out: &str) -> Result<Version, String> {
     Version::parse(word)
 }
 
+/// The version in `kubectl version --client` output (`Client Version: v1.35.2`, then
+/// `Kustomize Version: ...`; kubectl 1.28 and later print no other form by default).
+pub fn parse_kubectl_version(out: &str) -> Result<Version, String> {
+    let word = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Client Version:"))
+        .map(str::trim)
+        .ok_or_else(|| {
+            format!(
+                "kubectl version --client printed {:?}, no \"Client Version:\" line",
+                tail(out, 200)
+            )
+        })?;
+    Version::parse(word)
+}
+
 /// The version in `kubeadm version -o short` output (`v1.34.3`).
 pub fn parse_kubeadm_version(out: &str) -> Result<Version, String> {
     let line = out.lines().map(str::trim).find(|l| !l.is_empty());

@@ -367,6 +367,22 @@ fn check_identity(
 }
 
 fn check_issuer(url: &str, leaf: &X509Certificate<'_>, issuer: &str) -> Result<(), SignatureError> {
+    // RFC 5280 §4.2: "A certificate MUST NOT include more than one instance of a
+    // particular extension" (Go's x509, and so cosign, refuses such a certificate); the
+    // issuer is read only from a certificate that has at most one of each
+    let count = |oid: &str| {
+        leaf.extensions()
+            .iter()
+            .filter(|e| e.oid.to_id_string() == oid)
+            .count()
+    };
+    if count(OID_ISSUER_V2) > 1 || count(OID_ISSUER_V1) > 1 {
+        return Err(SignatureError::Issuer {
+            url: url.to_string(),
+            found: "a duplicated Fulcio issuer extension (RFC 5280 §4.2 allows one)".into(),
+            want: issuer.to_string(),
+        });
+    }
     let ext = |oid: &str| {
         leaf.extensions()
             .iter()
@@ -442,6 +458,41 @@ mod tests {
         assert_eq!(root.subject().to_string(), "O=sigstore.dev, CN=sigstore");
         let (_, mid) = X509Certificate::from_der(&t.intermediates[0]).unwrap();
         assert_eq!(mid.issuer().to_string(), "O=sigstore.dev, CN=sigstore");
+    }
+
+    /// A leaf with the issuer extension twice is refused, whichever value comes first
+    /// (RFC 5280 §4.2; break-it finding: the first one won).
+    #[test]
+    fn a_duplicated_issuer_extension_is_refused() {
+        let utf8 = |s: &str| {
+            let mut d = vec![0x0c, s.len() as u8];
+            d.extend(s.as_bytes());
+            d
+        };
+        let oid: Vec<u64> = vec![1, 3, 6, 1, 4, 1, 57264, 1, 8];
+        let leaf = |values: &[&str]| {
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            for v in values {
+                p.custom_extensions
+                    .push(rcgen::CustomExtension::from_oid_content(&oid, utf8(v)));
+            }
+            let key = rcgen::KeyPair::generate().unwrap();
+            p.self_signed(&key).unwrap().der().to_vec()
+        };
+        let good = leaf(&[DEFAULT_ISSUER]);
+        let (_, x) = X509Certificate::from_der(&good).unwrap();
+        check_issuer("u.cert", &x, DEFAULT_ISSUER).unwrap();
+        for values in [
+            [DEFAULT_ISSUER, "https://issuer.evil.example"],
+            ["https://issuer.evil.example", DEFAULT_ISSUER],
+        ] {
+            let der = leaf(&values);
+            let Ok((_, x)) = X509Certificate::from_der(&der) else {
+                continue; // a parser that refuses duplicates refuses it too
+            };
+            let e = check_issuer("u.cert", &x, DEFAULT_ISSUER).unwrap_err();
+            assert!(e.to_string().contains("duplicated"), "{e}");
+        }
     }
 
     #[test]

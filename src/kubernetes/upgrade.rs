@@ -16,7 +16,9 @@
 //!    already updated the `kubeadm-config` ClusterConfiguration, the kubelet ConfigMap,
 //!    CoreDNS and kube-proxy before it updates Machines (upstream
 //!    `controlplane/kubeadm/internal/controllers/upgrade.go`);
-//! 4. install the kubelet (and kubectl) of the target version (`upgrading kubelet`);
+//! 4. install the kubelet (and kubectl) of the target version (`upgrading kubelet`),
+//!    each checked to report the target (`kubelet --version`, `kubectl version
+//!    --client`) before the kubelet runs on it;
 //! 5. `systemctl daemon-reload`, restart the kubelet (`restarting kubelet`);
 //! 6. the health gate: the kubelet's health check, and `kubelet --version` is the target;
 //! 7. on a control-plane node, the static Pod manifests name the target's image tag.
@@ -216,6 +218,11 @@ pub fn run(
         .filter(|b| *b != "kubeadm")
         .collect();
     install(up, fetched, host, &rest, progress, undo)?;
+    // Before the kubelet runs on it: each installed binary reports the target. A
+    // signature covers the bytes, not the file name or the version, so a mirror could
+    // serve another release's (or another binary's) signed bytes at this path.
+    installed_versions(host, &rest, up.to)?;
+    progress.done(format!("installed {} report {}", rest.join(", "), up.to));
     host.services
         .daemon_reload()
         .map_err(|e| format!("daemon-reload: {e}"))?;
@@ -232,6 +239,27 @@ pub fn run(
     if up.control_plane {
         verify_manifests(host.root, cfg, up.to)?;
         progress.done(format!("static Pod manifests name {}", up.to));
+    }
+    Ok(())
+}
+
+/// Asks each of `bins` (kubelet, kubectl) installed at the configured paths for its
+/// version and checks it is `want`: `kubelet --version`, `kubectl version --client`.
+fn installed_versions(host: &Host<'_>, bins: &[&str], want: Version) -> Result<(), String> {
+    let cfg = host.config;
+    for b in bins {
+        let path = cfg.bin_path(b);
+        match *b {
+            "kubelet" => {
+                let out = query(host, &[&path, "--version"])?;
+                check_version("kubelet", super::parse_kubelet_version(&out), want)?;
+            }
+            "kubectl" => {
+                let out = query(host, &[&path, "version", "--client"])?;
+                check_version("kubectl", super::parse_kubectl_version(&out), want)?;
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

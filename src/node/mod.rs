@@ -2,5 +2,6 @@
 pub mod accounts;
 pub mod facts;
 pub mod sysroot;
+pub mod trust;
 
 pub use sysroot::Sysroot;

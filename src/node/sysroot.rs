@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 mod follow;
+mod trusted;
 
 /// Errors of sysroot access; each names the node path.
 #[derive(Debug, thiserror::Error)]
@@ -750,7 +751,23 @@ impl Sysroot {
         durability: Durability,
     ) -> Result<Vec<String>> {
         let (dir, name, created) = self.ensure_parent(path)?;
-        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        self.write_in_dir(&dir, name, path, src, (mode, uid, gid), durability)?;
+        Ok(created)
+    }
+
+    /// Writes what `src` reads as `name` in `dir` (node path `path`), streamed through
+    /// a fixed-size buffer: a unique `O_EXCL` temporary, owner and mode, fsync, rename; a
+    /// symlink or non-file at `path` refused.
+    fn write_in_dir(
+        &self,
+        dir: &OwnedFd,
+        name: &str,
+        path: &str,
+        src: &mut dyn std::io::Read,
+        (mode, uid, gid): (u32, u32, u32),
+        durability: Durability,
+    ) -> Result<()> {
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if kind_of(&st) == Kind::Symlink => {
                 return Err(SysrootError::Symlink {
                     path: path.to_string(),
@@ -768,14 +785,14 @@ impl Sysroot {
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp_name = format!("{}{}-{seq}.tmp", temp_prefix(name), std::process::id());
         let fd = rustix::fs::openat(
-            &dir,
+            dir,
             tmp_name.as_str(),
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| io_err(path, "create temporary file", e))?;
         let cleanup = |e: SysrootError| {
-            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+            let _ = rustix::fs::unlinkat(dir, tmp_name.as_str(), AtFlags::empty());
             e
         };
         let mut f = std::fs::File::from(fd);
@@ -788,12 +805,12 @@ impl Sysroot {
         if self.failpoints {
             crate::failpoint::hit("write-temp");
         }
-        rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, name)
+        rustix::fs::renameat(dir, tmp_name.as_str(), dir, name)
             .map_err(|e| cleanup(io_err(path, "rename", e)))?;
         if durability == Durability::Durable {
-            fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+            fsync(dir).map_err(|e| io_err(path, "fsync directory", e))?;
         }
-        Ok(created)
+        Ok(())
     }
 
     /// Fsyncs the directory `path` (making the renames and unlinks in it durable); an

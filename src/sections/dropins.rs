@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use super::common::disruption;
 use super::file_items::{self, DroppedFile, FileItem, FileItems};
-use super::observe::{NodeView, ObserveError, Observed};
+use super::observe::{FileObs, NodeView, ObserveError, Observed};
 use super::{DriftView, Input, Section};
 use crate::pb::{self, DisruptionLevel};
 use crate::spec::FileSpec;
@@ -18,6 +18,23 @@ pub struct Dropins;
 /// A recorded file of this section is marked `dropins[<name>]`.
 fn owns(item: Option<&str>) -> bool {
     item.is_some_and(|i| i.starts_with("dropins["))
+}
+
+/// The mode a drop-in is kept with: 0644, or the mode of the file already there when it
+/// is one the agent may obey (owned by root or the agent's uid, not group- or
+/// other-writable, no setuid/setgid/sticky bit: [`crate::node::trust::check`]), so that an
+/// operator's `0600` drop-in converged to at start-up is not "repaired" to 0644 (issue 23
+/// §3). A file others could write is never obeyed, so it never keeps its mode this way.
+fn kept_mode(obs: &Observed, path: &str) -> u32 {
+    match obs.files.get(path) {
+        Some(FileObs::File { entry, .. })
+            if (entry.uid == 0 || entry.uid == crate::node::trust::expected_owner())
+                && entry.mode & 0o7022 == 0 =>
+        {
+            entry.mode
+        }
+        _ => 0o644,
+    }
 }
 
 impl Section for Dropins {
@@ -39,7 +56,7 @@ impl Section for Dropins {
                 file: Cow::Owned(FileSpec {
                     path: d.path(),
                     content: d.content.clone().into_bytes(),
-                    mode: 0o644,
+                    mode: kept_mode(input.obs, &d.path()),
                     owner: None,
                     group: None,
                     sha256: d.sha256.clone(),

@@ -34,11 +34,17 @@ pub async fn collect(agent: &Arc<Agent>, metrics: &Arc<NodeMetrics>) -> String {
     .unwrap_or_default()
 }
 
-/// Rewrites `path` whenever the metrics text changes, until `stop` turns true.
+/// What the textfile's problem is about ([`Agent::set_problem`]).
+const TEXTFILE_KEY: &str = "metrics.textfile";
+
+/// Rewrites the node path `path` (under `--root`, [`crate::metrics::write_textfile`])
+/// whenever the metrics text changes, until `stop` turns true. A write that fails (its
+/// directory missing, or writable by another user than root) is a problem in
+/// `NodeStatus.problems` about `metrics.textfile`, cleared by the next write that succeeds.
 pub async fn textfile(
     agent: Arc<Agent>,
     metrics: Arc<NodeMetrics>,
-    path: std::path::PathBuf,
+    path: String,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut last = String::new();
@@ -48,16 +54,21 @@ pub async fn textfile(
         // Rewritten when it changed, and at least every TEXTFILE_HEARTBEAT, so the file's
         // mtime (node_textfile_mtime_seconds) tells whether the agent is alive.
         if text != last || written.elapsed() >= TEXTFILE_HEARTBEAT {
-            let (p, t) = (path.clone(), text.clone());
-            match tokio::task::spawn_blocking(move || crate::metrics::write_textfile(&p, &t)).await
-            {
+            let (a, p, t) = (agent.clone(), path.clone(), text.clone());
+            let wrote = tokio::task::spawn_blocking(move || {
+                crate::metrics::write_textfile(a.root(), &p, &t)
+            })
+            .await;
+            match wrote {
                 Ok(Ok(())) => {
+                    agent.set_problem(TEXTFILE_KEY, None);
                     last = text;
                     written = std::time::Instant::now();
                 }
-                Ok(Err(e)) => {
-                    tracing::warn!(path = %path.display(), error = %e, "writing the metrics textfile")
-                }
+                Ok(Err(e)) => agent.set_problem(
+                    TEXTFILE_KEY,
+                    Some(format!("metrics.textfile {path} not written: {e}")),
+                ),
                 Err(_) => {}
             }
         }
@@ -99,6 +110,13 @@ pub async fn serve(
             anyhow::bail!(
                 "metrics.listen {addr} is not a loopback address: metrics off loopback are served over the mutual TLS of [api.tcp]; set api.tcp.cert, key and client_ca (or listen on 127.0.0.1)"
             );
+        }
+        if let Some(p) = crate::node::trust::first_untrusted(&super::tls_files("api.tcp", &tcp)) {
+            agent.set_problem(
+                "metrics.listen",
+                Some(format!("metrics.listen {addr} not served: {p}")),
+            );
+            return Ok(());
         }
         Some(Arc::new(super::tls::Acceptor::new(&tcp)?))
     };

@@ -603,7 +603,7 @@ async fn start_metrics(
         tokio::spawn(metrics::textfile(
             agent.clone(),
             metrics.clone(),
-            mc.textfile.clone().into(),
+            mc.textfile.clone(),
             stop.clone(),
         ));
     }
@@ -697,6 +697,15 @@ async fn bind_tcp(
                     "api.tcp.listen needs cert, key and client_ca: the remote API is mutual TLS only"
                 );
             }
+            // a key or certificate another user could write is not used: no remote API,
+            // the local socket keeps serving
+            if let Some(p) = crate::node::trust::first_untrusted(&tls_files("api.tcp", &tcp_cfg)) {
+                agent.set_problem(
+                    "api.tcp.listen",
+                    Some(format!("api.tcp.listen {addr} not served: {p}")),
+                );
+                return Ok(None);
+            }
             Some(Arc::new(tls::Acceptor::new(&tcp_cfg)?))
         };
         let l = tokio::net::TcpListener::bind(addr)
@@ -707,4 +716,20 @@ async fn bind_tcp(
     };
 
     Ok(tcp)
+}
+
+/// The `(key, path)` of the certificate, key and client CA files of `[api.tcp]`, for
+/// [`crate::node::trust::first_untrusted`].
+pub(crate) fn tls_files<'a>(
+    section: &str,
+    tcp: &'a crate::config::TcpConfig,
+) -> Vec<(String, &'a str)> {
+    [
+        ("cert", &tcp.cert),
+        ("key", &tcp.key),
+        ("client_ca", &tcp.client_ca),
+    ]
+    .into_iter()
+    .map(|(k, p)| (format!("{section}.{k}"), p.as_str()))
+    .collect()
 }

@@ -59,11 +59,19 @@ pub fn kubelet(name: &str, version: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A stand-in kubectl: `version --client` as kubectl 1.28+ prints it.
+pub fn kubectl(version: &str) -> Vec<u8> {
+    format!(
+        "#!/bin/sh\n# stand-in kubectl {version}\nif [ \"$1 $2\" = \"version --client\" ]; then echo \"Client Version: {version}\"; echo \"Kustomize Version: v5.7.1\"; else exit 2; fi\n"
+    )
+    .into_bytes()
+}
+
 pub fn binaries(version: &str) -> BTreeMap<&'static str, Vec<u8>> {
     BTreeMap::from([
         ("kubeadm", kubeadm(version)),
         ("kubelet", kubelet("kubelet", version)),
-        ("kubectl", kubelet("kubectl", version)),
+        ("kubectl", kubectl(version)),
     ])
 }
 
@@ -348,7 +356,7 @@ pub fn install_standins(node: &mut Node, version: &str) {
     }
     node.env.push((
         "INPLACED_RECORD_EXEC".into(),
-        "/usr/bin/kubeadm,/usr/bin/kubelet".into(),
+        "/usr/bin/kubeadm,/usr/bin/kubelet,/usr/bin/kubectl".into(),
     ));
 }
 

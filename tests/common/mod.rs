@@ -52,6 +52,19 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
     out
 }
 
+/// A temporary directory inplaced trusts its config in: it and every directory above it
+/// owned by root or the test's uid and not group- or other-writable (inplaced's
+/// StrictModes rule, `src/node/trust.rs`; `/tmp` is world-writable, so not there). Under
+/// `$INPLACED_TEST_TMPDIR` when set (a checkout whose directories break the rule needs
+/// it), else cargo's `CARGO_TARGET_TMPDIR`.
+pub fn tempdir() -> tempfile::TempDir {
+    let base = std::env::var_os("INPLACED_TEST_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
 /// A node copy plus a running daemon.
 pub struct Node {
     pub dir: tempfile::TempDir,
@@ -76,7 +89,7 @@ pub struct Node {
 impl Node {
     /// Copies fixture `name` and adds the `/proc/sys` entries the tests use.
     pub fn new(name: &str) -> Node {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempdir();
         let root = dir.path().join("root");
         copy_tree(&fixture(name), &root);
         // the kernel parameters the tests use, then those the node's sysctl.d files set,

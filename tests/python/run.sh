@@ -45,7 +45,9 @@ fi
 cargo build --locked --quiet --bin inplaced
 daemon=$target_dir/debug/inplaced
 
-tmp=$(mktemp -d -t inplaced-pyinterop.XXXXXX)
+# not under /tmp: inplaced refuses a config in a directory others can write (StrictModes)
+mkdir -p "$target_dir/tmp"
+tmp=$(mktemp -d -p "${INPLACED_TEST_TMPDIR:-$target_dir/tmp}" inplaced-pyinterop.XXXXXX)
 pid=
 cleanup() {
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
