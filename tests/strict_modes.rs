@@ -527,6 +527,73 @@ async fn an_untrusted_tls_key_is_not_used_and_the_socket_serves() {
     node.stop();
 }
 
+/// A rotation to a certificate or key another user could write is not loaded: the agent
+/// keeps serving with the files it had, says why in its log, and leaves the files as they
+/// are (the rule holds at every reload, not only at start-up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_to_an_untrusted_key_is_not_loaded() {
+    use common::pki::{ca, leaf, write};
+    let mut node = Node::new("ubuntu-2404-grub");
+    let d = node.dir.path().to_path_buf();
+    let server_ca = ca("server CA");
+    let (cert_pem, key_pem) = leaf(&server_ca, "node-1", vec![]);
+    let client_ca = ca("clients CA");
+    let cert = write(&d, "server.crt", &cert_pem);
+    let key = write(&d, "server.key", &key_pem);
+    let cca = write(&d, "clients.crt", &client_ca.pem);
+    let port = free_port();
+    std::fs::write(
+        &node.config,
+        format!(
+            "[api.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = \"{cert}\"\nkey = \"{key}\"\nclient_ca = \"{cca}\"\n"
+        ),
+    )
+    .unwrap();
+    node.log_file = Some(d.join("agent.log"));
+    node.start();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "served");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // the rotation: a new pair, the key left world-writable (or a group-writable cert)
+    for (path, mode, what) in [(&key, 0o666, "api.tcp.key"), (&cert, 0o664, "api.tcp.cert")] {
+        let (c2, k2) = leaf(&server_ca, "node-1", vec![]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        write(&d, "server.crt", &c2);
+        write(&d, "server.key", &k2);
+        chmod(Path::new(path), mode);
+        // a handshake (its ClientHello) makes the acceptor look at the files
+        let client = leaf(&client_ca, "someone", vec![]);
+        let _ = inplaced::client::connect_tls(
+            &format!("127.0.0.1:{port}"),
+            &inplaced::client::TlsIdentity {
+                ca: server_ca.pem.clone().into_bytes(),
+                cert: client.0.into_bytes(),
+                key: client.1.into_bytes(),
+                server_name: "node-1".into(),
+            },
+        )
+        .await;
+        let want = format!("{what} {path}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let log = node.log();
+            if log.contains("keeping the previous one")
+                && log.contains(&want)
+                && log.contains("untrusted file")
+            {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{want}: {log}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(mode_of(Path::new(path)), mode, "left as it is");
+        chmod(Path::new(path), 0o600);
+    }
+    node.stop();
+}
+
 /// The state directory (journals and saved originals, restored as root at start-up) is
 /// obeyed like the config: writable by others or by its group, the start is refused
 /// naming it with owner and mode; a missing one is created 0700.

@@ -322,7 +322,19 @@ impl Acceptor {
             PathBuf::from(&cfg.key),
             PathBuf::from(&cfg.client_ca),
         ];
-        Acceptor::with_builder(files, |f| server_config(&f[0], &f[1], &f[2]))
+        Acceptor::with_builder(files, |f| {
+            // the StrictModes rule (crate::node::trust) at every load, reloads included: a
+            // certificate or key swapped in by another user is never used; the failed
+            // reload keeps the previous files' config and logs why
+            for (p, key) in f
+                .iter()
+                .zip(["api.tcp.cert", "api.tcp.key", "api.tcp.client_ca"])
+            {
+                crate::node::trust::read_host(p)
+                    .with_context(|| format!("{key} {}", p.display()))?;
+            }
+            server_config(&f[0], &f[1], &f[2])
+        })
     }
 
     /// A TLS acceptor over `files`, built (and rebuilt on change) by `build`.
