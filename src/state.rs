@@ -551,7 +551,16 @@ impl StateDir {
         match self.io(self.dir.read("/applied-spec.pb"))? {
             None => Ok(None),
             Some(b) => {
-                // sealed since the journal carries checksums; raw protobuf before
+                // sealed since the journal carries checksums; raw protobuf before. A file
+                // cut inside (or before) its checksum header is not raw protobuf: it would
+                // decode as a shorter or empty spec (an empty file is a valid empty
+                // NodeSpec), so it is corrupt, never "the older format"
+                if SEAL.as_bytes().starts_with(&b) {
+                    return Err(self.corrupt(
+                        "/applied-spec.pb",
+                        format!("{} bytes: cut before the end of its checksum header", b.len()),
+                    ));
+                }
                 let body = if b.starts_with(SEAL.as_bytes()) {
                     unseal(&b).map_err(|e| self.corrupt("/applied-spec.pb", e))?
                 } else {
