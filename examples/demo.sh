@@ -18,10 +18,12 @@ mkdir -p "${CARGO_TARGET_DIR:-target}/tmp"
 work=$(mktemp -d -p "$(cd "${CARGO_TARGET_DIR:-target}/tmp" && pwd)")
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 cp -r examples/node "$work/root"
+# a copy: the checkout may sit where others can write (a clone under /tmp)
+cp examples/config.toml "$work/config.toml"
 sock="$work/inplaced.sock"
 
 "$bin/inplaced" --root "$work/root" --state-dir "$work/state" --socket "$sock" \
-    --config examples/config.toml --service-manager record --log warn &
+    --config "$work/config.toml" --service-manager record --log warn &
 pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 ctl() { echo; echo "\$ inplacectl $*"; "$bin/inplacectl" --socket "$sock" "$@"; }
