@@ -558,7 +558,10 @@ impl StateDir {
                 if SEAL.as_bytes().starts_with(&b) {
                     return Err(self.corrupt(
                         "/applied-spec.pb",
-                        format!("{} bytes: cut before the end of its checksum header", b.len()),
+                        format!(
+                            "{} bytes: cut before the end of its checksum header",
+                            b.len()
+                        ),
                     ));
                 }
                 let body = if b.starts_with(SEAL.as_bytes()) {

@@ -382,8 +382,19 @@ mod tests {
     }
 
     /// A directory with trusted ancestors: below the cargo target directory, not /tmp.
+    /// A directory under the target directory's `tmp` (the test binary is
+    /// `<target>/debug/deps/<name>`), or `INPLACED_TEST_TMPDIR`: not the checkout, which
+    /// may sit under a directory others can write (a clone under /tmp).
     fn trusted_tmp() -> tempfile::TempDir {
-        tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap()
+        let base = std::env::var_os("INPLACED_TEST_TMPDIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                let exe = std::env::current_exe().unwrap();
+                let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+                target.join("tmp")
+            });
+        std::fs::create_dir_all(&base).unwrap();
+        tempfile::tempdir_in(base).unwrap()
     }
 
     #[test]
