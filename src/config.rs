@@ -49,7 +49,7 @@ pub enum ConfigError {
     /// than root (or the agent's uid): nothing from it is used and the daemon does not
     /// start ([`crate::node::trust`]).
     #[error(
-        "{0}; inplaced does not start with a configuration another user could have written: fix the owner and mode (chown root:root, chmod go-w)"
+        "{0}; inplaced does not start with a configuration another user could have written: fix the owner and mode (chown root:root, chmod go-w), or, for a shared directory such as /tmp, move the file to a directory only root can write"
     )]
     Untrusted(crate::node::trust::Untrusted),
     /// The TOML is invalid or has unknown keys.

@@ -162,3 +162,94 @@ fn the_install_edit_sets_the_api_listener_only() {
     assert_eq!(c.api.tcp.clients.len(), 1);
     assert_eq!(c.metrics.listen, "");
 }
+
+/// Off loopback the metrics are served over HTTPS with `[api.tcp]`'s mutual TLS, to a
+/// scraper that offers ALPN `http/1.1` as curl and Prometheus do (the listener shared the
+/// API's `h2`-only acceptor, and every such handshake failed with "no application
+/// protocol"); an allowlisted reader gets the metrics, a certificate off the list nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_off_loopback_serve_an_http1_scraper_over_mutual_tls() {
+    use common::pki::{ca, leaf, write};
+    use rcgen::SanType;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut node = Node::new("ubuntu-2404-grub");
+    let d = node.dir.path().to_path_buf();
+    let server_ca = ca("agents CA");
+    let client_ca = ca("clients CA");
+    let server = leaf(
+        &server_ca,
+        "node",
+        vec![SanType::DnsName("localhost".try_into().unwrap())],
+    );
+    let (api, port) = (free_port(), free_port());
+    std::fs::write(
+        &node.config,
+        format!(
+            "[metrics]\nlisten = \"0.0.0.0:{port}\"\n\
+             [api.tcp]\nlisten = \"127.0.0.1:{api}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
+             [[api.tcp.clients]]\nidentity = \"prometheus.example.com\"\nrole = \"reader\"\n",
+            write(&d, "s.crt", &server.0),
+            write(&d, "s.key", &server.1),
+            write(&d, "ca.crt", &client_ca.pem),
+        ),
+    )
+    .unwrap();
+    node.start();
+    let scrape = |cert: (String, String)| {
+        let server_ca = server_ca.pem.clone();
+        async move {
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from_pem_slice(server_ca.as_bytes()).unwrap())
+                .unwrap();
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_client_auth_cert(
+                    vec![CertificateDer::from_pem_slice(cert.0.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(cert.1.as_bytes()).unwrap(),
+                )
+                .unwrap();
+            cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+            let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+                .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                .await?;
+            tls.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .await?;
+            let mut out = String::new();
+            tls.read_to_string(&mut out).await?;
+            Ok::<_, std::io::Error>(out)
+        }
+    };
+    let reader = leaf(
+        &client_ca,
+        "prometheus",
+        vec![SanType::DnsName(
+            "prometheus.example.com".try_into().unwrap(),
+        )],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        match scrape(reader.clone()).await {
+            Ok(out) => break out,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "never served: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.contains("inplaced_build_info{"), "{out}");
+    let stranger = leaf(&client_ca, "stranger", vec![]);
+    let r = scrape(stranger).await;
+    assert!(
+        r.as_ref()
+            .map_or(true, |o| !o.contains("inplaced_build_info")),
+        "{r:?}"
+    );
+}

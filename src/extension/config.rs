@@ -474,6 +474,9 @@ impl Config {
                 "may use only {name} and {namespace}: annotations and labels can be edited by anyone who may edit Machines, which would let them point one Machine at another node".into(),
             ));
         }
+        for (k, v) in &c.resolver.fixed {
+            super::resolve::check_static_entry(k, v).map_err(|e| invalid("resolver.static", e))?;
+        }
         if let Some(t) = &c.resolver.template {
             super::resolve::check_namespace_binding(
                 t,

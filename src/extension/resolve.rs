@@ -213,6 +213,30 @@ pub fn check_namespace_binding(
     ))
 }
 
+/// Checks a `resolver.static` entry at config load: the key is `namespace/name` (both
+/// non-empty, one `/`), the value `host:port` with a port of 1-65535 (IPv6 in brackets).
+/// A key of another form could never match a Machine (a `[resolver.static]` table written
+/// above other `[resolver]` keys swallows them as entries, silently).
+pub fn check_static_entry(key: &str, addr: &str) -> Result<(), String> {
+    let ok_key = matches!(key.split_once('/'), Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/'));
+    if !ok_key {
+        return Err(format!(
+            "{key:?} is no \"namespace/name\" of a Machine (a key of the [resolver] table written below [resolver.static] lands there: put [resolver.static] last)"
+        ));
+    }
+    let port = if addr.starts_with('[') {
+        addr.rsplit_once("]:").map(|(_, p)| p)
+    } else {
+        addr.rsplit_once(':').map(|(_, p)| p)
+    };
+    match port.and_then(|p| p.parse::<u16>().ok()) {
+        Some(p) if p > 0 && !host_of(addr).is_empty() => Ok(()),
+        _ => Err(format!(
+            "{key:?} = {addr:?}: not host:port (e.g. \"10.0.0.7:9443\" or \"[fd00::7]:9443\")"
+        )),
+    }
+}
+
 /// Whether `{namespace}` occurs in `text` as a DNS label of its own: each side the start
 /// or end of the text or a `.` (`:` too after it, before a port). A namespace is an RFC
 /// 1123 label (no dots), so only then does the expanded text give the namespace back:
@@ -295,6 +319,24 @@ mod tests {
             template_host("{name}.{namespace}.x:{annotation:port}"),
             "{name}.{namespace}.x"
         );
+    }
+
+    #[test]
+    fn static_entries_are_machine_keys_and_host_ports() {
+        check_static_entry("site-a/edge-1", "10.0.0.7:9443").unwrap();
+        check_static_entry("site-a/edge-1", "[fd00::7]:9443").unwrap();
+        check_static_entry("site-a/edge-1", "node-1.example.com:9443").unwrap();
+        for (k, v, why) in [
+            ("node_name", "{name}", "no \"namespace/name\""),
+            ("bogus", "10.0.0.7:9443", "no \"namespace/name\""),
+            ("site-a/", "10.0.0.7:9443", "no \"namespace/name\""),
+            ("site-a/edge-1", "not-an-address", "not host:port"),
+            ("site-a/edge-1", "10.0.0.7:0", "not host:port"),
+            ("site-a/edge-1", ":9443", "not host:port"),
+        ] {
+            let e = check_static_entry(k, v).unwrap_err();
+            assert!(e.contains(why), "{k} {v}: {e}");
+        }
     }
 
     #[test]

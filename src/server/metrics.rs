@@ -118,7 +118,7 @@ pub async fn serve(
             );
             return Ok(());
         }
-        Some(Arc::new(super::tls::Acceptor::new(&tcp)?))
+        Some(Arc::new(super::tls::Acceptor::for_metrics(&tcp)?))
     };
     let listener = tokio::net::TcpListener::bind(addr)
         .await

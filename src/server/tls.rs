@@ -176,6 +176,28 @@ pub fn mutual_tls_config(
     Ok(cfg)
 }
 
+/// `[api.tcp]`'s certificate, key and client CA.
+fn tcp_files(cfg: &TcpConfig) -> Vec<PathBuf> {
+    vec![
+        PathBuf::from(&cfg.cert),
+        PathBuf::from(&cfg.key),
+        PathBuf::from(&cfg.client_ca),
+    ]
+}
+
+/// The StrictModes rule ([`crate::node::trust`]) over `[api.tcp]`'s three files, at every
+/// load, reloads included: a certificate or key another user could have swapped in is
+/// never used (a failed reload keeps the previous config and logs why).
+fn trusted(files: &[PathBuf]) -> anyhow::Result<()> {
+    for (p, key) in files
+        .iter()
+        .zip(["api.tcp.cert", "api.tcp.key", "api.tcp.client_ca"])
+    {
+        crate::node::trust::read_host(p).with_context(|| format!("{key} {}", p.display()))?;
+    }
+    Ok(())
+}
+
 /// Builds the agent's rustls server config from the three PEM files (ALPN `h2`).
 pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> anyhow::Result<ServerConfig> {
     mutual_tls_config("api.tcp", cert, key, client_ca, b"h2")
@@ -317,23 +339,20 @@ fn stamps(files: &[PathBuf]) -> Vec<Option<SystemTime>> {
 impl Acceptor {
     /// Loads the certificates; errors name the config key and the file.
     pub fn new(cfg: &TcpConfig) -> anyhow::Result<Acceptor> {
-        let files = vec![
-            PathBuf::from(&cfg.cert),
-            PathBuf::from(&cfg.key),
-            PathBuf::from(&cfg.client_ca),
-        ];
-        Acceptor::with_builder(files, |f| {
-            // the StrictModes rule (crate::node::trust) at every load, reloads included: a
-            // certificate or key swapped in by another user is never used; the failed
-            // reload keeps the previous files' config and logs why
-            for (p, key) in f
-                .iter()
-                .zip(["api.tcp.cert", "api.tcp.key", "api.tcp.client_ca"])
-            {
-                crate::node::trust::read_host(p)
-                    .with_context(|| format!("{key} {}", p.display()))?;
-            }
+        Acceptor::with_builder(tcp_files(cfg), |f| {
+            trusted(f)?;
             server_config(&f[0], &f[1], &f[2])
+        })
+    }
+
+    /// The acceptor of the agent's off-loopback metrics listener: the same files and
+    /// rules as [`Acceptor::new`], ALPN `http/1.1` (it serves HTTP/1.1; the `h2`-only
+    /// acceptor it shared made curl and Prometheus fail the handshake with "no
+    /// application protocol").
+    pub fn for_metrics(cfg: &TcpConfig) -> anyhow::Result<Acceptor> {
+        Acceptor::with_builder(tcp_files(cfg), |f| {
+            trusted(f)?;
+            mutual_tls_config("api.tcp", &f[0], &f[1], &f[2], b"http/1.1")
         })
     }
 
