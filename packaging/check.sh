@@ -106,7 +106,9 @@ say "release build (glibc $GLIBC_BASELINE baseline): $((SECONDS - t0)) s"
 bindir=$target_dir/$TRIPLE/release
 # man pages and shell completions from the clap definitions (Cargo.toml's package assets);
 # their text does not depend on the build, so the debug build the tests made serves
-cargo run --locked --quiet --example gen-docs -- "$target_dir/assets" >/dev/null ||
+# into ./target/assets, where Cargo.toml's asset lists name them, also when
+# CARGO_TARGET_DIR puts the build elsewhere (.ci/run does)
+cargo run --locked --quiet --example gen-docs -- "target/assets" >/dev/null ||
     die "generating man pages and completions failed"
 
 # cargo-deb and cargo-generate-rpm both map the assets' target/release/ to
