@@ -76,7 +76,7 @@ pub struct Service {
     agent: Arc<Agent>,
     reader_gid: Option<u32>,
     /// Coverage calls that may plan at once (`policy.max_concurrent_coverage`).
-    planning: Arc<tokio::sync::Semaphore>,
+    planning: PlanningSlots,
     metrics: Arc<crate::metrics::NodeMetrics>,
 }
 
@@ -92,18 +92,14 @@ impl Service {
         Service {
             agent,
             reader_gid,
-            planning: Arc::new(tokio::sync::Semaphore::new(slots)),
+            planning: PlanningSlots::new(slots),
             metrics,
         }
     }
 
     /// Waits for a planning slot (released when the returned permit drops).
-    async fn planning_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
-        self.planning
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Status::unavailable("the agent is stopping"))
+    async fn planning_slot(&self, role: Role) -> Result<PlanningSlot, Status> {
+        self.planning.acquire(role).await
     }
 
     /// The caller's role from the Unix socket's peer credentials (`SO_PEERCRED`): uid 0
@@ -147,8 +143,55 @@ impl Service {
             ));
         }
         Ok(Shown {
+            role,
             node_root: is_node_root(req),
             state_dir: self.agent.state_path().display().to_string(),
+        })
+    }
+}
+
+/// The planning slots of `policy.max_concurrent_coverage`, with one kept from readers:
+/// a reader's call takes a reader place (one fewer than the slots, at least one) and then
+/// a slot, an admin's call a slot alone, so readers together never hold every slot and an
+/// admin's `Apply` or coverage waits only for other admins and one reader's plan at most
+/// (issue 23 §6: a reader never takes an admin's place).
+#[derive(Debug, Clone)]
+struct PlanningSlots {
+    all: Arc<tokio::sync::Semaphore>,
+    readers: Arc<tokio::sync::Semaphore>,
+}
+
+/// A held planning slot (and reader place); released when dropped.
+#[derive(Debug)]
+struct PlanningSlot {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _reader: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl PlanningSlots {
+    fn new(slots: usize) -> PlanningSlots {
+        let slots = slots.max(1);
+        PlanningSlots {
+            all: Arc::new(tokio::sync::Semaphore::new(slots)),
+            readers: Arc::new(tokio::sync::Semaphore::new((slots - 1).max(1))),
+        }
+    }
+
+    async fn acquire(&self, role: Role) -> Result<PlanningSlot, Status> {
+        let stopping = |_| Status::unavailable("the agent is stopping");
+        let reader = match role {
+            Role::Reader => Some(
+                self.readers
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(stopping)?,
+            ),
+            Role::Admin => None,
+        };
+        Ok(PlanningSlot {
+            _slot: self.all.clone().acquire_owned().await.map_err(stopping)?,
+            _reader: reader,
         })
     }
 }
@@ -221,6 +264,8 @@ fn is_node_root<T>(req: &Request<T>) -> bool {
 /// replaced by `<state directory>`, the full message going to the agent's log.
 #[derive(Debug, Clone)]
 struct Shown {
+    /// The caller's role.
+    role: Role,
     node_root: bool,
     state_dir: String,
 }
@@ -288,7 +333,7 @@ impl NodeAgent for Service {
         let desired = r.desired.unwrap_or_default();
         let policy =
             pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
-        let _slot = self.planning_slot().await?;
+        let _slot = self.planning_slot(shown.role).await?;
         let t = std::time::Instant::now();
         let r = blocking(move || a.coverage_with(&desired, policy, r.diff.as_ref())).await;
         self.metrics.observe_coverage(t.elapsed().as_secs_f64());
@@ -303,7 +348,7 @@ impl NodeAgent for Service {
         self.authorize_content(&req, req.get_ref().diff.as_ref())?;
         let a = self.agent.clone();
         let r = req.into_inner();
-        let _slot = self.planning_slot().await?;
+        let _slot = self.planning_slot(shown.role).await?;
         shown
             .result(blocking(move || a.apply(r)).await)
             .map(|op| Response::new(shown.operation(op)))
@@ -458,7 +503,7 @@ impl NodeAgent for Service {
         }
         let policy =
             pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
-        let _slot = self.planning_slot().await?;
+        let _slot = self.planning_slot(shown.role).await?;
         let a = self.agent.clone();
         let t = std::time::Instant::now();
         let cov = blocking(move || a.coverage(&desired, policy)).await;
@@ -732,4 +777,34 @@ pub(crate) fn tls_files<'a>(
     .into_iter()
     .map(|(k, p)| (format!("{section}.{k}"), p.as_str()))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PlanningSlots, Role};
+    use std::time::Duration;
+
+    /// Readers holding every place they may take leave a slot for an admin; a further
+    /// reader waits (here: never gets one while they hold theirs).
+    #[tokio::test]
+    async fn readers_never_hold_every_planning_slot() {
+        let slots = PlanningSlots::new(4);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(slots.acquire(Role::Reader).await.unwrap());
+        }
+        let wait = Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, slots.acquire(Role::Reader))
+                .await
+                .is_err(),
+            "a fourth reader got a slot"
+        );
+        let admin = tokio::time::timeout(wait, slots.acquire(Role::Admin)).await;
+        assert!(admin.is_ok(), "the admin waited behind readers");
+        // with one slot there is nothing to keep: readers and admins share it
+        let one = PlanningSlots::new(1);
+        drop(one.acquire(Role::Reader).await.unwrap());
+        drop(one.acquire(Role::Admin).await.unwrap());
+    }
 }
