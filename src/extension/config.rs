@@ -197,6 +197,38 @@ pub struct ResolverConfig {
     pub namespaces: Vec<String>,
 }
 
+impl ResolverConfig {
+    /// Checks `[resolver]` at load (`server_name` is `agent.server_name`): `node_name` uses
+    /// no metadata, `static` entries are `namespace/name` = `host:port`
+    /// ([`super::resolve::check_static_entry`]), `template` binds the Machine's namespace
+    /// ([`super::resolve::check_namespace_binding`]), and one of them is given. The error
+    /// is the key and the message.
+    fn check(&self, server_name: &str) -> Result<(), (&'static str, String)> {
+        if let Some(t) = &self.node_name
+            && (t.contains("{annotation:") || t.contains("{label:"))
+        {
+            return Err((
+                "resolver.node_name",
+                "may use only {name} and {namespace}: annotations and labels can be edited by anyone who may edit Machines, which would let them point one Machine at another node".into(),
+            ));
+        }
+        for (k, v) in &self.fixed {
+            super::resolve::check_static_entry(k, v).map_err(|e| ("resolver.static", e))?;
+        }
+        if let Some(t) = &self.template {
+            super::resolve::check_namespace_binding(t, server_name, &self.namespaces)
+                .map_err(|e| ("resolver.template", e))?;
+        }
+        if self.template.is_none() && self.fixed.is_empty() {
+            return Err((
+                "resolver",
+                "give resolver.template (e.g. \"{name}.{namespace}.nodes.example.com:7443\") or resolver.static entries".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `[update]`: how UpdateMachine drives the agent.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -466,31 +498,9 @@ impl Config {
             )
             .map_err(|m| invalid("server.clients", m))?;
         }
-        if let Some(t) = &c.resolver.node_name
-            && (t.contains("{annotation:") || t.contains("{label:"))
-        {
-            return Err(invalid(
-                "resolver.node_name",
-                "may use only {name} and {namespace}: annotations and labels can be edited by anyone who may edit Machines, which would let them point one Machine at another node".into(),
-            ));
-        }
-        for (k, v) in &c.resolver.fixed {
-            super::resolve::check_static_entry(k, v).map_err(|e| invalid("resolver.static", e))?;
-        }
-        if let Some(t) = &c.resolver.template {
-            super::resolve::check_namespace_binding(
-                t,
-                &c.agent.server_name,
-                &c.resolver.namespaces,
-            )
-            .map_err(|e| invalid("resolver.template", e))?;
-        }
-        if c.resolver.template.is_none() && c.resolver.fixed.is_empty() {
-            return Err(invalid(
-                "resolver",
-                "give resolver.template (e.g. \"{name}.{namespace}.nodes.example.com:7443\") or resolver.static entries".into(),
-            ));
-        }
+        c.resolver
+            .check(&c.agent.server_name)
+            .map_err(|(key, m)| invalid(key, m))?;
         Ok(c)
     }
 }

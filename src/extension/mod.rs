@@ -479,7 +479,7 @@ impl Extension {
                 Err(s) => return trouble(s),
             };
             if let Err(e) = self.check_node(m, &addr, &v.status) {
-                tracing::warn!(machine = %esc(&m.key()), agent = %addr, error = %e, "UpdateMachine refused: wrong node");
+                tracing::warn!(machine = %m.key(), agent = %addr, error = %e, "UpdateMachine refused: wrong node");
                 return UpdateMachineResponse::new(Status::Failure, e, 0);
             }
         }
