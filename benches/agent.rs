@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use inplaced::pb;
-use inplaced::pb::node_agent_client::NodeAgentClient;
+use inplace_wire::pb;
+use inplace_wire::pb::node_agent_client::NodeAgentClient;
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -155,7 +155,7 @@ impl Daemon {
                 panic!("inplaced exited early: {s}");
             }
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
-                && let Ok(ch) = inplaced::client::channel(&self.socket).await
+                && let Ok(ch) = inplace_edge::client::channel(&self.socket).await
                 && health(&ch).await
             {
                 return t0.elapsed();
@@ -373,7 +373,7 @@ fn kubelet_spec(n: usize) -> pb::NodeSpec {
     for i in 0..n {
         y.push_str(&format!("      BenchGate{i:04}: {}\n", i % 2 == 0));
     }
-    inplaced::spec::yaml::parse(&y).unwrap()
+    inplace_wire::yaml::parse(&y).unwrap()
 }
 
 // ------------------------------------------------------------------------------------------
@@ -398,7 +398,7 @@ fn median_of(reps: usize, mut f: impl FnMut()) -> Duration {
 /// document: the least a faithful editor must do); then GetCoverage of the same N-field
 /// partial config through the daemon. Run alone with `BENCH_ONLY=kubelet`.
 async fn kubelet_fields_scaling(rep: &mut Report, quick: bool) {
-    use inplaced::kubelet::config as kcfg;
+    use inplace_formats::kubelet::config as kcfg;
     let base =
         std::fs::read_to_string(example("node/var/lib/kubelet/config.yaml")).expect("config.yaml");
     let mut per_field = Vec::new();
@@ -448,7 +448,7 @@ async fn kubelet_fields_scaling(rep: &mut Report, quick: bool) {
 
     let mut cov = Daemon::new("kcov");
     cov.start().await;
-    let ch = inplaced::client::channel(&cov.socket).await.unwrap();
+    let ch = inplace_edge::client::channel(&cov.socket).await.unwrap();
     let mut c = NodeAgentClient::new(ch.clone());
     let mut per_field = Vec::new();
     for (nk, calls) in [(10usize, 100usize), (100, 50), (1000, 20)] {
@@ -554,7 +554,7 @@ async fn timed_apply(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec, id: 
         }
     };
     let mut last = first;
-    if !inplaced::apply::is_settled(last.phase) {
+    if !inplace_wire::phase::is_settled(last.phase) {
         let mut s = c
             .watch_operation(pb::WatchOperationRequest { id: id.into() })
             .await
@@ -562,7 +562,7 @@ async fn timed_apply(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec, id: 
             .into_inner();
         while let Some(ev) = s.message().await.expect("WatchOperation stream") {
             if let Some(op) = ev.operation {
-                let settled = inplaced::apply::is_settled(op.phase);
+                let settled = inplace_wire::phase::is_settled(op.phase);
                 last = op;
                 if settled {
                     break;
@@ -763,7 +763,7 @@ async fn run(quick: bool, n: Counts) {
     // ---- 2. durable apply throughput (on A), interleaved with the plain loop
     let plain_dir = app.dir.path().join("plain");
     std::fs::create_dir_all(&plain_dir).unwrap();
-    let ch_a = inplaced::client::channel(&app.socket).await.unwrap();
+    let ch_a = inplace_edge::client::channel(&app.socket).await.unwrap();
     let mut ca = NodeAgentClient::new(ch_a.clone());
     let empty = pb::NodeSpec::default();
     let mut revert = 0usize;
@@ -887,10 +887,10 @@ async fn run(quick: bool, n: Counts) {
     app.stop().await;
 
     // ---- 1. coverage latency of the example spec vs an empty call, interleaved
-    let ch = inplaced::client::channel(&cov.socket).await.unwrap();
+    let ch = inplace_edge::client::channel(&cov.socket).await.unwrap();
     let mut c = NodeAgentClient::new(ch.clone());
     let mut h = HealthClient::new(ch.clone());
-    let example_spec = inplaced::spec::yaml::parse(
+    let example_spec = inplace_wire::yaml::parse(
         &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
     )
     .unwrap();
@@ -1070,7 +1070,7 @@ async fn memory_under_operations(quick: bool, rep: &mut Report) {
     let mut d = Daemon::new("mem");
     std::fs::create_dir_all(d.path("/etc/bench-apply")).unwrap();
     d.start().await;
-    let ch = inplaced::client::channel(&d.socket).await.unwrap();
+    let ch = inplace_edge::client::channel(&d.socket).await.unwrap();
     let mut c = NodeAgentClient::new(ch.clone());
     let empty = pb::NodeSpec::default();
     for k in 0..ops / 2 {
@@ -1091,7 +1091,7 @@ async fn memory_under_operations(quick: bool, rep: &mut Report) {
     note(format!(
         "memory: {ops} operations done; {window:?} of coverage clients and operations"
     ));
-    let example_spec = inplaced::spec::yaml::parse(
+    let example_spec = inplace_wire::yaml::parse(
         &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
     )
     .unwrap();

@@ -1,5 +1,5 @@
 //! Cost of the extension's own work per hook call, without I/O: parse the request, redact,
-//! translate, decide and build the patches (`inplaced::capi`), against the floor of
+//! translate, decide and build the patches (`inplace_extension::capi`), against the floor of
 //! parsing and re-serialising the same request with serde_json. Prints `name value unit`
 //! lines; asserts nothing (benchmarks are not tests).
 //!
@@ -21,8 +21,9 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use inplaced::capi::types::CanUpdateMachineRequest;
-use inplaced::capi::{self, NodeCoverage, PreserveMode};
+use inplace_extension::capi;
+use inplace_extension::capi::types::CanUpdateMachineRequest;
+use inplace_extension::capi::{NodeCoverage, PreserveMode};
 use serde_json::{Value, json};
 
 fn fixture(rel: &str) -> Vec<u8> {

@@ -32,10 +32,10 @@ fn main() -> std::io::Result<()> {
     std::fs::create_dir_all(&man)?;
     std::fs::create_dir_all(&comp)?;
     let pages = [
-        (inplaced::cli::daemon::Args::command(), "inplaced", "8"),
-        (inplaced::cli::ctl::Args::command(), "inplacectl", "1"),
+        (inplace_agent::cli::daemon::Args::command(), "inplaced", "8"),
+        (inplace_agent::cli::ctl::Args::command(), "inplacectl", "1"),
         (
-            inplaced::cli::extension::Args::command(),
+            inplace_extension::cli::Args::command(),
             "inplace-extension",
             "8",
         ),
@@ -48,8 +48,8 @@ fn main() -> std::io::Result<()> {
             .render(&mut page)?;
         std::fs::write(man.join(format!("{name}.{section}.gz")), gzip(&page)?)?;
     }
-    let mut ctl = inplaced::cli::ctl::Args::command().name("inplacectl");
-    let mut daemon = inplaced::cli::daemon::Args::command().name("inplaced");
+    let mut ctl = inplace_agent::cli::ctl::Args::command().name("inplacectl");
+    let mut daemon = inplace_agent::cli::daemon::Args::command().name("inplaced");
     let write = |file: &str, shell: Shell, cmd: &mut clap::Command, bin: &str| {
         let mut out = Vec::new();
         clap_complete::generate(shell, cmd, bin, &mut out);

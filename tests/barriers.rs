@@ -8,7 +8,7 @@
 mod common;
 
 use common::{Node, apply};
-use inplaced::pb;
+use inplace_wire::pb;
 
 fn files_yaml(n: usize) -> String {
     let mut y = String::from("files:\n");

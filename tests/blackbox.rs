@@ -5,7 +5,8 @@
 mod common;
 
 use common::{Node, apply, change, coverage, err, out, snapshot, spec, status};
-use inplaced::pb::{self, ChangeOperation, DisruptionLevel, Phase};
+use inplace_wire::pb;
+use inplace_wire::pb::{ChangeOperation, DisruptionLevel, Phase};
 use prost::Message;
 
 const SCENARIO_A: &str = include_str!("../examples/specs/kubelet-and-sysctl.yaml");
@@ -141,7 +142,7 @@ async fn partial_kubelet_configuration_merge_keeps_every_other_byte() {
             );
         }
         assert!(after.contains("infoBufferSize: \"0\""), "{fixture}");
-        let doc = inplaced::kubelet::config::parse(&after).unwrap();
+        let doc = inplace_formats::kubelet::config::parse(&after).unwrap();
         assert_eq!(doc["maxPods"], serde_json::json!(250));
         assert_eq!(doc["systemReserved"]["cpu"], serde_json::json!("500m"));
         assert_eq!(doc["cgroupRoot"], serde_json::json!("on"));
@@ -475,7 +476,7 @@ async fn operation_ids_are_idempotent() {
 async fn health_and_reflection_are_served() {
     let mut node = Node::new("systemd-boot");
     node.start();
-    let ch = inplaced::client::channel(&node.socket).await.unwrap();
+    let ch = inplace_edge::client::channel(&node.socket).await.unwrap();
     let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
     let r = h
         .check(tonic_health::pb::HealthCheckRequest {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::Node;
 use common::capi::{Extension, Pki, fixture, one_agent};
 use common::pki::free_port;
-use inplaced::capi::types::Patch;
+use inplace_extension::capi::types::Patch;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "2llldv.b7bn3izenrsfazb2";
@@ -268,7 +268,7 @@ async fn scenarios_c_and_d() {
     let rhel_ops = rhel
         .client()
         .await
-        .list_operations(inplaced::pb::ListOperationsRequest {})
+        .list_operations(inplace_wire::pb::ListOperationsRequest {})
         .await
         .unwrap()
         .into_inner()
@@ -285,7 +285,7 @@ async fn scenarios_c_and_d() {
     assert_eq!(
         rhel.client()
             .await
-            .list_operations(inplaced::pb::ListOperationsRequest {})
+            .list_operations(inplace_wire::pb::ListOperationsRequest {})
             .await
             .unwrap()
             .into_inner()
@@ -302,7 +302,7 @@ async fn scenarios_c_and_d() {
     let want = fixture("d-gzip-file-etcd-owner/canupdatemachine-response.json");
     let cur = &d["current"]["bootstrapConfig"];
     let apply = |o: Value| {
-        inplaced::capi::patch::apply(cur, o.as_array().unwrap()).unwrap()["spec"].clone()
+        inplace_extension::capi::patch::apply(cur, o.as_array().unwrap()).unwrap()["spec"].clone()
     };
     assert_eq!(
         apply(ops(&resp, "bootstrapConfigPatch")),
@@ -330,7 +330,7 @@ async fn scenarios_c_and_d() {
     // Ownership: the agent resolved etcd:etcd through the node's own passwd/group.
     let mut client = ubuntu.client().await;
     let ops_list = client
-        .list_operations(inplaced::pb::ListOperationsRequest {})
+        .list_operations(inplace_wire::pb::ListOperationsRequest {})
         .await
         .unwrap()
         .into_inner();
@@ -543,7 +543,7 @@ async fn node_d_dropin_from_a_kubeadm_config() {
     let resp = ext.can_update_machine(&req).await;
     assert_eq!(resp["status"], "Success", "{resp}");
     let patch = ops(&resp, "bootstrapConfigPatch");
-    let out = inplaced::capi::patch::apply(
+    let out = inplace_extension::capi::patch::apply(
         &req["current"]["bootstrapConfig"],
         patch.as_array().unwrap(),
     )
@@ -606,7 +606,7 @@ async fn unchanged_provisioned_file_outside_policy() {
     }
     let resp = ext.can_update_machine(&req).await;
     let patch = ops(&resp, "bootstrapConfigPatch");
-    let out = inplaced::capi::patch::apply(
+    let out = inplace_extension::capi::patch::apply(
         &req["current"]["bootstrapConfig"],
         patch.as_array().unwrap(),
     )
@@ -713,7 +713,7 @@ async fn reverted_update_is_applied_again() {
     }
     let mut c = node.client().await;
     let ids: Vec<String> = c
-        .list_operations(inplaced::pb::ListOperationsRequest {})
+        .list_operations(inplace_wire::pb::ListOperationsRequest {})
         .await
         .unwrap()
         .into_inner()
@@ -829,7 +829,7 @@ async fn rendered_dropin_survives_an_unrelated_update() {
     assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "7");
     let resp = ext.can_update_machine(&req).await;
     let patch = ops(&resp, "bootstrapConfigPatch");
-    let out = inplaced::capi::patch::apply(
+    let out = inplace_extension::capi::patch::apply(
         &req["current"]["bootstrapConfig"],
         patch.as_array().unwrap(),
     )

@@ -4,8 +4,9 @@
 
 use std::path::PathBuf;
 
-use inplaced::capi::types::{CanUpdateMachineRequest, CanUpdateMachineSetRequest, Patch};
-use inplaced::capi::{self, Capability, NodeCoverage, PreserveMode, patch};
+use inplace_extension::capi;
+use inplace_extension::capi::types::{CanUpdateMachineRequest, CanUpdateMachineSetRequest, Patch};
+use inplace_extension::capi::{Capability, NodeCoverage, PreserveMode, patch};
 use serde_json::{Value, json};
 
 fn fixture(rel: &str) -> Value {
@@ -41,7 +42,7 @@ fn machine(
     mode: PreserveMode,
 ) -> (
     CanUpdateMachineRequest,
-    inplaced::capi::types::CanUpdateMachineResponse,
+    inplace_extension::capi::types::CanUpdateMachineResponse,
 ) {
     let mut req: CanUpdateMachineRequest =
         serde_json::from_value(fixture(&format!("{dir}/canupdatemachine-request.json"))).unwrap();
@@ -253,7 +254,7 @@ fn scenario_e_machineset_template_patch() {
 
 mod property {
     use super::*;
-    use inplaced::capi::types::MachineObjects;
+    use inplace_extension::capi::types::MachineObjects;
     use proptest::prelude::*;
 
     fn kubeadm_spec() -> impl Strategy<Value = Value> {
@@ -329,7 +330,7 @@ mod property {
 /// itself no longer holds it either.
 #[test]
 fn scenario_f_token_is_not_in_the_agent_request() {
-    use inplaced::capi::types::UpdateMachineRequest;
+    use inplace_extension::capi::types::UpdateMachineRequest;
     use prost::Message;
     let mut req: UpdateMachineRequest = serde_json::from_value(fixture(
         "f-updatemachine-bootstrap-token/updatemachine-request.json",

@@ -7,7 +7,7 @@
 mod common;
 
 use common::capi::{Extension, Pki, fixture, one_agent};
-use inplaced::capi::types::Patch;
+use inplace_extension::capi::types::Patch;
 use serde_json::{Value, json};
 
 const ARGS: &str = "/spec/joinConfiguration/nodeRegistration/kubeletExtraArgs";

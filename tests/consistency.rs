@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Node, spec};
-use inplaced::pb;
+use inplace_wire::pb;
 
 /// Files in each apply.
 const FILES: usize = 120;

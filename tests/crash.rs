@@ -8,7 +8,8 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use common::{Node, apply, coverage, snapshot, spec, status};
-use inplaced::pb::{self, Phase};
+use inplace_wire::pb;
+use inplace_wire::pb::Phase;
 
 /// 20 files, a kubelet config change and a sysctl (the crash workload).
 fn workload() -> String {

@@ -22,7 +22,7 @@ fn spec_yaml() -> String {
 }
 
 fn sha256(b: &[u8]) -> String {
-    format!("sha256:{}", inplaced::spec::sha256_hex(b))
+    format!("sha256:{}", inplace_node::digest::sha256_hex(b))
 }
 
 /// The node's kernel-argument file the plan edits first, and that file's line before and
@@ -138,7 +138,7 @@ fn coverage_diff_on_every_fixture_node() {
             file,
             format!(
                 "diff /etc/app/token (create; files[/etc/app/token])\n  content withheld: {}\n  before: absent\n  after:  {} ({} bytes)\n",
-                inplaced::plan::diff::WITHHELD_CONFIDENTIAL,
+                inplace_agent::plan::diff::WITHHELD_CONFIDENTIAL,
                 sha256(SECRET.as_bytes()),
                 SECRET.len()
             ),
@@ -198,7 +198,7 @@ fn json_carries_the_diffs_as_fields_and_only_when_asked() {
     assert!(token.get("unified").is_none(), "{token}");
     assert_eq!(
         token["withheld"],
-        inplaced::plan::diff::WITHHELD_CONFIDENTIAL
+        inplace_agent::plan::diff::WITHHELD_CONFIDENTIAL
     );
 }
 

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use common::Node;
 use common::capi::{Extension, Pki, scrape};
 use common::pki::{Ca, free_port, leaf};
-use inplaced::client::{TlsIdentity, connect_tls};
-use inplaced::pb;
+use inplace_edge::client::{TlsIdentity, connect_tls};
+use inplace_wire::pb;
 use rcgen::SanType;
 use serde_json::json;
 
@@ -33,13 +33,13 @@ const DISCOVERY: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery";
 const ADMIN_ID: &str = "spiffe://edge/capi/extension";
 /// The bound that tells starvation from load: a call that had to wait for one of the
 /// flood's connections to be closed for it would take the servers' handshake timeout
-/// (10 s, `inplaced::server::tls::HANDSHAKE_TIMEOUT`) or fail. 5 s less leaves room for
+/// (10 s, `inplace_edge::tls::HANDSHAKE_TIMEOUT`) or fail. 5 s less leaves room for
 /// what a loaded loopback legitimately costs, such as the kernel's 1 s SYN retransmit
 /// when a listen queue briefly overflows (CI measured one 1.04 s call in 25 this way).
 /// This is a behaviour bound, not a speed target: latencies are printed, and speed
 /// lives in `cargo bench`.
 const WITHIN: Duration =
-    inplaced::server::tls::HANDSHAKE_TIMEOUT.saturating_sub(Duration::from_secs(5));
+    inplace_edge::tls::HANDSHAKE_TIMEOUT.saturating_sub(Duration::from_secs(5));
 
 /// What the attacker does on each connection it holds.
 #[derive(Debug, Clone, Copy)]
@@ -423,7 +423,7 @@ async fn a_reader_can_not_keep_an_admin_out() {
         for _ in 0..5 {
             let (addr, reader) = (addr.clone(), reader.clone());
             opening.push(tokio::spawn(async move {
-                let c = inplaced::client::connect_tls_channel(&addr, &reader);
+                let c = inplace_edge::client::connect_tls_channel(&addr, &reader);
                 tokio::time::timeout(Duration::from_secs(5), c).await
             }));
         }

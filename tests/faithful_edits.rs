@@ -8,10 +8,11 @@
 
 use std::process::Command;
 
-use inplaced::bootloader::{bls, grub_default, grubenv};
-use inplaced::cmdline::{self, Arg, Cmdline, PlainText};
-use inplaced::kubelet::flags;
-use inplaced::textedit::{Quoting, shell_encode, systemd_encode};
+use inplace_formats::cmdline;
+use inplace_formats::cmdline::{Arg, Cmdline, PlainText};
+use inplace_formats::kubelet::flags;
+use inplace_formats::textedit::{Quoting, shell_encode, systemd_encode};
+use inplace_formats::{bls, grub_default, grubenv};
 use proptest::prelude::*;
 
 /// The arguments the spec adds.
@@ -406,7 +407,7 @@ proptest! {
 mod common;
 
 use common::{Node, apply, change, coverage};
-use inplaced::pb::Phase;
+use inplace_wire::pb::Phase;
 
 /// Replaces the first `from` of a sysroot file with `to`.
 fn rewrite(node: &Node, path: &str, from: &str, to: &str) -> Vec<u8> {

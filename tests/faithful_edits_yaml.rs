@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use inplaced::pb::Phase;
+use inplace_wire::pb::Phase;
 
 /// A KubeletConfiguration with a byte-order mark, CRLF line ends, comments and a flow
 /// mapping: the new gate goes into the flow mapping, a changed string keeps its quotes,

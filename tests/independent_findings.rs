@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use inplaced::pb::Phase;
+use inplace_wire::pb::Phase;
 
 const DROP_IN: &str = "/etc/sysctl.d/99-zz-inplaced.conf";
 

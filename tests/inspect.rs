@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Node, apply, status};
-use inplaced::pb;
+use inplace_wire::pb;
 
 const SPEC: &str = "sysctls:\n  vm.max_map_count: \"262144\"\n";
 

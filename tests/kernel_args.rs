@@ -6,7 +6,8 @@
 mod common;
 
 use common::{Node, apply, apply_with, coverage, spec, status};
-use inplaced::pb::{self, Phase, RebootPolicy};
+use inplace_wire::pb;
+use inplace_wire::pb::{Phase, RebootPolicy};
 
 fn grub_linux(node: &Node) -> String {
     let t = node.read("/etc/default/grub");
@@ -75,10 +76,10 @@ async fn quoted_value_is_written_read_back_and_removed_exactly() {
         r#"GRUB_CMDLINE_LINUX="intel_iommu=on iommu=pt dyndbg=\"file drivers/base/firmware_loader/main.c +fmp\"""#
     );
     let text = node.read("/etc/default/grub");
-    let value = inplaced::bootloader::grub_default::read_var(&text, "GRUB_CMDLINE_LINUX")
+    let value = inplace_formats::grub_default::read_var(&text, "GRUB_CMDLINE_LINUX")
         .unwrap()
         .unwrap();
-    let args = inplaced::cmdline::Cmdline::parse(&value);
+    let args = inplace_formats::cmdline::Cmdline::parse(&value);
     assert_eq!(args.args().len(), 3);
     assert_eq!(
         args.args()[2].value(),

@@ -12,7 +12,8 @@ use sha2::Digest;
 
 use common::k8s::{Mirror, binaries, install_standins, url_config};
 use common::{Node, apply, change, coverage, snapshot, status};
-use inplaced::pb::{self, DisruptionLevel, Phase};
+use inplace_wire::pb;
+use inplace_wire::pb::{DisruptionLevel, Phase};
 
 /// The ubuntu fixture at `version` (stand-ins in /usr/bin), the daemon running the
 /// stand-ins, `[kubernetes]` from `config`.
@@ -283,7 +284,7 @@ async fn a_control_plane_node_drains_and_its_manifests_are_verified() {
     node.stop();
     let dir = node.path("/etc/kubernetes/manifests");
     std::fs::create_dir_all(&dir).unwrap();
-    for c in inplaced::kubernetes::CONTROL_PLANE_COMPONENTS {
+    for c in inplace_agent::kubernetes::CONTROL_PLANE_COMPONENTS {
         std::fs::write(dir.join(format!("{c}.yaml")), manifest(c, "v1.34.3")).unwrap();
     }
     std::fs::write(dir.join("etcd.yaml"), manifest("etcd", "3.6.4-0")).unwrap();
@@ -450,7 +451,8 @@ async fn apt_installs_pinned_packages_and_puts_the_holds_back() {
 
 #[test]
 fn the_version_is_validated_and_set_once() {
-    use inplaced::spec::{NodeSpec, yaml};
+    use inplace_agent::spec::NodeSpec;
+    use inplace_wire::yaml;
     let s = NodeSpec::from_pb(&yaml::parse("kubernetes: {version: 1.35.2}\n").unwrap()).unwrap();
     assert_eq!(s.kubernetes.unwrap().version.to_string(), "v1.35.2");
     let e = NodeSpec::from_pb(&yaml::parse("kubernetes: {version: v1.35}\n").unwrap()).unwrap_err();

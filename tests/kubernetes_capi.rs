@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::Node;
 use common::capi::{Extension, Pki, fixture};
 use common::k8s::{Mirror, install_standins, url_config};
-use inplaced::capi::types::Patch;
+use inplace_extension::capi::types::Patch;
 use serde_json::{Value, json};
 
 fn ops(resp: &Value, key: &str) -> Option<Value> {
@@ -66,9 +66,11 @@ async fn a_machine_version_change_is_covered_and_applied_in_place() {
         json!([{"op": "replace", "path": "/spec/version", "value": "v1.35.2"}])
     );
     // upstream's apply-and-compare: the patched current spec is the desired spec
-    let patched =
-        inplaced::capi::patch::apply(&req["current"]["machine"], patch.as_array().unwrap())
-            .unwrap();
+    let patched = inplace_extension::capi::patch::apply(
+        &req["current"]["machine"],
+        patch.as_array().unwrap(),
+    )
+    .unwrap();
     assert_eq!(patched["spec"], req["desired"]["machine"]["spec"]);
     assert!(resp.get("bootstrapConfigPatch").is_none(), "{resp}");
     assert!(
@@ -170,9 +172,11 @@ async fn a_machineset_version_change_needs_the_declared_capability() {
     let resp = ext.can_update_machine_set(&req).await;
     assert_eq!(resp["status"], "Success", "{resp}");
     let patch = ops(&resp, "machineSetPatch").expect("a machine set patch");
-    let patched =
-        inplaced::capi::patch::apply(&req["current"]["machineSet"], patch.as_array().unwrap())
-            .unwrap();
+    let patched = inplace_extension::capi::patch::apply(
+        &req["current"]["machineSet"],
+        patch.as_array().unwrap(),
+    )
+    .unwrap();
     // CAPI's own apply-and-compare (tests/common/upstream.rs) sees nothing different
     assert!(
         common::upstream::still_different("CanUpdateMachineSet", &req, &resp).is_empty(),

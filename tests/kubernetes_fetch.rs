@@ -14,7 +14,7 @@ use common::k8s::{
     kubectl, kubelet, url_config,
 };
 use common::{Node, apply, change, coverage, snapshot};
-use inplaced::pb::Phase;
+use inplace_wire::pb::Phase;
 use rcgen::SanType;
 
 const TO_135: &str = "kubernetes:\n  version: v1.35.2\n";

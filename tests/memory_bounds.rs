@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use common::Node;
 use common::capi::{fixture, one_agent};
-use inplaced::pb;
+use inplace_wire::pb;
 use serde_json::{Value, json};
 
 /// A process's `/proc/<pid>/status` field, bytes (`VmHWM`, `VmRSS`).

@@ -156,7 +156,7 @@ fn the_install_edit_sets_the_api_listener_only() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let c = inplaced::config::Config::load(&cfg, true).unwrap();
+    let c = inplace_agent::config::Config::load(&cfg, true).unwrap();
     assert_eq!(c.api.tcp.listen, "0.0.0.0:9443");
     assert_eq!(c.api.tcp.cert, "/etc/inplaced/tls/server.crt");
     assert_eq!(c.api.tcp.clients.len(), 1);

@@ -6,8 +6,8 @@ mod common;
 
 use common::pki::{Ca, ca, free_port, leaf, write};
 use common::{Node, err, spec};
-use inplaced::client::{TlsIdentity, connect_tls};
-use inplaced::pb;
+use inplace_edge::client::{TlsIdentity, connect_tls};
+use inplace_wire::pb;
 use rcgen::SanType;
 
 fn id(ca: &Ca, cert: &(String, String)) -> TlsIdentity {

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{Node, apply, change, coverage, status};
-use inplaced::pb::{self, DisruptionLevel, Phase};
+use inplace_wire::pb;
+use inplace_wire::pb::{DisruptionLevel, Phase};
 
 const NTP: &str = "ntp:\n  servers: [ntp1.example.invalid, ntp2.example.invalid]\n";
 

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{Node, apply, change, coverage, status};
-use inplaced::pb::Phase;
+use inplace_wire::pb::Phase;
 
 /// How a source is taken away.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Node, err, snapshot};
-use inplaced::pb;
+use inplace_wire::pb;
 
 /// (spec, what the refusal must name). Each is refused by validation (INVALID_ARGUMENT),
 /// by policy (PERMISSION_DENIED on apply, not covered in coverage), or as a conflict with
@@ -152,7 +152,7 @@ async fn hostile_specs_are_refused_with_the_rule_named_and_nothing_changes() {
     assert!(cases.len() >= 30);
     for (yaml, want) in cases {
         let short: String = yaml.chars().take(60).collect();
-        let parsed = inplaced::spec::yaml::parse(&yaml);
+        let parsed = inplace_wire::yaml::parse(&yaml);
         let desired = match parsed {
             Err(e) => {
                 assert!(e.to_string().contains(want), "{short:?}: {e}");

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::{Node, apply, copy_tree, snapshot, spec, status};
-use inplaced::pb::{self, Phase};
+use inplace_wire::pb;
+use inplace_wire::pb::Phase;
 
 /// Two new files, an overwrite of an existing file, a kubelet config field and a sysctl:
 /// pre-images of both kinds (absent and present) and the kubelet's config.yaml.
@@ -1182,7 +1183,7 @@ async fn kubelet_field_types_decide_how_a_value_is_written() {
     .await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
     let text = node.read(cfg);
-    let doc = inplaced::kubelet::config::parse(&text).unwrap();
+    let doc = inplace_formats::kubelet::config::parse(&text).unwrap();
     assert_eq!(doc["clusterDomain"], "0644", "{text}");
     assert_eq!(doc["evictionHard"]["memory.available"], "no", "{text}");
 }

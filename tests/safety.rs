@@ -4,7 +4,8 @@
 mod common;
 
 use common::{Node, apply, change, coverage, err, out, snapshot, spec, status};
-use inplaced::pb::{self, DisruptionLevel, Phase};
+use inplace_wire::pb;
+use inplace_wire::pb::{DisruptionLevel, Phase};
 
 const SCENARIO_A: &str = include_str!("../examples/specs/kubelet-and-sysctl.yaml");
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::capi::{CAPI_ID, Extension, Pki, fixture, one_agent};
 use common::pki::{ca, free_port, leaf, write};
 use common::{Node, snapshot};
-use inplaced::pb;
+use inplace_wire::pb;
 use rcgen::SanType;
 use serde_json::{Value, json};
 
@@ -348,7 +348,7 @@ fn resolvers_that_cross_namespaces_are_refused_at_load() {
                 "{base}[agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n{agent}[resolver]\n{resolver}"
             ),
         );
-        inplaced::extension::config::Config::load(std::path::Path::new(&cfg)).map(|_| ())
+        inplace_extension::config::Config::load(std::path::Path::new(&cfg)).map(|_| ())
     };
     for (agent, resolver) in [
         ("", "template = \"{annotation:inplaced.io/agent}\"\n"),
@@ -436,7 +436,7 @@ async fn request_strings_can_not_forge_log_lines() {
 /// lets the requester pick it) and that carries no SAN of the entry's kind never matches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_identity_matching_is_explicit() {
-    use inplaced::client::{TlsIdentity, connect_tls};
+    use inplace_edge::client::{TlsIdentity, connect_tls};
     const CAPI_EXT: &str = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension";
     let mut node = Node::new("ubuntu-2404-grub");
     let d = node.dir.path().to_path_buf();
@@ -595,7 +595,7 @@ fn allowlist_entries_that_can_not_match_are_refused_at_load() {
             "leading or trailing white space",
         ),
     ] {
-        let e = inplaced::config::Config::parse(
+        let e = inplace_agent::config::Config::parse(
             &format!("[[api.tcp.clients]]\n{entry}role = \"admin\"\n"),
             "config.toml",
         )
@@ -611,7 +611,7 @@ fn allowlist_entries_that_can_not_match_are_refused_at_load() {
          [[server.clients]]\nidentity = \"capi\"\nmatch = \"uri\"\n\
          [agent]\nca = \"a\"\ncert = \"c\"\nkey = \"k\"\n[resolver]\ntemplate = \"{name}:7443\"\n",
     );
-    let e = inplaced::extension::config::Config::load(std::path::Path::new(&cfg))
+    let e = inplace_extension::config::Config::load(std::path::Path::new(&cfg))
         .unwrap_err()
         .to_string();
     assert!(

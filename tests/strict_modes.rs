@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::pki::free_port;
 use common::{Node, status};
-use inplaced::pb;
+use inplace_wire::pb;
 
 const DROP_IN: &str = "sysctls:\n  vm.max_map_count: \"262144\"\n";
 const TEXTFILE: &str = "/var/lib/node_exporter/textfile_collector/inplaced.prom";
@@ -565,9 +565,9 @@ async fn a_rotation_to_an_untrusted_key_is_not_loaded() {
         chmod(Path::new(path), mode);
         // a handshake (its ClientHello) makes the acceptor look at the files
         let client = leaf(&client_ca, "someone", vec![]);
-        let _ = inplaced::client::connect_tls(
+        let _ = inplace_edge::client::connect_tls(
             &format!("127.0.0.1:{port}"),
-            &inplaced::client::TlsIdentity {
+            &inplace_edge::client::TlsIdentity {
                 ca: server_ca.pem.clone().into_bytes(),
                 cert: client.0.into_bytes(),
                 key: client.1.into_bytes(),

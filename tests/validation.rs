@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Node, err, spec};
-use inplaced::pb;
+use inplace_wire::pb;
 use tonic::Code;
 
 /// The operation-id rule as every refusal states it.

@@ -1,4 +1,4 @@
-//! `inplace-extension`: thin main; see `inplaced::cli::extension`.
+//! `inplace-extension`: thin main; see `inplace_extension::cli`.
 fn main() -> std::process::ExitCode {
-    inplaced::cli::extension::main()
+    inplace_extension::cli::main()
 }

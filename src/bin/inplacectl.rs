@@ -1,4 +1,4 @@
-//! `inplacectl`: see [`inplaced::cli::ctl`].
+//! `inplacectl`: see [`inplace_agent::cli::ctl`].
 fn main() -> std::process::ExitCode {
-    inplaced::cli::ctl::main()
+    inplace_agent::cli::ctl::main()
 }

@@ -1,4 +1,4 @@
-//! `inplaced`: see [`inplaced::cli::daemon`].
+//! `inplaced`: see [`inplace_agent::cli::daemon`].
 fn main() -> std::process::ExitCode {
-    inplaced::cli::daemon::main()
+    inplace_agent::cli::daemon::main()
 }

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use inplaced::pb;
-use inplaced::pb::node_agent_client::NodeAgentClient;
+use inplace_wire::pb;
+use inplace_wire::pb::node_agent_client::NodeAgentClient;
 use tonic::transport::Channel;
 
 /// Vendored fixture nodes.
@@ -111,7 +111,7 @@ impl Node {
             names.sort();
             for f in names {
                 let text = std::fs::read_to_string(f).unwrap();
-                params.extend(inplaced::plan::parse_sysctl_conf(&text));
+                params.extend(inplace_formats::sysctl::parse_sysctl_conf(&text));
             }
         }
         for (k, v) in params {
@@ -334,7 +334,7 @@ impl Node {
 
     /// A gRPC client.
     pub async fn client(&self) -> NodeAgentClient<Channel> {
-        inplaced::client::connect(&self.socket).await.unwrap()
+        inplace_edge::client::connect(&self.socket).await.unwrap()
     }
 
     /// Waits until operation `id` settles and returns it.
@@ -358,7 +358,7 @@ impl Node {
                 .await
                 .unwrap()
                 .into_inner();
-            if inplaced::apply::is_settled(op.phase) {
+            if inplace_wire::phase::is_settled(op.phase) {
                 return op;
             }
             assert!(
@@ -378,7 +378,7 @@ impl Drop for Node {
 
 /// Parses a YAML spec into the wire form.
 pub fn spec(yaml: &str) -> pb::NodeSpec {
-    inplaced::spec::yaml::parse(yaml).unwrap()
+    inplace_wire::yaml::parse(yaml).unwrap()
 }
 
 /// stdout as text.

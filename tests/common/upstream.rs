@@ -6,7 +6,7 @@
 //! `CleanupMachineSpecForDiff` clears `clusterName`, `bootstrap`, `infrastructureRef`,
 //! `providerID`, `minReadySeconds`, `readinessGates`, the `deletion` timeouts and `taints`.
 
-use inplaced::capi::types::Patch;
+use inplace_extension::capi::types::Patch;
 use serde_json::Value;
 
 /// The objects of a request side that CAPI compares, with the patch key that targets

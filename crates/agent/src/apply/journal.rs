@@ -1,0 +1,589 @@
+//! The write-ahead journal of an operation: what is written before the first change
+//! (the intent), and how the next start settles an operation a crash interrupted.
+//!
+//! ## The order of writes and fsyncs
+//!
+//! A crash (power cut, SIGKILL) at any instant leaves every managed file entirely old or
+//! entirely new, and the next start settles the operation. Every file is written to a
+//! temporary file and renamed over its target; the barriers are:
+//!
+//! 0. `operations/<id>.json` in phase Staging: file and `operations/` fsynced (the
+//!    operation is known before anything changes). Validating, Committing, Acting and
+//!    Verifying are published to watchers only: a crash in them is settled from the
+//!    journal, which sets the operation's phase whatever its file said.
+//! 1. `originals/<hash>` for first overwrites and `journal/<op>/pre/<n>` (the pre-image
+//!    of every path the operation writes or removes): each file's content fsynced, then
+//!    `originals/` and `journal/<op>/pre/` fsynced once each; then
+//!    `journal/<op>/intent.json` (paths, pre-image metadata, directories to be created,
+//!    prior sysctl values, units): file and directory fsynced (a new `journal/<op>/` is
+//!    fsynced with its parent when it is created). Failpoint `stage`. `progress` =
+//!    `staged`, not fsynced.
+//! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename (failpoints
+//!    `write-temp`, `write`); removals unlink; then each directory written into or
+//!    removed from is fsynced once; then live sysctls (`sysctl`); `progress` = `written`.
+//! 3. Commands and unit actions; `progress` = `acted` (failpoint `act`); the kubelet's
+//!    health gate; verification by re-planning. `progress` is never fsynced: it only
+//!    words the message of a roll-back (which restarts the units whenever a path went
+//!    back, whatever it says); a power cut can leave an earlier step, or a marker that
+//!    does not verify, which recovery reports and handles.
+//! 4. The commit point: `journal/<op>/spec.pb` and `journal/<op>/record.json`, contents
+//!    fsynced, then `journal/<op>/` fsynced, then the empty `journal/<op>/committed` and
+//!    `journal/<op>/` fsynced again, so the marker is never durable before what it
+//!    commits (failpoint `record`).
+//! 5. `applied.json` and `applied-spec.pb`, contents fsynced, then the state directory
+//!    fsynced (failpoint `applied`); then the journal is removed (`journal/` fsynced) and
+//!    the final phase persisted (file and `operations/` fsynced; failpoint
+//!    `reboot-required`).
+//!
+//! A 1-file apply of a new file does 18 fsyncs (2 + 4 + 2 + 4 + 3 + 1 + 2); each further
+//! file adds one (its content), each further directory one, each pre-image or original
+//! one. The barriers that the safety argument needs and that this order does not merge
+//! yet: the Staging operation, the intent, the files, the commit marker after its record,
+//! the installed record, the final operation.
+//!
+//! At start ([`Agent::recover_journals`]): a journal with `committed` is rolled forward (its
+//! record installed, the operation ends in the phase it recorded); any other is rolled
+//! back and the operation ends `RolledBack` (`interrupted`, naming every path put back);
+//! one that never completed its intent, or whose journal does not verify, ends `Failed`.
+//! Re-applying either with the same id runs it again.
+//!
+//! ## What the journal guarantees
+//!
+//! Every journal file is verified before it is trusted: `intent.json`, `progress`,
+//! `record.json` and `spec.pb` carry a header with their SHA-256 and length
+//! ([`crate::state::seal`]); each pre-image's SHA-256 and length are in the intent,
+//! written after it. Rolling back restores a pre-image only when it verifies and only
+//! over a file that is no longer what it was (same hash, mode and owner as the pre-image:
+//! left alone); a file the operation created is removed only while it still has the
+//! content the operation wrote; a file that is neither the pre-image nor the new content
+//! (another writer) is left and named. Every restored and removed path is named in the
+//! operation's message and in the log. A journal that does not verify (a damaged intent,
+//! pre-image or progress marker, a committed record that does not verify and no intent
+//! to roll back with) is moved aside whole to `quarantine/<op>-<time>`: nothing is
+//! restored from it, and each file it names is listed in `status` problems with its
+//! pre-image hash, the new hash and what is on disk now. The agent starts and serves in
+//! every case; when it cannot write its state directory it refuses mutations
+//! (`UNAVAILABLE`) and says why.
+//!
+//! The file primitives (temporary file, fsync, rename, directory fsync) are
+//! [`inplace_node::sysroot`]'s and [`crate::state`]'s; this module decides what goes into
+//! the journal and in which order it is read back.
+
+use super::{Agent, now};
+use crate::plan;
+use crate::plan::observe::FileObs;
+use crate::state::{Committed, Intent, IntentEntry, JournalState, Sealed, sha256_of};
+use inplace_wire::pb;
+use inplace_wire::phase::{INTERRUPTED, Phase};
+
+/// How the journal of one operation was settled at start.
+struct Settled {
+    /// The phase the operation ends in.
+    phase: i32,
+    /// Its message: what was restored, removed, left, and why.
+    message: String,
+    /// The journal is done with and is removed (false: kept or quarantined).
+    remove: bool,
+}
+
+/// What rolling back did, path by path.
+#[derive(Default)]
+struct RolledBack {
+    restored: Vec<String>,
+    removed: Vec<String>,
+    untouched: usize,
+    /// Boot-configuration commands run again over the restored inputs.
+    rerun: Vec<String>,
+    problems: Vec<String>,
+}
+
+impl Agent {
+    /// The write-ahead intent of `steps`: a pre-image of every path (written to the
+    /// journal), the directories writes will create, the prior value of every sysctl.
+    pub(super) fn intent(&self, op: &pb::Operation, steps: &plan::Steps) -> Result<Intent, String> {
+        use crate::state::{IntentEntry, PreImage};
+        use inplace_node::sysroot::Parents;
+        let mut entries = Vec::new();
+        let paths = steps
+            .writes
+            .iter()
+            .map(|w| (w.path.as_str(), Some(crate::state::sha256_of(&w.content))))
+            .chain(steps.removes.iter().map(|r| (r.path.as_str(), None)));
+        for (n, (path, new_sha256)) in paths.enumerate() {
+            let pre =
+                match plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())? {
+                    FileObs::File { content, entry } => {
+                        let file = self
+                            .state
+                            .journal_pre_image(&op.id, n, &content)
+                            .map_err(|e| e.to_string())?;
+                        Some(PreImage {
+                            file,
+                            sha256: crate::state::sha256_of(&content),
+                            len: content.len() as u64,
+                            mode: entry.mode,
+                            uid: entry.uid,
+                            gid: entry.gid,
+                        })
+                    }
+                    _ => None,
+                };
+            let mut missing_dirs = Vec::new();
+            if let Ok(Parents::Missing(first)) = self.root.parents(path) {
+                let mut d = String::new();
+                for c in inplace_node::sysroot::components(path).map_err(|e| e.to_string())? {
+                    d.push('/');
+                    d.push_str(c);
+                    if d.len() >= first.len() && d.as_str() != path {
+                        missing_dirs.push(d.clone());
+                    }
+                }
+            }
+            entries.push(IntentEntry {
+                path: path.to_string(),
+                pre,
+                missing_dirs,
+                new_sha256,
+            });
+        }
+        let mut sysctls = Vec::new();
+        for (k, _) in &steps.sysctls {
+            let prior = self
+                .root
+                .read_string(&plan::observe::sysctl_path(k))
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .trim_end_matches('\n')
+                .to_string();
+            sysctls.push((k.clone(), prior));
+        }
+        let units = steps
+            .restarts
+            .iter()
+            .chain(steps.try_restarts.iter())
+            .chain(steps.reloads.iter())
+            .cloned()
+            .collect();
+        Ok(Intent {
+            operation: op.id.clone(),
+            entries,
+            sysctls,
+            units,
+            commands: steps.commands.clone(),
+        })
+    }
+
+    /// Settles the journal of every operation a crash interrupted (see the module docs).
+    /// Never fails: what can not be settled is listed in the status problems, and when
+    /// the state directory could not be written the agent refuses mutations.
+    pub(super) fn recover_journals(&self) {
+        for (path, report) in self.state.quarantined() {
+            self.note(format!(
+                "{path}: a quarantined journal; nothing was restored from it; check the files it names, then remove it: {}",
+                report.trim_end()
+            ));
+        }
+        let journals = match self.state.journals() {
+            Ok(j) => j,
+            Err(e) => {
+                self.problem(format!("reading the journals: {e}"));
+                self.set_unavailable(format!("its journals could not be read ({e})"));
+                return;
+            }
+        };
+        for (id, j) in journals {
+            let settled = self.settle_journal(&id, &j);
+            self.finish_journal(&id, settled);
+        }
+    }
+
+    /// Decides from what verifies: roll forward past the commit point, roll back from a
+    /// verified intent, or quarantine.
+    fn settle_journal(&self, id: &str, j: &JournalState) -> Settled {
+        match (&j.committed, &j.intent) {
+            (Some(Sealed::Valid(c)), _) => {
+                self.report_unused_damage(id, j);
+                self.roll_forward(id, c)
+            }
+            (Some(Sealed::Damaged(why)), Sealed::Valid(intent)) => self.roll_back(
+                id,
+                j,
+                intent,
+                Some(format!(
+                    "its committed record does not verify ({why}), so it is rolled back instead"
+                )),
+            ),
+            (None, Sealed::Valid(intent)) => self.roll_back(id, j, intent, None),
+            (None, Sealed::Absent) if j.progress == Sealed::Absent => Settled {
+                phase: Phase::Failed as i32,
+                message: format!(
+                    "{INTERRUPTED} the agent stopped before the operation's journal was complete; nothing was changed; re-apply with the same operation id to converge"
+                ),
+                remove: true,
+            },
+            (_, Sealed::Damaged(why)) => self.quarantine(id, j, why),
+            (_, Sealed::Absent) => self.quarantine(
+                id,
+                j,
+                &format!(
+                    "{}: missing although the journal has progress or a commit",
+                    self.state.full(&format!("/journal/{id}/intent.json"))
+                ),
+            ),
+            (Some(Sealed::Absent), _) => self.quarantine(id, j, "the committed record is missing"),
+        }
+    }
+
+    /// Past the commit point the intent and the pre-images are not needed; damage to
+    /// them is still reported.
+    fn report_unused_damage(&self, id: &str, j: &JournalState) {
+        let mut bad = Vec::new();
+        match &j.intent {
+            Sealed::Damaged(why) => bad.push(why.clone()),
+            Sealed::Valid(intent) => {
+                for pre in intent.entries.iter().filter_map(|e| e.pre.as_ref()) {
+                    if let Err(why) = self.state.journal_read_pre(id, pre) {
+                        bad.push(why);
+                    }
+                }
+            }
+            Sealed::Absent => bad.push(format!(
+                "{}: missing although the operation committed",
+                self.state.full(&format!("/journal/{id}/intent.json"))
+            )),
+        }
+        match &j.progress {
+            Sealed::Damaged(why) => bad.push(why.clone()),
+            Sealed::Absent => bad.push(format!(
+                "{}: missing although the operation committed",
+                self.state.full(&format!("/journal/{id}/progress"))
+            )),
+            Sealed::Valid(_) => {}
+        }
+        if !bad.is_empty() {
+            self.problem(format!(
+                "operation {id}: committed, rolled forward; parts of its journal it did not need do not verify: {}",
+                bad.join("; ")
+            ));
+        }
+    }
+
+    /// Ends the operation in the phase `settled` says (an operation file that does not
+    /// parse is moved aside and the outcome listed in the problems), then removes the
+    /// journal when it is done with.
+    fn finish_journal(&self, id: &str, settled: Settled) {
+        tracing::warn!(operation = %id, message = %settled.message, "settled an interrupted operation");
+        match self.state.get_operation(id) {
+            Ok(Some(mut op)) => {
+                op.phase = settled.phase;
+                op.message = settled.message.clone();
+                op.updated = Some(now());
+                if let Err(e) = self.state.save_operation(&op) {
+                    self.problem(format!("operation {id}: {} ({e})", settled.message));
+                }
+            }
+            Ok(None) => self.problem(format!(
+                "operation {id} (no operation file): {}",
+                settled.message
+            )),
+            Err(e) => {
+                let moved = self
+                    .state
+                    .operation_quarantine(id)
+                    .map(|p| format!("moved to {p}"))
+                    .unwrap_or_else(|e| format!("not moved: {e}"));
+                self.problem(format!(
+                    "{e} ({moved}); the operation's outcome: {}",
+                    settled.message
+                ));
+            }
+        }
+        if settled.remove
+            && let Err(e) = self.state.journal_remove(id)
+        {
+            self.problem(format!(
+                "operation {id}: its journal could not be removed: {e}"
+            ));
+            self.set_unavailable(format!(
+                "the journal of operation {id} could not be removed ({e})"
+            ));
+        }
+    }
+
+    /// Past the commit point: the record and the spec the journal holds are installed
+    /// and the operation ends in the phase it recorded. When they can not be installed
+    /// the journal is kept for the next start and mutations are refused meanwhile.
+    fn roll_forward(&self, id: &str, c: &Committed) -> Settled {
+        let installed = self.state.install_applied(&c.record, &c.spec);
+        let reboot = c.phase == Phase::RebootRequired as i32;
+        let committed = if reboot {
+            "changes committed (completed after an agent restart); they take effect after a reboot: drain the node, then call Reboot"
+        } else {
+            "changes committed; completed after an agent restart"
+        };
+        match installed {
+            Ok(()) => Settled {
+                phase: c.phase,
+                message: committed.into(),
+                remove: true,
+            },
+            Err(e) => {
+                let why = format!(
+                    "operation {id} is committed but its applied record could not be installed ({e}); the journal is kept and installed at the next start"
+                );
+                self.problem(why.clone());
+                self.set_unavailable(why.clone());
+                Settled {
+                    phase: c.phase,
+                    message: format!("{committed}; {why}"),
+                    remove: false,
+                }
+            }
+        }
+    }
+
+    /// Before the commit point, from a verified intent: every pre-image verified first
+    /// (one that does not: the journal is quarantined), then each path settled
+    /// ([`Agent::roll_back_entry`]) in reverse, the sysctls restored, the units restarted
+    /// again if the operation had written.
+    fn roll_back(
+        &self,
+        id: &str,
+        j: &JournalState,
+        intent: &Intent,
+        note: Option<String>,
+    ) -> Settled {
+        let mut pres = Vec::new();
+        let mut bad = Vec::new();
+        for e in &intent.entries {
+            match &e.pre {
+                Some(pre) => match self.state.journal_read_pre(id, pre) {
+                    Ok(b) => pres.push(Some(b)),
+                    Err(why) => bad.push(why),
+                },
+                None => pres.push(None),
+            }
+        }
+        if !bad.is_empty() {
+            return self.quarantine(id, j, &bad.join("; "));
+        }
+        let mut done = RolledBack::default();
+        for (e, pre) in intent.entries.iter().zip(pres).rev() {
+            let _ = self.root.remove_stale_temps(&e.path);
+            self.roll_back_entry(id, e, pre.as_deref(), &mut done);
+            for d in e.missing_dirs.iter().rev() {
+                let _ = self.root.remove_dir_if_empty(d);
+            }
+        }
+        for (k, v) in &intent.sysctls {
+            let _ = self
+                .root
+                .write_in_place(&plan::observe::sysctl_path(k), format!("{v}\n").as_bytes());
+        }
+        let step = match &j.progress {
+            Sealed::Valid(p) => p.clone(),
+            Sealed::Absent => "staged".into(),
+            Sealed::Damaged(why) => {
+                done.problems.push(format!(
+                    "the progress marker does not verify ({why}): units restarted in case"
+                ));
+                "unknown".into()
+            }
+        };
+        // the units read what is on disk now: restarted whenever a path went back (the
+        // progress marker only says how far it got)
+        if !done.restored.is_empty() || !done.removed.is_empty() {
+            // what the commands generate from the restored inputs (grub.cfg from
+            // /etc/default/grub) goes back too, before the units read anything
+            for cmd in &intent.commands {
+                match self.runner.run(cmd) {
+                    Ok(_) => done.rerun.push(cmd.join(" ")),
+                    Err(e) => done
+                        .problems
+                        .push(format!("re-running {} failed: {e}", cmd.join(" "))),
+                }
+            }
+            let _ = self.restart_units(&intent.units);
+        }
+        // the phase says what happened (issue 20 §5): the journal's pre-images were put
+        // back, whatever the step reached
+        Settled {
+            phase: Phase::RolledBack as i32,
+            message: rolled_back_message(&step, &done, note),
+            remove: true,
+        }
+    }
+
+    /// One path back to its verified pre-image `pre` (None: it was absent), only if it
+    /// is no longer what it was and is still what the operation left there.
+    fn roll_back_entry(
+        &self,
+        id: &str,
+        e: &IntentEntry,
+        pre: Option<&[u8]>,
+        done: &mut RolledBack,
+    ) {
+        let path = &e.path;
+        let now = match plan::observe::observe_file(&self.root, path) {
+            Ok(o) => o,
+            Err(err) => {
+                done.problems.push(format!("{path}: left as it is: {err}"));
+                return;
+            }
+        };
+        let new = e.new_sha256.as_deref();
+        let r = match (&e.pre, pre, &now) {
+            (Some(p), Some(bytes), FileObs::File { content, entry }) => {
+                let same_content = sha256_of(content) == p.sha256;
+                if same_content && (entry.mode, entry.uid, entry.gid) == (p.mode, p.uid, p.gid) {
+                    done.untouched += 1;
+                    return;
+                }
+                if !same_content && Some(sha256_of(content).as_str()) != new {
+                    done.problems.push(format!(
+                        "{path}: left as it is: it is {}, neither its pre-image {} nor what the operation wrote",
+                        sha256_of(content),
+                        p.sha256
+                    ));
+                    return;
+                }
+                self.root
+                    .write_atomic(path, bytes, p.mode, p.uid, p.gid)
+                    .map(|_| &mut done.restored)
+            }
+            (Some(p), Some(bytes), FileObs::Absent) => self
+                .root
+                .write_atomic(path, bytes, p.mode, p.uid, p.gid)
+                .map(|_| &mut done.restored),
+            (None, _, FileObs::Absent) => {
+                done.untouched += 1;
+                return;
+            }
+            (None, _, FileObs::File { content, .. })
+                if Some(sha256_of(content).as_str()) == new =>
+            {
+                self.root.remove(path).map(|_| &mut done.removed)
+            }
+            (_, _, obs) => {
+                done.problems.push(format!(
+                    "{path}: left as it is: it is {}, not what the operation wrote",
+                    obs.fingerprint()
+                ));
+                return;
+            }
+        };
+        match r {
+            Ok(list) => {
+                tracing::warn!(operation = %id, path = %path, "rolled back from the journal");
+                list.push(path.clone());
+            }
+            Err(err) => done.problems.push(format!("{path}: {err}")),
+        }
+    }
+
+    /// Moves the journal aside whole: nothing is restored from it; each file it names is
+    /// listed in the problems with what is known of it.
+    fn quarantine(&self, id: &str, j: &JournalState, why: &str) -> Settled {
+        let intent = match &j.intent {
+            Sealed::Valid(i) => Some(i),
+            _ => j.unverified_intent.as_ref(),
+        };
+        let mut files: Vec<String> = intent
+            .map(|i| i.entries.iter().map(|e| self.describe_entry(e)).collect())
+            .unwrap_or_default();
+        if intent.is_none() {
+            files.push("the files it names are not known (its intent does not parse): see the operation's changes".into());
+        }
+        let report = format!("{why}\n{}\n", files.join("\n"));
+        let (where_, remove) = match self.state.journal_quarantine(id, &report) {
+            Ok(p) => (format!("moved whole to {p}"), false),
+            Err(e) => {
+                self.set_unavailable(format!(
+                    "the damaged journal of operation {id} could not be moved aside ({e})"
+                ));
+                (format!("could not be moved aside ({e}); kept"), false)
+            }
+        };
+        self.problem(format!(
+            "operation {id}: its journal does not verify ({why}); {where_}; nothing was restored from it"
+        ));
+        for f in &files {
+            self.problem(format!("operation {id}: {f}"));
+        }
+        Settled {
+            phase: Phase::Failed as i32,
+            message: format!(
+                "{INTERRUPTED} the agent stopped and the operation's journal does not verify ({why}); it was {where_} and nothing was restored from it: {}; check these files, then re-apply",
+                files.join("; ")
+            ),
+            remove,
+        }
+    }
+
+    /// `<path>: not restored; pre-image <hash>, new <hash>, on disk now <hash> (= ...)`.
+    fn describe_entry(&self, e: &IntentEntry) -> String {
+        let pre = e
+            .pre
+            .as_ref()
+            .map(|p| p.sha256.clone())
+            .unwrap_or_else(|| "absent".into());
+        let new = e.new_sha256.clone().unwrap_or_else(|| "removed".into());
+        let now = match plan::observe::observe_file(&self.root, &e.path) {
+            Ok(o) => o.fingerprint(),
+            Err(err) => err.to_string(),
+        };
+        let which = if now == pre {
+            "the pre-image"
+        } else if now == new || (now == "absent" && new == "removed") {
+            "the new content"
+        } else {
+            "neither"
+        };
+        format!(
+            "{}: not restored; before the operation {pre}, the operation writes {new}, on disk now {now} ({which})",
+            e.path
+        )
+    }
+}
+
+/// The message of an operation rolled back at start: every restored and removed path
+/// named.
+fn rolled_back_message(step: &str, done: &RolledBack, note: Option<String>) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = note {
+        parts.push(n);
+    }
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    parts.push(format!(
+        "restored from the journal's pre-images: {}",
+        list(&done.restored)
+    ));
+    parts.push(format!(
+        "removed (created by the operation): {}",
+        list(&done.removed)
+    ));
+    parts.push(format!(
+        "{} path(s) were still as before and were not touched",
+        done.untouched
+    ));
+    if !done.rerun.is_empty() {
+        parts.push(format!(
+            "ran again over the restored files: {}",
+            done.rerun.join(", ")
+        ));
+    }
+    if !done.problems.is_empty() {
+        parts.push(format!("problems: {}", done.problems.join("; ")));
+    }
+    format!(
+        "{INTERRUPTED} the agent stopped (last step: {step}); rolled back from the write-ahead journal: {}; re-apply with the same operation id to converge",
+        parts.join("; ")
+    )
+}

@@ -1,0 +1,151 @@
+//! The status view: the agent, the node and the operations at a glance
+//! (`NodeStatus`), read-only.
+
+use super::Agent;
+use super::AgentError;
+use inplace_wire::pb;
+use inplace_wire::pb::Phase;
+
+impl Agent {
+    /// Agent and node status.
+    pub fn status(&self) -> Result<pb::NodeStatus, AgentError> {
+        let record = self.state.load_record()?;
+        let current = {
+            let inner = self.lock();
+            inner
+                .running
+                .as_ref()
+                .and_then(|id| inner.live.get(id))
+                .and_then(|l| l.events.last().cloned())
+        };
+        let (drift, drift_detections) = self.scan_drift_with(&record);
+        let ops = self.state.operation_heads()?;
+        let pending = ops
+            .iter()
+            .find(|o| o.phase == Phase::RebootRequired as i32 || o.phase == Phase::Rebooting as i32)
+            .map(|o| o.id.clone())
+            .unwrap_or_default();
+        Ok(pb::NodeStatus {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            agent_uptime_seconds: self.started.elapsed().as_secs(),
+            boot_id: self.boot_id(),
+            facts: Some(self.facts.clone()),
+            applied_spec_hash: record.spec_hash.clone(),
+            current_operation: current,
+            pending_reboot_operation: pending,
+            drift,
+            managed_items: record.len() as u32,
+            preservation: Some(self.preservation.clone()),
+            root: self.root.path().display().to_string(),
+            problems: {
+                let mut p = self
+                    .problems
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                p.extend(
+                    self.live_problems
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .values()
+                        .cloned(),
+                );
+                p.extend(self.unknown_observations(&record));
+                p
+            },
+            drift_detections,
+            kubernetes_version: self.kubernetes_version(),
+        })
+    }
+}
+
+impl Agent {
+    /// Sets (`Some`) or clears (`None`) the problem about `about` (a config key or a
+    /// path: one problem each) in `NodeStatus.problems`, logging it when it appears or
+    /// changes: for conditions that come and go, such as the metrics textfile's directory
+    /// (missing, or writable by others) or an untrusted certificate file.
+    pub fn set_problem(&self, about: &str, problem: Option<String>) {
+        let mut live = self.live_problems.lock().unwrap_or_else(|p| p.into_inner());
+        match problem {
+            Some(msg) => {
+                if live.get(about) != Some(&msg) {
+                    tracing::warn!("{msg}");
+                    live.insert(about.to_string(), msg);
+                }
+            }
+            None => {
+                live.remove(about);
+            }
+        }
+    }
+
+    /// The running-state observations the managed items depend on that can not be made
+    /// (issue 20 §2), each as a problem: the node observed for the applied record.
+    fn unknown_observations(&self, record: &crate::state::AppliedRecord) -> Vec<String> {
+        let desired = crate::spec::NodeSpec::default();
+        match crate::plan::observe(&self.root, &self.state, &self.config, &desired, record) {
+            Ok(obs) => obs
+                .unknown
+                .iter()
+                .map(|u| {
+                    format!("unknown observation: {u}; changes that depend on it are not covered")
+                })
+                .collect(),
+            Err(e) => vec![format!("the node could not be observed: {e}")],
+        }
+    }
+
+    /// `kubelet --version` of the kubelet in `[kubernetes] bin_dir` ("" when absent or
+    /// it can not be asked). Asked once per binary: the answer is kept with the path the
+    /// binary resolves to (symlinks followed) and its
+    /// [`stamp`](inplace_node::sysroot::Sysroot::stamp), and asked again only when either
+    /// changes (an upgrade replaces the file, a link is retargeted), so a status poll does
+    /// not start a process every time. A file
+    /// modified in the last 2 s is asked every time ([`inplace_node::sysroot::Stamp::is_recent`]).
+    fn kubernetes_version(&self) -> String {
+        let kubelet = self.config.kubernetes.bin_path("kubelet");
+        let Some(stamps) = self.stamps_following(&kubelet) else {
+            return String::new();
+        };
+        let mut cached = self
+            .kubelet_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some((s, v)) = cached.as_ref()
+            && *s == stamps
+        {
+            return v.clone();
+        }
+        let version = self
+            .runner
+            .query(&[kubelet, "--version".into()])
+            .ok()
+            .and_then(|o| crate::kubernetes::parse_kubelet_version(&o).ok())
+            .map(|v| v.to_string());
+        // not kept: a kubelet that could not answer, or one modified in the last
+        // seconds, whose stamp a rewrite within the same clock tick would leave equal
+        // (symlinks on the way are replaced, never modified, so only the file counts)
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let settled = !stamps.1.is_recent(now, 2);
+        match version {
+            Some(v) => {
+                if settled {
+                    *cached = Some((stamps, v.clone()));
+                }
+                v
+            }
+            None => String::new(),
+        }
+    }
+
+    /// The file `path` names once symlinks are followed ([`inplace_node::sysroot::Sysroot::resolve`]),
+    /// with its stamp: a retargeted link gives another path or another file, a replaced
+    /// or rewritten file another stamp. `None` when it is absent or can not be looked at.
+    fn stamps_following(&self, path: &str) -> Option<(String, inplace_node::sysroot::Stamp)> {
+        let real = self.root.resolve(path).ok()?;
+        let stamp = self.root.stamp(&real).ok()??;
+        Some((real, stamp))
+    }
+}

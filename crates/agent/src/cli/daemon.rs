@@ -1,0 +1,219 @@
+//! `inplaced`: the node agent daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+
+use crate::apply::{Agent, AgentParts};
+use crate::config::Config;
+use inplace_node::system::{CommandRunner, Rebooter, Recorder, ServiceManager, Systemd};
+
+/// How unit actions and reboots are carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServiceManagerKind {
+    /// systemctl on the live host.
+    Systemd,
+    /// Append each unit action, command and reboot request to <state-dir>/actions.log and
+    /// report success (demo and tests, where no systemd runs). Requests starting with a
+    /// prefix listed in INPLACED_RECORD_FAIL (comma-separated) fail instead. Programs
+    /// listed in INPLACED_RECORD_EXEC (comma-separated, e.g. `/usr/bin/kubeadm`) are run
+    /// from the root (test stand-ins for kubeadm, the kubelet, a package manager).
+    Record,
+}
+
+/// On-node in-place update agent for Cluster API managed nodes.
+#[derive(Debug, Parser)]
+#[command(name = "inplaced", version, about)]
+pub struct Args {
+    /// The node's root file system (sysroot); every host path is read and written under it.
+    #[arg(long, default_value = "/", env = "INPLACED_ROOT")]
+    pub root: PathBuf,
+    /// State directory: applied record, operation history, saved originals.
+    #[arg(long, default_value = "/var/lib/inplaced", env = "INPLACED_STATE_DIR")]
+    pub state_dir: PathBuf,
+    /// Unix socket of the local API (mode 0600).
+    #[arg(
+        long,
+        default_value = "/run/inplaced/inplaced.sock",
+        env = "INPLACED_SOCKET"
+    )]
+    pub socket: PathBuf,
+    /// Agent config (TOML). A missing file at the default path means defaults.
+    #[arg(
+        long,
+        default_value = "/etc/inplaced/config.toml",
+        env = "INPLACED_CONFIG"
+    )]
+    pub config: PathBuf,
+    /// How unit actions and reboots are carried out.
+    #[arg(long, value_enum, default_value_t = ServiceManagerKind::Systemd)]
+    pub service_manager: ServiceManagerKind,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "inplaced=debug".
+    #[arg(long, default_value = "info", env = "INPLACED_LOG")]
+    pub log: String,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    inplace_edge::logging::init(&args.log);
+    inplace_edge::process::exit(run(args))
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let required = args.config != std::path::Path::new("/etc/inplaced/config.toml");
+    let config = Config::load(&args.config, required)?;
+    trusted_state_dir(&args.state_dir)?;
+    let config_drift_interval = config.drift.interval_secs;
+    let (services, rebooter, runner): (
+        Arc<dyn ServiceManager>,
+        Arc<dyn Rebooter>,
+        Arc<dyn CommandRunner>,
+    ) = match args.service_manager {
+        ServiceManagerKind::Systemd => (Arc::new(Systemd), Arc::new(Systemd), Arc::new(Systemd)),
+        ServiceManagerKind::Record => {
+            std::fs::create_dir_all(&args.state_dir)
+                .with_context(|| format!("creating {}", args.state_dir.display()))?;
+            let failing = std::env::var("INPLACED_RECORD_FAIL").unwrap_or_default();
+            let exec = std::env::var("INPLACED_RECORD_EXEC").unwrap_or_default();
+            let r = Arc::new(
+                Recorder::with_log(args.state_dir.join("actions.log"))
+                    .failing(failing.split(',').map(|s| s.trim().to_string()))
+                    .exec_in(
+                        args.root.clone(),
+                        exec.split(',').map(|s| s.trim().to_string()),
+                    ),
+            );
+            (r.clone(), r.clone(), r)
+        }
+    };
+    // Journals left by an interrupted run: Agent::new recovers each of them.
+    let recoveries = std::fs::read_dir(args.state_dir.join("journal"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .count() as u64
+        })
+        .unwrap_or(0);
+    let agent = Agent::new(AgentParts {
+        root: args.root.clone(),
+        state_dir: args.state_dir.clone(),
+        config,
+        services,
+        rebooter,
+        runner,
+        default_healthz: (args.service_manager == ServiceManagerKind::Systemd)
+            .then(|| "http://127.0.0.1:10248/healthz".to_string()),
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // journals are settled (Agent::new); converge to node.d before serving
+    agent.converge_node_d();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let agent = agent.clone();
+        let stop = stop.clone();
+        let interval = std::time::Duration::from_secs(config_drift_interval.max(1));
+        std::thread::Builder::new()
+            .name("drift".into())
+            .spawn(move || crate::apply::watch::run(agent, interval, stop))
+            .context("starting the drift watcher")?;
+    }
+    // WatchdogSec=: ping at half the interval from the runtime, so a wedged runtime is
+    // restarted by systemd
+    let watchdog = sd_notify::watchdog_enabled();
+    let facts = agent.facts();
+    tracing::info!(
+        root = %args.root.display(),
+        platform = %facts.platform,
+        kernel_args_backend = %facts.kernel_args_backend,
+        "agent started"
+    );
+    // Descriptors for connections, journal files and helpers: systemd's default soft
+    // limit (1024) is low for a server; LimitNOFILE= in the unit sets the hard one.
+    match inplace_edge::accept::raise_nofile_limit() {
+        Ok((soft, hard)) => tracing::debug!(soft, hard, "RLIMIT_NOFILE"),
+        Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE"),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        // Blocking work is planning (bounded by policy.max_concurrent_coverage), apply,
+        // reads of state: a few threads; the bound keeps TasksMax= in the unit safe.
+        .max_blocking_threads(32)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        if let Some(every) = watchdog {
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every / 2);
+                loop {
+                    tick.tick().await;
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+                }
+            });
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            inplace_edge::process::stop_requested().await;
+            tracing::info!("shutting down: no new requests; open calls get {GRACE:?}");
+            let _ = stop_tx.send(true);
+        });
+        let metrics = Arc::new(crate::metrics::NodeMetrics::new(
+            agent.facts(),
+            env!("CARGO_PKG_VERSION"),
+            recoveries,
+        ));
+        let serve = crate::server::serve(
+            agent,
+            metrics,
+            &args.socket,
+            || {
+                let _ = sd_notify::notify(&[
+                    sd_notify::NotifyState::Ready,
+                    sd_notify::NotifyState::Status("idle"),
+                ]);
+            },
+            stop_rx.clone(),
+        );
+        let mut rx = stop_rx;
+        let deadline = async move {
+            let _ = rx.wait_for(|s| *s).await;
+            tokio::time::sleep(GRACE).await;
+        };
+        let r = tokio::select! {
+            r = serve => r,
+            _ = deadline => {
+                tracing::warn!("open calls did not finish within {GRACE:?}; exiting");
+                let _ = std::fs::remove_file(&args.socket);
+                Ok(())
+            }
+        };
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+        r
+    })
+}
+
+/// Creates the state directory (0700) when missing and refuses to start when it, or a
+/// directory above it, could be written by another user than root: its journals and saved
+/// originals decide what is written and restored as root at start-up
+/// ([`inplace_node::trust`], issue 23 §3).
+fn trusted_state_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating --state-dir {}", dir.display()))?;
+    inplace_node::trust::check_host_dir(dir).map_err(|e| {
+        anyhow::anyhow!(
+            "--state-dir: {e}; inplaced does not start on state another user could have written"
+        )
+    })
+}
+
+/// How long open calls (e.g. a `WatchOperation` stream) may run on after SIGTERM.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(5);

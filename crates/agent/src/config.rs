@@ -1,0 +1,593 @@
+//! The agent's own configuration: `/etc/inplaced/config.toml` (optional; every key has a
+//! default).
+//!
+//! ```toml
+//! [kubelet]
+//! config_path = "/var/lib/kubelet/config.yaml"
+//! flags_path = "/var/lib/kubelet/kubeadm-flags.env"
+//! unit = "kubelet.service"
+//!
+//! [sysctl]
+//! drop_in = "/etc/sysctl.d/99-zz-inplaced.conf"
+//!
+//! [kernel_args]
+//! backend = "auto"          # auto | grub | bls
+//!
+//! # Disruption rules for files, like OpenShift's NodeDisruptionPolicy: the first rule whose
+//! # glob matches the path wins; without a match a file change has no disruption.
+//! [[disruption]]
+//! path = "/etc/containerd/**"
+//! action = "restart"        # none | reload | restart | daemon-reload | drain | reboot
+//! units = ["containerd.service"]
+//!
+//! [preservation]
+//! hardware_bound = false    # force a preserve recommendation
+//! bindings = ["licence: node-locked ISV licence (host id 0xA1B2)"]
+//!
+//! [history]
+//! keep = 50
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use inplace_edge::listener::{IdentityKind, TcpConfig};
+use inplace_wire::pb::DisruptionLevel;
+
+/// Errors reading the config file; they name the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {error}")]
+    Read {
+        /// Config file path.
+        path: String,
+        /// OS error (part of the message).
+        error: std::io::Error,
+    },
+    /// The file, or a directory on its way up to `/`, may be written by another user
+    /// than root (or the agent's uid): nothing from it is used and the daemon does not
+    /// start ([`inplace_node::trust`]).
+    #[error(
+        "{0}; inplaced does not start with a configuration another user could have written: fix the owner and mode (chown root:root, chmod go-w), or, for a shared directory such as /tmp, move the file to a directory only root can write"
+    )]
+    Untrusted(inplace_node::trust::Untrusted),
+    /// The TOML is invalid or has unknown keys.
+    #[error("{path}: {message}")]
+    Parse {
+        /// Config file path.
+        path: String,
+        /// Parser message with the key and position.
+        message: String,
+    },
+}
+
+/// Kubelet file locations and unit.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubeletConfig {
+    /// KubeletConfiguration file the partial config is merged into.
+    pub config_path: String,
+    /// kubeadm's flags env file holding `KUBELET_KUBEADM_ARGS`.
+    pub flags_path: String,
+    /// Override files holding `KUBELET_EXTRA_ARGS`, which win over kubeadm's flags.
+    pub extra_args_paths: Vec<String>,
+    /// The kubelet's systemd unit.
+    pub unit: String,
+    /// Health endpoint checked after a kubelet restart. Unset: the kubelet's default
+    /// `http://127.0.0.1:10248/healthz` with the systemd service manager, no HTTP check
+    /// with `--service-manager record`.
+    pub healthz_url: Option<String>,
+    /// How long the kubelet may take to become healthy after a restart, in seconds.
+    pub health_timeout_secs: u64,
+}
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        KubeletConfig {
+            config_path: "/var/lib/kubelet/config.yaml".into(),
+            flags_path: "/var/lib/kubelet/kubeadm-flags.env".into(),
+            extra_args_paths: vec![
+                "/etc/default/kubelet".into(),
+                "/etc/sysconfig/kubelet".into(),
+            ],
+            unit: "kubelet.service".into(),
+            healthz_url: None,
+            health_timeout_secs: 60,
+        }
+    }
+}
+
+/// Sysctl persistence.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SysctlConfig {
+    /// The drop-in that persists managed sysctls. It sorts after `99-*.conf` names so its
+    /// values win at boot (systemd-sysctl applies files in name order, later wins).
+    pub drop_in: String,
+}
+
+impl Default for SysctlConfig {
+    fn default() -> Self {
+        SysctlConfig {
+            drop_in: "/etc/sysctl.d/99-zz-inplaced.conf".into(),
+        }
+    }
+}
+
+/// Which kernel-args backend to use.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendChoice {
+    /// Detect from the node's boot files: rpm-ostree, then BLS entries, then GRUB.
+    #[default]
+    Auto,
+    /// `GRUB_CMDLINE_LINUX` in `/etc/default/grub`.
+    Grub,
+    /// Boot Loader Specification entries.
+    Bls,
+}
+
+/// Kernel-args settings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KernelArgsConfig {
+    /// Backend choice.
+    pub backend: BackendChoice,
+    /// Longest kernel command line the platform accepts, in bytes (the kernel's
+    /// `COMMAND_LINE_SIZE`: 2048 on x86-64, longer on arm64).
+    pub max_length: usize,
+}
+
+impl Default for KernelArgsConfig {
+    fn default() -> Self {
+        KernelArgsConfig {
+            backend: BackendChoice::Auto,
+            max_length: 2048,
+        }
+    }
+}
+
+/// A disruption action named in a rule.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// No disruption.
+    None,
+    /// `systemctl reload` of the units.
+    Reload,
+    /// `systemctl restart` of the units.
+    Restart,
+    /// `systemctl daemon-reload`.
+    DaemonReload,
+    /// The node must be drained first.
+    Drain,
+    /// A reboot.
+    Reboot,
+}
+
+impl Action {
+    /// The disruption level of this action.
+    pub fn level(self) -> DisruptionLevel {
+        match self {
+            Action::None => DisruptionLevel::None,
+            Action::Reload => DisruptionLevel::Reload,
+            Action::Restart => DisruptionLevel::Restart,
+            Action::DaemonReload => DisruptionLevel::DaemonReload,
+            Action::Drain => DisruptionLevel::Drain,
+            Action::Reboot => DisruptionLevel::Reboot,
+        }
+    }
+}
+
+/// A disruption rule for file paths.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DisruptionRule {
+    /// Glob over absolute node paths (`*` stays within a directory, `**` crosses them).
+    pub path: String,
+    /// What a change of a matching file needs.
+    pub action: Action,
+    /// Units for reload/restart.
+    #[serde(default)]
+    pub units: Vec<String>,
+}
+
+/// Preservation facts declared by the operator.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PreservationConfig {
+    /// Recommend preservation whatever the platform.
+    pub hardware_bound: bool,
+    /// Hardware bindings to report (licences, local data disks, tuned hardware).
+    pub bindings: Vec<String>,
+}
+
+/// History retention.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Operations kept in history.
+    pub keep: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig { keep: 50 }
+    }
+}
+
+/// Drift detection.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DriftConfig {
+    /// Seconds between periodic scans (inotify triggers scans in between).
+    pub interval_secs: u64,
+}
+
+impl Default for DriftConfig {
+    fn default() -> Self {
+        DriftConfig { interval_secs: 300 }
+    }
+}
+
+/// A compiled glob (`*` within a path component, `**` across), cached: building the
+/// regex automaton costs far more than matching, and the same few patterns are matched
+/// against every file of every spec.
+fn glob_matcher(pattern: &str) -> Option<globset::GlobMatcher> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<globset::GlobMatcher>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    cache
+        .entry(pattern.to_string())
+        .or_insert_with(|| {
+            globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .ok()
+                .map(|g| g.compile_matcher())
+        })
+        .clone()
+}
+
+/// The compiled set of denied-path globs (entry `i` at `2i`, `entry/**` at `2i+1`).
+fn denied_set(patterns: &[String]) -> std::sync::Arc<globset::GlobSet> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<Vec<String>, Arc<globset::GlobSet>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = cache.get(patterns) {
+        return s.clone();
+    }
+    let mut b = globset::GlobSetBuilder::new();
+    let never = "/\0never";
+    for d in patterns {
+        for pat in [d.clone(), format!("{}/**", d.trim_end_matches('/'))] {
+            let g = globset::GlobBuilder::new(&pat)
+                .literal_separator(true)
+                .build()
+                .or_else(|_| globset::Glob::new(never));
+            if let Ok(g) = g {
+                b.add(g);
+            }
+        }
+    }
+    let set = Arc::new(b.build().unwrap_or_else(|_| globset::GlobSet::empty()));
+    cache.insert(patterns.to_vec(), set.clone());
+    set
+}
+
+/// `[metrics]`: where the Prometheus metrics go (both off by default).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` serving `GET /metrics` (OpenMetrics text). Plain HTTP on a loopback
+    /// address; any other address is served over HTTPS with the mutual TLS of `[api.tcp]`
+    /// (its certificates and its `[[api.tcp.clients]]` allowlist, any role). Empty: off.
+    pub listen: String,
+    /// A node_exporter textfile collector file (e.g.
+    /// `/var/lib/node_exporter/textfile_collector/inplaced.prom`), a node path written
+    /// under `--root` like every node file, rewritten atomically when anything it reports
+    /// changes (checked every 5 s: after every operation and drift scan). Its directory
+    /// must exist and, with every directory above it, be owned by root and not group- or
+    /// other-writable; otherwise it is not written and `status` lists the problem.
+    /// Empty: off.
+    pub textfile: String,
+}
+
+/// API access.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Group (name or gid, of the host) whose members may use the local socket as readers
+    /// (coverage, status, operations, watch). Empty: the socket is root-only (0600); set:
+    /// it is 0660 owned by root and that group. uid 0 is always admin.
+    pub socket_group: String,
+    /// The remote API.
+    pub tcp: TcpConfig,
+}
+
+/// What the `files` section may write, and size limits (DESIGN §3.6).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Path prefixes files may be written under.
+    pub allowed_prefixes: Vec<String>,
+    /// Paths (globs; `*` within a component, `**` across) that are never written; they
+    /// win over `allowed_prefixes`. A path under a listed directory is denied too.
+    pub denied_paths: Vec<String>,
+    /// Most files in one spec.
+    pub max_files: usize,
+    /// Largest file content, in bytes.
+    pub max_file_bytes: u64,
+    /// Largest spec (sum of file contents and settings), in bytes; also bounds gRPC
+    /// messages.
+    pub max_spec_bytes: u64,
+    /// Most fields in one spec, counted on the raw gRPC message before it is decoded:
+    /// every list entry, map entry and KubeletConfiguration value (see
+    /// `src/server/limits.rs`).
+    pub max_spec_elements: usize,
+    /// Coverage calls (`GetCoverage`, and the planning of `Apply`) that run at once; more
+    /// wait. Planning reads the node and is CPU-bound: more than the node's cores only
+    /// adds memory.
+    pub max_concurrent_coverage: usize,
+    /// Agent memory the calls that carry a spec may reserve at once, MiB (default 384,
+    /// the unit's `MemoryHigh`): before its message is decoded a call reserves what its
+    /// fields and bytes will cost (`src/server/admit.rs`) and waits while the agent is
+    /// full. With the idle daemon, the messages being received and one running
+    /// operation it keeps the agent under the unit's `MemoryMax=768M`.
+    pub max_planning_mib: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            allowed_prefixes: ["/etc", "/var/lib/kubelet", "/usr/local", "/opt", "/srv"]
+                .map(String::from)
+                .to_vec(),
+            denied_paths: [
+                "/etc/shadow*",
+                "/etc/gshadow*",
+                "/etc/passwd*",
+                "/etc/group*",
+                "/etc/sudoers*",
+                "/etc/sudoers.d",
+                "/etc/inplaced",
+                "/etc/pam.d",
+                "/etc/security",
+                "/etc/ssh/ssh_host_*",
+            ]
+            .map(String::from)
+            .to_vec(),
+            max_files: 1000,
+            max_file_bytes: 16 << 20,
+            max_spec_bytes: 64 << 20,
+            max_spec_elements: 200_000,
+            max_concurrent_coverage: 4,
+            max_planning_mib: 384,
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Why `path` may not be written, naming the rule; None when allowed.
+    pub fn refuses(&self, path: &str) -> Option<String> {
+        // one automaton for all denied entries, each as itself and as `entry/**` (a path
+        // below a denied directory is denied too), compiled once per distinct list
+        let set = denied_set(&self.denied_paths);
+        if let Some(i) = set.matches(path).into_iter().min() {
+            let d = &self.denied_paths[i / 2];
+            return Some(format!(
+                "policy: {path} matches denied path {d:?} (policy.denied_paths)"
+            ));
+        }
+        let allowed = self
+            .allowed_prefixes
+            .iter()
+            .any(|a| path == a || path.starts_with(&format!("{}/", a.trim_end_matches('/'))));
+        if !allowed {
+            return Some(format!(
+                "policy: {path} is not under an allowed prefix ({}; policy.allowed_prefixes)",
+                self.allowed_prefixes.join(", ")
+            ));
+        }
+        None
+    }
+}
+
+/// The whole agent config.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Kubelet settings.
+    pub kubelet: KubeletConfig,
+    /// Sysctl settings.
+    pub sysctl: SysctlConfig,
+    /// Kernel-args settings.
+    pub kernel_args: KernelArgsConfig,
+    /// File disruption rules, first match wins.
+    pub disruption: Vec<DisruptionRule>,
+    /// Preservation facts.
+    pub preservation: PreservationConfig,
+    /// History retention.
+    pub history: HistoryConfig,
+    /// Drift detection.
+    pub drift: DriftConfig,
+    /// Prometheus metrics.
+    pub metrics: MetricsConfig,
+    /// Local API access.
+    pub api: ApiConfig,
+    /// Write policy and limits.
+    pub policy: PolicyConfig,
+    /// Kubernetes version upgrades: where the binaries come from.
+    pub kubernetes: crate::kubernetes::KubernetesConfig,
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names the file in errors. Globs are checked here.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        for (i, e) in c.api.tcp.clients.iter().enumerate() {
+            IdentityKind::check_entry(&format!("api.tcp.clients[{i}]"), &e.identity, e.kind)
+                .map_err(|message| ConfigError::Parse {
+                    path: origin.to_string(),
+                    message,
+                })?;
+        }
+        c.api
+            .tcp
+            .check_limits()
+            .map_err(|message| ConfigError::Parse {
+                path: origin.to_string(),
+                message,
+            })?;
+        if !c.metrics.textfile.is_empty()
+            && inplace_node::sysroot::components(&c.metrics.textfile).is_err()
+        {
+            return Err(ConfigError::Parse {
+                path: origin.to_string(),
+                message: format!(
+                    "metrics.textfile {:?}: not an absolute, normalized node path (it is written under --root)",
+                    c.metrics.textfile
+                ),
+            });
+        }
+        for (i, r) in c.disruption.iter().enumerate() {
+            globset::Glob::new(&r.path).map_err(|e| ConfigError::Parse {
+                path: origin.to_string(),
+                message: format!("disruption[{i}].path: {e}"),
+            })?;
+            if matches!(r.action, Action::Reload | Action::Restart) && r.units.is_empty() {
+                return Err(ConfigError::Parse {
+                    path: origin.to_string(),
+                    message: format!(
+                        "disruption[{i}].units: a {:?} rule needs the units to act on",
+                        r.action
+                    ),
+                });
+            }
+        }
+        c.kubernetes
+            .validate()
+            .map_err(|message| ConfigError::Parse {
+                path: origin.to_string(),
+                message,
+            })?;
+        Ok(c)
+    }
+
+    /// Loads `path`; a missing file gives the defaults when `required` is false. The file
+    /// and every directory up to `/` must be owned by root (or the agent's uid) and not
+    /// group- or other-writable, checked on the opened descriptors
+    /// ([`inplace_node::trust::read_host`], sshd's `StrictModes`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Untrusted`] naming the path, owner and mode; [`ConfigError::Read`],
+    /// [`ConfigError::Parse`].
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        use inplace_node::trust::{TrustError, read_host};
+        let shown = path.display().to_string();
+        let bytes = match read_host(path) {
+            Ok(b) => b,
+            Err(e) if e.is_missing() && !required => return Ok(Config::default()),
+            Err(TrustError::Untrusted(u)) => return Err(ConfigError::Untrusted(u)),
+            Err(TrustError::Missing { .. }) => {
+                return Err(ConfigError::Read {
+                    path: shown,
+                    error: std::io::Error::from_raw_os_error(2),
+                });
+            }
+            Err(TrustError::Io { error, .. }) => {
+                return Err(ConfigError::Read { path: shown, error });
+            }
+            Err(e) => {
+                return Err(ConfigError::Read {
+                    path: shown,
+                    error: std::io::Error::other(e.to_string()),
+                });
+            }
+        };
+        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Parse {
+            path: shown.clone(),
+            message: "not UTF-8 text".into(),
+        })?;
+        Config::parse(&text, &shown)
+    }
+
+    /// The first disruption rule matching `path`.
+    pub fn disruption_for(&self, path: &str) -> Option<&DisruptionRule> {
+        self.disruption
+            .iter()
+            .find(|r| glob_matcher(&r.path).is_some_and(|m| m.is_match(path)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_and_defaults() {
+        let c = Config::parse(
+            "[[disruption]]\npath = \"/etc/containerd/**\"\naction = \"restart\"\nunits = [\"containerd.service\"]\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.kubelet.unit, "kubelet.service");
+        let r = c.disruption_for("/etc/containerd/config.toml").unwrap();
+        assert_eq!(r.units, vec!["containerd.service".to_string()]);
+        assert!(c.disruption_for("/etc/other").is_none());
+    }
+
+    #[test]
+    fn the_agents_own_directory_is_denied() {
+        // node.d is written by the agent itself, never through the files section
+        let why = PolicyConfig::default()
+            .refuses("/etc/inplaced/node.d/10-x.yaml")
+            .unwrap();
+        assert!(why.contains("\"/etc/inplaced\""), "{why}");
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let e = Config::parse(
+            "[kubelet]\nconfigpath = \"x\"\n",
+            "/etc/inplaced/config.toml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("configpath"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod packaged {
+    use super::*;
+
+    #[test]
+    fn packaged_default_config_equals_the_built_in_defaults() {
+        let text = include_str!("../../../packaging/config.toml");
+        assert_eq!(
+            Config::parse(text, "packaging/config.toml").unwrap(),
+            Config::default()
+        );
+        let demo = include_str!("../../../examples/config.toml");
+        assert_eq!(
+            Config::parse(demo, "examples/config.toml")
+                .unwrap()
+                .disruption
+                .len(),
+            2
+        );
+    }
+}

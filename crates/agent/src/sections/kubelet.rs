@@ -1,0 +1,707 @@
+//! The `kubelet` section: kubeadm's flags env file (`kubelet.flags[<name>]`) and the
+//! KubeletConfiguration file (`kubelet.config.<path>`), both edited in place (every other
+//! flag and field kept), then one kubelet restart. A change of the CPU, memory or
+//! topology manager also resets the managers' checkpoints (a drain).
+//!
+//! Flags are planned first: a config field that a resulting flag overrides is not
+//! covered (the kubelet lets a flag win over its config file), nor one that a later
+//! `KUBELET_EXTRA_ARGS` shadows.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::common::{ChangeBuilder, disruption};
+use super::observe::{KubeletObs, NodeView, ObserveError, Observed, TextObs, observe_text};
+use super::steps::Write;
+use super::{DriftView, Input, Output, Section};
+use crate::config::Config;
+use crate::state::{ManagedField, ManagedValue};
+use inplace_formats::kubelet::checkpoints::kubelet_state_files;
+use inplace_formats::kubelet::config as kcfg;
+use inplace_formats::kubelet::config::LeafEdit;
+use inplace_formats::kubelet::fields as kcfg_fields;
+use inplace_formats::kubelet::flags as kflags;
+use inplace_formats::kubelet::flags::Flag;
+use inplace_wire::pb;
+use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
+
+/// The `kubelet` section.
+#[derive(Debug)]
+pub struct Kubelet;
+
+/// Reason of a change that resets the kubelet's CPU or memory manager.
+const RESET_REASON: &str = "changes the CPU, memory or topology manager: drain the node first; the kubelet is stopped, its manager checkpoint (/var/lib/kubelet/cpu_manager_state or memory_manager_state) removed, and started again, as the kubelet requires";
+
+/// Change id of a KubeletConfiguration leaf: `kubelet.config.a.b`, with a segment that
+/// holds `.`, `[` or `"` quoted (`kubelet.config.evictionHard["memory.available"]`), so ids
+/// stay unique.
+pub fn config_id(path: &[String]) -> String {
+    let mut id = String::from("kubelet.config");
+    for seg in path {
+        if seg.contains(['.', '[', ']', '"']) || seg.is_empty() {
+            id.push_str(&format!(
+                "[{}]",
+                serde_json::to_string(seg).unwrap_or_default()
+            ));
+        } else {
+            id.push('.');
+            id.push_str(seg);
+        }
+    }
+    id
+}
+
+/// `Update` when the item exists, else `Create`.
+fn upsert(exists: bool) -> ChangeOperation {
+    if exists {
+        ChangeOperation::Update
+    } else {
+        ChangeOperation::Create
+    }
+}
+
+/// `Update` when a prior value is restored, `Delete` when there was none.
+fn restore_op(prior_exists: bool) -> ChangeOperation {
+    if prior_exists {
+        ChangeOperation::Update
+    } else {
+        ChangeOperation::Delete
+    }
+}
+
+fn json_summary(v: Option<&Value>) -> String {
+    match v {
+        None => "absent".into(),
+        Some(v) => serde_json::to_string(v).unwrap_or_default(),
+    }
+}
+
+/// The kubelet unit's disruptions: a restart, or a drain when checkpoints are reset.
+struct Disruptions {
+    restart: pb::Disruption,
+    drain: pb::Disruption,
+}
+
+impl Disruptions {
+    fn new(unit: &str) -> Self {
+        Disruptions {
+            restart: disruption(DisruptionLevel::Restart, &[unit]),
+            drain: disruption(DisruptionLevel::Drain, &[unit]),
+        }
+    }
+
+    fn of(&self, resets: &[String]) -> pb::Disruption {
+        if resets.is_empty() {
+            self.restart.clone()
+        } else {
+            self.drain.clone()
+        }
+    }
+}
+
+/// The last value of flag `name` on the command line `flags`.
+fn last_value(flags: &[Flag], name: &str) -> Option<String> {
+    flags
+        .iter()
+        .rev()
+        .find(|f| f.name == name)
+        .map(|f| f.value.clone().unwrap_or_default())
+}
+
+/// What the flags part decided, for the config part and the restart.
+#[derive(Default)]
+struct FlagPlan {
+    /// Flags as they will be after the edit: name → value.
+    final_flags: BTreeMap<String, Option<String>>,
+    /// Flags to set and to remove.
+    set: Vec<(String, String)>,
+    remove: Vec<String>,
+    restart: bool,
+}
+
+impl Kubelet {
+    /// Plans the desired flags and the restore of dropped ones.
+    fn flags(&self, input: &Input<'_>, out: &mut Output, d: &Disruptions) -> FlagPlan {
+        let flags_path = &input.config.kubelet.flags_path;
+        let mut fp = FlagPlan::default();
+        let cur = match Self::current_flags(input) {
+            Ok(cur) => cur,
+            Err(e) => {
+                for (name, value) in &input.desired.kubelet_flags {
+                    out.push(ChangeBuilder {
+                        id: format!("kubelet.flags[{name}]"),
+                        op: ChangeOperation::Update,
+                        before: String::new(),
+                        after: value.clone(),
+                        covered: Err(e.clone()),
+                        disruption: d.restart.clone(),
+                        targets: vec![flags_path.clone()],
+                    });
+                }
+                return fp;
+            }
+        };
+        for f in &cur {
+            fp.final_flags.insert(f.name.clone(), f.value.clone());
+        }
+        for (name, value) in &input.desired.kubelet_flags {
+            self.desired_flag(input, out, d, &cur, (name, value), &mut fp);
+        }
+        for (name, m) in &input.record.kubelet_flags {
+            if input.desired.kubelet_flags.contains_key(name) {
+                continue;
+            }
+            let now = last_value(&cur, name);
+            let want = m.prior.clone();
+            if now == want {
+                continue;
+            }
+            match &want {
+                Some(v) => {
+                    fp.set.push((name.clone(), v.clone()));
+                    fp.final_flags.insert(name.clone(), Some(v.clone()));
+                }
+                None => {
+                    fp.remove.push(name.clone());
+                    fp.final_flags.remove(name);
+                }
+            }
+            fp.restart = true;
+            let resets = kubelet_state_files(&[name.as_str()], true);
+            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            let mut reason = String::from("dropped from the spec: the prior value is restored");
+            if now.as_deref() != Some(m.value.as_str()) {
+                reason.push_str(&format!(
+                    " (the node has {}, not the {} inplaced set: another writer changed it)",
+                    now.clone().unwrap_or_else(|| "no value".into()),
+                    m.value
+                ));
+            }
+            reason.push_str("; kubelet restart");
+            out.push(ChangeBuilder {
+                id: format!("kubelet.flags[{name}]"),
+                op: restore_op(want.is_some()),
+                before: now.unwrap_or_else(|| "absent".into()),
+                after: want.unwrap_or_else(|| "absent".into()),
+                covered: Ok(&reason),
+                disruption: d.of(&resets),
+                targets: vec![flags_path.clone()],
+            });
+        }
+        fp
+    }
+
+    /// kubeadm's flags as the node has them.
+    fn current_flags(input: &Input<'_>) -> Result<Vec<Flag>, String> {
+        let flags_path = &input.config.kubelet.flags_path;
+        match &input.obs.kubelet.flags {
+            TextObs::Problem(p) => Err(p.clone()),
+            obs => kflags::parse(
+                obs.text().map(|(t, _)| t).unwrap_or(""),
+                "KUBELET_KUBEADM_ARGS",
+            )
+            .map(Option::unwrap_or_default)
+            .map_err(|e| format!("{flags_path}: {e}")),
+        }
+    }
+
+    /// Plans one desired flag: recorded with its prior value, and a change unless the
+    /// node has it and nothing overrides it.
+    fn desired_flag(
+        &self,
+        input: &Input<'_>,
+        out: &mut Output,
+        d: &Disruptions,
+        cur: &[Flag],
+        (name, value): (&String, &String),
+        fp: &mut FlagPlan,
+    ) {
+        let now = last_value(cur, name);
+        let prior = match input.record.kubelet_flags.get(name) {
+            Some(m) => m.prior.clone(),
+            None => now.clone(),
+        };
+        out.next.kubelet_flags.insert(
+            name.clone(),
+            ManagedValue {
+                value: value.clone(),
+                prior,
+            },
+        );
+        fp.final_flags.insert(name.clone(), Some(value.clone()));
+        let kubelet = &input.obs.kubelet;
+        let shadow = kubelet.extra_args.iter().find_map(|(p, fl)| {
+            fl.iter()
+                .rev()
+                .find(|f| &f.name == name)
+                .filter(|f| f.value.as_deref() != Some(value.as_str()))
+                .map(|f| (p.clone(), f.value.clone().unwrap_or_default()))
+        });
+        if now.as_deref() == Some(value.as_str()) && shadow.is_none() {
+            return;
+        }
+        let unreadable = kubelet.problems.first().map(|p| {
+            format!("cannot check KUBELET_EXTRA_ARGS, which overrides kubeadm-flags.env: {p}")
+        });
+        let resets = kubelet_state_files(&[name.as_str()], true);
+        let covered = match (&shadow, &unreadable) {
+            (_, Some(p)) => Err(p.clone()),
+            (Some((p, v)), None) => Err(format!(
+                "--{name}={v} in {p} (KUBELET_EXTRA_ARGS) comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+            )),
+            (None, None) => Ok(if resets.is_empty() {
+                "kubeadm-flags.env edited, other flags kept in order; kubelet restart"
+            } else {
+                RESET_REASON
+            }),
+        };
+        if covered.is_ok() {
+            fp.set.push((name.clone(), value.clone()));
+            fp.restart = true;
+            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+        }
+        out.push(ChangeBuilder {
+            id: format!("kubelet.flags[{name}]"),
+            op: upsert(now.is_some()),
+            before: now.unwrap_or_else(|| "absent".into()),
+            after: value.clone(),
+            covered,
+            disruption: d.of(&resets),
+            targets: vec![input.config.kubelet.flags_path.clone()],
+        });
+    }
+
+    /// The edited flags file, when a flag is set or removed.
+    fn write_flags(&self, input: &Input<'_>, out: &mut Output, fp: &FlagPlan) {
+        if fp.set.is_empty() && fp.remove.is_empty() {
+            return;
+        }
+        let flags_path = &input.config.kubelet.flags_path;
+        let obs = &input.obs.kubelet.flags;
+        let (text, entry) = match obs.text() {
+            Some((t, e)) => (t, Some(e)),
+            None => ("", None),
+        };
+        match kflags::edit(text, "KUBELET_KUBEADM_ARGS", &fp.set, &fp.remove) {
+            // nothing left of a file the agent created (its marker and line went): the
+            // file goes too, as it was absent (the unit reads it with `EnvironmentFile=-`)
+            Ok(text) if text.is_empty() && entry.is_some() => {
+                out.steps.removes.push(super::steps::Remove {
+                    path: flags_path.clone(),
+                    expect: obs.fingerprint(),
+                    dirs: Vec::new(),
+                });
+            }
+            Ok(text) => out.steps.writes.push(Write {
+                path: flags_path.clone(),
+                content: text.into_bytes(),
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                keep_meta: entry.is_some(),
+                expect: obs.fingerprint(),
+                save_original: None,
+                managed_file: false,
+            }),
+            Err(e) => out.fail_all("kubelet.flags[", &format!("{flags_path}: {e}")),
+        }
+    }
+}
+
+/// The parsed KubeletConfiguration file: its text, metadata and document.
+type Parsed = Result<(String, inplace_node::sysroot::Entry, Value), String>;
+
+/// The config part's edits, with the ids of their changes.
+#[derive(Default)]
+struct ConfigEdits {
+    edits: Vec<LeafEdit>,
+    ids: Vec<String>,
+}
+
+impl Kubelet {
+    /// Plans the desired config fields and the restore of dropped ones; true when the
+    /// file is written (a kubelet restart).
+    fn config(
+        &self,
+        input: &Input<'_>,
+        out: &mut Output,
+        d: &Disruptions,
+        final_flags: &BTreeMap<String, Option<String>>,
+    ) -> bool {
+        let cfg_path = &input.config.kubelet.config_path;
+        let desired_leaves = input
+            .desired
+            .kubelet_config
+            .as_ref()
+            .map(|m| kcfg::leaves(&Value::Object(m.clone())))
+            .unwrap_or_default();
+        if desired_leaves.is_empty() && input.record.kubelet_config.is_empty() {
+            return false;
+        }
+        let parsed: Parsed = match &input.obs.kubelet.config {
+            TextObs::Absent => Err(format!(
+                "no KubeletConfiguration file at {cfg_path}; set kubelet.config_path in the agent config if the kubelet reads another file"
+            )),
+            TextObs::Problem(p) => Err(p.clone()),
+            TextObs::Text(text, entry) => kcfg::parse(text)
+                .map(|doc| (text.clone(), *entry, doc))
+                .map_err(|e| format!("{cfg_path}: {e}")),
+        };
+        let mut ce = ConfigEdits::default();
+        // the fields' source texts with one parse of the file (one per field was O(N²))
+        let raws = match &parsed {
+            Ok((text, _, _)) => kcfg::raw_scalars(text, desired_leaves.iter().map(|(p, _)| &p[..])),
+            Err(_) => vec![None; desired_leaves.len()],
+        };
+        for ((path, value), raw) in desired_leaves.iter().zip(raws) {
+            self.desired_field(
+                input,
+                out,
+                d,
+                &parsed,
+                (path, value, raw),
+                final_flags,
+                &mut ce,
+            );
+        }
+        let Ok((text, entry, doc)) = &parsed else {
+            return false;
+        };
+        for (id, m) in &input.record.kubelet_config {
+            if desired_leaves.iter().any(|(p, _)| p == &m.path) {
+                continue;
+            }
+            let now = kcfg::get(doc, &m.path).cloned();
+            if now == m.value.prior {
+                continue;
+            }
+            ce.edits.push(match (&m.value.prior, &m.prior_raw) {
+                (Some(v), Some(raw)) => LeafEdit::SetRaw(m.path.clone(), v.clone(), raw.clone()),
+                (Some(v), None) => LeafEdit::Set(m.path.clone(), v.clone()),
+                (None, _) => LeafEdit::Remove(m.path.clone()),
+            });
+            ce.ids.push(id.clone());
+            let resets = kubelet_state_files(&[m.path[0].as_str()], false);
+            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            out.push(ChangeBuilder {
+                id: id.clone(),
+                op: restore_op(m.value.prior.is_some()),
+                before: json_summary(now.as_ref()),
+                after: json_summary(m.value.prior.as_ref()),
+                covered: Ok("dropped from the spec: the prior value is restored; kubelet restart"),
+                disruption: d.of(&resets),
+                targets: vec![cfg_path.clone()],
+            });
+        }
+        if ce.edits.is_empty() {
+            return false;
+        }
+        self.write_config(input, out, (text, entry), &ce)
+    }
+
+    /// Plans one desired config field: recorded with its prior value (when the file
+    /// parses), and a change unless the file has it.
+    #[allow(clippy::too_many_arguments)]
+    fn desired_field(
+        &self,
+        input: &Input<'_>,
+        out: &mut Output,
+        d: &Disruptions,
+        parsed: &Parsed,
+        (path, value, raw): (&Vec<String>, &Value, Option<String>),
+        final_flags: &BTreeMap<String, Option<String>>,
+        ce: &mut ConfigEdits,
+    ) {
+        let id = config_id(path);
+        let now = match parsed {
+            Ok((_, _, doc)) => kcfg::get(doc, path).cloned(),
+            Err(_) => None,
+        };
+        if parsed.is_ok() {
+            let (prior, prior_raw) = match (input.record.kubelet_config.get(&id), parsed) {
+                (Some(m), _) => (m.value.prior.clone(), m.prior_raw.clone()),
+                (None, Ok(_)) => (now.clone(), raw),
+                (None, Err(_)) => (now.clone(), None),
+            };
+            out.next.kubelet_config.insert(
+                id.clone(),
+                ManagedField {
+                    prior_raw,
+                    path: path.clone(),
+                    value: ManagedValue {
+                        value: value.clone(),
+                        prior,
+                    },
+                },
+            );
+            if now.as_ref() == Some(value) {
+                return;
+            }
+        }
+        let resets = kubelet_state_files(&[path[0].as_str()], false);
+        let covered = match (parsed, config_field_problem(input, path, final_flags)) {
+            (Err(e), _) => Err(e.clone()),
+            (_, Some(s)) => Err(s),
+            _ => {
+                ce.edits.push(LeafEdit::Set(path.clone(), value.clone()));
+                ce.ids.push(id.clone());
+                out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+                Ok(if resets.is_empty() {
+                    "merged into the KubeletConfiguration file, every other field kept; kubelet restart"
+                } else {
+                    RESET_REASON
+                })
+            }
+        };
+        out.push(ChangeBuilder {
+            id,
+            op: upsert(now.is_some()),
+            before: json_summary(now.as_ref()),
+            after: json_summary(Some(value)),
+            covered,
+            disruption: d.of(&resets),
+            targets: vec![input.config.kubelet.config_path.clone()],
+        });
+    }
+
+    /// The edited config file; when the edit can not keep the file's layout, the edited
+    /// fields are not covered and nothing is written.
+    fn write_config(
+        &self,
+        input: &Input<'_>,
+        out: &mut Output,
+        (text, entry): (&str, &inplace_node::sysroot::Entry),
+        ce: &ConfigEdits,
+    ) -> bool {
+        let cfg_path = &input.config.kubelet.config_path;
+        match kcfg::edit(text, &ce.edits) {
+            Ok(edited) if edited.faithful => {
+                out.steps.writes.push(Write {
+                    path: cfg_path.clone(),
+                    content: edited.text.into_bytes(),
+                    mode: entry.mode,
+                    uid: entry.uid,
+                    gid: entry.gid,
+                    keep_meta: true,
+                    expect: input.obs.kubelet.config.fingerprint(),
+                    save_original: None,
+                    managed_file: false,
+                });
+                true
+            }
+            Ok(_) => {
+                let reason = format!(
+                    "{cfg_path} uses YAML that can not be edited in place at this field (flow style, anchors, tags or block scalars); inplaced would have to re-render the whole file and lose its comments and layout: write the field in block style, or manage the file under files"
+                );
+                for c in out.changes.iter_mut().filter(|c| ce.ids.contains(&c.id)) {
+                    c.covered = false;
+                    c.reason = reason.clone();
+                }
+                out.steps.kubelet_state_reset.clear();
+                false
+            }
+            Err(e) => {
+                out.fail_all("kubelet.config", &format!("{cfg_path}: {e}"));
+                false
+            }
+        }
+    }
+}
+
+/// Why a KubeletConfiguration field can not be merged: unknown to the kubelet, or
+/// overridden by a flag (flags win over the config file).
+fn config_field_problem(
+    input: &Input<'_>,
+    path: &[String],
+    final_flags: &BTreeMap<String, Option<String>>,
+) -> Option<String> {
+    let top = path[0].as_str();
+    if !kcfg_fields::is_known(top) {
+        return Some(format!(
+            "{top} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field; check the spelling: the kubelet ignores or refuses unknown fields"
+        ));
+    }
+    let flag = kcfg_fields::flag_for(path)?;
+    if let Some(v) = final_flags.get(&flag) {
+        return Some(format!(
+            "kubelet flag --{flag}={} in {} overrides KubeletConfiguration field {}; manage it under kubelet.flags instead",
+            v.clone().unwrap_or_default(),
+            input.config.kubelet.flags_path,
+            path.join(".")
+        ));
+    }
+    input.obs.kubelet.extra_args.iter().find_map(|(p, fl)| {
+        fl.iter().any(|f| f.name == flag).then(|| {
+            format!(
+                "kubelet flag --{flag} in {p} (KUBELET_EXTRA_ARGS) overrides KubeletConfiguration field {}; change it there",
+                path.join(".")
+            )
+        })
+    })
+}
+
+/// True when the record or the spec manages kubelet settings.
+fn in_play(node: &NodeView<'_>) -> bool {
+    let (d, r) = (node.desired, node.record);
+    d.kubelet_config.is_some()
+        || !d.kubelet_flags.is_empty()
+        || !r.kubelet_config.is_empty()
+        || !r.kubelet_flags.is_empty()
+}
+
+impl Section for Kubelet {
+    fn name(&self) -> &'static str {
+        "kubelet"
+    }
+
+    fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
+        if !in_play(node) {
+            return Ok(());
+        }
+        let config = &node.config.kubelet;
+        let mut kubelet = KubeletObs {
+            config: never_empty(
+                obs,
+                observe_text(node.root, &config.config_path)?,
+                &config.config_path,
+                "a kubelet's KubeletConfiguration file",
+            ),
+            flags: never_empty(
+                obs,
+                observe_text(node.root, &config.flags_path)?,
+                &config.flags_path,
+                "kubeadm's flags file (it always sets KUBELET_KUBEADM_ARGS)",
+            ),
+            ..KubeletObs::default()
+        };
+        for p in &config.extra_args_paths {
+            match observe_text(node.root, p)? {
+                TextObs::Absent => {}
+                TextObs::Problem(e) => kubelet.problems.push(e),
+                TextObs::Text(t, _) => match kflags::parse(&t, "KUBELET_EXTRA_ARGS") {
+                    Ok(Some(flags)) => kubelet.extra_args.push((p.clone(), flags)),
+                    Ok(None) => {}
+                    Err(e) => kubelet.problems.push(format!("{p}: {e}")),
+                },
+            }
+        }
+        obs.kubelet = kubelet;
+        Ok(())
+    }
+
+    fn reserved(&self, config: &Config, _obs: &Observed) -> Vec<(String, String)> {
+        vec![
+            (
+                config.kubelet.config_path.clone(),
+                "the kubelet.config section".to_string(),
+            ),
+            (
+                config.kubelet.flags_path.clone(),
+                "the kubelet.flags section".to_string(),
+            ),
+        ]
+    }
+
+    fn diff(&self, input: &Input<'_>, out: &mut Output) {
+        let unit = &input.config.kubelet.unit;
+        let d = Disruptions::new(unit);
+        // flags first: config fields check the resulting flags for shadowing
+        let fp = self.flags(input, out, &d);
+        self.write_flags(input, out, &fp);
+        let config_written = self.config(input, out, &d, &fp.final_flags);
+        if fp.restart || config_written {
+            out.steps.restarts.insert(unit.clone());
+        }
+    }
+
+    fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
+        let mut out = config_drift(view);
+        out.extend(flags_drift(view));
+        out
+    }
+
+    fn watched(&self, view: &DriftView<'_>) -> Vec<String> {
+        let r = view.record;
+        if r.kubelet_config.is_empty() && r.kubelet_flags.is_empty() {
+            return Vec::new();
+        }
+        let k = &view.config.kubelet;
+        vec![k.config_path.clone(), k.flags_path.clone()]
+    }
+}
+
+/// Recorded config fields whose value in the file is not the one applied.
+fn config_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
+    let mut out = Vec::new();
+    if !view.record.kubelet_config.is_empty()
+        && let Ok(Some(text)) = view.root.read_string(&view.config.kubelet.config_path)
+        && let Ok(doc) = kcfg::parse(&text)
+    {
+        for (id, f) in &view.record.kubelet_config {
+            let seen = kcfg::get(&doc, &f.path).cloned();
+            if seen.as_ref() != Some(&f.value.value) {
+                out.push(pb::Drift {
+                    since: None,
+                    id: id.clone(),
+                    expected: f.value.value.to_string(),
+                    observed: seen
+                        .map(|v| v.to_string())
+                        .unwrap_or_else(|| "absent".into()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Recorded flags whose value in kubeadm's flags file is not the one applied.
+fn flags_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
+    let mut out = Vec::new();
+    if view.record.kubelet_flags.is_empty() {
+        return out;
+    }
+    let text = view
+        .root
+        .read_string(&view.config.kubelet.flags_path)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let flags = kflags::parse(&text, "KUBELET_KUBEADM_ARGS")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    for (name, m) in &view.record.kubelet_flags {
+        let seen = last_value(&flags, name);
+        if seen.as_deref() != Some(m.value.as_str()) {
+            out.push(pb::Drift {
+                since: None,
+                id: format!("kubelet.flags[{name}]"),
+                expected: m.value.clone(),
+                observed: seen.unwrap_or_else(|| "absent".into()),
+            });
+        }
+    }
+    out
+}
+
+/// Unknown is not empty (issue 20 §2): a present file that holds only whitespace, where
+/// `what` can not be empty, is a problem naming the file (its changes are not covered)
+/// and an [`Unknown`] for `status`. An absent file stays absent (its own reason).
+///
+/// [`Unknown`]: crate::sections::observe::Unknown
+fn never_empty(obs: &mut Observed, t: TextObs, path: &str, what: &str) -> TextObs {
+    match t {
+        TextObs::Text(text, _) if text.trim().is_empty() => {
+            let u = crate::sections::observe::Unknown {
+                source: path.to_string(),
+                why: format!("it is empty, which {what} can not be"),
+            };
+            obs.unknown.push(u.clone());
+            TextObs::Problem(format!(
+                "{u}; its current settings are not known, so no change to it is planned"
+            ))
+        }
+        t => t,
+    }
+}

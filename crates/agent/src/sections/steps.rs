@@ -1,0 +1,108 @@
+//! What a plan does to the node, in order of execution: the vocabulary every section
+//! writes its steps in and the operation engine executes.
+
+use std::collections::BTreeSet;
+
+use inplace_node::sysroot::Entry;
+use inplace_wire::pb;
+use inplace_wire::pb::DisruptionLevel;
+
+/// One durable file write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// Node path.
+    pub path: String,
+    /// Full content.
+    pub content: Vec<u8>,
+    /// Mode (0o7777 mask).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Keep the existing file's mode and owner (configuration files edited in place);
+    /// `mode`, `uid`, `gid` apply only when the file is created.
+    pub keep_meta: bool,
+    /// What the file must still be at commit time ([`FileObs::fingerprint`](super::observe::FileObs::fingerprint)): a commit
+    /// never overwrites a change made after the plan.
+    pub expect: String,
+    /// Original content to save under `originals/` before the first overwrite.
+    pub save_original: Option<Vec<u8>>,
+    /// Part of the `files` section (its created directories are recorded).
+    pub managed_file: bool,
+}
+
+/// One file deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remove {
+    /// Node path.
+    pub path: String,
+    /// Fingerprint the file must still have.
+    pub expect: String,
+    /// Directories the agent created for it, deepest first, removed when empty.
+    pub dirs: Vec<String>,
+}
+
+/// Everything an apply does, in order of execution.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Steps {
+    /// Files written (files section, kubelet files, boot configuration, sysctl drop-in).
+    pub writes: Vec<Write>,
+    /// Files deleted.
+    pub removes: Vec<Remove>,
+    /// Live sysctl writes: key, value.
+    pub sysctls: Vec<(String, String)>,
+    /// Commands run after the writes (boot configuration regeneration).
+    pub commands: Vec<Vec<String>>,
+    /// `systemctl daemon-reload` needed.
+    pub daemon_reload: bool,
+    /// Units to reload.
+    pub reloads: BTreeSet<String>,
+    /// Units to restart.
+    pub restarts: BTreeSet<String>,
+    /// Units to restart only if running (`systemctl try-restart`), after a daemon-reload.
+    pub try_restarts: BTreeSet<String>,
+    /// Kubelet state files to delete between stopping and starting the kubelet (CPU and
+    /// memory manager checkpoints, which the kubelet refuses when their policy changed).
+    pub kubelet_state_reset: BTreeSet<String>,
+    /// A reboot is needed to take effect.
+    pub reboot: bool,
+    /// Kernel arguments are changed by a tool (rpm-ostree), so they can only be verified
+    /// after the boot, in `/proc/cmdline`.
+    pub kernel_args_by_command: bool,
+    /// Saved originals no longer needed after the commit.
+    pub drop_originals: Vec<String>,
+    /// A Kubernetes version upgrade, run before every other step
+    /// ([`crate::kubernetes::upgrade`]).
+    pub kubernetes: Option<crate::kubernetes::upgrade::Upgrade>,
+}
+
+/// Mode and owner a [`Write`] gives the file: the existing file's own when `keep_meta`.
+pub fn resolve_keep(w: &Write, existing: Option<Entry>) -> (u32, u32, u32) {
+    match existing {
+        Some(e) if w.keep_meta => (e.mode, e.uid, e.gid),
+        _ => (w.mode, w.uid, w.gid),
+    }
+}
+
+impl Steps {
+    /// Adds the unit actions a change of disruption `d` needs: reloads, restarts (also
+    /// for a drain, which the caller does first), a daemon-reload with try-restarts, or
+    /// the reboot.
+    pub fn add_disruption(&mut self, d: &pb::Disruption) {
+        match DisruptionLevel::try_from(d.level).unwrap_or(DisruptionLevel::None) {
+            DisruptionLevel::Reload => self.reloads.extend(d.units.iter().cloned()),
+            // a drain is the caller's to do first (CAPI does not drain for in-place
+            // updates); the agent then restarts the rule's units
+            DisruptionLevel::Restart | DisruptionLevel::Drain => {
+                self.restarts.extend(d.units.iter().cloned())
+            }
+            DisruptionLevel::DaemonReload => {
+                self.daemon_reload = true;
+                self.try_restarts.extend(d.units.iter().cloned());
+            }
+            DisruptionLevel::Reboot => self.reboot = true,
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! The `sysctls` section (`sysctls[<key>]`): kernel parameters written live under
+//! `/proc/sys` and persisted in the agent's sysctl.d drop-in; a dropped key gets its prior
+//! live value back and leaves the drop-in. sysctl.d files that other sections write (a
+//! `files` item) take effect live too, as systemd-sysctl would apply them at boot. The
+//! sysctl.d rules are in [`inplace_formats::sysctl`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::common::{ChangeBuilder, disruption};
+use super::observe::{
+    NodeView, ObserveError, Observed, SysctlLive, SysctlObs, TextObs, Unknown, observe_running,
+    observe_text,
+};
+use super::steps::{Remove, Write};
+use super::{DriftView, Input, Output, Section};
+use crate::config::Config;
+use crate::state::{AppliedRecord, ManagedValue, Original};
+use inplace_formats::sysctl::{
+    SYSCTL_DIRS, boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf,
+    render_sysctl_conf, sysctl_path,
+};
+use inplace_node::sysroot::{Kind, Sysroot, SysrootError};
+use inplace_wire::pb;
+use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
+
+/// The `sysctls` section.
+#[derive(Debug)]
+pub struct Sysctls;
+
+/// Reads the live value of `key` (None: no such kernel parameter).
+pub fn read_live(root: &Sysroot, key: &str) -> Result<Option<SysctlLive>, SysrootError> {
+    let p = sysctl_path(key);
+    if inplace_node::sysroot::components(&p).is_err() {
+        return Ok(None);
+    }
+    let entry = match root.stat(&p) {
+        Ok(Some(e)) if e.kind == Kind::File => e,
+        Ok(_) | Err(SysrootError::Symlink { .. }) | Err(SysrootError::NotADirectory { .. }) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    // unknown is not empty: a value that can not be read, or reads empty, is unknown
+    let (value, unknown) = match observe_running(root, &p) {
+        Ok(v) => (v.trim_end_matches('\n').to_string(), None),
+        Err(u) => (String::new(), Some(u)),
+    };
+    Ok(Some(SysctlLive {
+        value,
+        writable: entry.mode & 0o222 != 0,
+        unknown,
+    }))
+}
+
+/// Every sysctl.d file systemd-sysctl would read (the first of each name, by directory
+/// priority), with its text, and the directories and files that could not be read (not
+/// skipped as if empty: unknown is not empty, issue 20 §2). An absent directory, or a file
+/// gone between the listing and the read, is simply not there.
+fn sysctl_files(root: &Sysroot) -> (Vec<(String, String)>, Vec<Unknown>) {
+    let mut by_name: BTreeMap<String, String> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    let unknown = |source: &str, e: &dyn std::fmt::Display| Unknown {
+        source: source.to_string(),
+        why: e.to_string(),
+    };
+    for dir in SYSCTL_DIRS {
+        match root.list_dir_following(dir) {
+            Ok(names) => {
+                for n in names.unwrap_or_default() {
+                    if n.ends_with(".conf") {
+                        by_name
+                            .entry(n.clone())
+                            .or_insert_with(|| format!("{dir}/{n}"));
+                    }
+                }
+            }
+            Err(e) => unreadable.push(unknown(dir, &e)),
+        }
+    }
+    let mut files = Vec::new();
+    for (_, p) in by_name {
+        match root.read_string_following(&p) {
+            Ok(Some(text)) => files.push((p, text)),
+            Ok(None) => {}
+            Err(e) => unreadable.push(unknown(&p, &e)),
+        }
+    }
+    (files, unreadable)
+}
+
+/// Every key whose live value the plan reads: managed, recorded, or set by a sysctl.d
+/// file (on the node, in the spec, or an original about to be restored).
+fn keys_in_play(node: &NodeView<'_>, obs: &Observed, files: &[(String, String)]) -> Vec<String> {
+    let (desired, record) = (node.desired, node.record);
+    let mut keys: Vec<String> = desired
+        .sysctls
+        .keys()
+        .chain(record.sysctls.keys())
+        .cloned()
+        .collect();
+    for f in &desired.files {
+        if is_sysctl_conf(&f.path) {
+            keys.extend(parse_sysctl_conf(&String::from_utf8_lossy(&f.content)).into_keys());
+        }
+    }
+    for (_, t) in files {
+        keys.extend(parse_sysctl_conf(t).into_keys());
+    }
+    // originals about to be restored
+    for (path, m) in &record.files {
+        if let (true, Original::Saved { backup, .. }) = (is_sysctl_conf(path), &m.original)
+            && let Some(b) = obs.originals.get(backup)
+        {
+            keys.extend(parse_sysctl_conf(&String::from_utf8_lossy(b)).into_keys());
+        }
+    }
+    keys
+}
+
+/// Why `key` = `value` can not be managed: no such parameter, read-only, the drop-in
+/// unusable, or a sysctl.d file applied after the drop-in at boot that sets it too.
+fn key_problem(
+    input: &Input<'_>,
+    drop_in_obs: &TextObs,
+    live: Option<&SysctlLive>,
+    (key, value): (&String, &String),
+) -> Option<String> {
+    let drop_in = &input.config.sysctl.drop_in;
+    let path = sysctl_path(key);
+    match live {
+        None => Some(format!(
+            "{path} does not exist on this node: the key is unknown or its kernel module is not loaded"
+        )),
+        Some(SysctlLive {
+            unknown: Some(u), ..
+        }) => Some(format!(
+            "{u}; the live value of {key} is not known, so whether setting it changes anything can not be told"
+        )),
+        Some(l) if !l.writable => Some(format!("{path} is read-only")),
+        _ => None,
+    }
+    .or_else(|| {
+        if let TextObs::Problem(p) = drop_in_obs {
+            return Some(p.clone());
+        }
+        if let Some(u) = input.obs.sysctls.unreadable.first() {
+            return Some(format!(
+                "{u}; a sysctl.d file there may set {key} at boot after {drop_in}, so whether the value would persist can not be told"
+            ));
+        }
+        // a sysctl.d file that sorts after the drop-in would win at boot
+        let mut vals = BTreeMap::new();
+        vals.insert(key.clone(), value.clone());
+        let with_ours = BTreeMap::from([(drop_in.clone(), Some(render_sysctl_conf(&vals)))]);
+        match boot_value(&input.obs.sysctls.files, key, &with_ours) {
+            Some((v, from)) if from != *drop_in => Some(format!(
+                "{from} sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist; remove it there"
+            )),
+            _ => None,
+        }
+    })
+}
+
+/// The record's entry for `key`, matched by its `/proc/sys` path: the spec may spell a
+/// managed key another way than when it was first applied (`vm/swappiness` for
+/// `vm.swappiness`), and it is still the same key.
+fn recorded<'a>(
+    record: &'a AppliedRecord,
+    key: &str,
+) -> Option<(&'a String, &'a ManagedValue<String>)> {
+    let path = sysctl_path(key);
+    record
+        .sysctls
+        .get_key_value(key)
+        .or_else(|| record.sysctls.iter().find(|(k, _)| sysctl_path(k) == path))
+}
+
+/// True when the spec sets the key `key` names (matched by its `/proc/sys` path).
+fn desired_has(desired: &crate::spec::NodeSpec, key: &str) -> bool {
+    let path = sysctl_path(key);
+    desired.sysctls.contains_key(key) || desired.sysctls.keys().any(|k| sysctl_path(k) == path)
+}
+
+/// The value text of every line of the drop-in that sets `key` (matched by its
+/// `/proc/sys` path), in file order.
+fn line_values(text: &str, key: &str) -> Vec<String> {
+    let path = sysctl_path(key);
+    text.lines()
+        .filter_map(|l| {
+            let p = parse_sysctl_conf(l);
+            let (k, v) = p.into_iter().next()?;
+            (sysctl_path(&k) == path).then_some(v)
+        })
+        .collect()
+}
+
+/// The value `parsed` (a [`parse_sysctl_conf`] map) holds for `key`, matched by its
+/// `/proc/sys` path as systemd-sysctl does (`net/ipv4/ip_forward` is `net.ipv4.ip_forward`).
+fn value_for(parsed: &BTreeMap<String, String>, key: &str) -> Option<String> {
+    let path = sysctl_path(key);
+    parsed
+        .iter()
+        .rfind(|(k, _)| sysctl_path(k) == path)
+        .map(|(_, v)| v.clone())
+}
+
+impl Sysctls {
+    /// Plans one desired key: refused, nothing (live and persisted already), or a live
+    /// write and a change. Returns whether the key goes into the drop-in.
+    fn desired_key(
+        &self,
+        input: &Input<'_>,
+        out: &mut Output,
+        drop_in_obs: &TextObs,
+        (key, value): (&String, &String),
+    ) -> bool {
+        let drop_in = &input.config.sysctl.drop_in;
+        let id = format!("sysctls[{key}]");
+        let path = sysctl_path(key);
+        let live = input.obs.sysctls.live.get(key).cloned().flatten();
+        let problem = key_problem(input, drop_in_obs, live.as_ref(), (key, value));
+        let none = disruption(DisruptionLevel::None, &[]);
+        let targets = vec![path, drop_in.clone()];
+        if let Some(problem) = problem {
+            out.push(ChangeBuilder {
+                id,
+                op: ChangeOperation::Update,
+                before: live.map(|l| l.value).unwrap_or_else(|| "absent".into()),
+                after: value.clone(),
+                covered: Err(problem),
+                disruption: none,
+                targets,
+            });
+            return false;
+        }
+        let live = live.map(|l| l.value).unwrap_or_default();
+        let was = recorded(input.record, key);
+        let prior = match was {
+            Some((_, m)) => m.prior.clone(),
+            None => Some(live.clone()),
+        };
+        let managed = ManagedValue {
+            value: value.clone(),
+            prior,
+        };
+        out.next.sysctls.insert(key.clone(), managed);
+        let current = drop_in_obs
+            .text()
+            .map(|(t, _)| parse_sysctl_conf(t))
+            .unwrap_or_default();
+        let lines_before = match was {
+            Some((k, _)) => input
+                .record
+                .sysctl_drop_in_prior
+                .get(k)
+                .cloned()
+                .unwrap_or_default(),
+            None => drop_in_obs
+                .text()
+                .map(|(t, _)| line_values(t, key))
+                .unwrap_or_default(),
+        };
+        if !lines_before.is_empty() {
+            out.next
+                .sysctl_drop_in_prior
+                .insert(key.clone(), lines_before);
+        }
+        let live_ok = normalize(&live) == normalize(value);
+        let persisted_ok =
+            value_for(&current, key).map(|v| normalize(&v)) == Some(normalize(value));
+        if live_ok && persisted_ok {
+            return true;
+        }
+        if !live_ok {
+            out.steps.sysctls.push((key.clone(), value.clone()));
+        }
+        out.push(ChangeBuilder {
+            id,
+            op: ChangeOperation::Update,
+            before: live,
+            after: value.clone(),
+            covered: Ok("written live under /proc/sys and persisted in the sysctl.d drop-in"),
+            disruption: none,
+            targets,
+        });
+        true
+    }
+
+    /// Plans the keys dropped from the spec: their prior live value restored.
+    fn dropped_keys(&self, input: &Input<'_>, out: &mut Output) {
+        let drop_in = &input.config.sysctl.drop_in;
+        for (key, m) in &input.record.sysctls {
+            if desired_has(input.desired, key) {
+                continue;
+            }
+            let live = input
+                .obs
+                .sysctls
+                .live
+                .get(key)
+                .cloned()
+                .flatten()
+                .map(|l| l.value);
+            if let (Some(prior), Some(l)) = (&m.prior, &live)
+                && normalize(prior) != normalize(l)
+            {
+                out.steps.sysctls.push((key.clone(), prior.clone()));
+            }
+            out.push(ChangeBuilder {
+                id: format!("sysctls[{key}]"),
+                op: ChangeOperation::Delete,
+                before: live.unwrap_or_default(),
+                after: m.prior.clone().unwrap_or_default(),
+                covered: Ok("dropped from the spec: the prior live value is restored and the key leaves the drop-in"),
+                disruption: disruption(DisruptionLevel::None, &[]),
+                targets: vec![sysctl_path(key), drop_in.clone()],
+            });
+        }
+    }
+
+    /// Plans the section's own keys and its drop-in.
+    fn own_keys(&self, input: &Input<'_>, out: &mut Output) {
+        let drop_in = &input.config.sysctl.drop_in;
+        let drop_in_obs = input.obs.sysctls.drop_in.clone().unwrap_or(TextObs::Absent);
+        let mut drop_in_values = BTreeMap::new();
+        for (key, value) in &input.desired.sysctls {
+            if self.desired_key(input, out, &drop_in_obs, (key, value)) {
+                drop_in_values.insert(key.clone(), value.clone());
+            }
+        }
+        self.dropped_keys(input, out);
+        // a dropped key whose line was in the drop-in before the agent set it gets that
+        // line's value text back; the others lose the line the agent added
+        let mut dropped = Vec::new();
+        let mut restore = BTreeMap::new();
+        for k in input.record.sysctls.keys() {
+            if desired_has(input.desired, k) {
+                continue;
+            }
+            match input.record.sysctl_drop_in_prior.get(k) {
+                Some(lines) if !lines.is_empty() => {
+                    restore.insert(k.clone(), lines.clone());
+                }
+                _ => dropped.push(k.clone()),
+            }
+        }
+        let current_text = drop_in_obs.text().map(|(t, _)| t.to_string());
+        match edit_sysctl_conf(current_text.as_deref(), &drop_in_values, &restore, &dropped) {
+            None => {
+                if current_text.is_some() && !input.record.sysctls.is_empty() {
+                    out.steps.removes.push(Remove {
+                        path: drop_in.clone(),
+                        expect: drop_in_obs.fingerprint(),
+                        dirs: Vec::new(),
+                    });
+                }
+            }
+            Some(edited) if current_text.as_deref() != Some(edited.as_str()) => {
+                out.steps.writes.push(Write {
+                    path: drop_in.clone(),
+                    content: edited.into_bytes(),
+                    mode: 0o644,
+                    uid: 0,
+                    gid: 0,
+                    keep_meta: true,
+                    expect: drop_in_obs.fingerprint(),
+                    save_original: None,
+                    managed_file: false,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// sysctl.d files written or removed by the steps so far (the `files` section) take
+    /// effect live, as `systemd-sysctl` would apply them at boot (disruption none).
+    fn files_live(&self, input: &Input<'_>, out: &mut Output) {
+        let overrides = sysctl_overrides(input, out);
+        let mut keys = BTreeSet::new();
+        for (p, t) in &overrides {
+            match t {
+                Some(t) => keys.extend(parse_sysctl_conf(t).into_keys()),
+                None => {
+                    if let Some((_, t)) = input.obs.sysctls.files.iter().find(|(q, _)| q == p) {
+                        keys.extend(parse_sysctl_conf(t).into_keys());
+                    }
+                }
+            }
+        }
+        for key in keys {
+            if input.desired.sysctls.contains_key(&key) {
+                continue; // the sysctls section decides
+            }
+            let Some((value, from)) = boot_value(&input.obs.sysctls.files, &key, &overrides) else {
+                continue; // no file sets it any more: the live value stays, as at boot
+            };
+            let id = out
+                .changes
+                .iter()
+                .position(|c| c.id == format!("files[{from}]"))
+                .or_else(|| {
+                    overrides.keys().find_map(|p| {
+                        out.changes
+                            .iter()
+                            .position(|c| c.id == format!("files[{p}]"))
+                    })
+                });
+            apply_file_value(&input.obs.sysctls, out, id, (&key, &value));
+        }
+    }
+}
+
+/// The sysctl.d files the steps so far write (new text) or remove (None), other than the
+/// agent's drop-in.
+fn sysctl_overrides(input: &Input<'_>, out: &Output) -> BTreeMap<String, Option<String>> {
+    let drop_in = &input.config.sysctl.drop_in;
+    let mut overrides: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for w in &out.steps.writes {
+        if is_sysctl_conf(&w.path) && w.path != *drop_in {
+            overrides.insert(
+                w.path.clone(),
+                Some(String::from_utf8_lossy(&w.content).into_owned()),
+            );
+        }
+    }
+    for r in &out.steps.removes {
+        if is_sysctl_conf(&r.path) && r.path != *drop_in {
+            overrides.insert(r.path.clone(), None);
+        }
+    }
+    overrides
+}
+
+/// The live write of `key` = `value` that a sysctl.d file change brings, or why the
+/// change at `id` is not covered.
+fn apply_file_value(
+    sysctls: &SysctlObs,
+    out: &mut Output,
+    id: Option<usize>,
+    (key, value): (&str, &str),
+) {
+    match sysctls.live.get(key).cloned().flatten() {
+        None => {
+            if let Some(i) = id {
+                out.changes[i].covered = false;
+                out.changes[i].reason = format!(
+                    "sets {key}, but {} does not exist on this node (unknown key, or its module is not loaded)",
+                    sysctl_path(key)
+                );
+            }
+        }
+        Some(SysctlLive {
+            unknown: Some(u), ..
+        }) => {
+            if let Some(i) = id {
+                out.changes[i].covered = false;
+                out.changes[i].reason = format!(
+                    "sets {key}, but {u}: whether applying it live changes anything can not be told"
+                );
+            }
+        }
+        Some(live) if normalize(&live.value) != normalize(value) => {
+            if !live.writable {
+                if let Some(i) = id {
+                    out.changes[i].covered = false;
+                    out.changes[i].reason = format!("sets {key}, which is read-only");
+                }
+                return;
+            }
+            out.steps.sysctls.push((key.to_string(), value.to_string()));
+            if let Some(i) = id
+                && !out.changes[i].reason.contains("applied live")
+            {
+                out.changes[i]
+                    .reason
+                    .push_str("; its sysctls are applied live, as systemd-sysctl would at boot");
+            }
+        }
+        Some(_) => {}
+    }
+}
+
+impl Section for Sysctls {
+    fn name(&self) -> &'static str {
+        "sysctls"
+    }
+
+    /// Runs after the file machinery's observation: the originals about to be restored
+    /// are read already.
+    fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
+        let (desired, record) = (node.desired, node.record);
+        let files_in_play = desired.files.iter().any(|f| is_sysctl_conf(&f.path))
+            || record.files.keys().any(|p| is_sysctl_conf(p));
+        if desired.sysctls.is_empty() && record.sysctls.is_empty() && !files_in_play {
+            return Ok(());
+        }
+        let (files, unreadable) = sysctl_files(node.root);
+        let keys = keys_in_play(node, obs, &files);
+        obs.unknown.extend(unreadable.iter().cloned());
+        let mut sysctls = SysctlObs {
+            files,
+            unreadable,
+            ..SysctlObs::default()
+        };
+        for key in keys {
+            if let std::collections::btree_map::Entry::Vacant(e) = sysctls.live.entry(key) {
+                let v = read_live(node.root, e.key())?;
+                e.insert(v);
+            }
+        }
+        sysctls.drop_in = Some(observe_text(node.root, &node.config.sysctl.drop_in)?);
+        obs.unknown.extend(
+            sysctls
+                .live
+                .values()
+                .flatten()
+                .filter_map(|l| l.unknown.clone()),
+        );
+        obs.sysctls = sysctls;
+        Ok(())
+    }
+
+    fn reserved(&self, config: &Config, _obs: &Observed) -> Vec<(String, String)> {
+        vec![(
+            config.sysctl.drop_in.clone(),
+            "the sysctls section".to_string(),
+        )]
+    }
+
+    fn diff(&self, input: &Input<'_>, out: &mut Output) {
+        if !input.desired.sysctls.is_empty() || !input.record.sysctls.is_empty() {
+            self.own_keys(input, out);
+        }
+        self.files_live(input, out);
+    }
+
+    fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
+        let mut out = Vec::new();
+        for (key, m) in &view.record.sysctls {
+            // unknown is not empty: an unreadable or empty value is shown as unknown
+            let seen = observe_running(view.root, &sysctl_path(key)).map(|s| normalize(&s));
+            let want = normalize(&m.value);
+            if seen.as_deref().ok() != Some(want.as_str()) {
+                out.push(pb::Drift {
+                    since: None,
+                    id: format!("sysctls[{key}]"),
+                    expected: want,
+                    observed: seen.unwrap_or_else(|u| format!("unknown ({})", u.why)),
+                });
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,167 @@
+//! The operation store: `operations/<id>.json`, one proto3 JSON `inplace.v1.Operation`
+//! each. Settled operations live here only; the agent keeps in memory just the running
+//! operation and a byte-bounded replay of the newest ones (`crate::apply`), and reads
+//! the rest from here when asked for. Bookkeeping that needs only an operation's id,
+//! phase and creation time (pruning, superseding, start-up ids, status) reads
+//! [`OperationHead`]s, which skip the changes and actions while parsing.
+
+use serde::Deserialize;
+
+use super::{StateDir, StateError};
+use inplace_wire::pb;
+
+/// An operation's id, phase and creation time, read without its changes and actions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationHead {
+    /// Operation id (the file name without `.json`).
+    pub id: String,
+    /// Its phase (`pb::Phase` as i32; 0 when the file has none).
+    pub phase: i32,
+    /// Creation time as (seconds, nanos) since the Unix epoch; (0, 0) when absent.
+    pub created: (i64, i32),
+}
+
+#[derive(Deserialize)]
+struct HeadJson {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    phase: Option<pb::Phase>,
+    #[serde(default)]
+    created: Option<pbjson_types::Timestamp>,
+}
+
+fn created_key(t: Option<pbjson_types::Timestamp>) -> (i64, i32) {
+    t.map(|t| (t.seconds, t.nanos)).unwrap_or((0, 0))
+}
+
+impl StateDir {
+    /// Persists an operation durably (the file, then `operations/`).
+    pub fn save_operation(&self, op: &pb::Operation) -> Result<(), StateError> {
+        let rel = format!("/operations/{}.json", op.id);
+        let b = serde_json::to_vec_pretty(op).map_err(|e| self.corrupt(&rel, e))?;
+        self.write(&rel, &b)
+    }
+
+    /// The names of the operation files (`<id>.json`, temporary files skipped), with
+    /// their ids.
+    fn operation_files(&self) -> Result<Vec<(String, String)>, StateError> {
+        Ok(self
+            .io(self.dir.list_dir("/operations"))?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| !n.starts_with('.'))
+            .filter_map(|n| Some((n.strip_suffix(".json")?.to_string(), n.clone())))
+            .collect())
+    }
+
+    /// Every operation file parsed by `parse` (which returns the id it found), newest
+    /// first by `key`; a file that does not parse, or whose id is not its name, is
+    /// skipped with a warning and left in place for inspection.
+    fn read_operations<T>(
+        &self,
+        parse: impl Fn(&[u8]) -> serde_json::Result<(String, T)>,
+        key: impl Fn(&T) -> (i64, i32),
+        id_of: impl Fn(&T) -> &str,
+    ) -> Result<Vec<T>, StateError> {
+        let mut ops = Vec::new();
+        for (id, name) in self.operation_files()? {
+            let rel = format!("/operations/{name}");
+            if let Some(b) = self.io(self.dir.read(&rel))? {
+                match parse(&b) {
+                    Ok((found, op)) if found == id => ops.push(op),
+                    Ok(_) => {
+                        tracing::warn!(file = %rel, "operation file whose id is not its name; skipped")
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %rel, error = %e, "unreadable operation file; skipped")
+                    }
+                }
+            }
+        }
+        ops.sort_by(|a, b| key(b).cmp(&key(a)).then_with(|| id_of(b).cmp(id_of(a))));
+        Ok(ops)
+    }
+
+    /// All operations, newest first (by creation time, then id). An operation file that
+    /// does not parse, or whose id is not its file name, is skipped with a warning in the
+    /// log (history must not stop the agent), and left in place for inspection.
+    pub fn list_operations(&self) -> Result<Vec<pb::Operation>, StateError> {
+        self.read_operations(
+            |b| serde_json::from_slice::<pb::Operation>(b).map(|op| (op.id.clone(), op)),
+            |o| created_key(o.created),
+            |o| &o.id,
+        )
+    }
+
+    /// The [`OperationHead`] of every operation, newest first, as [`list_operations`]
+    /// orders and skips them.
+    ///
+    /// [`list_operations`]: StateDir::list_operations
+    pub fn operation_heads(&self) -> Result<Vec<OperationHead>, StateError> {
+        self.read_operations(
+            |b| {
+                let h: HeadJson = serde_json::from_slice(b)?;
+                let head = OperationHead {
+                    id: h.id.clone(),
+                    phase: h.phase.map(|p| p as i32).unwrap_or(0),
+                    created: created_key(h.created),
+                };
+                Ok((h.id, head))
+            },
+            |h| h.created,
+            |h| &h.id,
+        )
+    }
+
+    /// Moves `operations/<id>.json` (which does not parse) aside to
+    /// `operations/<id>.json.corrupt-<unix seconds>`; returns the new path.
+    pub fn operation_quarantine(&self, id: &str) -> Result<String, StateError> {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let from = self.path.join("operations").join(format!("{id}.json"));
+        let to = self
+            .path
+            .join("operations")
+            .join(format!("{id}.json.corrupt-{ts}"));
+        std::fs::rename(&from, &to).map_err(|e| inplace_node::sysroot::SysrootError::Io {
+            path: from.display().to_string(),
+            op: "move corrupt operation aside",
+            error: e,
+        })?;
+        Ok(to.display().to_string())
+    }
+
+    /// One operation by id.
+    pub fn get_operation(&self, id: &str) -> Result<Option<pb::Operation>, StateError> {
+        // never a path: callers validate ids (`apply::validate_operation_id`); this is
+        // the last line
+        if !inplace_wire::names::is_safe_name(id, 255) {
+            return Ok(None);
+        }
+        let rel = format!("/operations/{id}.json");
+        match self.io(self.dir.read(&rel))? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| self.corrupt(&rel, e)),
+        }
+    }
+
+    /// Keeps the newest `keep` operations; older ones are deleted once they ended for good
+    /// (an operation still waiting for a reboot is kept whatever its age). Reads only the
+    /// operations' heads.
+    pub fn prune(&self, keep: usize) -> Result<(), StateError> {
+        for op in self.operation_heads()?.iter().skip(keep) {
+            if inplace_wire::phase::is_terminal(op.phase) {
+                // a pruned file that a power cut brings back is pruned again next time
+                self.io(self
+                    .dir
+                    .remove_deferred(&format!("/operations/{}.json", op.id)))?;
+            }
+        }
+        Ok(())
+    }
+}

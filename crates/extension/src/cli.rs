@@ -1,0 +1,74 @@
+//! `inplace-extension`: the CAPI Runtime Extension serving the in-place update hooks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::config::Config;
+use crate::{Endpoint, Extension, allowlist, serve, tls_config};
+use inplace_edge::tls::{Acceptor, Reloading};
+
+/// Cluster API Runtime Extension for in-place updates, backed by inplaced node agents.
+#[derive(Debug, Parser)]
+#[command(name = "inplace-extension", version, about)]
+pub struct Args {
+    /// Configuration (TOML): server certificate, agent client identity, resolver, policy.
+    #[arg(
+        long,
+        default_value = "/etc/inplace-extension/config.toml",
+        env = "INPLACE_EXTENSION_CONFIG"
+    )]
+    pub config: PathBuf,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "inplaced=debug".
+    #[arg(long, default_value = "info", env = "INPLACE_EXTENSION_LOG")]
+    pub log: String,
+}
+
+/// Runs the extension until SIGTERM or SIGINT.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    inplace_edge::logging::init(&args.log);
+    inplace_edge::process::exit(run(args))
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    let client_ca = config.server.client_ca.clone().unwrap_or_default();
+    let endpoint = Endpoint {
+        acceptor: Arc::new(Acceptor::with_builder(
+            vec![
+                config.server.cert.clone(),
+                config.server.key.clone(),
+                client_ca,
+            ],
+            tls_config,
+        )?),
+        clients: Arc::new(Reloading::watch(
+            "server.clients",
+            vec![args.config.clone()],
+            allowlist,
+        )?),
+    };
+    let listen = config.server.listen.clone();
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("server.listen {listen}"))?;
+        tracing::info!(listen = %listener.local_addr()?, "inplace-extension serving the CAPI in-place update hooks");
+        if !config.metrics.listen.is_empty() {
+            let l = tokio::net::TcpListener::bind(&config.metrics.listen)
+                .await
+                .with_context(|| format!("metrics.listen {}", config.metrics.listen))?;
+            tracing::info!(listen = %l.local_addr()?, "serving metrics");
+            tokio::spawn(crate::serve_metrics(l));
+        }
+        let ext = Arc::new(Extension::new(config));
+        serve(ext, listener, endpoint, inplace_edge::process::stop_requested()).await;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}

@@ -1,0 +1,184 @@
+//! The extension's pool of agent channels: one mutual-TLS gRPC channel per agent, reused
+//! by every hook that asks that agent, so a rollout's CanUpdateMachine and UpdateMachine
+//! polls cost one TCP connection and one TLS handshake per node instead of one per call.
+//!
+//! A channel is keyed by the agent's address, the TLS server name and a SHA-256 of the CA
+//! bundle, client certificate and key as read for this call: a rotated certificate or key
+//! gives a new key, so the next call connects with it (the old channel is dropped when it
+//! ages out). A tonic [`Channel`] multiplexes concurrent calls over one HTTP/2 connection
+//! and reconnects through the same connector after the connection breaks.
+//!
+//! Bounds: at most [`MAX_CHANNELS`] entries (the least recently used goes first), and an
+//! entry unused for [`IDLE`] is dropped (looked for every [`PRUNE_EVERY`]), closing its
+//! connection, so memory is the pool's
+//! connections and nothing per Machine beyond them. A connection to a node that rebooted
+//! or vanished without a FIN is found dead by HTTP/2 keep-alive pings ([`KEEPALIVE`],
+//! answered within [`KEEPALIVE_TIMEOUT`]) rather than by a hook waiting for its deadline;
+//! a call that fails with `UNAVAILABLE` evicts its channel ([`Pool::evict`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tonic::transport::Channel;
+
+use inplace_edge::client::TlsIdentity;
+
+/// Most channels kept (one per agent; a management cluster's extension rarely talks to
+/// more nodes at once).
+pub const MAX_CHANNELS: usize = 1024;
+/// A channel unused this long is closed.
+pub const IDLE: Duration = Duration::from_secs(120);
+/// How often idle channels are looked for.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(5);
+/// What a channel is for: address, server name, identity digest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    addr: String,
+    server_name: String,
+    identity: [u8; 32],
+}
+
+impl Key {
+    /// The key of a connection to `addr` made with `id`.
+    pub fn new(addr: &str, id: &TlsIdentity) -> Key {
+        let mut h = Sha256::new();
+        for part in [&id.ca, &id.cert, &id.key] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+        Key {
+            addr: addr.to_string(),
+            server_name: id.server_name.clone(),
+            identity: h.finalize().into(),
+        }
+    }
+}
+
+/// The pooled channels, each with the time it was last handed out.
+#[derive(Debug, Default)]
+pub struct Pool {
+    entries: Mutex<HashMap<Key, (Channel, Instant)>>,
+}
+
+impl Pool {
+    /// A clone of the channel for `key` when one is pooled and not idle past [`IDLE`].
+    pub fn get(&self, key: &Key) -> Option<Channel> {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        match e.get_mut(key) {
+            Some((c, used)) if now.duration_since(*used) < IDLE => {
+                *used = now;
+                Some(c.clone())
+            }
+            Some(_) => {
+                e.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Pools `channel` for `key`, dropping idle entries and, at [`MAX_CHANNELS`], the
+    /// least recently used one.
+    pub fn put(&self, key: Key, channel: Channel) {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        e.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
+        if e.len() >= MAX_CHANNELS
+            && !e.contains_key(&key)
+            && let Some(oldest) = e
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+        {
+            e.remove(&oldest);
+        }
+        e.insert(key, (channel, now));
+    }
+
+    /// Drops every channel unused for [`IDLE`], closing its connection (the last clone
+    /// of a tonic channel going ends its connection task). Run every [`PRUNE_EVERY`] by
+    /// [`Pool::prune_forever`], so an idle channel closes within `IDLE + PRUNE_EVERY`
+    /// also when no later hook comes.
+    pub fn prune(&self) {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        e.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
+    }
+
+    /// [`Pool::prune`] every [`PRUNE_EVERY`], for as long as the pool lives.
+    pub async fn prune_forever(pool: std::sync::Weak<Self>) {
+        loop {
+            tokio::time::sleep(PRUNE_EVERY).await;
+            match pool.upgrade() {
+                Some(p) => p.prune(),
+                None => return,
+            }
+        }
+    }
+
+    /// Drops the channel for `key` (its connection failed): the next call connects anew.
+    pub fn evict(&self, key: &Key) {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        e.remove(key);
+    }
+
+    /// Number of pooled channels.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// True when no channel is pooled.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(cert: &str) -> TlsIdentity {
+        TlsIdentity {
+            ca: b"ca".to_vec(),
+            cert: cert.as_bytes().to_vec(),
+            key: b"key".to_vec(),
+            server_name: "node-a".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn keyed_by_identity_bounded_and_evicted() {
+        let ch = || Channel::from_static("http://127.0.0.1:9").connect_lazy();
+        let pool = Pool::default();
+        let k = Key::new("10.0.0.1:9444", &id("cert-1"));
+        assert!(pool.get(&k).is_none());
+        pool.put(k.clone(), ch());
+        assert!(pool.get(&k).is_some());
+        // a rotated certificate is another key: it connects anew
+        let rotated = Key::new("10.0.0.1:9444", &id("cert-2"));
+        assert_ne!(k, rotated);
+        assert!(pool.get(&rotated).is_none());
+        // the digest is of the parts, not of their concatenation
+        let shifted = TlsIdentity {
+            ca: b"cac".to_vec(),
+            cert: b"ert-1".to_vec(),
+            ..id("")
+        };
+        assert_ne!(Key::new("10.0.0.1:9444", &shifted), k);
+        pool.evict(&k);
+        assert!(pool.get(&k).is_none());
+        for i in 0..MAX_CHANNELS + 5 {
+            pool.put(
+                Key::new(&format!("10.0.{}.{}:9444", i / 256, i % 256), &id("c")),
+                ch(),
+            );
+        }
+        assert_eq!(pool.len(), MAX_CHANNELS);
+        // the first ones put were the least recently used: they went
+        assert!(pool.get(&Key::new("10.0.0.0:9444", &id("c"))).is_none());
+        assert!(pool.get(&Key::new("10.0.4.4:9444", &id("c"))).is_some());
+    }
+}

@@ -1,0 +1,923 @@
+//! Symlink-safe, dir-fd relative access to the node's file system under a sysroot.
+//!
+//! Every host path the agent touches goes through a [`Sysroot`] (default `/`), so tests run
+//! unprivileged on a copy of a node in a temporary directory and the same code runs on a
+//! real node. Paths are absolute node paths (`/etc/default/grub`); each component is opened
+//! relative to its parent's file descriptor with `O_NOFOLLOW`, so no symlink is ever
+//! followed inside a managed path and nothing escapes the sysroot (the approach of bootc's
+//! cap-std-ext, done with `openat(2)` directly so the symlink rule covers every component).
+//!
+//! Durable writes follow DESIGN §3.1: a temporary file in the target's directory, write,
+//! explicit `fchown` then `fchmod` (chown clears setuid/setgid, and umask never matters),
+//! `fsync`, `renameat` over the target, `fsync` of the directory.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+mod follow;
+mod trusted;
+
+/// Errors of sysroot access; each names the node path.
+#[derive(Debug, thiserror::Error)]
+pub enum SysrootError {
+    /// The path is not absolute and normalized.
+    #[error("{path}: not an absolute, normalized path (no '.', '..', '//' or trailing '/')")]
+    BadPath {
+        /// The offending path.
+        path: String,
+    },
+    /// A component of the path is a symlink; inplaced never follows symlinks in managed paths.
+    #[error("{path}: is a symlink; inplaced never follows symlinks in managed paths")]
+    Symlink {
+        /// The symlink's node path.
+        path: String,
+    },
+    /// A parent component exists but is not a directory.
+    #[error("{path}: is a {kind}, not a directory")]
+    NotADirectory {
+        /// The offending component's node path.
+        path: String,
+        /// What it is ("regular file", ...).
+        kind: &'static str,
+    },
+    /// Any other I/O error.
+    #[error("{path}: {op}: {error}")]
+    Io {
+        /// Node path.
+        path: String,
+        /// What was being done ("read", "rename", ...).
+        op: &'static str,
+        /// The OS error (part of the message, so not repeated as a cause).
+        error: io::Error,
+    },
+}
+
+impl SysrootError {
+    /// The same error with `prefix` written before its path: the state directory opens
+    /// itself as a sysroot, and its errors must name the full path
+    /// (`/var/lib/inplaced/applied-spec.pb`, not `/applied-spec.pb`).
+    pub fn prefixed(self, prefix: &Path) -> SysrootError {
+        let full = |p: String| format!("{}{p}", prefix.display());
+        match self {
+            SysrootError::BadPath { path } => SysrootError::BadPath { path: full(path) },
+            SysrootError::Symlink { path } => SysrootError::Symlink { path: full(path) },
+            SysrootError::NotADirectory { path, kind } => SysrootError::NotADirectory {
+                path: full(path),
+                kind,
+            },
+            SysrootError::Io { path, op, error } => SysrootError::Io {
+                path: full(path),
+                op,
+                error,
+            },
+        }
+    }
+
+    /// True for ENOSPC or EDQUOT (a full file system or quota) and EROFS (read-only).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, SysrootError::Io { error, .. }
+            if matches!(error.raw_os_error(), Some(28 | 122 | 30)))
+    }
+}
+
+/// The start of the temporary file names of `name` (`.<name>.inplaced-`); for a name too
+/// long to take the suffix within NAME_MAX (255 bytes), its hash stands in for it.
+fn temp_prefix(name: &str) -> String {
+    if name.len() <= 200 {
+        format!(".{name}.inplaced-")
+    } else {
+        format!(
+            ".{}.inplaced-",
+            &crate::digest::sha256_hex(name.as_bytes())[..32]
+        )
+    }
+}
+
+/// Result alias for sysroot operations.
+pub type Result<T> = std::result::Result<T, SysrootError>;
+
+thread_local! {
+    static FSYNCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// `fsync(2)` of `fd`, counted for [`fsyncs_on_this_thread`]. Every durable barrier of the
+/// agent (node files and its state directory) goes through here.
+pub fn fsync(fd: impl std::os::fd::AsFd) -> rustix::io::Result<()> {
+    FSYNCS.with(|c| c.set(c.get() + 1));
+    rustix::fs::fsync(fd)
+}
+
+/// How many [`fsync`]s this thread has made. An operation runs on one thread, so the
+/// difference across it is the operation's durable barriers (logged when it settles).
+pub fn fsyncs_on_this_thread() -> u64 {
+    FSYNCS.with(std::cell::Cell::get)
+}
+
+fn io_err(path: &str, op: &'static str, e: impl Into<io::Error>) -> SysrootError {
+    SysrootError::Io {
+        path: path.to_string(),
+        op,
+        error: e.into(),
+    }
+}
+
+/// What kind of file system object a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (never followed).
+    Symlink,
+    /// Device, fifo or socket.
+    Other,
+}
+
+impl Kind {
+    /// Human name ("regular file", "directory", ...).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::File => "regular file",
+            Kind::Dir => "directory",
+            Kind::Symlink => "symlink",
+            Kind::Other => "special file",
+        }
+    }
+}
+
+/// Metadata of one path (not following a final symlink).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Object kind.
+    pub kind: Kind,
+    /// Permission bits including setuid/setgid/sticky (mask 0o7777).
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+    /// Size in bytes.
+    pub len: u64,
+}
+
+/// A file's identity and change times ([`Sysroot::stamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp([u64; 7]);
+
+impl Stamp {
+    /// True when the file's content was modified less than `secs` seconds before `now`
+    /// (Unix seconds), or in the future. File times come from a coarse clock (a jiffy),
+    /// so a rewrite that soon after the stamp was taken may leave it equal; what is
+    /// derived from such a file is not cached (git's "racily clean" rule).
+    pub fn is_recent(&self, now: u64, secs: u64) -> bool {
+        self.0[3].saturating_add(secs) > now
+    }
+}
+
+/// State of the parents of a path, for coverage before anything is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parents {
+    /// Every parent exists and is a directory.
+    Present,
+    /// Parents from this node path on are missing (would be created 0755 root:root).
+    Missing(String),
+    /// A parent is not a directory or is a symlink: the path can never be written.
+    Conflict(SysrootConflict),
+}
+
+/// Why a path can not be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysrootConflict {
+    /// The node path of the conflicting component.
+    pub path: String,
+    /// What it is.
+    pub kind: Kind,
+}
+
+impl std::fmt::Display for SysrootConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Kind::Symlink => write!(
+                f,
+                "parent {} is a symlink; inplaced never follows symlinks in managed paths",
+                self.path
+            ),
+            k => write!(
+                f,
+                "parent {} is a {}, not a directory",
+                self.path,
+                k.describe()
+            ),
+        }
+    }
+}
+
+/// What [`Sysroot::probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// The path or one of its parents is absent.
+    Absent,
+    /// A parent is not a directory (or is a symlink).
+    ParentConflict(SysrootConflict),
+    /// The path exists; `content` is read for regular files within the size limit.
+    Present {
+        /// Metadata (not following a final symlink).
+        entry: Entry,
+        /// The content, for a regular file no larger than the limit.
+        content: Option<Vec<u8>>,
+    },
+}
+
+/// Validates that `path` is absolute and normalized and returns its components.
+///
+/// Errors: [`SysrootError::BadPath`] for relative paths, `.`/`..`/empty components, a
+/// trailing `/`, or NUL bytes.
+pub fn components(path: &str) -> Result<Vec<&str>> {
+    let bad = || SysrootError::BadPath {
+        path: path.to_string(),
+    };
+    let rest = path.strip_prefix('/').ok_or_else(bad)?;
+    if rest.is_empty() {
+        return Ok(Vec::new());
+    }
+    let parts: Vec<&str> = rest.split('/').collect();
+    if path.contains('\0')
+        || parts
+            .iter()
+            .any(|c| c.is_empty() || *c == "." || *c == "..")
+    {
+        return Err(bad());
+    }
+    Ok(parts)
+}
+
+fn kind_of(st: &rustix::fs::Stat) -> Kind {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => Kind::File,
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+fn entry_of(st: &rustix::fs::Stat) -> Entry {
+    Entry {
+        kind: kind_of(st),
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        len: st.st_size as u64,
+    }
+}
+
+fn join(parts: &[&str]) -> String {
+    format!("/{}", parts.join("/"))
+}
+
+/// A node's root file system, opened once as a directory fd.
+#[derive(Debug)]
+pub struct Sysroot {
+    path: PathBuf,
+    root: OwnedFd,
+    failpoints: bool,
+}
+
+/// What is on stable storage when a write returns (see [`Sysroot::write_atomic_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The content and the new name: fsync of the file, then of its directory.
+    Durable,
+    /// The content only (fsync of the file); the rename becomes durable with the next
+    /// fsync of the directory, which the caller does once for a batch of writes.
+    ContentOnly,
+    /// Nothing is fsynced: for state a crash may lose (the old file stays readable).
+    Lazy,
+}
+
+impl Sysroot {
+    /// Opens `path` (the node's `/`, or a copy of a node in tests).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let root = rustix::fs::open(
+            &path,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(&path.display().to_string(), "open sysroot", e))?;
+        Ok(Sysroot {
+            path,
+            root,
+            failpoints: true,
+        })
+    }
+
+    /// The same, without the `write-temp` failpoint (for the agent's own state files, so
+    /// that failpoints name steps on the node).
+    pub fn without_failpoints(mut self) -> Self {
+        self.failpoints = false;
+        self
+    }
+
+    /// The sysroot's host path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True when the sysroot is the live host's `/`.
+    pub fn is_host_root(&self) -> bool {
+        self.path == Path::new("/")
+    }
+
+    /// Opens the directory made of `parts` without following symlinks.
+    /// Returns `Ok(None)` if a component is missing.
+    fn open_dir(&self, parts: &[&str]) -> Result<Option<OwnedFd>> {
+        let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
+        for (i, c) in parts.iter().enumerate() {
+            match rustix::fs::openat(
+                &fd,
+                *c,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(next) => fd = next,
+                Err(rustix::io::Errno::NOENT) => return Ok(None),
+                Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
+                    let p = join(&parts[..=i]);
+                    let st = rustix::fs::statat(&fd, *c, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(|e| io_err(&p, "stat", e))?;
+                    return Err(match kind_of(&st) {
+                        Kind::Symlink => SysrootError::Symlink { path: p },
+                        k => SysrootError::NotADirectory {
+                            path: p,
+                            kind: k.describe(),
+                        },
+                    });
+                }
+                Err(e) => return Err(io_err(&join(&parts[..=i]), "open", e)),
+            }
+        }
+        Ok(Some(fd))
+    }
+
+    /// Metadata of `path` without following symlinks; `Ok(None)` if it (or a parent) is absent.
+    pub fn stat(&self, path: &str) -> Result<Option<Entry>> {
+        Ok(self.lstat(path)?.map(|st| entry_of(&st)))
+    }
+
+    /// The raw `lstat` of `path` (the root itself for `/`); `Ok(None)` if it is absent.
+    fn lstat(&self, path: &str) -> Result<Option<rustix::fs::Stat>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            let st = rustix::fs::fstat(&self.root).map_err(|e| io_err("/", "stat", e))?;
+            return Ok(Some(st));
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(None);
+        };
+        match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_err(path, "stat", e)),
+        }
+    }
+
+    /// What changes when a file is replaced or rewritten: device, inode, size, and the
+    /// modification and status-change times (ns), of `path` itself (not followed);
+    /// `Ok(None)` if it is absent. Equal stamps mean the same file, unchanged, for
+    /// caching what is derived from it (the kubelet's `--version`).
+    // the stat fields' integer types differ between architectures
+    #[allow(clippy::unnecessary_cast)]
+    pub fn stamp(&self, path: &str) -> Result<Option<Stamp>> {
+        Ok(self.lstat(path)?.map(|st| {
+            Stamp([
+                st.st_dev,
+                st.st_ino,
+                st.st_size as u64,
+                st.st_mtime as u64,
+                st.st_mtime_nsec as u64,
+                st.st_ctime as u64,
+                st.st_ctime_nsec as u64,
+            ])
+        }))
+    }
+
+    /// Looks at `path` in one walk from the root (each parent opened once, `O_NOFOLLOW`):
+    /// whether a parent is missing or in conflict, the path's metadata, and the content of a
+    /// regular file no larger than `max_read` bytes. This is what coverage needs per file,
+    /// at the cost of one `openat` per component.
+    pub fn probe(&self, path: &str, max_read: u64) -> Result<Probe> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
+        for (i, c) in parents.iter().enumerate() {
+            match rustix::fs::openat(
+                &fd,
+                *c,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(next) => fd = next,
+                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
+                    let p = join(&parts[..=i]);
+                    let st = match rustix::fs::statat(&fd, *c, AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => st,
+                        // removed since the open: absent
+                        Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                        Err(e) => return Err(io_err(&p, "stat", e)),
+                    };
+                    return Ok(Probe::ParentConflict(SysrootConflict {
+                        path: p,
+                        kind: kind_of(&st),
+                    }));
+                }
+                Err(e) => return Err(io_err(&join(&parts[..=i]), "open", e)),
+            }
+        }
+        // The file may be unlinked, or replaced by a rename, between the stat and the open
+        // (an apply running beside a coverage call): a name that is gone is absent, and a
+        // name replaced under us is looked at once more, so that the metadata returned is
+        // always that of the content read (fstat of the opened file).
+        for _ in 0..2 {
+            let st = match rustix::fs::statat(&fd, *name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                Err(e) => return Err(io_err(path, "stat", e)),
+            };
+            let entry = entry_of(&st);
+            if entry.kind != Kind::File || entry.len > max_read {
+                return Ok(Probe::Present {
+                    entry,
+                    content: None,
+                });
+            }
+            let file = match rustix::fs::openat(
+                &fd,
+                *name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(file) => file,
+                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                // replaced by a symlink since the stat: look again
+                Err(rustix::io::Errno::LOOP) => continue,
+                Err(e) => return Err(io_err(path, "open", e)),
+            };
+            let st = rustix::fs::fstat(&file).map_err(|e| io_err(path, "stat", e))?;
+            let opened = entry_of(&st);
+            if opened.kind != Kind::File || opened.len > max_read {
+                // replaced by a directory, a device or a larger file since the stat
+                continue;
+            }
+            let mut f = std::fs::File::from(file);
+            let mut buf = Vec::with_capacity(opened.len as usize);
+            (&mut f)
+                .take(max_read + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| io_err(path, "read", e))?;
+            if buf.len() as u64 > max_read {
+                continue;
+            }
+            return Ok(Probe::Present {
+                entry: opened,
+                content: Some(buf),
+            });
+        }
+        // replaced twice in a row while being looked at: not an observation, ask again
+        Err(io_err(
+            path,
+            "read",
+            io::Error::other("replaced twice while being read; ask again"),
+        ))
+    }
+
+    /// Checks the parents of `path` before a write: present, missing from some point, or in
+    /// conflict (a regular file or a symlink where a directory is needed).
+    pub fn parents(&self, path: &str) -> Result<Parents> {
+        let parts = components(path)?;
+        let n = parts.len().saturating_sub(1);
+        for i in 0..n {
+            let p = join(&parts[..=i]);
+            match self.stat(&p) {
+                Ok(None) => return Ok(Parents::Missing(p)),
+                Ok(Some(e)) if e.kind == Kind::Dir => {}
+                Ok(Some(e)) => {
+                    return Ok(Parents::Conflict(SysrootConflict {
+                        path: p,
+                        kind: e.kind,
+                    }));
+                }
+                Err(SysrootError::Symlink { path }) => {
+                    return Ok(Parents::Conflict(SysrootConflict {
+                        path,
+                        kind: Kind::Symlink,
+                    }));
+                }
+                Err(SysrootError::NotADirectory { path, .. }) => {
+                    return Ok(Parents::Conflict(SysrootConflict {
+                        path,
+                        kind: Kind::File,
+                    }));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Parents::Present)
+    }
+
+    /// Reads a regular file without following symlinks; `Ok(None)` if absent.
+    pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let Some(mut f) = self.open_read(path)? else {
+            return Ok(None);
+        };
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)
+            .map_err(|e| io_err(path, "read", e))?;
+        Ok(Some(buf))
+    }
+
+    /// Opens a regular file for reading without following symlinks (a large file is
+    /// then streamed, never held in memory); `Ok(None)` if absent.
+    pub fn open_read(&self, path: &str) -> Result<Option<std::fs::File>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(None);
+        };
+        // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are
+        // read (a FIFO, socket or device named like a config file is an error, never a
+        // hang or an endless read)
+        let fd = match rustix::fs::openat(
+            &dir,
+            *name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(rustix::io::Errno::LOOP) => {
+                return Err(SysrootError::Symlink {
+                    path: path.to_string(),
+                });
+            }
+            Err(e) => return Err(io_err(path, "open", e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "stat", e))?;
+        if kind_of(&st) != Kind::File {
+            return Err(io_err(path, "read", io::Error::other("not a regular file")));
+        }
+        Ok(Some(std::fs::File::from(fd)))
+    }
+
+    /// Reads a UTF-8 text file; `Ok(None)` if absent. Invalid UTF-8 is an I/O error.
+    pub fn read_string(&self, path: &str) -> Result<Option<String>> {
+        match self.read(path)? {
+            None => Ok(None),
+            Some(b) => String::from_utf8(b).map(Some).map_err(|_| {
+                io_err(
+                    path,
+                    "read",
+                    io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"),
+                )
+            }),
+        }
+    }
+
+    /// Target of the symlink at `path` (not followed); `Ok(None)` if `path` is absent or
+    /// not a symlink.
+    pub fn read_link(&self, path: &str) -> Result<Option<String>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(None);
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(None);
+        };
+        match rustix::fs::readlinkat(&dir, *name, Vec::new()) {
+            Ok(t) => Ok(Some(t.to_string_lossy().into_owned())),
+            Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::INVAL) => Ok(None),
+            Err(e) => Err(io_err(path, "readlink", e)),
+        }
+    }
+
+    /// Removes the temporary files [`Sysroot::write_atomic`] leaves in the directory of
+    /// `path` when the process dies between writing and renaming
+    /// (`.<name>.inplaced-<pid>-<n>.tmp`). Returns the names removed.
+    pub fn remove_stale_temps(&self, path: &str) -> Result<Vec<String>> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(Vec::new());
+        };
+        let dir_path = join(parents);
+        let prefix = temp_prefix(name);
+        let mut removed = Vec::new();
+        for n in self.list_dir(&dir_path)?.unwrap_or_default() {
+            if n.starts_with(&prefix) && n.ends_with(".tmp") {
+                let p = if parents.is_empty() {
+                    format!("/{n}")
+                } else {
+                    format!("{dir_path}/{n}")
+                };
+                if self.remove(&p)? {
+                    removed.push(p);
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Sorted names in a directory; `Ok(None)` if it is absent.
+    pub fn list_dir(&self, path: &str) -> Result<Option<Vec<String>>> {
+        let parts = components(path)?;
+        let Some(dir) = self.open_dir(&parts)? else {
+            return Ok(None);
+        };
+        let mut names = Vec::new();
+        let d = rustix::fs::Dir::read_from(&dir).map_err(|e| io_err(path, "readdir", e))?;
+        for ent in d {
+            let ent = ent.map_err(|e| io_err(path, "readdir", e))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(Some(names))
+    }
+
+    /// Opens the parent directory of `path`, creating missing directories with mode 0755
+    /// owned by root (explicit `fchmod`/`fchown`, then `fsync` of the new directory and its
+    /// parent). Returns the parent fd, the file name and the directories created.
+    fn ensure_parent<'p>(&self, path: &'p str) -> Result<(OwnedFd, &'p str, Vec<String>)> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let mut created = Vec::new();
+        let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
+        for (i, c) in parents.iter().enumerate() {
+            let p = join(&parts[..=i]);
+            let open = |fd: &OwnedFd| {
+                rustix::fs::openat(
+                    fd,
+                    *c,
+                    OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            };
+            let next = match open(&fd) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::NOENT) => {
+                    rustix::fs::mkdirat(&fd, *c, Mode::from_raw_mode(0o755))
+                        .map_err(|e| io_err(&p, "mkdir", e))?;
+                    let n = open(&fd).map_err(|e| io_err(&p, "open", e))?;
+                    set_owner_mode(&n, 0, 0, 0o755).map_err(|e| io_err(&p, "chown/chmod", e))?;
+                    fsync(&n).map_err(|e| io_err(&p, "fsync", e))?;
+                    fsync(&fd).map_err(|e| io_err(&p, "fsync parent", e))?;
+                    created.push(p.clone());
+                    n
+                }
+                Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
+                    return Err(match self.parents(path)? {
+                        Parents::Conflict(c) if c.kind == Kind::Symlink => {
+                            SysrootError::Symlink { path: c.path }
+                        }
+                        Parents::Conflict(c) => SysrootError::NotADirectory {
+                            path: c.path,
+                            kind: c.kind.describe(),
+                        },
+                        _ => io_err(&p, "open", io::Error::other("not a directory")),
+                    });
+                }
+                Err(e) => return Err(io_err(&p, "open", e)),
+            };
+            fd = next;
+        }
+        Ok((fd, name, created))
+    }
+
+    /// Writes `content` to `path` atomically and durably with exactly `mode` (0o7777 mask,
+    /// setuid/setgid/sticky included) and `uid:gid`. Missing parents are created 0755 root.
+    /// A symlink or directory at `path` is refused. Returns the directories created.
+    pub fn write_atomic(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Vec<String>> {
+        self.write_atomic_with(path, content, mode, uid, gid, Durability::Durable)
+    }
+
+    /// [`Sysroot::write_atomic`] with the barriers `durability` asks for: the rename is
+    /// atomic in every case (a reader sees the old or the new file), only what is on
+    /// stable storage when it returns differs.
+    pub fn write_atomic_with(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        durability: Durability,
+    ) -> Result<Vec<String>> {
+        self.write_atomic_from(path, &mut &content[..], mode, uid, gid, durability)
+    }
+
+    /// [`Sysroot::write_atomic_with`] with the content streamed from `src` (copied
+    /// through a fixed-size buffer: memory does not grow with the content's size).
+    pub fn write_atomic_from(
+        &self,
+        path: &str,
+        src: &mut dyn std::io::Read,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        durability: Durability,
+    ) -> Result<Vec<String>> {
+        let (dir, name, created) = self.ensure_parent(path)?;
+        self.write_in_dir(&dir, name, path, src, (mode, uid, gid), durability)?;
+        Ok(created)
+    }
+
+    /// Writes what `src` reads as `name` in `dir` (node path `path`), streamed through
+    /// a fixed-size buffer: a unique `O_EXCL` temporary, owner and mode, fsync, rename; a
+    /// symlink or non-file at `path` refused.
+    fn write_in_dir(
+        &self,
+        dir: &OwnedFd,
+        name: &str,
+        path: &str,
+        src: &mut dyn std::io::Read,
+        (mode, uid, gid): (u32, u32, u32),
+        durability: Durability,
+    ) -> Result<()> {
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if kind_of(&st) == Kind::Symlink => {
+                return Err(SysrootError::Symlink {
+                    path: path.to_string(),
+                });
+            }
+            Ok(st) if kind_of(&st) != Kind::File => {
+                return Err(SysrootError::NotADirectory {
+                    path: path.to_string(),
+                    kind: kind_of(&st).describe(),
+                });
+            }
+            _ => {}
+        }
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp_name = format!("{}{}-{seq}.tmp", temp_prefix(name), std::process::id());
+        let fd = rustix::fs::openat(
+            dir,
+            tmp_name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_err(path, "create temporary file", e))?;
+        let cleanup = |e: SysrootError| {
+            let _ = rustix::fs::unlinkat(dir, tmp_name.as_str(), AtFlags::empty());
+            e
+        };
+        let mut f = std::fs::File::from(fd);
+        std::io::copy(src, &mut f).map_err(|e| cleanup(io_err(path, "write", e)))?;
+        set_owner_mode(&f, uid, gid, mode).map_err(|e| cleanup(io_err(path, "chown/chmod", e)))?;
+        if durability != Durability::Lazy {
+            fsync(&f).map_err(|e| cleanup(io_err(path, "fsync", e)))?;
+        }
+        drop(f);
+        if self.failpoints {
+            crate::failpoint::hit("write-temp");
+        }
+        rustix::fs::renameat(dir, tmp_name.as_str(), dir, name)
+            .map_err(|e| cleanup(io_err(path, "rename", e)))?;
+        if durability == Durability::Durable {
+            fsync(dir).map_err(|e| io_err(path, "fsync directory", e))?;
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the directory `path` (making the renames and unlinks in it durable); an
+    /// absent directory is not an error (nothing in it to make durable).
+    pub fn sync_dir(&self, path: &str) -> Result<()> {
+        let parts = components(path)?;
+        if let Some(dir) = self.open_dir(&parts)? {
+            fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the regular file at `path` without fsyncing its directory: the caller
+    /// fsyncs each directory once ([`Sysroot::sync_dir`]) before anything that depends on
+    /// the removal being durable. `Ok(false)` if absent.
+    pub fn remove_deferred(&self, path: &str) -> Result<bool> {
+        self.remove_with(path, false)
+    }
+
+    /// Removes the regular file at `path` and fsyncs its directory. `Ok(false)` if absent.
+    pub fn remove(&self, path: &str) -> Result<bool> {
+        self.remove_with(path, true)
+    }
+
+    fn remove_with(&self, path: &str, sync: bool) -> Result<bool> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(false);
+        };
+        match rustix::fs::unlinkat(&dir, *name, AtFlags::empty()) {
+            Ok(()) => {
+                if sync {
+                    fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+                }
+                Ok(true)
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(io_err(path, "unlink", e)),
+        }
+    }
+
+    /// Removes the directory at `path` if it is empty; `Ok(false)` if it is absent or not
+    /// empty. Its parent is fsynced.
+    pub fn remove_dir_if_empty(&self, path: &str) -> Result<bool> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(false);
+        };
+        let Some(dir) = self.open_dir(parents)? else {
+            return Ok(false);
+        };
+        match rustix::fs::unlinkat(&dir, *name, AtFlags::REMOVEDIR) {
+            Ok(()) => {
+                fsync(&dir).map_err(|e| io_err(path, "fsync directory", e))?;
+                Ok(true)
+            }
+            Err(rustix::io::Errno::NOENT)
+            | Err(rustix::io::Errno::NOTEMPTY)
+            | Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(e) => Err(io_err(path, "rmdir", e)),
+        }
+    }
+
+    /// Writes `content` into an existing file in place (no rename), for kernel interfaces
+    /// such as `/proc/sys/...` that can not be replaced. The file must exist.
+    pub fn write_in_place(&self, path: &str, content: &[u8]) -> Result<()> {
+        let parts = components(path)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(SysrootError::BadPath {
+                path: path.to_string(),
+            });
+        };
+        let dir = self
+            .open_dir(parents)?
+            .ok_or_else(|| io_err(path, "open", io::Error::from(io::ErrorKind::NotFound)))?;
+        let fd = rustix::fs::openat(
+            &dir,
+            *name,
+            OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(path, "open", e))?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(content).map_err(|e| io_err(path, "write", e))?;
+        Ok(())
+    }
+}
+
+/// `fchown` (only as root, or when the ids differ from the file's) then `fchmod`, so the
+/// setuid/setgid bits that chown clears are set last and the mode never depends on umask.
+fn set_owner_mode(fd: impl AsFd, uid: u32, gid: u32, mode: u32) -> io::Result<()> {
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::process::geteuid().is_root() || st.st_uid != uid || st.st_gid != gid {
+        rustix::fs::fchown(
+            &fd,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        )?;
+    }
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

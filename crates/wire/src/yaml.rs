@@ -1,0 +1,344 @@
+//! The NodeSpec file form: YAML with camelCase keys, like a Kubernetes object's spec.
+//!
+//! ```yaml
+//! files:
+//!   - path: /etc/sysctl.d/90-tuning.conf
+//!     content: |
+//!       vm.max_map_count = 262144
+//!     mode: "0644"          # quoted octal string; an unquoted number is refused
+//!     owner: root           # or "etcd:etcd", or numeric ids
+//! kubelet:
+//!   config: {maxPods: 250}  # partial KubeletConfiguration
+//!   flags: {max-pods: "250"}
+//! kernelArgs: [isolcpus=2-7, nohz_full=2-7]
+//! sysctls: {vm.max_map_count: "262144"}
+//! ntp:
+//!   servers: [ntp1.example.com, ntp2.example.com]
+//! kubernetes:
+//!   version: v1.35.2        # upgraded in place with kubeadm
+//! dropins:                  # NodeSpec drop-ins kept in /etc/inplaced/node.d
+//!   - name: 10-tuning.yaml
+//!     content: |
+//!       sysctls: {vm.swappiness: "10"}
+//! ```
+//!
+//! Unknown keys are refused (a misspelt section must not be silently ignored). `mode` must
+//! be a quoted octal string: YAML 1.1 parsers (go-yaml v2, PyYAML) read an unquoted `0644`
+//! as octal 420 while YAML 1.2 parsers read it as decimal 644, so the same file would mean
+//! two different modes.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::names::SpecError;
+use crate::pb;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlSpec {
+    #[serde(default)]
+    files: Vec<YamlFile>,
+    #[serde(default)]
+    kubelet: Option<YamlKubelet>,
+    #[serde(default)]
+    kernel_args: Vec<String>,
+    #[serde(default)]
+    sysctls: BTreeMap<String, Value>,
+    #[serde(default)]
+    ntp: Option<YamlNtp>,
+    #[serde(default)]
+    kubernetes: Option<YamlKubernetes>,
+    #[serde(default)]
+    dropins: Vec<YamlDropIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlKubernetes {
+    #[serde(default)]
+    version: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlNtp {
+    #[serde(default)]
+    servers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlDropIn {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    content: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlFile {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    content_base64: Option<String>,
+    #[serde(default)]
+    mode: Option<Value>,
+    #[serde(default)]
+    owner: Option<Value>,
+    #[serde(default)]
+    group: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct YamlKubelet {
+    #[serde(default)]
+    config: Option<Value>,
+    #[serde(default)]
+    flags: BTreeMap<String, Value>,
+}
+
+/// Parses an octal mode string ("0640", "1777", "644").
+///
+/// Errors name `field` and explain the quoting rule when given a YAML number.
+pub fn parse_mode(field: &str, v: &Value) -> Result<u32, SpecError> {
+    match v {
+        Value::String(s) => {
+            let digits = s.strip_prefix("0o").unwrap_or(s);
+            if !(3..=5).contains(&digits.len()) || !digits.chars().all(|c| ('0'..='7').contains(&c))
+            {
+                return Err(SpecError::new(
+                    field,
+                    format!("{s:?} is not an octal mode; write it like \"0644\" or \"1777\""),
+                ));
+            }
+            let m = u32::from_str_radix(digits, 8).unwrap_or(u32::MAX);
+            if m > 0o7777 {
+                return Err(SpecError::new(
+                    field,
+                    format!("{s:?} has bits beyond 07777; write permission bits like \"0644\""),
+                ));
+            }
+            Ok(m)
+        }
+        Value::Number(n) => {
+            let shown = match n.as_f64() {
+                Some(f) if f.fract() == 0.0 && f >= 0.0 => format!("{f:.0}"),
+                _ => n.to_string(),
+            };
+            Err(SpecError::new(
+                field,
+                format!(
+                    "got the unquoted number {shown}; write the mode as a quoted octal string such as \"{shown:0>4}\". \
+                     YAML 1.1 reads an unquoted 0644 as octal (420) and YAML 1.2 as decimal 644, so an unquoted mode is ambiguous"
+                ),
+            ))
+        }
+        other => Err(SpecError::new(
+            field,
+            format!("expected a quoted octal string such as \"0644\", got {other}"),
+        )),
+    }
+}
+
+fn scalar_string(field: &str, v: &Value) -> Result<String, SpecError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        other => Err(SpecError::new(
+            field,
+            format!("expected a string, number or boolean, got {other}"),
+        )),
+    }
+}
+
+/// Parses the YAML file form into the wire form. Syntax errors and unknown keys come back
+/// as a [`SpecError`] whose field is `spec` with the parser's line and column.
+///
+/// ```
+/// let spec = inplaced::spec::yaml::parse("kernelArgs: [isolcpus=2-7]\nfiles:\n- path: /etc/x\n  mode: \"0640\"\n").unwrap();
+/// assert_eq!(spec.kernel_args, vec!["isolcpus=2-7"]);
+/// assert_eq!(spec.files[0].mode, Some(0o640));
+///
+/// let err = inplaced::spec::yaml::parse("files:\n- path: /etc/x\n  mode: 644\n").unwrap_err();
+/// assert_eq!(err.field, "files[0].mode");
+/// ```
+pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
+    let y: YamlSpec = if text.trim().is_empty() {
+        YamlSpec {
+            files: vec![],
+            kubelet: None,
+            kernel_args: vec![],
+            sysctls: BTreeMap::new(),
+            ntp: None,
+            kubernetes: None,
+            dropins: vec![],
+        }
+    } else {
+        // No source snippet in the error: a drop-in or spec file may hold secrets, and
+        // errors reach logs, status problems and CAPI messages. Line and column stay.
+        serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
+            .map_err(|e| SpecError::new("spec", e.to_string()))?
+    };
+    let mut out = pb::NodeSpec::default();
+    for (i, f) in y.files.into_iter().enumerate() {
+        let field = format!("files[{i}]");
+        let content = match (f.content, f.content_base64) {
+            (Some(_), Some(_)) => {
+                return Err(SpecError::new(
+                    format!("{field}.contentBase64"),
+                    "give either content or contentBase64, not both",
+                ));
+            }
+            (Some(c), None) => c.into_bytes(),
+            (None, Some(b)) => base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .map_err(|_| {
+                    // No detail: the decoder's message quotes a byte of the content.
+                    SpecError::new(
+                        format!("{field}.contentBase64"),
+                        "not valid base64 (standard alphabet, padded)",
+                    )
+                })?,
+            (None, None) => Vec::new(),
+        };
+        let mode = f
+            .mode
+            .as_ref()
+            .map(|m| parse_mode(&format!("{field}.mode"), m))
+            .transpose()?;
+        let owner = f
+            .owner
+            .as_ref()
+            .map(|v| scalar_string(&format!("{field}.owner"), v))
+            .transpose()?
+            .unwrap_or_default();
+        let group = f
+            .group
+            .as_ref()
+            .map(|v| scalar_string(&format!("{field}.group"), v))
+            .transpose()?
+            .unwrap_or_default();
+        out.files.push(pb::File {
+            path: f.path,
+            content,
+            mode,
+            owner,
+            group,
+        });
+    }
+    if let Some(k) = y.kubelet {
+        let mut kubelet = pb::Kubelet::default();
+        match k.config {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => kubelet.config = Some(crate::structs::json_to_struct(&m)),
+            Some(other) => {
+                return Err(SpecError::new(
+                    "kubelet.config",
+                    format!("expected a mapping (a partial KubeletConfiguration), got {other}"),
+                ));
+            }
+        }
+        for (name, v) in k.flags {
+            let field = format!("kubelet.flags[{name}]");
+            let value = scalar_string(&field, &v)?;
+            if name.starts_with('-') {
+                return Err(SpecError::new(
+                    field,
+                    format!(
+                        "write the flag name without leading dashes: {:?}",
+                        name.trim_start_matches('-')
+                    ),
+                ));
+            }
+            kubelet.flags.insert(name, value);
+        }
+        out.kubelet = Some(kubelet);
+    }
+    out.kernel_args = y.kernel_args;
+    for (k, v) in y.sysctls {
+        let value = scalar_string(&format!("sysctls[{k}]"), &v)?;
+        out.sysctls.insert(k, value);
+    }
+    out.ntp = y.ntp.map(|n| pb::Ntp { servers: n.servers });
+    out.kubernetes = y.kubernetes.map(|k| pb::Kubernetes { version: k.version });
+    out.dropins = y
+        .dropins
+        .into_iter()
+        .map(|d| pb::DropIn {
+            name: d.name,
+            content: d.content,
+            keep: false,
+        })
+        .collect();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_modes() {
+        let p =
+            parse("files:\n- path: /a\n  mode: \"1777\"\n- path: /b\n  mode: '0640'\n").unwrap();
+        assert_eq!(p.files[0].mode, Some(0o1777));
+        assert_eq!(p.files[1].mode, Some(0o640));
+    }
+
+    #[test]
+    fn unquoted_mode_is_refused_with_explanation() {
+        let e = parse("files:\n- path: /a\n  mode: 644\n").unwrap_err();
+        assert_eq!(e.field, "files[0].mode");
+        assert!(e.message.contains("YAML 1.1"), "{e}");
+        assert!(e.message.contains("\"0644\""), "{e}");
+    }
+
+    #[test]
+    fn unknown_section_is_refused() {
+        let e = parse("filez: []\n").unwrap_err();
+        assert!(e.to_string().contains("filez"), "{e}");
+    }
+
+    #[test]
+    fn scalars_become_strings() {
+        let p = parse("sysctls:\n  vm.max_map_count: 262144\nkubelet:\n  flags:\n    max-pods: 250\n  config:\n    maxPods: 250\n").unwrap();
+        assert_eq!(p.sysctls["vm.max_map_count"], "262144");
+        assert_eq!(p.kubelet.as_ref().unwrap().flags["max-pods"], "250");
+    }
+
+    #[test]
+    fn ntp_and_dropins() {
+        let p = parse("ntp:\n  servers: [a.example, b.example]\ndropins:\n- name: 10-x.yaml\n  content: \"sysctls: {vm.swappiness: 10}\"\n").unwrap();
+        assert_eq!(p.ntp.unwrap().servers, vec!["a.example", "b.example"]);
+        assert_eq!(p.dropins[0].name, "10-x.yaml");
+        assert_eq!(p.dropins[0].content, "sysctls: {vm.swappiness: 10}");
+        let e = parse("ntp:\n  server: [a]\n").unwrap_err();
+        assert!(e.to_string().contains("server"), "{e}");
+    }
+
+    #[test]
+    fn base64_content() {
+        let p = parse("files:\n- path: /a\n  contentBase64: aGk=\n").unwrap();
+        assert_eq!(p.files[0].content, b"hi");
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    /// A parse error names the place, never the content around it.
+    #[test]
+    fn parse_errors_quote_no_content() {
+        let text = "files:\n- path: /etc/db.env\n  content: \"DB_PASSWORD=hunter2-TOPSECRET\n";
+        let e = super::parse(text).unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(e.contains("line"), "{e}");
+    }
+}
