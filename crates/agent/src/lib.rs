@@ -1,19 +1,18 @@
-//! # inplaced
+//! # inplace-agent
 //!
-//! On-node in-place update agent for bare-metal Kubernetes nodes managed by Cluster API.
-//! It answers coverage reports (which changes of a desired [`spec::NodeSpec`] it can apply
-//! in place, with what disruption, and whether the machine is hardware-bound), applies
-//! them as crash-aware operations, and reports status over gRPC (`proto/inplace/v1`).
+//! The node agent behind `inplaced` and `inplacectl`: it answers coverage reports (which
+//! changes of a desired [`spec::NodeSpec`] it can apply in place, with what disruption,
+//! and whether the machine is hardware-bound), applies them as crash-aware operations,
+//! and reports status over gRPC (`proto/inplace/v1`).
 //!
-//! Layout (DESIGN §5, ARCHITECTURE.md): [`spec`] (NodeSpec model and YAML form), [`node`]
-//! (sysroot access and facts), [`sections`] (one module per NodeSpec section behind the
-//! [`sections::Section`] trait), [`plan`] (coverage: the pure diff of desired, observed and
-//! applied, driven over the sections), [`bootloader`], [`kubelet`], [`cmdline`], [`ntp`] and
-//! [`sysctl`] (format editors and domain rules), [`apply`] (the agent; its operation engine
-//! is a state machine over [`phase`]), [`system`] (ServiceManager / Rebooter /
-//! CommandRunner traits), [`state`] (the state directory), [`server`] and [`client`]
-//! (gRPC), [`cli`] (the binaries); [`capi`] (CAPI in-place hook answers from coverage, no
-//! I/O) and [`extension`] (the `inplace-extension` Runtime Extension server).
+//! [`spec`] (the validated NodeSpec and the drop-in merge), [`sections`] (one module per
+//! NodeSpec section behind [`sections::Section`]), [`plan`] (observe, then the pure diff
+//! of desired, observed and applied driven over the sections), [`bootloader`] (the
+//! kernel-argument backends over the `inplace_formats` editors), [`kubernetes`] (version
+//! upgrades: sources, download, signatures, steps), [`apply`] (the agent and its operation
+//! engine), [`state`] (the state directory), [`server`] (the gRPC service), [`config`]
+//! (the agent's TOML), [`metrics`] and [`cli`] (the two front ends). Below it:
+//! `inplace_edge`, `inplace_node`, `inplace_formats`, `inplace_wire` (ARCHITECTURE.md).
 #![warn(missing_docs)]
 
 pub mod apply;

@@ -48,7 +48,7 @@ impl Daemon {
 /// Picks the time daemon given which node paths exist. Errors say what was looked for.
 ///
 /// ```
-/// use inplaced::ntp;
+/// use inplace_formats::ntp;
 /// let d = ntp::detect(|p| p == "/etc/chrony/chrony.conf").unwrap();
 /// assert_eq!(d.unit, "chrony.service");
 /// assert!(ntp::detect(|_| false).unwrap_err().contains("/etc/chrony.conf"));
@@ -121,7 +121,7 @@ fn source_name(line: &str) -> Option<&str> {
 ///
 /// ```
 /// let text = "# c\npool 2.pool.ntp.org iburst\ndriftfile /x\nserver a\n";
-/// let out = inplaced::ntp::chrony_edit(text, &["n1".into(), "a".into()]);
+/// let out = inplace_formats::ntp::chrony_edit(text, &["n1".into(), "a".into()]);
 /// assert_eq!(out, "# c\nserver n1 iburst\nserver a\ndriftfile /x\n");
 /// ```
 pub fn chrony_edit(text: &str, servers: &[String]) -> String {

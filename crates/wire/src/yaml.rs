@@ -163,11 +163,11 @@ fn scalar_string(field: &str, v: &Value) -> Result<String, SpecError> {
 /// as a [`SpecError`] whose field is `spec` with the parser's line and column.
 ///
 /// ```
-/// let spec = inplaced::spec::yaml::parse("kernelArgs: [isolcpus=2-7]\nfiles:\n- path: /etc/x\n  mode: \"0640\"\n").unwrap();
+/// let spec = inplace_wire::yaml::parse("kernelArgs: [isolcpus=2-7]\nfiles:\n- path: /etc/x\n  mode: \"0640\"\n").unwrap();
 /// assert_eq!(spec.kernel_args, vec!["isolcpus=2-7"]);
 /// assert_eq!(spec.files[0].mode, Some(0o640));
 ///
-/// let err = inplaced::spec::yaml::parse("files:\n- path: /etc/x\n  mode: 644\n").unwrap_err();
+/// let err = inplace_wire::yaml::parse("files:\n- path: /etc/x\n  mode: 644\n").unwrap_err();
 /// assert_eq!(err.field, "files[0].mode");
 /// ```
 pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
