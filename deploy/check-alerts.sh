@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks deploy/alerts.yaml: promtool (Debian's prometheus package) validates the rules,
 # and every inplaced_* / inplace_extension_* metric name the rules use must be one the
-# binaries export (the names are read from the metric tables in src/metrics.rs and
-# src/extension/metrics.rs, which tests/metrics.rs and tests/capi.rs assert are scraped).
+# binaries export (the names are read from the metric tables in crates/agent/src/metrics.rs and
+# crates/extension/src/metrics.rs, which tests/metrics.rs and tests/capi.rs assert are scraped).
 # Then the identity rules of deploy/extension.yaml (deploy/check-extension.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ if ! command -v promtool >/dev/null; then
     apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 promtool check rules deploy/alerts.yaml
-exported=$(grep -ohE '`(inplaced|inplace_extension)_[a-z_]+`' src/metrics.rs src/extension/metrics.rs | tr -d '`' | sort -u)
+exported=$(grep -ohE '`(inplaced|inplace_extension)_[a-z_]+`' crates/agent/src/metrics.rs crates/extension/src/metrics.rs | tr -d '`' | sort -u)
 used=$(grep -oE '(inplaced|inplace_extension)_[a-z_]+' deploy/alerts.yaml | grep -v '^inplaced_prom' | sort -u)
 missing=0
 for m in $used; do

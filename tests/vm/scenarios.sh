@@ -201,7 +201,7 @@ s5_crash() {
     c=$(crash_check)
     say "after the crash: $c, operation $(op_phase vm-crash-v2 2>&1)"
     expect "every file wholly old or new, no temporary file" "$c" '^old [0-9]+ new [0-9]+ bad 0 stray 0 files 300$'
-    # src/apply/journal.rs: rolled back at the next start from its write-ahead journal, the
+    # crates/agent/src/apply/journal.rs: rolled back at the next start from its write-ahead journal, the
     # operation ends RolledBack (issue 20 §5: the phase says what happened)
     expect "interrupted operation RolledBack" "$(op_phase vm-crash-v2)" '^PHASE_ROLLED_BACK$'
     expect "interrupted operation message" "$(ctl -o json get vm-crash-v2)" '"message": ".*interrupted'
