@@ -1,4 +1,4 @@
-//! The durable barriers of an operation (issue 16 §3): each operation logs, when it
+//! The durable barriers of an operation: each operation logs, when it
 //! settles, how many fsyncs it made, and that number is the journal's documented order
 //! (`src/apply/journal.rs`) exactly: 17 + one per file written for an apply of new files
 //! into an existing directory, 20 + one per file for their removal (its pre-images). The

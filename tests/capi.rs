@@ -4,26 +4,19 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use common::Node;
 use common::capi::{Extension, Pki, fixture, one_agent};
 use common::pki::free_port;
-use inplace_extension::capi::types::Patch;
+use common::*;
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 const TOKEN: &str = "2llldv.b7bn3izenrsfazb2";
 const TOKEN_SECRET: &str = "b7bn3izenrsfazb2";
 
+/// The patch operations under `key`, `[]` when there is no patch.
 fn ops(resp: &Value, key: &str) -> Value {
-    match resp.get(key) {
-        None => json!([]),
-        Some(p) => serde_json::from_value::<Patch>(p.clone())
-            .unwrap()
-            .operations()
-            .unwrap(),
-    }
+    common::capi::patch_ops(resp, key).unwrap_or_else(|| json!([]))
 }
 
 /// The UpdateMachine request for the desired objects of a CanUpdateMachine request.
@@ -1038,7 +1031,7 @@ async fn extension_metrics_count_hooks_answers_and_agent_calls() {
         (seen.len() - 1) as f64
     );
     assert!(value("inplace_extension_agent_calls_total{result=\"ok\"}") >= 3.0);
-    // Agent RPCs per hook (issue 15 §2): CanUpdateMachine one Inspect; UpdateMachine one
+    // Agent RPCs per hook: CanUpdateMachine one Inspect; UpdateMachine one
     // Inspect per call and one Apply for the attempt it started. This node reports no
     // Kubernetes version (no kubelet binary), so the spec it applies is not the one
     // inspected (which holds the Machine's version) and is asked about once more;

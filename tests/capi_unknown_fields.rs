@@ -1,4 +1,4 @@
-//! Issue 20 §4, black box: a member the translation does not read, at any depth and on
+//! Unknown members of the CAPI types, black box: a member the translation does not read, at any depth and on
 //! either side of a changed entry, makes its unit not covered with the member's JSON
 //! pointer; an entry identical on both sides needs no node action. Every answer goes
 //! through the real extension over HTTPS to a real agent on a fixture copy, and CAPI's

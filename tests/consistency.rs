@@ -1,4 +1,4 @@
-//! A consistent read under concurrent change (issue 16 §4): coverage asked from several
+//! A consistent read under concurrent change: coverage asked from several
 //! clients while operations create and delete many files never fails. A file that
 //! disappears between two reads is a state of the node (absent), not an internal error.
 

@@ -1,4 +1,4 @@
-//! No peer can exhaust either server (issue 23 §6, §7): the real `inplaced` and
+//! No peer can exhaust either server: the real `inplaced` and
 //! `inplace-extension` binaries, flooded over loopback from the sources 127.0.0.2 and
 //! up (Linux accepts any 127/8 source address), every flood bounded in count and time.
 //!

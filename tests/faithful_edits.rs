@@ -1,4 +1,4 @@
-//! Faithful edits and exact reverts (issue 20 §1) for the shell-style and boot-loader
+//! Faithful edits and exact reverts for the shell-style and boot-loader
 //! formats, one property per format over generated layouts its consumer accepts:
 //! (a) the bytes the change does not touch are identical, (b) the consumer reads back the
 //! intended value (`bash` sourcing the fragment as grub-mkconfig does; systemd's

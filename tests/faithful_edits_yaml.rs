@@ -1,4 +1,4 @@
-//! Issue 20 §1 for the YAML, sysctl drop-in and chrony.conf editors, through the real
+//! Faithful edits and exact reverts for the YAML, sysctl drop-in and chrony.conf editors, through the real
 //! daemon on fixture copies (the shell-style and boot-loader formats are in
 //! `faithful_edits.rs`; the property tests of these three are next to their editors): each
 //! edited format keeps the bytes the change does not touch, writes the changed value in the

@@ -6,14 +6,12 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
-
-use sha2::Digest;
-
 use common::k8s::{Mirror, binaries, install_standins, url_config};
-use common::{Node, apply, change, coverage, snapshot, status};
+use common::*;
 use inplace_wire::pb;
 use inplace_wire::pb::{DisruptionLevel, Phase};
+use sha2::Digest;
+use std::os::unix::fs::PermissionsExt;
 
 /// The ubuntu fixture at `version` (stand-ins in /usr/bin), the daemon running the
 /// stand-ins, `[kubernetes]` from `config`.
@@ -605,4 +603,41 @@ async fn status_asks_the_kubelet_version_once_per_binary() {
     write(&b, counting("v1.35.4"));
     assert_eq!(status(&node).await.kubernetes_version, "v1.35.4");
     assert_eq!(asked(), 6);
+}
+
+/// A kubelet reached through a directory symlink, the usual "current" layout
+/// (`/usr/bin/kubelet -> ../../opt/kube/current/kubelet`, `/opt/kube/current -> v1.35.2`):
+/// the node runs it fine and `kubelet --version` answers, but the new per-binary cache
+/// stamps every link on the way with no-follow opens of the parents, fails at the
+/// `current` directory link and reports no version at all (before the cache it was
+/// asked and shown). An empty version makes the extension leave the Machine's version out
+/// of what it applies and never see a version upgrade done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_version_through_a_directory_symlink_is_reported() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut node = Node::new("ubuntu-2404-grub");
+    common::k8s::install_standins(&mut node, "v1.34.3");
+    let dir = node.path("/opt/kube/v1.35.2");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("kubelet");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Kubernetes v1.35.2'; else exit 2; fi\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("v1.35.2", node.path("/opt/kube/current")).unwrap();
+    std::fs::remove_file(node.path("/usr/bin/kubelet")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../opt/kube/current/kubelet",
+        node.path("/usr/bin/kubelet"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(node.path("/usr/bin/kubelet"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Kubernetes v1.35.2\n");
+    node.start();
+    assert_eq!(status(&node).await.kubernetes_version, "v1.35.2");
 }

@@ -4,22 +4,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::Node;
-use common::capi::{Extension, Pki, fixture};
+use common::capi::{Extension, Pki, fixture, patch_ops as ops};
 use common::k8s::{Mirror, install_standins, url_config};
-use inplace_extension::capi::types::Patch;
+use common::*;
 use serde_json::{Value, json};
-
-fn ops(resp: &Value, key: &str) -> Option<Value> {
-    resp.get(key).map(|p| {
-        serde_json::from_value::<Patch>(p.clone())
-            .unwrap()
-            .operations()
-            .unwrap()
-    })
-}
+use std::time::{Duration, Instant};
 
 /// Scenario a's request with only the Machine's version changed, `from` → `to`.
 fn version_request(from: &str, to: &str) -> Value {
@@ -123,7 +112,7 @@ async fn a_machine_version_change_is_covered_and_applied_in_place() {
         (json!("Success"), json!(0)),
         "{again}"
     );
-    // Agent RPCs per hook (issue 15 §2): one Inspect per hook call, and the one Apply
+    // Agent RPCs per hook: one Inspect per hook call, and the one Apply
     // that started the update; the spec inspected is the one applied (the node reports
     // its version), so no other call.
     let body = common::capi::scrape(&metrics);

@@ -1,4 +1,4 @@
-//! Unknown is not empty (issue 20 §2): a running-state file the planner reads that is
+//! Unknown is not empty: a running-state file the planner reads that is
 //! absent, unreadable or empty where it can not be makes the changes that depend on it
 //! not covered, with a reason naming the file and why, and a problem in `status`; the
 //! sections that do not depend on it are served as usual. Each observation is tested

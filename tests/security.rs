@@ -4,18 +4,17 @@
 
 mod common;
 
+use common::capi::{CAPI_ID, Extension, Pki, fixture, one_agent};
+use common::pki::{ca, free_port, leaf, write};
+use common::*;
+use inplace_wire::pb;
+use rcgen::SanType;
+use serde_json::{Value, json};
 use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use common::capi::{CAPI_ID, Extension, Pki, fixture, one_agent};
-use common::pki::{ca, free_port, leaf, write};
-use common::{Node, snapshot};
-use inplace_wire::pb;
-use rcgen::SanType;
-use serde_json::{Value, json};
 
 const UPDATE: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/updatemachine/update-machine";
 const DISCOVERY: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery";
@@ -44,17 +43,6 @@ fn counting_listener() -> (String, Arc<AtomicUsize>) {
         }
     });
     (addr, n)
-}
-
-/// Peak resident memory of a process, bytes (`VmHWM`).
-fn peak_rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
 }
 
 /// CPU time of a process so far (user + system), seconds.
@@ -501,7 +489,7 @@ async fn agent_identity_matching_is_explicit() {
     let uri = |u: &str| SanType::URI(u.try_into().unwrap());
     let dns = |n: &str| SanType::DnsName(n.try_into().unwrap());
     // The class "a CN passes for a SAN entry", each member refused before any call:
-    // 1. no SAN, CN = the URI entry's text (issue 23 §1's example)
+    // 1. no SAN, CN = the URI entry's text
     let forged_uri = leaf(&client_ca, CAPI_EXT, vec![]);
     // 2. no SAN, CN = the DNS entry's text
     let forged_dns = leaf(&client_ca, "ops-admin.example.com", vec![]);

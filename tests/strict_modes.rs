@@ -1,4 +1,4 @@
-//! Issue 23 §3 and §4, black box: nothing the agent obeys as root may be writable by
+//! StrictModes, black box: nothing the agent obeys as root may be writable by
 //! another user (sshd `StrictModes`: the file and every directory up to `/` owned by root
 //! or the agent's uid, not group- or other-writable), and the metrics textfile is written
 //! like every node file (under `--root`, `O_NOFOLLOW`, a unique `O_EXCL` temporary).

@@ -380,3 +380,14 @@ pub fn one_agent(
 
 /// The prefix of a `post_bytes` body that is sent raw.
 pub const RAW: &[u8] = b"\0raw\0";
+
+/// The RFC 6902 operations of the patch under `key` of a hook response, if it has one.
+pub fn patch_ops(resp: &Value, key: &str) -> Option<Value> {
+    use inplace_extension::capi::types::Patch;
+    resp.get(key).map(|p| {
+        serde_json::from_value::<Patch>(p.clone())
+            .unwrap()
+            .operations()
+            .unwrap()
+    })
+}

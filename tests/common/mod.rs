@@ -449,3 +449,63 @@ pub async fn status(node: &Node) -> pb::NodeStatus {
         .unwrap()
         .into_inner()
 }
+
+/// Applies `yaml` as operation `id` and returns the gRPC error (the call must be refused).
+pub async fn apply_refused(node: &Node, yaml: &str, id: &str) -> tonic::Status {
+    node.client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(spec(yaml)),
+            operation_id: id.into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("apply must be refused")
+}
+
+/// Applies and returns the refusal's code and message.
+pub async fn refusal(node: &Node, yaml: &str) -> (tonic::Code, String) {
+    let e = apply_refused(node, yaml, "odd").await;
+    (e.code(), e.message().to_string())
+}
+
+/// The ids of a status's drift entries.
+pub fn drift_ids(s: &pb::NodeStatus) -> Vec<String> {
+    s.drift.iter().map(|d| d.id.clone()).collect()
+}
+
+/// The README's scenario A: a kubelet flag, a KubeletConfiguration field and a sysctl file.
+pub const SCENARIO_A: &str = include_str!("../../examples/specs/kubelet-and-sysctl.yaml");
+
+/// 20 files, a kubelet config change and a sysctl (the crash workload).
+pub fn workload() -> String {
+    let mut y = String::from("files:\n");
+    for i in 0..20 {
+        y.push_str(&format!(
+            "- path: /etc/crash/f{i:02}.conf\n  content: \"new content {i}\\n\"\n"
+        ));
+    }
+    y.push_str(
+        "- path: /etc/sysctl.d/90-tuning.conf\n  content: \"vm.max_map_count = 262144\\n\"\n",
+    );
+    y.push_str(
+        "kubelet:\n  config:\n    serializeImagePulls: false\nsysctls:\n  vm.swappiness: \"10\"\n",
+    );
+    y
+}
+
+/// The level of a disruption that must be there.
+pub fn level(d: &Option<pb::Disruption>) -> pb::DisruptionLevel {
+    pb::DisruptionLevel::try_from(d.as_ref().unwrap().level).unwrap()
+}
+
+/// Peak resident memory of a process, bytes (`VmHWM`).
+pub fn peak_rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}

@@ -275,7 +275,7 @@ mod tests {
         /// line that is not a `server`/`pool` directive stays byte for byte and in order,
         /// chronyd's sources are exactly the desired servers in order (a server already
         /// named keeps its line and options), and planning again changes nothing. The
-        /// revert restores the saved original file (tests/blackbox.rs checks the bytes).
+        /// revert restores the saved original file (tests/files.rs checks the bytes).
         #[test]
         fn chrony_layouts_keep_bytes(
             lines in proptest::collection::vec(chrony_line(), 0..8),

@@ -1,0 +1,86 @@
+//! How the extension holds its agents, black box: a pooled agent that hangs makes
+//! UpdateMachine say it is waiting for the agent (not fail the Machine), and an unused
+//! pooled channel is closed after two minutes.
+
+mod common;
+
+/// Established TCP connections from this host to local port `port` (IPv4, /proc/net/tcp).
+fn established_to(port: u16) -> usize {
+    let t = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    t.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[3] == "01" && f[2].rsplit(':').next() == Some(&format!("{port:04X}"))
+        })
+        .count()
+}
+
+/// A node that stops answering without closing its connection (hung, or gone off the
+/// network mid-reboot; here SIGSTOP): before the pool, UpdateMachine answered "waiting
+/// for the node agent: ... did not answer" (the connect timed out). With the channel
+/// pooled by an earlier hook, the call times out instead (DEADLINE_EXCEEDED) and the
+/// answer loses the "waiting for the node agent" prefix that says the node is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_machine_says_waiting_for_the_agent_when_a_pooled_agent_hangs() {
+    use common::capi::{fixture, one_agent};
+    let (_pki, node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
+    let can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let r = ext.can_update_machine(&can).await;
+    assert_eq!(r["status"], "Success", "{r}");
+    let pid = node.pid().unwrap().to_string();
+    let signal = |s: &str| {
+        std::process::Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+    let req = serde_json::json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "UpdateMachineRequest",
+        "settings": can["settings"],
+        "desired": can["desired"],
+    });
+    let r = ext.update_machine(&req).await;
+    signal("-CONT");
+    assert_eq!(r["status"], "Success", "{r}");
+    assert_eq!(r["retryAfterSeconds"], 30, "{r}");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("waiting for the node agent"),
+        "{r}"
+    );
+}
+
+/// README: the pooled channel is "closed after 2 min unused". An entry is only dropped
+/// when a later hook looks the pool up (`get` of the same key, or any `put`), so after a
+/// last hook nothing closes it: the connection (kept alive by HTTP/2 PINGs every 15 s)
+/// stays open until the agent's 30-minute connection age ends it. Takes ~2 min 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_pooled_channel_is_closed_after_two_minutes() {
+    use common::capi::{fixture, one_agent};
+    let (_pki, node, ext) = one_agent("ubuntu-2404-grub", "site-a/edge-1-cp-7xk2p", |_| {});
+    let port: u16 = std::fs::read_to_string(&node.config)
+        .unwrap()
+        .split("listen = \"127.0.0.1:")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let r = ext.can_update_machine(&can).await;
+    assert_eq!(r["status"], "Success", "{r}");
+    assert_eq!(established_to(port), 1, "the pooled connection");
+    tokio::time::sleep(std::time::Duration::from_secs(130)).await;
+    assert_eq!(
+        established_to(port),
+        0,
+        "still connected 130 s after the last hook"
+    );
+}
