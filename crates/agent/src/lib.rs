@@ -13,7 +13,6 @@
 //! engine), [`state`] (the state directory), [`server`] (the gRPC service), [`config`]
 //! (the agent's TOML), [`metrics`] and [`cli`] (the two front ends). Below it:
 //! `inplace_edge`, `inplace_node`, `inplace_formats`, `inplace_wire` (ARCHITECTURE.md).
-#![warn(missing_docs)]
 
 pub mod apply;
 pub mod bootloader;

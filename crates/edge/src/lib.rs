@@ -6,7 +6,6 @@
 //! and rate-limited log of refused peers ([`refusals`]), the agent client channel
 //! ([`client`]), logging ([`logging`]) and the process's exit and stop signals
 //! ([`process`]).
-#![warn(missing_docs)]
 
 pub mod accept;
 pub mod calls;

@@ -7,7 +7,6 @@
 //! `kubeadm-flags.env`, the field catalogue, checkpoint rules), [`grub_default`] and
 //! [`grubenv`] (GRUB), [`bls`] (Boot Loader Specification Type #1 entries), [`sysctl`]
 //! (sysctl.d) and [`ntp`] (chrony and systemd-timesyncd).
-#![warn(missing_docs)]
 
 pub mod bls;
 pub mod cmdline;

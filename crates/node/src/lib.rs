@@ -6,7 +6,6 @@
 //! `/etc/passwd` and `/etc/group`), [`facts`] (platform and preservation
 //! recommendation), [`system`] (the service manager, reboot and command seams, with
 //! recording fakes), [`digest`] and [`failpoint`] (named crash points for tests).
-#![warn(missing_docs)]
 pub mod accounts;
 pub mod digest;
 pub mod facts;

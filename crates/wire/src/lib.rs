@@ -6,7 +6,6 @@
 //! ([`limits`]), safe names and field-naming errors ([`names`]), the NodeSpec YAML file
 //! form ([`yaml`], [`structs`]) and Kubernetes versions with the skew policy
 //! ([`k8s_version`]). Nothing here does I/O.
-#![warn(missing_docs)]
 
 pub mod k8s_version;
 pub mod limits;
