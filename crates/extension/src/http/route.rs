@@ -69,7 +69,7 @@ impl Extension {
     }
 
     /// Routes one request: (HTTP status, JSON body). A hook that has not answered by
-    /// `deadline` gets the answer CAPI can act on ([`Hook::timeout_answer`]):
+    /// `deadline` gets the answer CAPI can act on (`Hook::timeout_answer`):
     /// UpdateMachine `Success` with `retryAfterSeconds` (the operation, if it started, goes
     /// on on the node, and the next call finds it), a CanUpdate hook `Failure` with the
     /// reason (CAPI retries). `values` is [`crate::budget::check`] of `body`, made once by
