@@ -56,7 +56,7 @@ struct Row {
 }
 
 impl Hook {
-    /// Every hook, in discovery order.
+    /// Every hook: discovery, then the handlers in the order discovery registers them.
     pub(crate) const ALL: [Hook; 4] = [
         Hook::Discovery,
         Hook::CanUpdateMachine,
