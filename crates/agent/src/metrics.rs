@@ -72,10 +72,9 @@ fn phase_label(p: i32) -> String {
 }
 
 /// The NodeSpec section of a change id (`files[/etc/x]` → `files`, `kubelet.flags[x]` →
-/// `kubelet`, `kernelArgs` → `kernelArgs`).
+/// `kubelet`, `kernelArgs` → `kernelArgs`): [`inplace_wire::ids::section_of`].
 pub fn section_of(id: &str) -> &str {
-    let end = id.find(['[', '.']).unwrap_or(id.len());
-    &id[..end]
+    inplace_wire::ids::section_of(id)
 }
 
 impl NodeMetrics {

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use translate::DiffUnit;
 use types::{
@@ -201,26 +202,20 @@ pub enum Capability {
 /// (which the MachineSet answer cannot see: set `update.affects_availability` then).
 pub fn capability_coverage(caps: &[Capability], units: &[DiffUnit]) -> NodeCoverage {
     let mut unavailable = std::collections::BTreeSet::new();
-    let flags: Vec<&str> = units
-        .iter()
-        .flat_map(|u| &u.ids)
-        .filter_map(|id| id.strip_prefix("kubelet.flags[")?.strip_suffix(']'))
-        .collect();
-    for f in flags {
-        if !inplace_formats::kubelet::checkpoints::kubelet_state_files(&[f], true).is_empty() {
-            unavailable.insert(format!("kubelet.flags[{f}]"));
+    for f in kubelet_flags(units) {
+        if !inplace_formats::kubelet::checkpoints::kubelet_state_files(&[f.as_str()], true)
+            .is_empty()
+        {
+            unavailable.insert(ChangeId::KubeletFlag(f).to_string());
         }
     }
     let mut changes = BTreeMap::new();
     for id in units.iter().flat_map(|u| &u.ids) {
-        let family = if id == translate::VERSION_ID {
-            Capability::KubernetesVersion
-        } else if id.starts_with("kubelet.flags[") {
-            Capability::KubeletExtraArgs
-        } else if id == "ntp" {
-            Capability::Ntp
-        } else {
-            Capability::Files
+        let family = match ChangeId::parse(id) {
+            Ok(ChangeId::KubernetesVersion) => Capability::KubernetesVersion,
+            Ok(ChangeId::KubeletFlag(_)) => Capability::KubeletExtraArgs,
+            Ok(ChangeId::Ntp) => Capability::Ntp,
+            _ => Capability::Files,
         };
         let v = if caps.contains(&family) {
             Ok(())
@@ -236,6 +231,18 @@ pub fn capability_coverage(caps: &[Capability], units: &[DiffUnit]) -> NodeCover
         unavailable,
         ..Default::default()
     }
+}
+
+/// The kubelet flags the change ids of `units` name (`kubelet.flags[<name>]`), in order.
+fn kubelet_flags<'a>(units: impl IntoIterator<Item = &'a DiffUnit>) -> Vec<String> {
+    units
+        .into_iter()
+        .flat_map(|u| &u.ids)
+        .filter_map(|id| match ChangeId::parse(id) {
+            Ok(ChangeId::KubeletFlag(f)) => Some(f),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Units split by coverage.
@@ -278,6 +285,35 @@ pub fn decide(units: Vec<DiffUnit>, cov: &NodeCoverage) -> Decision {
         }
     }
     d
+}
+
+/// What a CanUpdate answer says, decided with it (the metrics' `answer` label; the
+/// message says the same in words: "in place: ...", "not covered: ...").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Some units covered (patched), none left uncovered.
+    Covered,
+    /// Some unit not covered.
+    NotCovered,
+    /// Some unit not covered, and CAPI is asked to keep the Machine.
+    Preserve,
+    /// No differences.
+    NoChanges,
+}
+
+impl Verdict {
+    /// The verdict of decision `d`, `preserve` when CAPI is asked to keep the Machine.
+    pub fn of(d: &Decision, preserve: bool) -> Verdict {
+        if preserve {
+            Verdict::Preserve
+        } else if !d.uncovered.is_empty() {
+            Verdict::NotCovered
+        } else if !d.covered.is_empty() {
+            Verdict::Covered
+        } else {
+            Verdict::NoChanges
+        }
+    }
 }
 
 /// How an ExtensionConfig asks for preservation (`settings.preserveOnInsufficientCoverage`).
@@ -510,6 +546,17 @@ pub fn can_update_machine(
     cov: Option<&NodeCoverage>,
     mode: PreserveMode,
 ) -> CanUpdateMachineResponse {
+    can_update_machine_with_verdict(current, desired, diff, cov, mode).0
+}
+
+/// [`can_update_machine`] and its [`Verdict`].
+pub fn can_update_machine_with_verdict(
+    current: &MachineObjects,
+    desired: &MachineObjects,
+    diff: translate::Analysis,
+    cov: Option<&NodeCoverage>,
+    mode: PreserveMode,
+) -> (CanUpdateMachineResponse, Verdict) {
     let empty = NodeCoverage::default();
     let cov = cov.unwrap_or(&empty);
     let d = decide(diff.units, cov);
@@ -537,7 +584,8 @@ pub fn can_update_machine(
     } else {
         vec![]
     };
-    CanUpdateMachineResponse {
+    let verdict = Verdict::of(&d, preserve);
+    let resp = CanUpdateMachineResponse {
         api_version: API_VERSION.into(),
         kind: "CanUpdateMachineResponse".into(),
         status: Status::Success,
@@ -549,19 +597,16 @@ pub fn can_update_machine(
             .and_then(|_| affects_availability(&d.covered, cov)),
         bootstrap_config_patch,
         preserve_on_insufficient_coverage: preserve.then_some(true),
-    }
+    };
+    (resp, verdict)
 }
 
 /// The node disruption a MachineSet answer implies, from the covered kubelet flags (the
 /// agents' built-in rules: a CPU, memory or topology manager change drains and resets the
 /// kubelet's checkpoint, any other flag restarts the kubelet).
 fn set_disruption(d: &Decision) -> String {
-    let flags: Vec<&str> = d
-        .covered
-        .iter()
-        .flat_map(|u| &u.ids)
-        .filter_map(|id| id.strip_prefix("kubelet.flags[")?.strip_suffix(']'))
-        .collect();
+    let flags = kubelet_flags(&d.covered);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let version = d
         .covered
         .iter()
@@ -587,6 +632,17 @@ pub fn can_update_machine_set(
     mode: PreserveMode,
     hardware_bound_kinds: &[String],
 ) -> CanUpdateMachineSetResponse {
+    can_update_machine_set_with_verdict(current, desired, caps, mode, hardware_bound_kinds).0
+}
+
+/// [`can_update_machine_set`] and its [`Verdict`].
+pub fn can_update_machine_set_with_verdict(
+    current: &MachineSetObjects,
+    desired: &MachineSetObjects,
+    caps: &[Capability],
+    mode: PreserveMode,
+    hardware_bound_kinds: &[String],
+) -> (CanUpdateMachineSetResponse, Verdict) {
     let units = machine_set_diff(current, desired).units;
     let cov = capability_coverage(caps, &units);
     let d = decide(units, &cov);
@@ -632,7 +688,8 @@ pub fn can_update_machine_set(
         Some(n) => format!("{name} ({n} machines)"),
         None => name.to_string(),
     };
-    CanUpdateMachineSetResponse {
+    let verdict = Verdict::of(&d, preserve);
+    let resp = CanUpdateMachineSetResponse {
         api_version: API_VERSION.into(),
         kind: "CanUpdateMachineSetResponse".into(),
         status: Status::Success,
@@ -649,5 +706,9 @@ pub fn can_update_machine_set(
             .and_then(|_| affects_availability(&d.covered, &cov)),
         bootstrap_config_template_patch,
         preserve_on_insufficient_coverage: preserve.then_some(true),
-    }
+    };
+    (resp, verdict)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,6 @@
+use super::ntp::ntp_of;
 use super::*;
+use base64::Engine;
 use serde_json::json;
 
 #[test]

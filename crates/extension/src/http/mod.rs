@@ -1,6 +1,8 @@
 //! The extension's HTTPS endpoint: mutual TLS from CAPI's managers, the client allowlist,
-//! connection and request limits, and the metrics listener. The hooks themselves are
-//! [`super::Extension`]'s.
+//! connection and request limits, and the metrics listener. [`route`] routes a request to
+//! its hook ([`crate::hooks`]) within the hook's deadline.
+
+pub mod route;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,9 +15,10 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
-use super::config::{AllowedClient, Config};
-use super::{Extension, metrics};
 use crate::budget::{DECODED_COPIES, MAX_BODY, MAX_PARSED_MIB, PARSED_BYTES_PER_VALUE};
+use crate::config::{AllowedClient, Config};
+use crate::extension::Extension;
+use crate::metrics;
 use inplace_edge::tls::{Acceptor, Reloading};
 
 /// The server config for the HTTPS endpoint: `[cert, key, client_ca]`; a client
@@ -209,9 +212,9 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
 /// What a parsed request of `body` bytes reserves, bytes: [`PARSED_BYTES_PER_VALUE`] per
 /// JSON value, the body's strings once more (a string is one value), and
 /// [`DECODED_COPIES`] of what its files decode to (bounded before anything is inflated,
-/// [`super::budget::Counted::decoded`], and at most what one bootstrap config may decode
+/// [`crate::budget::Counted::decoded`], and at most what one bootstrap config may decode
 /// to).
-pub fn parsed_cost(c: super::budget::Counted, body: usize) -> u64 {
+pub fn parsed_cost(c: crate::budget::Counted, body: usize) -> u64 {
     let decoded = c
         .decoded
         .min(crate::capi::translate::MAX_DECODED_CONFIG_BYTES);
@@ -331,7 +334,7 @@ async fn respond(
             let b = b.to_bytes();
             // the parsed form's bytes before it is parsed (a body over the value limit
             // is refused unparsed by the route, so it needs none)
-            let counted = super::budget::check(&b, super::budget::MAX_JSON_VALUES);
+            let counted = crate::budget::check(&b, crate::budget::MAX_JSON_VALUES);
             if let Ok(c) = counted
                 && !requests
                     .reserve_parsed(&mut slot, parsed_cost(c, b.len()))

@@ -1,0 +1,375 @@
+//! The UpdateMachine driver: a second machine over the agent's operations. Each call
+//! reads the history of the update's operation id and the node's status, decides which
+//! attempt to start, if any ([`choose_attempt`]), starts it ([`Extension::start`]), and
+//! answers from the operation's phase ([`Extension::answer`]): done, failed, waiting, or a
+//! reboot asked for.
+
+use tonic::transport::Channel;
+
+use super::update_machine::{RETRY_ANNOTATION, operation_id};
+use super::{refuses_spec, status_only};
+use crate::agent::{View, call, inspect};
+use crate::capi;
+use crate::capi::types::{MachineObjects, Status, UpdateMachineResponse};
+use crate::config::Effective;
+use crate::extension::{AgentError, Extension};
+use crate::resolve::MachineRef;
+use inplace_wire::ids::ChangeId;
+use inplace_wire::pb;
+use inplace_wire::pb::Phase;
+use inplace_wire::pb::node_agent_client::NodeAgentClient;
+
+/// Which attempt of update `id` to start, if any, from the node's `history` (newest
+/// first) and `status`: `(start, newest)`, where `newest` is the latest attempt (`id` or
+/// `id-rN`) and answers when nothing is started.
+pub(crate) fn choose_attempt(
+    id: &str,
+    history: &[pb::Operation],
+    status: &pb::NodeStatus,
+) -> (Option<String>, Option<pb::Operation>) {
+    let attempt = |o: &pb::Operation| -> Option<u32> {
+        if o.id == id {
+            return Some(0);
+        }
+        o.id.strip_prefix(id)?.strip_prefix("-r")?.parse().ok()
+    };
+    let next = format!(
+        "{id}-r{}",
+        history.iter().filter_map(attempt).max().unwrap_or(0) + 1
+    );
+    let newest = history.iter().find(|o| attempt(o).is_some()).cloned();
+    // Which attempt to start, if any; otherwise `newest` answers.
+    let start = match &newest {
+        None => Some(id.to_string()),
+        // Stopped mid-way by a crash or stop of the agent (and rolled back from its
+        // journal): the agent runs it again when applied with the same id.
+        Some(op) if inplace_wire::phase::is_interrupted(op) => Some(op.id.clone()),
+        // Done once, but the node has applied something else since (the update was
+        // reverted to an earlier spec, or its node.d changed): apply it again.
+        Some(op) if op.phase == Phase::Succeeded as i32 => {
+            (status.applied_spec_hash != op.spec_hash).then_some(next)
+        }
+        // Failed, but another operation succeeded on the node after it (the update
+        // was fixed forward and is now reverted to this spec): the failure is stale.
+        Some(op)
+            if inplace_wire::phase::is_terminal(op.phase)
+                && history
+                    .first()
+                    .is_some_and(|h| h.id != op.id && h.phase == Phase::Succeeded as i32) =>
+        {
+            Some(next)
+        }
+        Some(_) => None,
+    };
+    (start, newest)
+}
+
+/// Removes the item a change id names (`files[p]`, `kubelet.flags[n]`, `ntp`,
+/// `dropins[n]`; [`ChangeId`]); false if the id names no single item of the spec.
+pub(crate) fn drop_item(spec: &mut pb::NodeSpec, id: &str) -> bool {
+    match ChangeId::parse(id) {
+        Ok(ChangeId::File(p)) => {
+            let n = spec.files.len();
+            spec.files.retain(|f| f.path != p);
+            spec.files.len() < n
+        }
+        Ok(ChangeId::KubeletFlag(n)) => spec
+            .kubelet
+            .as_mut()
+            .is_some_and(|k| k.flags.remove(&n).is_some()),
+        Ok(ChangeId::DropIn(n)) => {
+            let before = spec.dropins.len();
+            spec.dropins.retain(|d| d.name != n);
+            spec.dropins.len() < before
+        }
+        Ok(ChangeId::Ntp) => spec.ntp.take().is_some(),
+        _ => false,
+    }
+}
+
+/// `Success` with `retryAfterSeconds`: CAPI calls again.
+fn waiting(eff: &Effective, msg: String) -> UpdateMachineResponse {
+    UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds)
+}
+
+impl Extension {
+    /// Drives the update of `desired` (whose bootstrap config's NodeSpec is `base`,
+    /// [`capi::desired_node_spec`]) on the node: (the answer, the operation id).
+    pub(crate) async fn drive(
+        &self,
+        m: &MachineRef,
+        eff: &Effective,
+        desired: &MachineObjects,
+        base: pb::NodeSpec,
+    ) -> (UpdateMachineResponse, String) {
+        let mut id = operation_id(m, &base);
+        let resp = self.drive_spec(m, eff, desired, base, &mut id).await;
+        (resp, id)
+    }
+
+    /// [`Extension::drive`], setting `id` to the operation id of the spec applied.
+    async fn drive_spec(
+        &self,
+        m: &MachineRef,
+        eff: &Effective,
+        desired: &MachineObjects,
+        base: pb::NodeSpec,
+        id: &mut String,
+    ) -> UpdateMachineResponse {
+        let guess = capi::with_version(base, desired, true);
+        let (mut c, view) = match self.inspect_update(m, eff, &guess).await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let (history, status) = (&view.operations, &view.status);
+        // the Machine's version joins the spec when the node reports its own
+        // (the guess is moved, not copied: its files may be megabytes)
+        let reports_version = !status.kubernetes_version.is_empty();
+        let as_guessed = reports_version || guess.kubernetes.is_none();
+        let mut spec = guess;
+        if !reports_version {
+            spec.kubernetes = None;
+        }
+        *id = operation_id(m, &spec);
+        let id = id.as_str();
+        let target = spec.kubernetes.as_ref().map(|k| k.version.clone());
+        let (start, newest) = choose_attempt(id, history, status);
+        let op = match (start, newest) {
+            (None, Some(op)) => op,
+            (start, _) => {
+                let sid = start.unwrap_or_else(|| id.to_string());
+                let coverage = view.coverage.clone().filter(|_| as_guessed);
+                match self.start(&mut c, eff, spec, coverage, &sid).await {
+                    Ok(op) => op,
+                    Err(r) => return r,
+                }
+            }
+        };
+        self.answer(&mut c, eff, &op, target, status).await
+    }
+
+    /// One round trip to the Machine's agent: the history of this update (its id or
+    /// `id-rN`), the status read after it (so an operation seen settled is in the applied
+    /// hash), and the coverage of `guess` (the spec as it is applied when the node reports
+    /// its Kubernetes version: nearly always; otherwise it is asked about again when the
+    /// operation starts). The coverage is left out while an operation runs: nothing could
+    /// be started then. Before anything changes the node, the agent must be the Machine's
+    /// node ([`Extension::check_node`]). `Err` is the answer to CAPI.
+    async fn inspect_update(
+        &self,
+        m: &MachineRef,
+        eff: &Effective,
+        guess: &pb::NodeSpec,
+    ) -> Result<(NodeAgentClient<Channel>, View), UpdateMachineResponse> {
+        let wait = |msg: String| waiting(eff, msg);
+        let (addr, mut c, key) = match self.agent(m, eff).await {
+            Ok(x) => x,
+            // During a reboot the agent is down: keep CAPI polling.
+            Err(AgentError(e)) => return Err(wait(format!("waiting for the node agent: {e}"))),
+        };
+        let t = eff.agent_timeout;
+        let trouble = |s: tonic::Status| {
+            self.pool.evict(&key);
+            // a pooled channel finds a rebooting or hung agent at the call, not the connect
+            let down = if matches!(
+                s.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            ) {
+                "waiting for the node agent: "
+            } else {
+                ""
+            };
+            wait(format!("{down}agent at {addr}: {}", s.message()))
+        };
+        let wrong_node = |e: String| {
+            tracing::warn!(machine = %m.key(), agent = %addr, error = %e, "UpdateMachine refused: wrong node");
+            UpdateMachineResponse::new(Status::Failure, e, 0)
+        };
+        if self.check_node_first() {
+            let v = inspect(&mut c, t, status_only()).await.map_err(trouble)?;
+            self.check_node(m, &addr, &v.status).map_err(wrong_node)?;
+        }
+        let req = pb::InspectRequest {
+            desired: Some(guess.clone()),
+            reboot_policy: eff.reboot_policy as i32,
+            status: true,
+            operations: true,
+            skip_coverage_when_busy: true,
+        };
+        let view = match inspect(&mut c, t, req).await {
+            Ok(v) => v,
+            Err(s) if refuses_spec(&s) => {
+                return Err(UpdateMachineResponse::new(
+                    Status::Failure,
+                    format!("the node refuses the spec: {}", s.message()),
+                    0,
+                ));
+            }
+            Err(s) => return Err(trouble(s)),
+        };
+        // A resolver that uses mutable metadata (annotations, labels) could point
+        // elsewhere.
+        self.check_node(m, &addr, &view.status)
+            .map_err(wrong_node)?;
+        Ok((c, view))
+    }
+
+    /// The UpdateMachine answer for the operation `op` of this update: done (only once the
+    /// node reports the `target` Kubernetes version, if any), failed, waiting, or a reboot
+    /// asked for when the operation waits for one.
+    async fn answer(
+        &self,
+        c: &mut NodeAgentClient<Channel>,
+        eff: &Effective,
+        op: &pb::Operation,
+        target: Option<String>,
+        status: &pb::NodeStatus,
+    ) -> UpdateMachineResponse {
+        let wait = |msg: String| waiting(eff, msg);
+        let t = eff.agent_timeout;
+        let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
+        match phase {
+            // done only when the node runs the target version
+            // (the status was read after the history that holds the operation)
+            Phase::Succeeded
+                if target
+                    .as_ref()
+                    .is_some_and(|v| !capi::same_version(v, &status.kubernetes_version)) =>
+            {
+                wait(format!(
+                    "waiting for the node to report Kubernetes {} (it reports {:?})",
+                    target.unwrap_or_default(),
+                    status.kubernetes_version
+                ))
+            }
+            Phase::Succeeded => UpdateMachineResponse::new(
+                Status::Success,
+                format!("in-place update done: {}", changed(op)),
+                0,
+            ),
+            Phase::Failed | Phase::RolledBack => UpdateMachineResponse::new(
+                Status::Failure,
+                format!(
+                    "in-place update {}: {} (operation {}; fix the node, then set a new value of the Machine annotation {RETRY_ANNOTATION} to try again)",
+                    inplace_wire::phase::name(phase),
+                    op.message,
+                    op.id
+                ),
+                0,
+            ),
+            Phase::RebootRequired => {
+                // Caller-handled reboot (an operation started by someone else's policy):
+                // ask the agent to reboot now, as the update can not finish otherwise.
+                let req = pb::RebootRequest {
+                    operation_id: op.id.clone(),
+                };
+                match call(t, "reboot", c.reboot(req)).await {
+                    Ok(_) => wait("rebooting the node to finish the update".into()),
+                    // The agent may go down with the reboot before it answers.
+                    Err(s) if s.code() == tonic::Code::DeadlineExceeded => {
+                        wait("rebooting the node to finish the update".into())
+                    }
+                    Err(s) => wait(format!(
+                        "reboot required; the agent refused the reboot: {}",
+                        s.message()
+                    )),
+                }
+            }
+            _ => {
+                let detail = if op.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", op.message)
+                };
+                wait(format!("{}{detail}", inplace_wire::phase::name(phase)))
+            }
+        }
+    }
+
+    /// Starts the operation: items the node does not cover but already has as desired are
+    /// left out (unchanged since provisioning); any other uncovered item is a Failure.
+    /// `coverage` is the node's answer for `spec` when it came with the inspection (else
+    /// it is asked for here).
+    async fn start(
+        &self,
+        c: &mut NodeAgentClient<Channel>,
+        eff: &Effective,
+        mut spec: pb::NodeSpec,
+        coverage: Option<Result<pb::CoverageReport, tonic::Status>>,
+        id: &str,
+    ) -> Result<pb::Operation, UpdateMachineResponse> {
+        let wait = |msg: String| waiting(eff, msg);
+        let fail = |msg: String| UpdateMachineResponse::new(Status::Failure, msg, 0);
+        let coverage = match coverage {
+            Some(c) => c,
+            None => {
+                let req = pb::GetCoverageRequest {
+                    diff: None,
+                    desired: Some(spec.clone()),
+                    reboot_policy: eff.reboot_policy as i32,
+                };
+                call(eff.agent_timeout, "get_coverage", c.get_coverage(req)).await
+            }
+        };
+        let report = match coverage {
+            Ok(r) => r,
+            Err(s) if s.code() == tonic::Code::Aborted => {
+                return Err(wait(format!("waiting: {}", s.message())));
+            }
+            Err(s) if refuses_spec(&s) => {
+                return Err(fail(format!("the node refuses the spec: {}", s.message())));
+            }
+            Err(s) => return Err(wait(format!("coverage: {}", s.message()))),
+        };
+        let mut refused = Vec::new();
+        for ch in report.changes.iter().filter(|c| !c.covered) {
+            if capi::already_in_place(ch) && drop_item(&mut spec, &ch.id) {
+                continue;
+            }
+            refused.push(format!("{}: {}", ch.id, ch.reason));
+        }
+        if !refused.is_empty() {
+            return Err(fail(format!(
+                "not applicable in place on this node: {}",
+                refused.join("; ")
+            )));
+        }
+        let req = pb::ApplyRequest {
+            desired: Some(spec),
+            operation_id: id.into(),
+            reboot_policy: eff.reboot_policy as i32,
+            dry_run: false,
+            diff: None,
+        };
+        match call(eff.agent_timeout, "apply", c.apply(req)).await {
+            Ok(op) => Ok(op),
+            Err(s) if s.code() == tonic::Code::Aborted => {
+                Err(wait(format!("waiting: {}", s.message())))
+            }
+            Err(s) if refuses_spec(&s) || s.code() == tonic::Code::FailedPrecondition => Err(fail(
+                format!("the node refuses the update: {}", s.message()),
+            )),
+            // Including no answer in time: the next poll finds the operation if it started.
+            Err(s) => Err(wait(format!("apply: {}", s.message()))),
+        }
+    }
+}
+
+/// What a succeeded operation changed on the node: its actions without the bookkeeping
+/// (saved originals, [`inplace_wire::ids::is_saved_original`]), or "nothing to change".
+fn changed(op: &pb::Operation) -> String {
+    let acts: Vec<&str> = op
+        .actions
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !inplace_wire::ids::is_saved_original(a))
+        .collect();
+    if acts.is_empty() {
+        "nothing to change".to_string()
+    } else {
+        acts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests;
