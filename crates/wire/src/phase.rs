@@ -13,8 +13,9 @@
 //! Any phase before the commit may also end `Failed` (staging fails, or an agent stop
 //! interrupts it before its journal is complete, or its journal does not verify) or
 //! `RolledBack` (a failure after the first write, or an agent stop whose journal the next
-//! start rolls back). Recovery at start settles an interrupted operation directly, outside
-//! [`TRANSITIONS`] (`apply::journal`).
+//! start rolls back). Recovery at start settles an interrupted operation from its journal
+//! into one of [`FROM_JOURNAL`], whatever phase its file said (the journal, not the file,
+//! knows how far it got: see `apply::journal`).
 
 use crate::pb::Operation;
 pub use crate::pb::Phase;
@@ -118,6 +119,17 @@ pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
         Phase::VerifyingAfterBoot,
         &[Phase::Succeeded, Phase::Failed],
     ),
+];
+
+/// The phases the journal of an interrupted operation settles it into at start, from
+/// whatever phase its file said: rolled forward past the commit point, the phase the
+/// journal recorded (`Succeeded` or `RebootRequired`); rolled back, `RolledBack`; an
+/// incomplete or damaged journal, `Failed`.
+pub const FROM_JOURNAL: &[Phase] = &[
+    Phase::Succeeded,
+    Phase::RebootRequired,
+    Phase::Failed,
+    Phase::RolledBack,
 ];
 
 /// True when an operation may move from `from` to `to`: a transition of
