@@ -5,7 +5,8 @@
 //! its actions; each completed step's undo joins the operation's undo list.
 
 use super::Agent;
-use super::engine::{Fail, Run, Undo};
+use super::engine::Run;
+use super::rollback::{Fail, Undo};
 use crate::kubernetes::upgrade;
 use crate::kubernetes::upgrade::{Host, Progress, Restore};
 

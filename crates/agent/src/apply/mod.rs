@@ -29,10 +29,11 @@
 //! retried `UpdateMachine`), except that an operation interrupted by a stop of the agent
 //! is run again.
 //!
-//! The parts: `machine.rs` (an operation's state, [`machine::OpState`], and one pure
+//! The parts: `machine.rs` (an operation's state, `OpState`, and one pure
 //! function per transition, checked against [`inplace_wire::phase`]'s table; the only
-//! writer of a phase is [`machine::Op::enter`]), `engine.rs` (the I/O of each phase
-//! under the journal, and the one rollback), `after_boot.rs` (settling at start what a
+//! writer of a phase is `Op::enter`), `engine.rs` (the I/O of each phase
+//! under the journal), `rollback.rs` (the one rollback of a failed operation and its
+//! message), `after_boot.rs` (settling at start what a
 //! reboot or a stop left; explicit reboots; supersession), `journal.rs` (the write-ahead
 //! journal, its order of fsyncs, recovery after a crash), `converge.rs` (start-up
 //! convergence to `/etc/inplaced/node.d`), `drift.rs` and `status.rs` (read-only views);
@@ -46,6 +47,7 @@ mod engine;
 mod journal;
 mod kubernetes;
 mod machine;
+mod rollback;
 mod status;
 pub mod watch;
 

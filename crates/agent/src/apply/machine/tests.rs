@@ -255,9 +255,10 @@ fn supersession_only_while_waiting_for_a_reboot() {
 fn recovery_of_an_interrupted_journal() {
     // the file says Staging (the phase written before the first change): read back
     // without the intent, it can only be settled
-    let mut staged = verifying();
-    staged.wire.phase = Phase::Staging as i32;
-    let wire = staged.into_wire();
+    let wire = pb::Operation {
+        phase: Phase::Staging as i32,
+        ..verifying().into_wire()
+    };
     let op = Op::read_back(wire.clone());
     assert_eq!(op.state(), &OpState::Stopped(Phase::Staging));
     assert!(op.state().staged(intent()).is_err());
