@@ -219,6 +219,18 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_settles_into_a_settled_phase_not_waiting_on_an_agent_reboot() {
+        for p in FROM_JOURNAL {
+            assert!(is_settled(*p as i32), "{p:?}");
+            // Rebooting is entered only by asking for a reboot, never from a journal
+            assert_ne!(*p, Phase::Rebooting);
+        }
+        // the phases an engine's commit records are among them
+        assert!(FROM_JOURNAL.contains(&Phase::Succeeded));
+        assert!(FROM_JOURNAL.contains(&Phase::RebootRequired));
+    }
+
+    #[test]
     fn names_are_the_wire_names_in_camel_case() {
         for p in ALL {
             let wire = p

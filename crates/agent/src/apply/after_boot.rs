@@ -87,7 +87,8 @@ impl Agent {
 
     /// RebootRequired | Rebooting → VerifyingAfterBoot → Succeeded | Failed: the node
     /// booted (a new boot id); the running command line must show the operation and the
-    /// whole applied set of kernel arguments, whatever operation staged them.
+    /// whole applied set of kernel arguments, whatever operation staged them. True once
+    /// settled (the caller saves it).
     fn after_boot(&self, op: &mut Op, boot_id: &str) -> bool {
         let next = op.state().booted(boot_id);
         if !enter_now(op, next, format!("booted (boot id {boot_id}); verifying")) {
