@@ -13,8 +13,9 @@
 //! Any phase before the commit may also end `Failed` (staging fails, or an agent stop
 //! interrupts it before its journal is complete, or its journal does not verify) or
 //! `RolledBack` (a failure after the first write, or an agent stop whose journal the next
-//! start rolls back). Recovery at start settles an interrupted operation directly, outside
-//! [`TRANSITIONS`] (`apply::journal`).
+//! start rolls back). Recovery at start settles an interrupted operation from its journal
+//! into one of [`FROM_JOURNAL`], whatever phase its file said (the journal, not the file,
+//! knows how far it got: see `apply::journal`).
 
 use crate::pb::Operation;
 pub use crate::pb::Phase;
@@ -120,6 +121,17 @@ pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
     ),
 ];
 
+/// The phases the journal of an interrupted operation settles it into at start, from
+/// whatever phase its file said: rolled forward past the commit point, the phase the
+/// journal recorded (`Succeeded` or `RebootRequired`); rolled back, `RolledBack`; an
+/// incomplete or damaged journal, `Failed`.
+pub const FROM_JOURNAL: &[Phase] = &[
+    Phase::Succeeded,
+    Phase::RebootRequired,
+    Phase::Failed,
+    Phase::RolledBack,
+];
+
 /// True when an operation may move from `from` to `to`: a transition of
 /// [`TRANSITIONS`], or an operation in flight ending `Failed`.
 pub fn allowed(from: Phase, to: Phase) -> bool {
@@ -204,6 +216,18 @@ mod tests {
                 assert!(matches!(p, Phase::RebootRequired | Phase::Rebooting));
             }
         }
+    }
+
+    #[test]
+    fn a_journal_settles_into_a_settled_phase_not_waiting_on_an_agent_reboot() {
+        for p in FROM_JOURNAL {
+            assert!(is_settled(*p as i32), "{p:?}");
+            // Rebooting is entered only by asking for a reboot, never from a journal
+            assert_ne!(*p, Phase::Rebooting);
+        }
+        // the phases an engine's commit records are among them
+        assert!(FROM_JOURNAL.contains(&Phase::Succeeded));
+        assert!(FROM_JOURNAL.contains(&Phase::RebootRequired));
     }
 
     #[test]

@@ -1,9 +1,9 @@
-//! The operation engine: an operation's phases as a state machine.
+//! The operation engine: the I/O of an operation's phases, under the journal.
 //!
-//! [`Agent::execute`] is the whole machine: each turn persists and publishes the phase
-//! entered ([`Agent::publish`], which checks [`inplace_wire::phase::allowed`]), then runs the
-//! transition function of that phase, which does the phase's work and returns the next
-//! phase with its message, or the failure. One function per transition:
+//! [`Agent::execute`] runs the machine ([`super::machine`]): each turn enters and publishes
+//! the state the last transition returned ([`Agent::publish`], the only way an operation's
+//! phase changes), then runs the function of that phase, which does the phase's work and
+//! asks the machine for the next state, or fails. One function per phase:
 //!
 //! | phase     | function                   | next                                     |
 //! |-----------|----------------------------|------------------------------------------|
@@ -13,45 +13,32 @@
 //! | Verifying | [`Agent::verifying`]       | Succeeded, RebootRequired, Rebooting, Failed |
 //! | Rebooting | [`Agent::rebooting`]       | (the reboot), RebootRequired             |
 //!
-//! A failure after the first write undoes the list of completed steps in reverse and
-//! ends `RolledBack` with the cause ([`Agent::run`]). After a boot the agent's start
-//! settles an operation waiting for it ([`Agent::recover`]: `VerifyingAfterBoot`, then
-//! `Succeeded` or `Failed`); the journal's side of a crash is [`super::journal`].
+//! A failed phase function returns a [`Fail`]; [`Agent::run`] then hands it to the one
+//! rollback of a running operation ([`super::rollback`]): the list of completed steps
+//! undone in reverse (after the kubelet's failed health gate, the units restarted and the
+//! kubelet checked again), ending `RolledBack` with the cause, or `Failed` when nothing
+//! was changed. The after-boot half is [`super::after_boot`]; the journal's side of a
+//! crash is [`super::journal`].
 
 use std::sync::Arc;
 
+use super::machine::{IllegalTransition, Next, Op};
+use super::rollback::{Fail, Undo};
 use super::{Agent, now};
 use crate::plan;
 use crate::plan::observe::FileObs;
 use crate::plan::{Options, Plan};
 use crate::spec::NodeSpec;
-use crate::state::{AppliedRecord, Intent};
+use crate::state::AppliedRecord;
 use inplace_node::sysroot::{Durability, Entry};
-use inplace_wire::pb;
 use inplace_wire::pb::RebootPolicy;
 use inplace_wire::phase;
-use inplace_wire::phase::{INTERRUPTED, Phase, is_settled};
-
-/// One completed step and how to undo it.
-#[derive(Debug)]
-pub(super) enum Undo {
-    /// A file written or removed: its previous content and metadata (None = absent).
-    File(String, Option<(Vec<u8>, Entry)>),
-    /// A directory created.
-    Dir(String),
-    /// A live sysctl changed: key, previous value.
-    Sysctl(String, String),
-    /// A step of a Kubernetes version upgrade.
-    Kubernetes(crate::kubernetes::upgrade::Restore),
-    /// A boot-configuration command that ran (`update-grub`): run again once every other
-    /// step is undone, so what it generates (`grub.cfg`) follows the restored inputs.
-    Rerun(Vec<String>),
-}
+use inplace_wire::phase::{Phase, is_settled};
 
 /// What an operation carries from phase to phase.
 pub(super) struct Run<'a> {
-    /// The operation as published.
-    pub op: &'a mut pb::Operation,
+    /// The operation: its state and its wire form as published.
+    pub op: &'a mut Op,
     /// The spec applied, and its wire form (recorded as the last applied spec).
     pub spec: &'a NodeSpec,
     pub spec_pb: &'a [u8],
@@ -62,29 +49,25 @@ pub(super) struct Run<'a> {
     pub undo: &'a mut Vec<Undo>,
     /// The record to commit (directories created are added to it).
     pub record: AppliedRecord,
-    /// The write-ahead intent once staged.
-    pub intent: Option<Intent>,
 }
 
-/// The phase entered next, with its message, and a failpoint hit once it is persisted.
-pub(super) struct Next {
-    phase: Phase,
+/// The state entered next (as the machine returned it), with its message, and a
+/// failpoint hit once it is persisted.
+pub(super) struct Step {
+    next: Result<Next, IllegalTransition>,
     message: String,
     failpoint: Option<&'static str>,
 }
 
-impl Next {
-    fn to(phase: Phase, message: impl Into<String>) -> Self {
-        Next {
-            phase,
+impl Step {
+    fn to(next: Result<Next, IllegalTransition>, message: impl Into<String>) -> Self {
+        Step {
+            next,
             message: message.into(),
             failpoint: None,
         }
     }
 }
-
-/// A failed transition: the phase to end in, and why.
-type Fail = (Phase, String);
 
 /// The directory of an absolute sysroot path (`/` for a path at the root).
 fn parent_of(path: &str) -> &str {
@@ -111,7 +94,7 @@ impl Agent {
     /// rollback of whatever it completed when a transition failed.
     pub(super) fn run(
         self: Arc<Self>,
-        mut op: pb::Operation,
+        mut op: Op,
         spec: NodeSpec,
         spec_pb: Vec<u8>,
         plan: Plan,
@@ -127,26 +110,13 @@ impl Agent {
             plan: &plan,
             opts,
             undo: &mut undo,
-            intent: None,
         };
-        let result = self.execute(run);
-        if let Err((phase, msg)) = result {
-            let msg = if undo.is_empty() {
-                format!("{msg}; nothing was changed")
-            } else {
-                format!("{msg}; {}", self.undo(&undo))
-            };
-            let phase = if undo.is_empty() {
-                phase
-            } else {
-                Phase::RolledBack
-            };
-            let _ = self.state.journal_remove(&op.id);
-            self.publish(&mut op, phase, msg);
+        if let Err(fail) = self.execute(run) {
+            self.roll_back_run(&mut op, &undo, fail);
         }
         // the durable barriers it took (the journal's fsync order, see journal.rs)
         tracing::debug!(
-            operation = %op.id,
+            operation = %op.id(),
             fsyncs = inplace_node::sysroot::fsyncs_on_this_thread() - fsyncs,
             "operation settled"
         );
@@ -154,7 +124,7 @@ impl Agent {
             tracing::warn!(error = %e, "pruning history");
         }
         let mut inner = self.lock();
-        if inner.running.as_deref() == Some(op.id.as_str()) {
+        if inner.running.as_deref() == Some(op.id()) {
             inner.running = None;
         }
     }
@@ -162,13 +132,16 @@ impl Agent {
     /// The state machine: enter a phase (persist and publish it), run its transition,
     /// until a settled phase is entered.
     pub(super) fn execute(&self, mut run: Run<'_>) -> Result<(), Fail> {
-        let mut next = Next::to(Phase::Staging, "writing the journal: pre-images and intent");
+        let mut step = Step::to(
+            run.op.state().start(),
+            "writing the journal: pre-images and intent",
+        );
         loop {
-            self.publish(run.op, next.phase, next.message);
-            if let Some(f) = next.failpoint {
+            self.publish(run.op, step.next, step.message)?;
+            if let Some(f) = step.failpoint {
                 inplace_node::failpoint::hit(f);
             }
-            next = match next.phase {
+            step = match run.op.state().phase() {
                 Phase::Staging => self.staging(&mut run)?,
                 Phase::Committing => self.committing(&mut run)?,
                 Phase::Acting => self.acting(&mut run)?,
@@ -184,9 +157,9 @@ impl Agent {
 
     /// Staging → Committing: saves the originals of first overwrites, writes the
     /// journal's pre-images and intent.
-    fn staging(&self, run: &mut Run<'_>) -> Result<Next, Fail> {
+    fn staging(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         let steps = &run.plan.steps;
-        let staging = |e: String| (Phase::Failed, format!("staging: {e}"));
+        let staging = |e: String| Fail::failed(format!("staging: {e}"));
         if inplace_node::failpoint::triggered("stage-enospc") {
             return Err(staging("No space left on device (os error 28)".into()));
         }
@@ -197,21 +170,21 @@ impl Agent {
                 self.state
                     .save_original(&w.path, orig)
                     .map_err(|e| staging(e.to_string()))?;
-                run.op.actions.push(format!("saved original of {}", w.path));
+                run.op.push_action(format!("saved original of {}", w.path));
                 originals = true;
             }
         }
-        let intent = self.intent(run.op, steps).map_err(staging)?;
+        let intent = self.intent(run.op.wire(), steps).map_err(staging)?;
         self.state
             .journal_intent(&intent, originals)
             .map_err(|e| staging(e.to_string()))?;
         self.state
-            .journal_progress(&run.op.id, "staged")
+            .journal_progress(run.op.id(), "staged")
             .map_err(|e| staging(e.to_string()))?;
-        run.intent = Some(intent);
+        let next = run.op.state().staged(Arc::new(intent));
         inplace_node::failpoint::hit("stage");
-        Ok(Next::to(
-            Phase::Committing,
+        Ok(Step::to(
+            next,
             format!(
                 "writing {} file(s)",
                 steps.writes.len() + steps.removes.len()
@@ -257,14 +230,17 @@ impl Agent {
 
     /// Committing → Acting: every write and removal (each checked against what the plan
     /// saw), the directories left empty, the live sysctls.
-    fn committing(&self, run: &mut Run<'_>) -> Result<Next, Fail> {
+    fn committing(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         self.upgrade_kubernetes(run)?;
         self.write_files(run)?;
         self.remove_files(run)?;
         self.set_sysctls(run)?;
         inplace_node::failpoint::hit("sysctl");
-        let _ = self.state.journal_progress(&run.op.id, "written");
-        Ok(Next::to(Phase::Acting, "running commands and unit actions"))
+        let _ = self.state.journal_progress(run.op.id(), "written");
+        Ok(Step::to(
+            run.op.state().committed(),
+            "running commands and unit actions",
+        ))
     }
 
     /// Each file's content is fsynced as it is written; each directory written into is
@@ -272,7 +248,7 @@ impl Agent {
     /// point (a power cut before that leaves some files old, which rolling back handles
     /// as it handles a crash between two writes).
     fn write_files(&self, run: &mut Run<'_>) -> Result<(), Fail> {
-        let fail = |e: String| (Phase::RolledBack, e);
+        let fail = Fail::rolled_back;
         let mut dirs = std::collections::BTreeSet::new();
         for w in &run.plan.steps.writes {
             let before = self.snapshot(&w.path, &w.expect).map_err(fail)?;
@@ -284,7 +260,7 @@ impl Agent {
             dirs.insert(parent_of(&w.path));
             for d in &created {
                 run.undo.push(Undo::Dir(d.clone()));
-                run.op.actions.push(format!("created directory {d} (0755)"));
+                run.op.push_action(format!("created directory {d} (0755)"));
             }
             run.undo.push(Undo::File(w.path.clone(), before));
             inplace_node::failpoint::hit("write");
@@ -295,8 +271,7 @@ impl Agent {
                 m.created_dirs = created.clone();
             }
             run.op
-                .actions
-                .push(format!("wrote {} ({mode:04o} {uid}:{gid})", w.path));
+                .push_action(format!("wrote {} ({mode:04o} {uid}:{gid})", w.path));
         }
         self.sync_dirs(dirs)
     }
@@ -306,13 +281,13 @@ impl Agent {
         for d in dirs {
             self.root
                 .sync_dir(d)
-                .map_err(|e| (Phase::RolledBack, format!("committing: {e}")))?;
+                .map_err(|e| Fail::rolled_back(format!("committing: {e}")))?;
         }
         Ok(())
     }
 
     fn remove_files(&self, run: &mut Run<'_>) -> Result<(), Fail> {
-        let fail = |e: String| (Phase::RolledBack, e);
+        let fail = Fail::rolled_back;
         let steps = &run.plan.steps;
         let mut synced = std::collections::BTreeSet::new();
         for r in &steps.removes {
@@ -324,7 +299,7 @@ impl Agent {
             {
                 synced.insert(parent_of(&r.path));
                 run.undo.push(Undo::File(r.path.clone(), before));
-                run.op.actions.push(format!("removed {}", r.path));
+                run.op.push_action(format!("removed {}", r.path));
             }
         }
         // each directory once, before its now empty subdirectories are removed
@@ -335,14 +310,14 @@ impl Agent {
         dirs.dedup();
         for d in dirs {
             if self.root.remove_dir_if_empty(d).unwrap_or(false) {
-                run.op.actions.push(format!("removed empty directory {d}"));
+                run.op.push_action(format!("removed empty directory {d}"));
             }
         }
         Ok(())
     }
 
     fn set_sysctls(&self, run: &mut Run<'_>) -> Result<(), Fail> {
-        let fail = |e: String| (Phase::RolledBack, e);
+        let fail = Fail::rolled_back;
         for (k, v) in &run.plan.steps.sysctls {
             let p = inplace_formats::sysctl::sysctl_path(k);
             let old = self
@@ -367,7 +342,7 @@ impl Agent {
                     back.trim_end()
                 )));
             }
-            run.op.actions.push(format!("set sysctl {k} (live)"));
+            run.op.push_action(format!("set sysctl {k} (live)"));
         }
         Ok(())
     }
@@ -375,15 +350,15 @@ impl Agent {
     /// Acting → Verifying: boot configuration commands, then daemon-reload, reloads,
     /// try-restarts, restarts and the kubelet's checkpoint reset; a pending reboot
     /// absorbs reloads and restarts.
-    fn acting(&self, run: &mut Run<'_>) -> Result<Next, Fail> {
+    fn acting(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         self.act(run)
-            .map_err(|e| (Phase::RolledBack, format!("acting: {e}")))?;
-        let _ = self.state.journal_progress(&run.op.id, "acted");
+            .map_err(|e| Fail::rolled_back(format!("acting: {e}")))?;
+        let _ = self.state.journal_progress(run.op.id(), "acted");
         inplace_node::failpoint::hit("act");
         let steps = &run.plan.steps;
         let kubelet_restarted = !steps.reboot && steps.restarts.contains(&self.config.kubelet.unit);
-        Ok(Next::to(
-            Phase::Verifying,
+        Ok(Step::to(
+            run.op.state().acted(),
             if kubelet_restarted {
                 "waiting for the kubelet to be healthy, then re-reading the node"
             } else {
@@ -394,7 +369,7 @@ impl Agent {
 
     fn act(&self, run: &mut Run<'_>) -> Result<(), String> {
         let steps = &run.plan.steps;
-        let actions = &mut run.op.actions;
+        let actions = run.op.actions_mut();
         for cmd in &steps.commands {
             // pushed before it runs: a command that fails half-way may have written its
             // output already, and running it again over restored inputs is harmless
@@ -445,12 +420,12 @@ impl Agent {
     /// Verifying → Succeeded | RebootRequired | Rebooting (| Failed past the commit
     /// point): the kubelet's health gate, the re-plan that must find nothing left but
     /// what the boot verifies, then the commit point and the record.
-    fn verifying(&self, run: &mut Run<'_>) -> Result<Next, Fail> {
-        let fail = |e: String| (Phase::RolledBack, e);
+    fn verifying(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
+        let fail = Fail::rolled_back;
         let steps = &run.plan.steps;
         if !steps.reboot && steps.restarts.contains(&self.config.kubelet.unit) {
-            self.health_gate(run)?;
-            run.op.actions.push("kubelet healthy".into());
+            self.health_gate()?;
+            run.op.push_action("kubelet healthy");
         }
         let check = self
             .plan_with(run.spec, run.opts.clone(), run.record.clone())
@@ -476,7 +451,7 @@ impl Agent {
         };
         // the commit point: once the journal holds the record, a crash rolls forward
         self.state
-            .journal_commit(&run.op.id, run.spec_pb, &run.record, final_phase as i32)
+            .journal_commit(run.op.id(), run.spec_pb, &run.record, final_phase as i32)
             .map_err(|e| fail(format!("recording the applied state: {e}")))?;
         inplace_node::failpoint::hit("record");
         if inplace_node::failpoint::triggered("full-after-commit") {
@@ -491,30 +466,16 @@ impl Agent {
         Ok(next)
     }
 
-    /// The kubelet's health after its restart; when it fails, everything is undone at
-    /// once and the units restarted with the restored files.
-    fn health_gate(&self, run: &mut Run<'_>) -> Result<(), Fail> {
+    /// The kubelet's health after its restart; when it fails, the operation fails with
+    /// the cause, and its rollback ([`Agent::roll_back_run`]) restarts the units with the
+    /// restored files.
+    fn health_gate(&self) -> Result<(), Fail> {
         let Err(cause) = self.kubelet_health() else {
             return Ok(());
         };
-        let restored = self.undo(run.undo);
-        run.undo.clear();
-        let units = run
-            .intent
-            .as_ref()
-            .map(|i| i.units.as_slice())
-            .unwrap_or(&[]);
-        let again = self.restart_units(units);
-        let after = match self.kubelet_health() {
-            Ok(()) => "healthy again".to_string(),
-            Err(e) => format!("still unhealthy: {e}"),
-        };
-        Err((
-            Phase::RolledBack,
-            format!(
-                "kubelet health check failed: {cause}; {restored}; {again}; the kubelet is {after}"
-            ),
-        ))
+        Err(Fail::unhealthy(format!(
+            "kubelet health check failed: {cause}"
+        )))
     }
 
     /// Installs the committed record and the applied spec, then removes the journal and
@@ -526,17 +487,17 @@ impl Agent {
         if let Err(e) = self.state.install_applied(&run.record, run.spec_pb) {
             let p = format!(
                 "committed, but installing the applied record failed ({e}); the journal {} keeps it and the next start installs it",
-                self.state.full(&format!("/journal/{}", run.op.id))
+                self.state.full(&format!("/journal/{}", run.op.id()))
             );
-            self.problem(format!("operation {}: {p}", run.op.id));
+            self.problem(format!("operation {}: {p}", run.op.id()));
             self.set_unavailable(format!(
                 "operation {}'s applied record is not installed ({e})",
-                run.op.id
+                run.op.id()
             ));
             return Some(p);
         }
         inplace_node::failpoint::hit("applied");
-        let _ = self.state.journal_remove(&run.op.id);
+        let _ = self.state.journal_remove(run.op.id());
         for b in &run.plan.steps.drop_originals {
             let _ = self.state.drop_original(b);
         }
@@ -544,40 +505,40 @@ impl Agent {
     }
 
     /// The phase a committed operation ends in: Succeeded, or waiting for the reboot
-    /// (Rebooting when the agent handles it).
-    fn settle(&self, run: &mut Run<'_>, needs_reboot: bool) -> Next {
+    /// (Rebooting when the agent handles it) in the boot it was applied in.
+    fn settle(&self, run: &mut Run<'_>, needs_reboot: bool) -> Step {
+        let op = &run.op;
         if !needs_reboot {
-            return Next::to(
-                Phase::Succeeded,
-                format!("{} change(s) applied", run.op.changes.len()),
+            return Step::to(
+                op.state().verified(),
+                format!("{} change(s) applied", op.wire().changes.len()),
             );
         }
+        let boot_id = &op.wire().boot_id;
         let policy =
-            RebootPolicy::try_from(run.op.reboot_policy).unwrap_or(RebootPolicy::CallerHandles);
+            RebootPolicy::try_from(op.wire().reboot_policy).unwrap_or(RebootPolicy::CallerHandles);
         if policy == RebootPolicy::AgentHandles {
-            run.op.actions.push("requested reboot".into());
-            return Next::to(
-                Phase::Rebooting,
-                "rebooting to boot with the new kernel arguments",
-            );
+            let next = op.state().rebooting(boot_id);
+            run.op.push_action("requested reboot");
+            return Step::to(next, "rebooting to boot with the new kernel arguments");
         }
-        Next {
+        Step {
             failpoint: Some("reboot-required"),
-            ..Next::to(
-                Phase::RebootRequired,
+            ..Step::to(
+                op.state().reboot_required(boot_id),
                 "changes staged; they take effect after a reboot: drain the node, then call Reboot",
             )
         }
     }
 
     /// Rebooting → (the reboot) | RebootRequired when the request fails.
-    fn rebooting(&self, run: &mut Run<'_>) -> Option<Next> {
+    fn rebooting(&self, run: &mut Run<'_>) -> Option<Step> {
         let e = self
             .rebooter
-            .reboot(&format!("inplaced operation {}", run.op.id))
+            .reboot(&format!("inplaced operation {}", run.op.id()))
             .err()?;
-        Some(Next::to(
-            Phase::RebootRequired,
+        Some(Step::to(
+            run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),
         ))
     }
@@ -601,22 +562,6 @@ impl Agent {
         }
     }
 
-    /// Restarts `units` after a rollback so they run with the restored files.
-    pub(super) fn restart_units(&self, units: &[String]) -> String {
-        let mut done = Vec::new();
-        for u in units {
-            match self.services.restart(u) {
-                Ok(()) => done.push(format!("{u} restarted")),
-                Err(e) => done.push(format!("{u} restart failed: {e}")),
-            }
-        }
-        if done.is_empty() {
-            "no unit to restart".into()
-        } else {
-            done.join(", ")
-        }
-    }
-
     /// The current content of `path` if it still has the fingerprint the plan saw.
     fn snapshot(&self, path: &str, expect: &str) -> Result<Option<(Vec<u8>, Entry)>, String> {
         let obs = plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())?;
@@ -632,198 +577,21 @@ impl Agent {
         }
     }
 
-    /// Undoes the completed steps in reverse, then runs the boot-configuration commands
-    /// again over the restored inputs ([`Undo::Rerun`]); says what it did.
-    fn undo(&self, undo: &[Undo]) -> String {
-        let mut failed = Vec::new();
-        let mut rerun = Vec::new();
-        for u in undo.iter().rev() {
-            let r = match u {
-                Undo::Rerun(cmd) => {
-                    rerun.insert(0, cmd);
-                    continue;
-                }
-                Undo::File(path, Some((content, e))) => self
-                    .root
-                    .write_atomic(path, content, e.mode, e.uid, e.gid)
-                    .map(|_| ())
-                    .map_err(|e| format!("{path}: {e}")),
-                Undo::File(path, None) => self
-                    .root
-                    .remove(path)
-                    .map(|_| ())
-                    .map_err(|e| format!("{path}: {e}")),
-                Undo::Dir(d) => self
-                    .root
-                    .remove_dir_if_empty(d)
-                    .map(|_| ())
-                    .map_err(|e| format!("{d}: {e}")),
-                Undo::Sysctl(k, v) => self
-                    .root
-                    .write_in_place(
-                        &inplace_formats::sysctl::sysctl_path(k),
-                        format!("{v}\n").as_bytes(),
-                    )
-                    .map_err(|e| format!("sysctl {k}: {e}")),
-                Undo::Kubernetes(r) => r.undo(&self.root, &*self.services, &*self.runner),
-            };
-            if let Err(e) = r {
-                failed.push(e);
-            }
-        }
-        let mut ran = Vec::new();
-        for cmd in rerun {
-            match self.runner.run(cmd) {
-                Ok(_) => ran.push(cmd.join(" ")),
-                Err(e) => failed.push(format!("re-running {}: {e}", cmd.join(" "))),
-            }
-        }
-        let steps = undo.iter().filter(|u| !matches!(u, Undo::Rerun(_))).count();
-        let again = if ran.is_empty() {
-            String::new()
-        } else {
-            format!(", {} ran again over the restored files", ran.join(", "))
-        };
-        if failed.is_empty() {
-            format!("{steps} step(s) undone{again}, the node is as before")
-        } else {
-            format!("undoing failed for {}", failed.join("; "))
-        }
-    }
-}
-
-impl Agent {
-    /// Settles operations a previous run left behind: one waiting for a reboot is verified
-    /// once the boot id changed (or, with no boot id, once `/proc/cmdline` shows its
-    /// changes); one stopped mid-way is marked `Failed` (interrupted).
-    pub(super) fn recover(&self) -> Result<(), super::AgentError> {
-        let boot_id = self.boot_id();
-        for mut op in self.state.list_operations()? {
-            let phase = phase::of(&op);
-            let waiting = matches!(phase, Phase::Rebooting | Phase::RebootRequired);
-            let settled = if waiting && !boot_id.is_empty() && op.boot_id != boot_id {
-                self.after_boot(&mut op, &boot_id);
-                true
-            } else if phase == Phase::Rebooting && boot_id.is_empty() {
-                self.after_boot_without_id(&mut op)
-            } else if !is_settled(op.phase) {
-                op.phase = Phase::Failed as i32;
-                op.message = format!(
-                    "{INTERRUPTED} the agent stopped during {}; re-apply with the same operation id to converge",
-                    phase::name(phase)
-                );
-                true
-            } else {
-                false
-            };
-            if settled {
-                op.updated = Some(now());
-                self.state.save_operation(&op)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// What the booted node lacks or still has of `op`; unknown (never "lacks
-    /// everything") when `/proc/cmdline` can not be read or is empty.
-    fn verify_boot(
+    /// Enters `next` ([`Op::enter`]: the only writer of an operation's phase), then
+    /// persists the operation, tells its watchers and systemd. A transition the machine
+    /// refused (`next` is an error, or was made from another state) changes, persists and
+    /// publishes nothing: it is logged and returned.
+    pub(super) fn publish(
         &self,
-        op: &pb::Operation,
-    ) -> Result<crate::sections::AfterBoot, crate::sections::observe::Unknown> {
-        let running = crate::sections::observe::observe_running(&self.root, "/proc/cmdline")?;
-        let running = running.trim_end();
-        let next_boot = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
-            .map(|b| b.next_boot().render())
-            .unwrap_or_default();
-        let mut found = plan::verify_after_boot(&op.changes, running, &next_boot);
-        // the whole applied set, whatever operation staged it (an operation superseded
-        // before the reboot staged part of what this boot must show)
-        let record = self.state.load_record().unwrap_or_default();
-        let boot = crate::sections::Boot {
-            running,
-            next_boot: &next_boot,
-        };
-        let all = crate::sections::kernel_args::verify_applied(&record, &boot, &self.boot_id());
-        for m in all.missing {
-            if !found.missing.contains(&m) {
-                found.missing.push(m);
-            }
+        op: &mut Op,
+        next: Result<Next, IllegalTransition>,
+        message: impl Into<String>,
+    ) -> Result<(), IllegalTransition> {
+        if let Err(e) = next.and_then(|n| op.enter(n, message, now())) {
+            tracing::error!(operation = %op.id(), error = %e, "refused an operation's phase change");
+            return Err(e);
         }
-        for l in all.lingering {
-            if !found.lingering.contains(&l) {
-                found.lingering.push(l);
-            }
-        }
-        Ok(found)
-    }
-
-    /// RebootRequired | Rebooting → VerifyingAfterBoot → Succeeded | Failed: the node
-    /// booted (a new boot id); the running command line must show the operation and the
-    /// whole applied set of kernel arguments, whatever operation staged them.
-    fn after_boot(&self, op: &mut pb::Operation, boot_id: &str) {
-        op.phase = Phase::VerifyingAfterBoot as i32;
-        let found = match self.verify_boot(op) {
-            Ok(found) => found,
-            Err(u) => {
-                op.phase = Phase::Failed as i32;
-                op.message = format!(
-                    "booted (boot id {boot_id}) but {u}: the kernel arguments could not be verified; check /proc/cmdline, then re-apply"
-                );
-                op.boot_id = boot_id.to_string();
-                return;
-            }
-        };
-        if found.missing.is_empty() && found.lingering.is_empty() {
-            op.phase = Phase::Succeeded as i32;
-            op.message = format!(
-                "booted (boot id {boot_id}) with the new kernel arguments, verified in /proc/cmdline (every managed argument present, every pending removal gone)"
-            );
-        } else {
-            let mut why = Vec::new();
-            if !found.missing.is_empty() {
-                why.push(format!("lacks {}", found.missing.join(" ")));
-            }
-            if !found.lingering.is_empty() {
-                why.push(format!("still has {}", found.lingering.join(" ")));
-            }
-            op.phase = Phase::Failed as i32;
-            op.message = format!(
-                "booted (boot id {boot_id}) but /proc/cmdline {}; the boot loader did not use the edited configuration (no further reboot is requested)",
-                why.join(" and ")
-            );
-        }
-        op.boot_id = boot_id.to_string();
-    }
-
-    /// Rebooting → Succeeded on a node without a boot id, once `/proc/cmdline` shows the
-    /// operation; true when it did.
-    fn after_boot_without_id(&self, op: &mut pb::Operation) -> bool {
-        // not verified while /proc/cmdline is unknown: it stays Rebooting
-        let Ok(found) = self.verify_boot(op) else {
-            return false;
-        };
-        if !(found.missing.is_empty() && found.lingering.is_empty()) {
-            return false;
-        }
-        op.phase = Phase::Succeeded as i32;
-        op.message = "the node has no boot id; /proc/cmdline shows the new kernel arguments".into();
-        true
-    }
-
-    /// Enters `phase`: persists the operation, tells its watchers and systemd. The only
-    /// way the engine changes a running operation's phase; every change is one of
-    /// [`inplace_wire::phase::allowed`].
-    pub(super) fn publish(&self, op: &mut pb::Operation, phase: Phase, message: impl Into<String>) {
-        debug_assert!(
-            phase::allowed(phase::of(op), phase)
-                || (phase::of(op) == phase && !is_settled(op.phase)),
-            "operation {}: {:?} -> {phase:?} is not an allowed transition",
-            op.id,
-            phase::of(op)
-        );
-        op.phase = phase as i32;
-        op.message = message.into();
-        op.updated = Some(now());
+        let (op, phase) = (op.wire(), op.state().phase());
         let mut inner = self.lock();
         // the slot is free as soon as the operation settles: a caller that sees the final
         // phase may start the next operation at once
@@ -849,65 +617,6 @@ impl Agent {
             format!("operation {}: {}", op.id, phase::name(phase))
         };
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(&status)]);
-    }
-
-    /// Operations waiting for a reboot are superseded by a new operation: their staged
-    /// changes are replaced, so a later reboot must not be read as theirs.
-    pub(super) fn supersede_waiting(&self, new_id: &str) {
-        let Ok(heads) = self.state.operation_heads() else {
-            return;
-        };
-        let waiting = heads.into_iter().filter(|h| {
-            h.id != new_id
-                && matches!(
-                    phase::from_i32(h.phase),
-                    Phase::RebootRequired | Phase::Rebooting
-                )
-        });
-        for h in waiting {
-            let Ok(Some(mut op)) = self.state.get_operation(&h.id) else {
-                continue;
-            };
-            let msg = format!(
-                "superseded by operation {new_id} before the reboot; its staged changes were replaced"
-            );
-            self.publish(&mut op, Phase::Failed, msg);
-        }
-    }
-
-    /// Reboots for an operation waiting in `RebootRequired` (or asks again for one in
-    /// `Rebooting` whose reboot has not happened). Refused while an operation runs.
-    pub fn reboot(&self, id: &str) -> Result<pb::Operation, super::AgentError> {
-        inplace_wire::names::validate_operation_id(id)
-            .map_err(super::AgentError::InvalidRequest)?;
-        self.check_available()?;
-        let mut op = {
-            let inner = self.lock();
-            if let Some(r) = &inner.running {
-                return Err(super::AgentError::Busy(r.clone()));
-            }
-            let op = self
-                .get_operation_locked(&inner, id)?
-                .ok_or_else(|| super::AgentError::NotFound(id.to_string()))?;
-            if !matches!(phase::of(&op), Phase::RebootRequired | Phase::Rebooting) {
-                return Err(super::AgentError::Precondition(format!(
-                    "operation {id:?} is {}, not waiting for a reboot; nothing to reboot for",
-                    phase::name(phase::of(&op))
-                )));
-            }
-            op
-        };
-        op.actions.push("requested reboot".into());
-        op.boot_id = self.boot_id();
-        self.publish(&mut op, Phase::Rebooting, "rebooting; verified after boot");
-        if let Err(e) = self.rebooter.reboot(&format!("inplaced operation {id}")) {
-            self.publish(
-                &mut op,
-                Phase::RebootRequired,
-                format!("the reboot request failed ({e}); reboot the node"),
-            );
-            return Err(super::AgentError::Internal(e.to_string()));
-        }
-        Ok(op)
+        Ok(())
     }
 }

@@ -69,17 +69,19 @@
 //! [`inplace_node::sysroot`]'s and [`crate::state`]'s; this module decides what goes into
 //! the journal and in which order it is read back.
 
+use super::machine::Op;
 use super::{Agent, now};
 use crate::plan;
 use crate::plan::observe::FileObs;
 use crate::state::{Committed, Intent, IntentEntry, JournalState, Sealed, sha256_of};
 use inplace_wire::pb;
+use inplace_wire::phase;
 use inplace_wire::phase::{INTERRUPTED, Phase};
 
 /// How the journal of one operation was settled at start.
 struct Settled {
-    /// The phase the operation ends in.
-    phase: i32,
+    /// The phase the operation ends in (one of [`phase::FROM_JOURNAL`]).
+    end: Phase,
     /// Its message: what was restored, removed, left, and why.
     message: String,
     /// The journal is done with and is removed (false: kept or quarantined).
@@ -216,7 +218,7 @@ impl Agent {
             ),
             (None, Sealed::Valid(intent)) => self.roll_back(id, j, intent, None),
             (None, Sealed::Absent) if j.progress == Sealed::Absent => Settled {
-                phase: Phase::Failed as i32,
+                end: Phase::Failed,
                 message: format!(
                     "{INTERRUPTED} the agent stopped before the operation's journal was complete; nothing was changed; re-apply with the same operation id to converge"
                 ),
@@ -269,17 +271,27 @@ impl Agent {
         }
     }
 
-    /// Ends the operation in the phase `settled` says (an operation file that does not
-    /// parse is moved aside and the outcome listed in the problems), then removes the
-    /// journal when it is done with.
+    /// Ends the operation in the phase `settled` says ([`super::machine::OpState::settled_by_journal`],
+    /// whatever phase its file said; an operation file that does not parse is moved aside,
+    /// and a phase the machine refuses left as it was, with the outcome listed in the
+    /// problems), then removes the journal when it is done with.
     fn finish_journal(&self, id: &str, settled: Settled) {
         tracing::warn!(operation = %id, message = %settled.message, "settled an interrupted operation");
         match self.state.get_operation(id) {
-            Ok(Some(mut op)) => {
-                op.phase = settled.phase;
-                op.message = settled.message.clone();
-                op.updated = Some(now());
-                if let Err(e) = self.state.save_operation(&op) {
+            Ok(Some(wire)) => {
+                let mut op = Op::read_back(wire);
+                let next = op
+                    .state()
+                    .settled_by_journal(settled.end, &op.wire().boot_id);
+                let saved = next
+                    .and_then(|n| op.enter(n, settled.message.clone(), now()))
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        self.state
+                            .save_operation(op.wire())
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(e) = saved {
                     self.problem(format!("operation {id}: {} ({e})", settled.message));
                 }
             }
@@ -324,7 +336,7 @@ impl Agent {
         };
         match installed {
             Ok(()) => Settled {
-                phase: c.phase,
+                end: phase::from_i32(c.phase),
                 message: committed.into(),
                 remove: true,
             },
@@ -335,7 +347,7 @@ impl Agent {
                 self.problem(why.clone());
                 self.set_unavailable(why.clone());
                 Settled {
-                    phase: c.phase,
+                    end: phase::from_i32(c.phase),
                     message: format!("{committed}; {why}"),
                     remove: false,
                 }
@@ -409,7 +421,7 @@ impl Agent {
         // the phase says what happened (issue 20 §5): the journal's pre-images were put
         // back, whatever the step reached
         Settled {
-            phase: Phase::RolledBack as i32,
+            end: Phase::RolledBack,
             message: rolled_back_message(&step, &done, note),
             remove: true,
         }
@@ -512,7 +524,7 @@ impl Agent {
             self.problem(format!("operation {id}: {f}"));
         }
         Settled {
-            phase: Phase::Failed as i32,
+            end: Phase::Failed,
             message: format!(
                 "{INTERRUPTED} the agent stopped and the operation's journal does not verify ({why}); it was {where_} and nothing was restored from it: {}; check these files, then re-apply",
                 files.join("; ")

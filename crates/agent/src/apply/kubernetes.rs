@@ -5,10 +5,10 @@
 //! its actions; each completed step's undo joins the operation's undo list.
 
 use super::Agent;
-use super::engine::{Run, Undo};
+use super::engine::Run;
+use super::rollback::{Fail, Undo};
 use crate::kubernetes::upgrade;
 use crate::kubernetes::upgrade::{Host, Progress, Restore};
-use inplace_wire::phase::Phase;
 
 /// Follows the steps into the operation: message, journal, actions.
 struct Follow<'a, 'r> {
@@ -18,16 +18,16 @@ struct Follow<'a, 'r> {
 
 impl Progress for Follow<'_, '_> {
     fn step(&mut self, message: &str) {
-        let phase = inplace_wire::phase::of(self.run.op);
-        self.agent.publish(self.run.op, phase, message);
+        let same = self.run.op.state().stay();
+        let _ = self.agent.publish(self.run.op, same, message);
         let _ = self
             .agent
             .state
-            .journal_progress(&self.run.op.id, &format!("kubernetes: {message}"));
+            .journal_progress(self.run.op.id(), &format!("kubernetes: {message}"));
     }
 
     fn done(&mut self, action: String) {
-        self.run.op.actions.push(action);
+        self.run.op.push_action(action);
     }
 }
 
@@ -35,13 +35,13 @@ impl Agent {
     /// Fetches and verifies the target's binaries (a failure changes nothing), then runs
     /// the upgrade's steps; a failure is `RolledBack` with the failing step (the engine
     /// undoes every step, restarting the kubelet last).
-    pub(super) fn upgrade_kubernetes(&self, run: &mut Run<'_>) -> Result<(), (Phase, String)> {
+    pub(super) fn upgrade_kubernetes(&self, run: &mut Run<'_>) -> Result<(), Fail> {
         let Some(up) = run.plan.steps.kubernetes.clone() else {
             return Ok(());
         };
         let config = &self.config.kubernetes;
         let fetched = upgrade::fetch(&up, config, self.state.path())
-            .map_err(|e| (Phase::Failed, format!("fetching Kubernetes {}: {e}", up.to)))?;
+            .map_err(|e| Fail::failed(format!("fetching Kubernetes {}: {e}", up.to)))?;
         let health = || self.kubelet_health();
         let host = Host {
             root: &self.root,
@@ -57,15 +57,11 @@ impl Agent {
             upgrade::run(&up, &fetched, &host, &mut follow, &mut restores)
         };
         run.undo.extend(restores.into_iter().map(Undo::Kubernetes));
-        result.map_err(|e| {
-            (
-                Phase::RolledBack,
-                format!("Kubernetes {} → {}: {e}", up.from, up.to),
-            )
-        })?;
+        result
+            .map_err(|e| Fail::rolled_back(format!("Kubernetes {} → {}: {e}", up.from, up.to)))?;
         let _ = self
             .state
-            .journal_progress(&run.op.id, "kubernetes: upgraded");
+            .journal_progress(run.op.id(), "kubernetes: upgraded");
         Ok(())
     }
 }

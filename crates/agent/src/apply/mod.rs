@@ -29,18 +29,25 @@
 //! retried `UpdateMachine`), except that an operation interrupted by a stop of the agent
 //! is run again.
 //!
-//! The parts: `engine.rs` (the phases as a state machine, one function per transition;
-//! the table of allowed transitions is [`inplace_wire::phase`]), `journal.rs` (the write-ahead
+//! The parts: `machine.rs` (an operation's state, `OpState`, and one pure
+//! function per transition, checked against [`inplace_wire::phase`]'s table; the only
+//! writer of a phase is `Op::enter`), `engine.rs` (the I/O of each phase
+//! under the journal), `rollback.rs` (the one rollback of a failed operation and its
+//! message), `after_boot.rs` (settling at start what a
+//! reboot or a stop left; explicit reboots; supersession), `journal.rs` (the write-ahead
 //! journal, its order of fsyncs, recovery after a crash), `converge.rs` (start-up
 //! convergence to `/etc/inplaced/node.d`), `drift.rs` and `status.rs` (read-only views);
 //! this module holds the agent, its requests and the single operation slot.
 
+mod after_boot;
 mod converge;
 mod diff;
 mod drift;
 mod engine;
 mod journal;
 mod kubernetes;
+mod machine;
+mod rollback;
 mod status;
 pub mod watch;
 
@@ -62,6 +69,7 @@ use inplace_node::system::{CommandRunner, Rebooter, ServiceManager};
 use inplace_wire::names::{SpecError, validate_operation_id, validate_operation_id_field};
 use inplace_wire::pb;
 use inplace_wire::pb::{Phase, RebootPolicy};
+use machine::Op;
 
 pub use crate::sections::kernel_args::missing_args;
 pub use inplace_wire::phase::{INTERRUPTED, is_interrupted, is_settled, is_terminal};
@@ -579,10 +587,9 @@ impl Agent {
         refuse_uncovered(&plan).map_err(release)?;
         self.supersede_waiting(&r.id);
         let t = now();
-        let op = pb::Operation {
+        let op = Op::new(pb::Operation {
             diffs: Vec::new(),
             id: r.id.clone(),
-            phase: Phase::Validating as i32,
             message: format!("{} change(s) to apply", plan.report.changes.len()),
             spec_hash: r.hash.clone(),
             reboot_policy: r.policy as i32,
@@ -592,15 +599,16 @@ impl Agent {
             actions: vec![],
             boot_id: self.boot_id(),
             dry_run: false,
-        };
+            ..Default::default()
+        });
         // one journal line per change, so `journalctl OPERATION=<id> ITEM=<change id>`
         // finds it (before/after are summaries: a hash for file content, never content)
-        for c in &op.changes {
-            tracing::info!(operation = %op.id, item = %c.id, before = %c.before, after = %c.after, "change");
+        for c in &op.wire().changes {
+            tracing::info!(operation = %op.id(), item = %c.id, before = %c.before, after = %c.after, "change");
         }
-        self.register(&op);
+        self.register(op.wire());
         let agent = Arc::clone(self);
-        let first = op.clone();
+        let first = op.wire().clone();
         let Request {
             spec,
             spec_pb,
@@ -715,17 +723,19 @@ impl Agent {
         inner.settled.retain(|o| o != &r.id);
         inner.live.insert(
             r.id.clone(),
-            LiveOp::new(pb::Operation {
-                id: r.id.clone(),
-                phase: Phase::Validating as i32,
-                message: "planning".into(),
-                spec_hash: r.hash.clone(),
-                reboot_policy: r.policy as i32,
-                created: Some(t),
-                updated: Some(t),
-                boot_id: self.boot_id(),
-                ..Default::default()
-            }),
+            LiveOp::new(
+                Op::new(pb::Operation {
+                    id: r.id.clone(),
+                    message: "planning".into(),
+                    spec_hash: r.hash.clone(),
+                    reboot_policy: r.policy as i32,
+                    created: Some(t),
+                    updated: Some(t),
+                    boot_id: self.boot_id(),
+                    ..Default::default()
+                })
+                .into_wire(),
+            ),
         );
         Ok(None)
     }
