@@ -716,6 +716,50 @@ mod tests {
         }
     }
 
+    /// The canonical hash of existing specs, pinned: an applied record names its spec by
+    /// it, so a moved or rewritten section must hash every spec as it always did.
+    #[test]
+    fn hashes_of_existing_specs_are_pinned() {
+        let everything = "files:\n- path: /etc/x\n  content: aGVsbG8=\n  mode: \"0600\"\n  owner: etcd:etcd\n- path: /etc/y\n  owner: \"997\"\n  group: \"0\"\nkubelet:\n  config:\n    maxPods: 250\n    systemReserved: {cpu: 500m, memory: 1Gi}\n    evictionHard: {memory.available: 100Mi}\n  flags: {max-pods: \"250\", node-labels: a=b}\nkernelArgs: [isolcpus=2-3, hugepages=16, isolcpus=2-3]\nsysctls: {vm.swappiness: \"10\", net/ipv4/ip_forward: \"1\"}\nntp:\n  servers: [ntp1.example.com, 10.0.0.1]\nkubernetes: {version: v1.35.2}\n";
+        // main spec, drop-ins, hash
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case] = &[
+            (
+                "",
+                &[],
+                "sha256:05f2b753f9e3e4e9c0c0f3ac9ca93fa2d3131bc0136f755d316d5352f61c1858",
+            ),
+            (
+                "sysctls: {vm.swappiness: \"10\"}\n",
+                &[],
+                "sha256:cfb366f6aa5a07c87d624e99d6fd819deb5d8a3d3ae257b01dfd1e6d1db70743",
+            ),
+            (
+                everything,
+                &[],
+                "sha256:8fa3bbee512615be0a12465bcb871212b5b0554fac888cb61b18fc0c73c842cf",
+            ),
+            (
+                "kernelArgs: [a=1]\n",
+                &[
+                    (
+                        "20-b.yaml",
+                        "kernelArgs: [a=1, b=2]\nkubelet:\n  flags: {v: \"2\"}\n",
+                    ),
+                    (
+                        "10-a.yaml",
+                        "files:\n- path: /etc/z\nntp:\n  servers: [n1]\n",
+                    ),
+                ],
+                "sha256:38180a2642ff4d0c02efaaa213c83d4ebfed9b4e8a6d10144090bbc739065d22",
+            ),
+        ];
+        for (i, (main, dropins, want)) in cases.iter().enumerate() {
+            let got = with_dropins(main, dropins).unwrap().hash();
+            assert_eq!(&got, want, "case {i}");
+        }
+    }
+
     #[test]
     fn path_errors_name_the_field() {
         for (p, want) in [
