@@ -22,9 +22,11 @@ use std::sync::Arc;
 
 use super::{Agent, now};
 use crate::plan;
-use crate::plan::observe::FileObs;
-use crate::plan::{Options, Plan};
-use crate::spec::NodeSpec;
+use crate::plan::Plan;
+use crate::sections::kit::Options;
+use crate::sections::kit::observe::{FileObs, observe_file};
+use crate::sections::kit::steps::resolve_keep;
+use crate::sections::model::NodeSpec;
 use crate::state::{AppliedRecord, Intent};
 use inplace_node::sysroot::{Durability, Entry};
 use inplace_wire::pb;
@@ -276,7 +278,7 @@ impl Agent {
         let mut dirs = std::collections::BTreeSet::new();
         for w in &run.plan.steps.writes {
             let before = self.snapshot(&w.path, &w.expect).map_err(fail)?;
-            let (mode, uid, gid) = plan::resolve_keep(w, before.as_ref().map(|b| b.1));
+            let (mode, uid, gid) = resolve_keep(w, before.as_ref().map(|b| b.1));
             let created = self
                 .root
                 .write_atomic_with(&w.path, &w.content, mode, uid, gid, Durability::ContentOnly)
@@ -619,7 +621,7 @@ impl Agent {
 
     /// The current content of `path` if it still has the fingerprint the plan saw.
     fn snapshot(&self, path: &str, expect: &str) -> Result<Option<(Vec<u8>, Entry)>, String> {
-        let obs = plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())?;
+        let obs = observe_file(&self.root, path).map_err(|e| e.to_string())?;
         let seen = obs.fingerprint();
         if seen != expect {
             return Err(format!(
@@ -729,8 +731,8 @@ impl Agent {
     fn verify_boot(
         &self,
         op: &pb::Operation,
-    ) -> Result<crate::sections::AfterBoot, crate::sections::observe::Unknown> {
-        let running = crate::sections::observe::observe_running(&self.root, "/proc/cmdline")?;
+    ) -> Result<crate::sections::kit::AfterBoot, crate::sections::kit::observe::Unknown> {
+        let running = crate::sections::kit::observe::observe_running(&self.root, "/proc/cmdline")?;
         let running = running.trim_end();
         let next_boot = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
             .map(|b| b.next_boot().render())
@@ -739,7 +741,7 @@ impl Agent {
         // the whole applied set, whatever operation staged it (an operation superseded
         // before the reboot staged part of what this boot must show)
         let record = self.state.load_record().unwrap_or_default();
-        let boot = crate::sections::Boot {
+        let boot = crate::sections::kit::Boot {
             running,
             next_boot: &next_boot,
         };

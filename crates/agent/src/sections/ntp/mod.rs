@@ -5,11 +5,12 @@
 
 use std::borrow::Cow;
 
-use super::common::{ChangeBuilder, disruption};
-use super::file_items::{self, DroppedFile, FileItem, FileItems};
-use super::observe::{FileObs, NodeView, ObserveError, Observed};
-use super::{DriftView, Input, Section};
-use crate::spec::{FileSpec, NtpSpec};
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::file_items::{self, DroppedFile, FileItem, FileItems};
+use crate::sections::kit::observe::{FileObs, NodeView, ObserveError};
+use crate::sections::kit::{DriftView, Input, Section};
+use crate::sections::model::Observed;
+use crate::sections::model::{FileSpec, NtpSpec};
 use inplace_formats::ntp::Daemon;
 use inplace_node::accounts::IdRef;
 use inplace_node::digest::sha256_hex;

@@ -9,12 +9,13 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{FileObs, NodeView, ObserveError, Observed, observe_file};
-use super::steps::{Remove, Write};
-use super::{DriftView, Input, Output};
 use crate::config::Config;
-use crate::spec::FileSpec;
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{FileObs, NodeView, ObserveError, observe_file};
+use crate::sections::kit::steps::{Remove, Write};
+use crate::sections::kit::{DriftView, Input, Output};
+use crate::sections::model::FileSpec;
+use crate::sections::model::Observed;
 use crate::state::{ManagedFile, Original, backup_name};
 use inplace_node::accounts::Accounts;
 use inplace_node::digest::sha256_hex;
@@ -548,7 +549,10 @@ impl Revert<'_> {
                 before: conflict.to_string(),
                 after: "left alone, no longer managed".into(),
                 covered: Ok(why.as_str()),
-                disruption: super::common::disruption(pb::DisruptionLevel::None, &[]),
+                disruption: crate::sections::kit::change::disruption(
+                    pb::DisruptionLevel::None,
+                    &[],
+                ),
                 targets: vec![self.path.to_string()],
             }
             .build(),

@@ -16,13 +16,17 @@
 //! `[[disruption]]` rule matching the kubelet binary's path wins. The steps are one
 //! [`Upgrade`] the engine runs before every other section's ([`crate::kubernetes::upgrade`]).
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{KubernetesObs, NodeView, ObserveError, Observed, observe_running};
-use super::{Input, Output, Section};
+pub mod observe;
+
 use crate::config::Config;
 use crate::kubernetes as k8s;
 use crate::kubernetes::upgrade::Upgrade;
 use crate::kubernetes::{CONTROL_PLANE_COMPONENTS, SourceKind};
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{NodeView, ObserveError, observe_running};
+use crate::sections::kit::{Input, Output, Section};
+use crate::sections::kubernetes::observe::KubernetesObs;
+use crate::sections::model::Observed;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 use inplace_wire::{k8s_version::Step, k8s_version::Version};

@@ -4,11 +4,12 @@
 
 use std::borrow::Cow;
 
-use super::common::disruption;
-use super::file_items::{self, DroppedFile, FileItem, FileItems};
-use super::observe::{FileObs, NodeView, ObserveError, Observed};
-use super::{DriftView, Input, Section};
-use crate::spec::FileSpec;
+use crate::sections::kit::change::disruption;
+use crate::sections::kit::file_items::{self, DroppedFile, FileItem, FileItems};
+use crate::sections::kit::observe::{FileObs, NodeView, ObserveError};
+use crate::sections::kit::{DriftView, Input, Section};
+use crate::sections::model::FileSpec;
+use crate::sections::model::Observed;
 use inplace_wire::pb;
 use inplace_wire::pb::DisruptionLevel;
 

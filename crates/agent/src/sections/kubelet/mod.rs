@@ -7,15 +7,19 @@
 //! covered (the kubelet lets a flag win over its config file), nor one that a later
 //! `KUBELET_EXTRA_ARGS` shadows.
 
+pub mod observe;
+
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{KubeletObs, NodeView, ObserveError, Observed, TextObs, observe_text};
-use super::steps::Write;
-use super::{DriftView, Input, Output, Section};
 use crate::config::Config;
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{NodeView, ObserveError, TextObs, observe_text};
+use crate::sections::kit::steps::Write;
+use crate::sections::kit::{DriftView, Input, Output, Section};
+use crate::sections::kubelet::observe::KubeletObs;
+use crate::sections::model::Observed;
 use crate::state::{ManagedField, ManagedValue};
 use inplace_formats::kubelet::checkpoints::kubelet_state_files;
 use inplace_formats::kubelet::config as kcfg;
@@ -287,7 +291,7 @@ impl Kubelet {
             // nothing left of a file the agent created (its marker and line went): the
             // file goes too, as it was absent (the unit reads it with `EnvironmentFile=-`)
             Ok(text) if text.is_empty() && entry.is_some() => {
-                out.steps.removes.push(super::steps::Remove {
+                out.steps.removes.push(crate::sections::kit::steps::Remove {
                     path: flags_path.clone(),
                     expect: obs.fingerprint(),
                     dirs: Vec::new(),
@@ -689,11 +693,11 @@ fn flags_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
 /// `what` can not be empty, is a problem naming the file (its changes are not covered)
 /// and an [`Unknown`] for `status`. An absent file stays absent (its own reason).
 ///
-/// [`Unknown`]: crate::sections::observe::Unknown
+/// [`Unknown`]: crate::sections::kit::observe::Unknown
 fn never_empty(obs: &mut Observed, t: TextObs, path: &str, what: &str) -> TextObs {
     match t {
         TextObs::Text(text, _) if text.trim().is_empty() => {
-            let u = crate::sections::observe::Unknown {
+            let u = crate::sections::kit::observe::Unknown {
                 source: path.to_string(),
                 why: format!("it is empty, which {what} can not be"),
             };

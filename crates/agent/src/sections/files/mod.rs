@@ -3,9 +3,10 @@
 
 use std::borrow::Cow;
 
-use super::file_items::{self, FileItem, FileItems};
-use super::observe::{NodeView, ObserveError, Observed};
-use super::{DriftView, Input, Section};
+use crate::sections::kit::file_items::{self, FileItem, FileItems};
+use crate::sections::kit::observe::{NodeView, ObserveError};
+use crate::sections::kit::{DriftView, Input, Section};
+use crate::sections::model::Observed;
 use inplace_wire::pb;
 
 /// The `files` section.

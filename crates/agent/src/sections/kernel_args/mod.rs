@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{NodeView, ObserveError, Observed, observe_running};
-use super::steps::Steps;
-use super::{AfterBoot, Boot, DriftView, Input, Output, Section};
 use crate::bootloader::KernelArgsBackend;
 use crate::config::Config;
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{NodeView, ObserveError, observe_running};
+use crate::sections::kit::steps::Steps;
+use crate::sections::kit::{AfterBoot, Boot, DriftView, Input, Output, Section};
+use crate::sections::model::Observed;
 use crate::state::PendingRemoval;
 use inplace_formats::cmdline::{Arg, Cmdline};
 use inplace_wire::pb;
@@ -471,7 +472,7 @@ impl KernelArgs {
             && !edits.is_empty()
         {
             for e in edits {
-                steps.writes.push(super::steps::Write {
+                steps.writes.push(crate::sections::kit::steps::Write {
                     path: e.path,
                     content: e.content,
                     mode: 0o644,

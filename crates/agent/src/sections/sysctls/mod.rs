@@ -4,16 +4,19 @@
 //! `files` item) take effect live too, as systemd-sysctl would apply them at boot. The
 //! sysctl.d rules are in [`inplace_formats::sysctl`].
 
+pub mod observe;
+
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{
-    NodeView, ObserveError, Observed, SysctlLive, SysctlObs, TextObs, Unknown, observe_running,
-    observe_text,
-};
-use super::steps::{Remove, Write};
-use super::{DriftView, Input, Output, Section};
 use crate::config::Config;
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{
+    NodeView, ObserveError, TextObs, Unknown, observe_running, observe_text,
+};
+use crate::sections::kit::steps::{Remove, Write};
+use crate::sections::kit::{DriftView, Input, Output, Section};
+use crate::sections::model::Observed;
+use crate::sections::sysctls::observe::{SysctlLive, SysctlObs};
 use crate::state::{AppliedRecord, ManagedValue, Original};
 use inplace_formats::sysctl::{
     SYSCTL_DIRS, boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf,
@@ -176,7 +179,7 @@ fn recorded<'a>(
 }
 
 /// True when the spec sets the key `key` names (matched by its `/proc/sys` path).
-fn desired_has(desired: &crate::spec::NodeSpec, key: &str) -> bool {
+fn desired_has(desired: &crate::sections::model::NodeSpec, key: &str) -> bool {
     let path = sysctl_path(key);
     desired.sysctls.contains_key(key) || desired.sysctls.keys().any(|k| sysctl_path(k) == path)
 }

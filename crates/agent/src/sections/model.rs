@@ -1,0 +1,1008 @@
+//! The aggregates the sections fill: the validated [`NodeSpec`], with the drivers that
+//! convert it from the wire form ([`NodeSpec::from_pb`]), merge its drop-ins
+//! ([`Sources::merge`]) and hash it ([`NodeSpec::hash`]) by calling each section's
+//! `spec.rs` in turn, and the [`Observed`] node, one field per section.
+//!
+//! The generic rules (the canonical JSON the hash is taken over, the drop-in file form)
+//! are in [`crate::spec`].
+
+use std::collections::BTreeMap;
+
+use crate::bootloader::{KernelArgsBackend, NoBackend};
+use crate::sections::kit::observe::{FileObs, Observation, Unknown};
+use crate::sections::kubelet::observe::KubeletObs;
+use crate::sections::kubernetes::observe::KubernetesObs;
+use crate::sections::sysctls::observe::SysctlObs;
+use inplace_node::accounts::{Accounts, IdRef};
+use inplace_node::digest::sha256_hex;
+use inplace_wire::names::{DROPIN_DIR, SpecError, validate_dropin_name};
+use inplace_wire::pb;
+use inplace_wire::structs::struct_to_json;
+use inplace_wire::yaml;
+
+/// Default file mode when a spec gives none.
+pub const DEFAULT_FILE_MODE: u32 = 0o644;
+
+/// A validated file item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    /// Absolute normalized node path.
+    pub path: String,
+    /// Full content.
+    pub content: Vec<u8>,
+    /// Permission bits (0o7777 mask).
+    pub mode: u32,
+    /// Owner user (None = root).
+    pub owner: Option<IdRef>,
+    /// Owner group (None = root).
+    pub group: Option<IdRef>,
+    /// Lower-case hex SHA-256 of `content`, computed once at validation.
+    pub sha256: String,
+}
+
+/// A validated NodeSpec.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeSpec {
+    /// Files, in spec order (paths unique).
+    pub files: Vec<FileSpec>,
+    /// Partial KubeletConfiguration (a JSON object), if any.
+    pub kubelet_config: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Kubelet flags without dashes → value.
+    pub kubelet_flags: BTreeMap<String, String>,
+    /// Managed kernel arguments, in order.
+    pub kernel_args: Vec<String>,
+    /// Sysctls, dotted key → value.
+    pub sysctls: BTreeMap<String, String>,
+    /// Time sources for the node's time daemon; None = not managed.
+    pub ntp: Option<NtpSpec>,
+    /// The node's Kubernetes version; None = not managed.
+    pub kubernetes: Option<KubernetesSpec>,
+    /// The node.d drop-ins, sorted by name. Their items are already merged into the
+    /// fields above; each is also kept as `/etc/inplaced/node.d/<name>`.
+    pub dropins: Vec<DropInSpec>,
+}
+
+/// Validated time sources (`ntp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NtpSpec {
+    /// NTP servers in order of preference, at least one.
+    pub servers: Vec<String>,
+}
+
+/// The validated Kubernetes version (`kubernetes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KubernetesSpec {
+    /// The target version.
+    pub version: inplace_wire::k8s_version::Version,
+}
+
+/// A validated NodeSpec drop-in (`dropins[i]`), kept in [`DROPIN_DIR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropInSpec {
+    /// File name (`[A-Za-z0-9._-]`, ending in `.yaml`).
+    pub name: String,
+    /// The YAML document, as given.
+    pub content: String,
+    /// Lower-case hex SHA-256 of `content`.
+    pub sha256: String,
+}
+
+impl DropInSpec {
+    /// Node path of the drop-in: `/etc/inplaced/node.d/<name>`.
+    pub fn path(&self) -> String {
+        format!("{DROPIN_DIR}/{}", self.name)
+    }
+}
+
+/// Parses and validates one drop-in document (a NodeSpec in the YAML file form) on its
+/// own, before merging ([`crate::spec::parse_dropin_with`]): errors name the field
+/// prefixed with `dropins[<name>].`.
+pub fn parse_dropin(name: &str, content: &str) -> Result<NodeSpec, SpecError> {
+    crate::spec::parse_dropin_with(name, content, NodeSpec::from_pb_items)
+}
+
+fn validate_ntp_server(field: &str, s: &str) -> Result<(), SpecError> {
+    if s.is_empty() {
+        return Err(SpecError::new(
+            field,
+            "server is empty; give a host name or address such as ntp1.example.com",
+        ));
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{s:?} contains whitespace or a control character; give one host name or address"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Where each item of a merged spec comes from, for errors naming both sources.
+#[derive(Default)]
+struct Sources {
+    files: BTreeMap<String, String>,
+    leaves: Vec<(Vec<String>, serde_json::Value, String)>,
+    flags: BTreeMap<String, String>,
+    sysctls: BTreeMap<String, (String, String)>,
+    ntp: Option<String>,
+    kubernetes: Option<String>,
+}
+
+impl Sources {
+    /// Records the items of `part`, found under `prefix` (`""` for the spec itself,
+    /// `dropins[x].` for a drop-in), and merges them into `spec`; an item that is set
+    /// differently by an earlier source is an error naming both.
+    fn merge(
+        &mut self,
+        spec: &mut NodeSpec,
+        part: NodeSpec,
+        prefix: &str,
+    ) -> Result<(), SpecError> {
+        for (j, f) in part.files.into_iter().enumerate() {
+            let src = format!("{prefix}files[{j}]");
+            if let Some(other) = self.files.get(&f.path) {
+                return Err(SpecError::new(
+                    format!("{src}.path"),
+                    format!("{} is also written by {other}; give each path once", f.path),
+                ));
+            }
+            self.files.insert(f.path.clone(), src);
+            spec.files.push(f);
+        }
+        if let Some(cfg) = part.kubelet_config {
+            let src = format!("{prefix}kubelet.config");
+            let leaves =
+                inplace_formats::kubelet::config::leaves(&serde_json::Value::Object(cfg.clone()));
+            // leaves of one document never clash with each other: only earlier sources
+            // are checked, so a spec without drop-ins costs no quadratic scan
+            for (path, value) in leaves.iter().filter(|_| !self.leaves.is_empty()) {
+                let clash = self.leaves.iter().find(|(p, v, _)| {
+                    let n = p.len().min(path.len());
+                    p[..n] == path[..n] && (p.len() != path.len() || v != value)
+                });
+                if let Some((p, v, other)) = clash {
+                    return Err(SpecError::new(
+                        format!("{src}.{}", path.join(".")),
+                        format!(
+                            "{other}.{} is already set to {v}; a field may be set by several sources only with the same value",
+                            p.join(".")
+                        ),
+                    ));
+                }
+            }
+            match &mut spec.kubelet_config {
+                None => spec.kubelet_config = Some(cfg),
+                Some(map) => {
+                    for (path, value) in &leaves {
+                        set_leaf(map, path, value.clone());
+                    }
+                }
+            }
+            self.leaves
+                .extend(leaves.into_iter().map(|(p, v)| (p, v, src.clone())));
+        }
+        for (name, value) in part.kubelet_flags {
+            let src = format!("{prefix}kubelet.flags[{name}]");
+            match spec.kubelet_flags.get(&name) {
+                Some(v) if *v != value => {
+                    return Err(SpecError::new(
+                        src,
+                        format!(
+                            "{} sets it to {v:?}, this source to {value:?}; set it once",
+                            self.flags.get(&name).cloned().unwrap_or_default()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.flags.insert(name.clone(), src);
+                    spec.kubelet_flags.insert(name, value);
+                }
+            }
+        }
+        if prefix.is_empty() {
+            // the spec's own list is kept as written, duplicates included
+            spec.kernel_args.extend(part.kernel_args);
+        } else {
+            for a in part.kernel_args {
+                if !spec.kernel_args.contains(&a) {
+                    spec.kernel_args.push(a);
+                }
+            }
+        }
+        for (key, value) in part.sysctls {
+            let src = format!("{prefix}sysctls[{key}]");
+            let canonical = inplace_formats::sysctl::sysctl_path(&key);
+            match self.sysctls.get(&canonical) {
+                Some((k, other)) if *k != key || spec.sysctls.get(k) != Some(&value) => {
+                    return Err(SpecError::new(
+                        src,
+                        format!(
+                            "{other} sets the same kernel parameter ({canonical}) to {:?}; set it once, with one spelling",
+                            spec.sysctls.get(k).cloned().unwrap_or_default()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.sysctls.insert(canonical, (key.clone(), src));
+                    spec.sysctls.insert(key, value);
+                }
+            }
+        }
+        if let Some(ntp) = part.ntp {
+            let src = format!("{prefix}ntp");
+            if let Some(other) = &self.ntp {
+                return Err(SpecError::new(
+                    src,
+                    format!("ntp is already set by {other}; set it once"),
+                ));
+            }
+            self.ntp = Some(src);
+            spec.ntp = Some(ntp);
+        }
+        if let Some(k) = part.kubernetes {
+            let src = format!("{prefix}kubernetes");
+            if let Some(other) = &self.kubernetes {
+                return Err(SpecError::new(
+                    format!("{src}.version"),
+                    format!("kubernetes.version is already set by {other}; set it once"),
+                ));
+            }
+            self.kubernetes = Some(src);
+            spec.kubernetes = Some(k);
+        }
+        Ok(())
+    }
+}
+
+/// Sets `value` at `path` in `map`, creating the objects on the way.
+fn set_leaf(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    path: &[String],
+    value: serde_json::Value,
+) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = map;
+    for k in parents {
+        let next = cur
+            .entry(k.clone())
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if !next.is_object() {
+            *next = serde_json::Value::Object(Default::default());
+        }
+        let serde_json::Value::Object(m) = next else {
+            return;
+        };
+        cur = m;
+    }
+    cur.insert(last.clone(), value);
+}
+
+fn validate_path(field: &str, path: &str) -> Result<(), SpecError> {
+    if path.is_empty() {
+        return Err(SpecError::new(
+            field,
+            "path is empty; give an absolute path such as /etc/sysctl.d/90-tuning.conf",
+        ));
+    }
+    if !path.starts_with('/') {
+        return Err(SpecError::new(
+            field,
+            format!("path {path:?} is relative; give an absolute path starting with '/'"),
+        ));
+    }
+    if path.chars().any(|c| c.is_control()) {
+        return Err(SpecError::new(
+            field,
+            "path contains a control character (NUL, newline, tab...); such paths are refused",
+        ));
+    }
+    for prefix in ["/proc", "/sys", "/dev"] {
+        if path == prefix || path.starts_with(&format!("{prefix}/")) {
+            return Err(SpecError::new(
+                field,
+                format!(
+                    "{path} is under {prefix}, a kernel interface, not a file to manage; use the sysctls section for /proc/sys"
+                ),
+            ));
+        }
+    }
+    if path == "/" {
+        return Err(SpecError::new(
+            field,
+            "path is the root directory; name a file",
+        ));
+    }
+    if inplace_node::sysroot::components(path).is_err() {
+        return Err(SpecError::new(
+            field,
+            format!("path {path:?} is not normalized; remove '.', '..', repeated or trailing '/'"),
+        ));
+    }
+    validate_path_length(field, path)
+}
+
+/// Linux's limits: a file name of at most 255 bytes (NAME_MAX), a path of at most 4095
+/// bytes (PATH_MAX, 4096 with its terminating NUL).
+fn validate_path_length(field: &str, path: &str) -> Result<(), SpecError> {
+    if let Some(c) = path.split('/').find(|c| c.len() > 255) {
+        let shown: String = c.chars().take(16).collect();
+        return Err(SpecError::new(
+            field,
+            format!(
+                "path component {shown:?}... is {} bytes, over the 255-byte file name limit of Linux (NAME_MAX)",
+                c.len()
+            ),
+        ));
+    }
+    if path.len() > 4095 {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "path is {} bytes, over the 4096-byte path limit of Linux (PATH_MAX, with its terminating NUL)",
+                path.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Splits `owner` ("user", "user:group", "997:997") and `group` into references.
+fn owner_refs(
+    field: &str,
+    owner: &str,
+    group: &str,
+) -> Result<(Option<IdRef>, Option<IdRef>), SpecError> {
+    let (user, from_owner) = match owner.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (owner, None),
+    };
+    if let Some(g) = from_owner
+        && !group.is_empty()
+        && g != group
+    {
+        return Err(SpecError::new(
+            format!("{field}.group"),
+            format!(
+                "owner {owner:?} names group {g:?} but group is {group:?}; give the group once"
+            ),
+        ));
+    }
+    let group = if group.is_empty() {
+        from_owner.unwrap_or("")
+    } else {
+        group
+    };
+    if owner.contains(':') && (user.is_empty() || from_owner.is_some_and(str::is_empty)) {
+        return Err(SpecError::new(
+            format!("{field}.owner"),
+            format!("{owner:?} has an empty user or group; write \"user\" or \"user:group\""),
+        ));
+    }
+    for (f, v) in [("owner", user), ("group", group)] {
+        if v.parse::<u32>() == Ok(u32::MAX) {
+            return Err(SpecError::new(
+                format!("{field}.{f}"),
+                "4294967295 is (uid_t)-1, which chown(2) reads as \"leave unchanged\"; give a real id",
+            ));
+        }
+        if v.chars()
+            .any(|c| c.is_whitespace() || c == ':' || c == '/' || c.is_control())
+        {
+            return Err(SpecError::new(
+                format!("{field}.{f}"),
+                format!("{v:?} is not a valid user or group name or numeric id"),
+            ));
+        }
+    }
+    let r = |s: &str| (!s.is_empty()).then(|| IdRef::parse(s));
+    Ok((r(user), r(group)))
+}
+
+/// Validates a kubelet flag name and value: `[a-z0-9][a-z0-9-]*`, and a value with no
+/// whitespace or control characters (systemd splits `$KUBELET_KUBEADM_ARGS` on whitespace).
+pub fn validate_flag(field: &str, name: &str, value: &str) -> Result<(), SpecError> {
+    let ok_name = !name.is_empty()
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok_name {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "flag name {name:?} is not valid; write it without leading dashes, in lower case, e.g. max-pods"
+            ),
+        ));
+    }
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(SpecError::new(
+            field,
+            "flag value contains whitespace or a control character; systemd splits KUBELET_KUBEADM_ARGS on whitespace, so such a value can not be passed",
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a sysctl key (dotted or slashed form) and value.
+fn validate_sysctl(field: &str, key: &str, value: &str) -> Result<(), SpecError> {
+    let ok = !key.is_empty()
+        && !key.starts_with(['.', '/'])
+        && !key.ends_with(['.', '/'])
+        && !key.contains("..")
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '*'));
+    if !ok || key.contains('*') {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "sysctl key {key:?} is not valid; use the dotted form such as vm.max_map_count"
+            ),
+        ));
+    }
+    if value.is_empty() || value.contains(['\n', '\0']) {
+        return Err(SpecError::new(
+            field,
+            "sysctl value must be a non-empty single line",
+        ));
+    }
+    Ok(())
+}
+
+/// Validates one kernel argument: non-empty, no NUL/newline, whitespace only inside double
+/// quotes, balanced quotes (the kernel's `next_arg()` tokenization).
+fn validate_kernel_arg(field: &str, arg: &str) -> Result<(), SpecError> {
+    let a = inplace_formats::cmdline::Arg::parse_one(arg)
+        .map_err(|e| SpecError::new(field, e.to_string()))?;
+    if matches!(
+        a.key(),
+        "root" | "ro" | "rw" | "BOOT_IMAGE" | "initrd" | "ostree" | "systemd.machine_id"
+    ) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{} is set by the installer or the boot loader and decides how the node boots; inplaced does not manage it",
+                a.key()
+            ),
+        ));
+    }
+    if arg.contains(['$', '`', '\\']) {
+        return Err(SpecError::new(
+            field,
+            "contains $, ` or \\, which GRUB expands in grub.cfg and BLS options lines; such an argument can not reach the kernel as written",
+        ));
+    }
+    Ok(())
+}
+
+impl NodeSpec {
+    /// Validates a wire spec and merges its drop-ins into it. Errors name the first
+    /// offending field: `files[2].path`, `ntp.servers[0]`, `dropins[1].name`, or inside a
+    /// drop-in `dropins[<name>].<field>`. An item set by two sources (the spec and a
+    /// drop-in, or two drop-ins) with different values is an error naming both; the same
+    /// value twice is accepted, kernel arguments are added once. A `files` item at a path
+    /// the `ntp` section writes ([`inplace_formats::ntp::PATHS`]) is an error naming both.
+    pub fn from_pb(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
+        let own = NodeSpec::from_pb_items(p)?;
+        let mut names = BTreeMap::new();
+        for (i, d) in p.dropins.iter().enumerate() {
+            let field = format!("dropins[{i}].name");
+            validate_dropin_name(&field, &d.name)?;
+            if d.keep {
+                return Err(SpecError::new(
+                    format!("dropins[{i}].keep"),
+                    "keep is resolved by the agent from its node.d; send the spec to the agent",
+                ));
+            }
+            if let Some(j) = names.insert(d.name.as_str(), i) {
+                return Err(SpecError::new(
+                    field,
+                    format!("{} is also dropins[{j}]; give each name once", d.name),
+                ));
+            }
+        }
+        let mut spec = NodeSpec::default();
+        let mut sources = Sources::default();
+        sources.merge(&mut spec, own, "")?;
+        let mut dropins: Vec<&pb::DropIn> = p.dropins.iter().collect();
+        dropins.sort_by(|a, b| a.name.cmp(&b.name));
+        for d in dropins {
+            let part = parse_dropin(&d.name, &d.content)?;
+            sources.merge(&mut spec, part, &format!("dropins[{}].", d.name))?;
+            spec.dropins.push(DropInSpec {
+                name: d.name.clone(),
+                sha256: sha256_hex(d.content.as_bytes()),
+                content: d.content.clone(),
+            });
+        }
+        if let Some(ntp_src) = &sources.ntp {
+            for path in inplace_formats::ntp::PATHS {
+                if let Some(src) = sources.files.get(*path) {
+                    return Err(SpecError::new(
+                        format!("{src}.path"),
+                        format!(
+                            "{path} is written by the ntp section ({ntp_src}); drop the file item or the ntp section"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Validates the items of one document (no drop-ins).
+    pub(crate) fn from_pb_items(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
+        let mut files = Vec::with_capacity(p.files.len());
+        let mut seen = BTreeMap::new();
+        for (i, f) in p.files.iter().enumerate() {
+            let field = format!("files[{i}]");
+            validate_path(&format!("{field}.path"), &f.path)?;
+            if let Some(j) = seen.insert(f.path.clone(), i) {
+                return Err(SpecError::new(
+                    format!("{field}.path"),
+                    format!("{} is also files[{j}]; give each path once", f.path),
+                ));
+            }
+            let mode = f.mode.unwrap_or(DEFAULT_FILE_MODE);
+            if mode > 0o7777 {
+                return Err(SpecError::new(
+                    format!("{field}.mode"),
+                    format!(
+                        "mode {mode:#o} has bits beyond 07777; give permission bits such as \"0644\""
+                    ),
+                ));
+            }
+            let (owner, group) = owner_refs(&field, &f.owner, &f.group)?;
+            files.push(FileSpec {
+                path: f.path.clone(),
+                sha256: sha256_hex(&f.content),
+                content: f.content.clone(),
+                mode,
+                owner,
+                group,
+            });
+        }
+        let mut spec = NodeSpec {
+            files,
+            ..Default::default()
+        };
+        if let Some(k) = &p.kubelet {
+            if let Some(cfg) = &k.config {
+                let serde_json::Value::Object(map) = struct_to_json(cfg) else {
+                    return Err(SpecError::new("kubelet.config", "must be a mapping"));
+                };
+                for key in ["apiVersion", "kind"] {
+                    if map.contains_key(key) {
+                        return Err(SpecError::new(
+                            format!("kubelet.config.{key}"),
+                            "is set by the kubelet's config file; remove it from the partial KubeletConfiguration",
+                        ));
+                    }
+                }
+                inplace_formats::kubelet::fields::check_types(&map)
+                    .map_err(|(f, m)| SpecError::new(format!("kubelet.config.{f}"), m))?;
+                if !map.is_empty() {
+                    spec.kubelet_config = Some(map);
+                }
+            }
+            for (name, value) in &k.flags {
+                validate_flag(&format!("kubelet.flags[{name}]"), name, value)?;
+                spec.kubelet_flags.insert(name.clone(), value.clone());
+            }
+        }
+        for (i, a) in p.kernel_args.iter().enumerate() {
+            validate_kernel_arg(&format!("kernelArgs[{i}]"), a)?;
+            spec.kernel_args.push(a.clone());
+        }
+        let mut paths: BTreeMap<String, &str> = BTreeMap::new();
+        for (k, v) in &p.sysctls {
+            validate_sysctl(&format!("sysctls[{k}]"), k, v)?;
+            let canonical = inplace_formats::sysctl::sysctl_path(k);
+            if let Some(other) = paths.insert(canonical.clone(), k) {
+                return Err(SpecError::new(
+                    format!("sysctls[{k}]"),
+                    format!(
+                        "names the same kernel parameter ({canonical}) as sysctls[{other}]; give it once"
+                    ),
+                ));
+            }
+            spec.sysctls.insert(k.clone(), v.clone());
+        }
+        if let Some(ntp) = &p.ntp
+            && !ntp.servers.is_empty()
+        {
+            for (i, s) in ntp.servers.iter().enumerate() {
+                validate_ntp_server(&format!("ntp.servers[{i}]"), s)?;
+            }
+            spec.ntp = Some(NtpSpec {
+                servers: ntp.servers.clone(),
+            });
+        }
+        if let Some(k) = &p.kubernetes
+            && !k.version.is_empty()
+        {
+            let version = inplace_wire::k8s_version::Version::parse(&k.version)
+                .map_err(|m| SpecError::new("kubernetes.version", m))?;
+            spec.kubernetes = Some(KubernetesSpec { version });
+        }
+        Ok(spec)
+    }
+
+    /// `sha256:<hex>` over a canonical JSON encoding (object keys sorted, file content
+    /// hashed), so equal specs hash equally whatever their YAML or map order.
+    pub fn hash(&self) -> String {
+        let files: Vec<serde_json::Value> = self
+            .files
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "path": f.path,
+                    "content": f.sha256,
+                    "mode": f.mode,
+                    "owner": f.owner.as_ref().map(|o| o.to_string()),
+                    "group": f.group.as_ref().map(|o| o.to_string()),
+                })
+            })
+            .collect();
+        let mut v = serde_json::json!({
+            "files": files,
+            "kubeletConfig": self.kubelet_config.clone().map(serde_json::Value::Object).map(crate::spec::canonical),
+            "kubeletFlags": self.kubelet_flags,
+            "kernelArgs": self.kernel_args,
+            "sysctls": self.sysctls,
+        });
+        // only when set, so the hash of a spec without them is what it always was
+        if let Some(ntp) = &self.ntp {
+            v["ntp"] = serde_json::json!(ntp.servers);
+        }
+        if let Some(k) = &self.kubernetes {
+            v["kubernetes"] = serde_json::json!(k.version.to_string());
+        }
+        if !self.dropins.is_empty() {
+            v["dropins"] = self
+                .dropins
+                .iter()
+                .map(|d| serde_json::json!({"name": d.name, "content": d.sha256}))
+                .collect();
+        }
+        crate::spec::hash_of(v)
+    }
+}
+
+/// Parses and validates in one step.
+pub fn parse_validated(text: &str) -> Result<(pb::NodeSpec, NodeSpec), SpecError> {
+    let p = yaml::parse(text)?;
+    let s = NodeSpec::from_pb(&p)?;
+    Ok((p, s))
+}
+
+/// Everything observed.
+#[derive(Debug)]
+pub struct Observed {
+    /// Users and groups of the node.
+    pub accounts: Accounts,
+    /// Files of the spec and of the record, by path.
+    pub files: BTreeMap<String, FileObs>,
+    /// Saved originals of record files that leave the spec: backup name → bytes.
+    pub originals: BTreeMap<String, Vec<u8>>,
+    /// Kubelet files.
+    pub kubelet: KubeletObs,
+    /// Kernel-args backend, or why there is none.
+    pub kernel: Result<Box<dyn KernelArgsBackend>, NoBackend>,
+    /// Running kernel command line (`/proc/cmdline`, trailing whitespace removed), or why
+    /// it is not known.
+    pub proc_cmdline: Observation<String>,
+    /// Boot id (`/proc/sys/kernel/random/boot_id`), if readable.
+    pub boot_id: Option<String>,
+    /// Sysctls.
+    pub sysctls: SysctlObs,
+    /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked
+    /// for ([`inplace_formats::ntp::detect`]); its file is in `files`.
+    pub ntp: Option<Result<inplace_formats::ntp::Daemon, String>>,
+    /// The node's Kubernetes binaries and kubeadm files when the spec names a version.
+    pub kubernetes: Option<KubernetesObs>,
+    /// Every observation a section could not make ([`Unknown`]), for `status`.
+    pub unknown: Vec<Unknown>,
+}
+
+impl Observed {
+    /// The file at `path` as observed (absent when it was not observed).
+    pub fn file(&self, path: &str) -> FileObs {
+        self.files.get(path).cloned().unwrap_or(FileObs::Absent)
+    }
+
+    /// Nothing observed yet: each section fills in what it reads.
+    pub fn empty() -> Self {
+        Observed {
+            accounts: Accounts::default(),
+            files: BTreeMap::new(),
+            originals: BTreeMap::new(),
+            kubelet: KubeletObs::default(),
+            kernel: Err(NoBackend("not observed".into())),
+            proc_cmdline: Err(Unknown {
+                source: "/proc/cmdline".into(),
+                why: "not observed".into(),
+            }),
+            boot_id: None,
+            sysctls: SysctlObs::default(),
+            ntp: None,
+            kubernetes: None,
+            unknown: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str) -> pb::File {
+        pb::File {
+            path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The canonical hash of existing specs, pinned: an applied record names its spec by
+    /// it, so a moved or rewritten section must hash every spec as it always did.
+    #[test]
+    fn hashes_of_existing_specs_are_pinned() {
+        let everything = "files:\n- path: /etc/x\n  content: aGVsbG8=\n  mode: \"0600\"\n  owner: etcd:etcd\n- path: /etc/y\n  owner: \"997\"\n  group: \"0\"\nkubelet:\n  config:\n    maxPods: 250\n    systemReserved: {cpu: 500m, memory: 1Gi}\n    evictionHard: {memory.available: 100Mi}\n  flags: {max-pods: \"250\", node-labels: a=b}\nkernelArgs: [isolcpus=2-3, hugepages=16, isolcpus=2-3]\nsysctls: {vm.swappiness: \"10\", net/ipv4/ip_forward: \"1\"}\nntp:\n  servers: [ntp1.example.com, 10.0.0.1]\nkubernetes: {version: v1.35.2}\n";
+        // main spec, drop-ins, hash
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case] = &[
+            (
+                "",
+                &[],
+                "sha256:05f2b753f9e3e4e9c0c0f3ac9ca93fa2d3131bc0136f755d316d5352f61c1858",
+            ),
+            (
+                "sysctls: {vm.swappiness: \"10\"}\n",
+                &[],
+                "sha256:cfb366f6aa5a07c87d624e99d6fd819deb5d8a3d3ae257b01dfd1e6d1db70743",
+            ),
+            (
+                everything,
+                &[],
+                "sha256:8fa3bbee512615be0a12465bcb871212b5b0554fac888cb61b18fc0c73c842cf",
+            ),
+            (
+                "kernelArgs: [a=1]\n",
+                &[
+                    (
+                        "20-b.yaml",
+                        "kernelArgs: [a=1, b=2]\nkubelet:\n  flags: {v: \"2\"}\n",
+                    ),
+                    (
+                        "10-a.yaml",
+                        "files:\n- path: /etc/z\nntp:\n  servers: [n1]\n",
+                    ),
+                ],
+                "sha256:38180a2642ff4d0c02efaaa213c83d4ebfed9b4e8a6d10144090bbc739065d22",
+            ),
+        ];
+        for (i, (main, dropins, want)) in cases.iter().enumerate() {
+            let got = with_dropins(main, dropins).unwrap().hash();
+            assert_eq!(&got, want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn path_errors_name_the_field() {
+        for (p, want) in [
+            ("", "files[0].path: path is empty"),
+            ("etc/x", "files[0].path: path \"etc/x\" is relative"),
+            (
+                "/etc/../x",
+                "files[0].path: path \"/etc/../x\" is not normalized",
+            ),
+        ] {
+            let spec = pb::NodeSpec {
+                files: vec![file(p)],
+                ..Default::default()
+            };
+            let e = NodeSpec::from_pb(&spec).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn owner_forms() {
+        assert_eq!(
+            owner_refs("f", "etcd:etcd", "").unwrap(),
+            (
+                Some(IdRef::Name("etcd".into())),
+                Some(IdRef::Name("etcd".into()))
+            )
+        );
+        assert_eq!(
+            owner_refs("f", "997", "0").unwrap(),
+            (Some(IdRef::Id(997)), Some(IdRef::Id(0)))
+        );
+        assert!(owner_refs("f", "a:b", "c").is_err());
+    }
+
+    #[test]
+    fn hash_ignores_map_order_but_not_values() {
+        let mut a = pb::NodeSpec::default();
+        a.sysctls.insert("a.b".into(), "1".into());
+        a.sysctls.insert("c.d".into(), "2".into());
+        let h1 = NodeSpec::from_pb(&a).unwrap().hash();
+        let mut b = a.clone();
+        b.sysctls.insert("c.d".into(), "3".into());
+        assert_ne!(h1, NodeSpec::from_pb(&b).unwrap().hash());
+        assert_eq!(h1, NodeSpec::from_pb(&a.clone()).unwrap().hash());
+        assert!(h1.starts_with("sha256:"));
+    }
+
+    fn with_dropins(main: &str, dropins: &[(&str, &str)]) -> Result<NodeSpec, SpecError> {
+        let mut p = yaml::parse(main).unwrap();
+        p.dropins = dropins
+            .iter()
+            .map(|(n, c)| pb::DropIn {
+                name: n.to_string(),
+                content: c.to_string(),
+                keep: false,
+            })
+            .collect();
+        NodeSpec::from_pb(&p)
+    }
+
+    #[test]
+    fn ntp_servers_are_validated() {
+        let e = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: [a, \"b c\"]\n").unwrap())
+            .unwrap_err();
+        assert_eq!(e.field, "ntp.servers[1]");
+        let e = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: [\"\"]\n").unwrap()).unwrap_err();
+        assert_eq!(e.field, "ntp.servers[0]");
+        let empty = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: []\n").unwrap()).unwrap();
+        assert_eq!(empty.ntp, None);
+        assert_eq!(empty.hash(), NodeSpec::default().hash());
+    }
+
+    #[test]
+    fn a_file_at_the_ntp_path_names_both() {
+        let e = NodeSpec::from_pb(
+            &yaml::parse("ntp:\n  servers: [a]\nfiles:\n- path: /etc/chrony.conf\n").unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "files[0].path");
+        assert!(e.message.contains("ntp"), "{e}");
+        let e = with_dropins(
+            "ntp:\n  servers: [a]\n",
+            &[(
+                "10-t.yaml",
+                "files:\n- path: /etc/systemd/timesyncd.conf.d/inplaced-ntp.conf\n",
+            )],
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "dropins[10-t.yaml].files[0].path");
+        assert!(e.message.contains("(ntp)"), "{e}");
+    }
+
+    #[test]
+    fn dropin_names_are_validated() {
+        for (bad, field) in [
+            ("x.yml", "dropins[0].name"),
+            ("../x.yaml", "dropins[0].name"),
+            (".yaml", "dropins[0].name"),
+            ("a b.yaml", "dropins[0].name"),
+        ] {
+            let e = with_dropins("", &[(bad, "")]).unwrap_err();
+            assert_eq!(e.field, field, "{bad}: {e}");
+        }
+        let e = with_dropins("", &[("a.yaml", ""), ("a.yaml", "")]).unwrap_err();
+        assert_eq!(e.field, "dropins[1].name");
+        assert!(e.message.contains("dropins[0]"), "{e}");
+    }
+
+    #[test]
+    fn dropins_merge_into_the_spec() {
+        let s = with_dropins(
+            "sysctls: {vm.swappiness: \"10\"}\nkernelArgs: [a=1]\nkubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
+            &[
+                (
+                    "20-b.yaml",
+                    "kernelArgs: [a=1, b=2]\nkubelet:\n  config:\n    systemReserved: {memory: 1Gi}\n  flags: {max-pods: \"250\"}\n",
+                ),
+                (
+                    "10-a.yaml",
+                    "sysctls: {vm.swappiness: \"10\", vm.max_map_count: \"262144\"}\nfiles:\n- path: /etc/x\nntp:\n  servers: [n1]\n",
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.kernel_args, vec!["a=1", "b=2"]);
+        assert_eq!(s.sysctls.len(), 2);
+        assert_eq!(s.files[0].path, "/etc/x");
+        assert_eq!(s.kubelet_flags["max-pods"], "250");
+        assert_eq!(
+            serde_json::Value::Object(s.kubelet_config.clone().unwrap()),
+            serde_json::json!({"systemReserved": {"cpu": "500m", "memory": "1Gi"}})
+        );
+        assert_eq!(s.ntp.as_ref().unwrap().servers, vec!["n1"]);
+        // sorted by name
+        let names: Vec<&str> = s.dropins.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, vec!["10-a.yaml", "20-b.yaml"]);
+        assert_eq!(s.dropins[0].path(), "/etc/inplaced/node.d/10-a.yaml");
+    }
+
+    #[test]
+    fn conflicts_between_sources_name_both() {
+        // main spec, drop-ins, field of the error, source its message names
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case] = &[
+            (
+                "files:\n- path: /etc/x\n",
+                &[("a.yaml", "files:\n- path: /etc/x\n")],
+                "dropins[a.yaml].files[0].path",
+                "files[0]",
+            ),
+            (
+                "kubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
+                &[(
+                    "a.yaml",
+                    "kubelet:\n  config:\n    systemReserved: {cpu: \"1\"}\n",
+                )],
+                "dropins[a.yaml].kubelet.config.systemReserved.cpu",
+                "kubelet.config.systemReserved.cpu",
+            ),
+            (
+                "",
+                &[
+                    ("a.yaml", "kubelet:\n  flags: {max-pods: \"1\"}\n"),
+                    ("b.yaml", "kubelet:\n  flags: {max-pods: \"2\"}\n"),
+                ],
+                "dropins[b.yaml].kubelet.flags[max-pods]",
+                "dropins[a.yaml].kubelet.flags[max-pods]",
+            ),
+            (
+                "sysctls: {vm.swappiness: \"1\"}\n",
+                &[("a.yaml", "sysctls: {vm.swappiness: \"2\"}\n")],
+                "dropins[a.yaml].sysctls[vm.swappiness]",
+                "sysctls[vm.swappiness]",
+            ),
+            (
+                "ntp:\n  servers: [a]\n",
+                &[("a.yaml", "ntp:\n  servers: [a]\n")],
+                "dropins[a.yaml].ntp",
+                "ntp",
+            ),
+            (
+                "",
+                &[("a.yaml", "dropins:\n- name: b.yaml\n")],
+                "dropins[a.yaml].dropins",
+                "can not hold drop-ins",
+            ),
+            (
+                "",
+                &[("a.yaml", "sysctls: {vm.swappiness: \"\"}\n")],
+                "dropins[a.yaml].sysctls[vm.swappiness]",
+                "non-empty",
+            ),
+            (
+                "",
+                &[("a.yaml", "filez: []\n")],
+                "dropins[a.yaml].spec",
+                "filez",
+            ),
+        ];
+        for (main, dropins, field, names) in cases {
+            let e = with_dropins(main, dropins).unwrap_err();
+            assert_eq!(&e.field, field, "{e}");
+            assert!(e.message.contains(names), "{e}");
+        }
+        // the same value from two sources is fine
+        with_dropins(
+            "kubelet:\n  flags: {max-pods: \"1\"}\n",
+            &[("a.yaml", "kubelet:\n  flags: {max-pods: \"1\"}\n")],
+        )
+        .unwrap();
+    }
+}
