@@ -12,6 +12,8 @@ use crate::bootloader::{KernelArgsBackend, NoBackend};
 use crate::sections::kit::observe::{FileObs, Observation, Unknown};
 use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::kubernetes::observe::KubernetesObs;
+use crate::sections::ntp;
+use crate::sections::ntp::observe::NtpObs;
 use crate::sections::sysctls::observe::SysctlObs;
 use inplace_node::accounts::{Accounts, IdRef};
 use inplace_node::digest::sha256_hex;
@@ -54,19 +56,12 @@ pub struct NodeSpec {
     /// Sysctls, dotted key → value.
     pub sysctls: BTreeMap<String, String>,
     /// Time sources for the node's time daemon; None = not managed.
-    pub ntp: Option<NtpSpec>,
+    pub ntp: Option<ntp::spec::NtpSpec>,
     /// The node's Kubernetes version; None = not managed.
     pub kubernetes: Option<KubernetesSpec>,
     /// The node.d drop-ins, sorted by name. Their items are already merged into the
     /// fields above; each is also kept as `/etc/inplaced/node.d/<name>`.
     pub dropins: Vec<DropInSpec>,
-}
-
-/// Validated time sources (`ntp`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NtpSpec {
-    /// NTP servers in order of preference, at least one.
-    pub servers: Vec<String>,
 }
 
 /// The validated Kubernetes version (`kubernetes`).
@@ -101,24 +96,6 @@ pub fn parse_dropin(name: &str, content: &str) -> Result<NodeSpec, SpecError> {
     crate::spec::parse_dropin_with(name, content, NodeSpec::from_pb_items)
 }
 
-fn validate_ntp_server(field: &str, s: &str) -> Result<(), SpecError> {
-    if s.is_empty() {
-        return Err(SpecError::new(
-            field,
-            "server is empty; give a host name or address such as ntp1.example.com",
-        ));
-    }
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(SpecError::new(
-            field,
-            format!(
-                "{s:?} contains whitespace or a control character; give one host name or address"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// Where each item of a merged spec comes from, for errors naming both sources.
 #[derive(Default)]
 struct Sources {
@@ -126,7 +103,7 @@ struct Sources {
     leaves: Vec<(Vec<String>, serde_json::Value, String)>,
     flags: BTreeMap<String, String>,
     sysctls: BTreeMap<String, (String, String)>,
-    ntp: Option<String>,
+    ntp: ntp::spec::Sources,
     kubernetes: Option<String>,
 }
 
@@ -232,17 +209,7 @@ impl Sources {
                 }
             }
         }
-        if let Some(ntp) = part.ntp {
-            let src = format!("{prefix}ntp");
-            if let Some(other) = &self.ntp {
-                return Err(SpecError::new(
-                    src,
-                    format!("ntp is already set by {other}; set it once"),
-                ));
-            }
-            self.ntp = Some(src);
-            spec.ntp = Some(ntp);
-        }
+        ntp::spec::merge(&mut self.ntp, &mut spec.ntp, part.ntp, prefix)?;
         if let Some(k) = part.kubernetes {
             let src = format!("{prefix}kubernetes");
             if let Some(other) = &self.kubernetes {
@@ -521,18 +488,7 @@ impl NodeSpec {
                 content: d.content.clone(),
             });
         }
-        if let Some(ntp_src) = &sources.ntp {
-            for path in inplace_formats::ntp::PATHS {
-                if let Some(src) = sources.files.get(*path) {
-                    return Err(SpecError::new(
-                        format!("{src}.path"),
-                        format!(
-                            "{path} is written by the ntp section ({ntp_src}); drop the file item or the ntp section"
-                        ),
-                    ));
-                }
-            }
-        }
+        ntp::spec::check_files(&sources.ntp, |p| sources.files.get(p).map(String::as_str))?;
         Ok(spec)
     }
 
@@ -614,16 +570,7 @@ impl NodeSpec {
             }
             spec.sysctls.insert(k.clone(), v.clone());
         }
-        if let Some(ntp) = &p.ntp
-            && !ntp.servers.is_empty()
-        {
-            for (i, s) in ntp.servers.iter().enumerate() {
-                validate_ntp_server(&format!("ntp.servers[{i}]"), s)?;
-            }
-            spec.ntp = Some(NtpSpec {
-                servers: ntp.servers.clone(),
-            });
-        }
+        spec.ntp = ntp::spec::from_pb(p.ntp.as_ref())?;
         if let Some(k) = &p.kubernetes
             && !k.version.is_empty()
         {
@@ -658,8 +605,8 @@ impl NodeSpec {
             "sysctls": self.sysctls,
         });
         // only when set, so the hash of a spec without them is what it always was
-        if let Some(ntp) = &self.ntp {
-            v["ntp"] = serde_json::json!(ntp.servers);
+        if let serde_json::Value::Object(m) = &mut v {
+            ntp::spec::hash(self.ntp.as_ref(), m);
         }
         if let Some(k) = &self.kubernetes {
             v["kubernetes"] = serde_json::json!(k.version.to_string());
@@ -704,7 +651,7 @@ pub struct Observed {
     pub sysctls: SysctlObs,
     /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked
     /// for ([`inplace_formats::ntp::detect`]); its file is in `files`.
-    pub ntp: Option<Result<inplace_formats::ntp::Daemon, String>>,
+    pub ntp: NtpObs,
     /// The node's Kubernetes binaries and kubeadm files when the spec names a version.
     pub kubernetes: Option<KubernetesObs>,
     /// Every observation a section could not make ([`Unknown`]), for `status`.
@@ -855,38 +802,6 @@ mod tests {
     }
 
     #[test]
-    fn ntp_servers_are_validated() {
-        let e = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: [a, \"b c\"]\n").unwrap())
-            .unwrap_err();
-        assert_eq!(e.field, "ntp.servers[1]");
-        let e = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: [\"\"]\n").unwrap()).unwrap_err();
-        assert_eq!(e.field, "ntp.servers[0]");
-        let empty = NodeSpec::from_pb(&yaml::parse("ntp:\n  servers: []\n").unwrap()).unwrap();
-        assert_eq!(empty.ntp, None);
-        assert_eq!(empty.hash(), NodeSpec::default().hash());
-    }
-
-    #[test]
-    fn a_file_at_the_ntp_path_names_both() {
-        let e = NodeSpec::from_pb(
-            &yaml::parse("ntp:\n  servers: [a]\nfiles:\n- path: /etc/chrony.conf\n").unwrap(),
-        )
-        .unwrap_err();
-        assert_eq!(e.field, "files[0].path");
-        assert!(e.message.contains("ntp"), "{e}");
-        let e = with_dropins(
-            "ntp:\n  servers: [a]\n",
-            &[(
-                "10-t.yaml",
-                "files:\n- path: /etc/systemd/timesyncd.conf.d/inplaced-ntp.conf\n",
-            )],
-        )
-        .unwrap_err();
-        assert_eq!(e.field, "dropins[10-t.yaml].files[0].path");
-        assert!(e.message.contains("(ntp)"), "{e}");
-    }
-
-    #[test]
     fn dropin_names_are_validated() {
         for (bad, field) in [
             ("x.yml", "dropins[0].name"),
@@ -967,12 +882,6 @@ mod tests {
                 &[("a.yaml", "sysctls: {vm.swappiness: \"2\"}\n")],
                 "dropins[a.yaml].sysctls[vm.swappiness]",
                 "sysctls[vm.swappiness]",
-            ),
-            (
-                "ntp:\n  servers: [a]\n",
-                &[("a.yaml", "ntp:\n  servers: [a]\n")],
-                "dropins[a.yaml].ntp",
-                "ntp",
             ),
             (
                 "",

@@ -7,6 +7,8 @@ pub mod change;
 pub mod file_items;
 pub mod observe;
 pub mod steps;
+#[cfg(test)]
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 
