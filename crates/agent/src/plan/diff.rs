@@ -336,7 +336,7 @@ mod tests {
                 owner: None,
                 group: None,
             }],
-            dropins: vec![crate::sections::model::DropInSpec {
+            dropins: vec![crate::sections::dropins::spec::DropInSpec {
                 name: "10-new.yaml".into(),
                 content: String::new(),
                 sha256: String::new(),

@@ -12,12 +12,12 @@ use crate::bootloader::{KernelArgsBackend, NoBackend};
 use crate::sections::kit::observe::{FileObs, Observation, Unknown};
 use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::kubernetes::observe::KubernetesObs;
-use crate::sections::ntp;
 use crate::sections::ntp::observe::NtpObs;
 use crate::sections::sysctls::observe::SysctlObs;
+use crate::sections::{dropins, ntp};
 use inplace_node::accounts::{Accounts, IdRef};
 use inplace_node::digest::sha256_hex;
-use inplace_wire::names::{DROPIN_DIR, SpecError, validate_dropin_name};
+use inplace_wire::names::SpecError;
 use inplace_wire::pb;
 use inplace_wire::structs::struct_to_json;
 use inplace_wire::yaml;
@@ -61,7 +61,7 @@ pub struct NodeSpec {
     pub kubernetes: Option<KubernetesSpec>,
     /// The node.d drop-ins, sorted by name. Their items are already merged into the
     /// fields above; each is also kept as `/etc/inplaced/node.d/<name>`.
-    pub dropins: Vec<DropInSpec>,
+    pub dropins: Vec<dropins::spec::DropInSpec>,
 }
 
 /// The validated Kubernetes version (`kubernetes`).
@@ -69,24 +69,6 @@ pub struct NodeSpec {
 pub struct KubernetesSpec {
     /// The target version.
     pub version: inplace_wire::k8s_version::Version,
-}
-
-/// A validated NodeSpec drop-in (`dropins[i]`), kept in [`DROPIN_DIR`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DropInSpec {
-    /// File name (`[A-Za-z0-9._-]`, ending in `.yaml`).
-    pub name: String,
-    /// The YAML document, as given.
-    pub content: String,
-    /// Lower-case hex SHA-256 of `content`.
-    pub sha256: String,
-}
-
-impl DropInSpec {
-    /// Node path of the drop-in: `/etc/inplaced/node.d/<name>`.
-    pub fn path(&self) -> String {
-        format!("{DROPIN_DIR}/{}", self.name)
-    }
 }
 
 /// Parses and validates one drop-in document (a NodeSpec in the YAML file form) on its
@@ -457,36 +439,14 @@ impl NodeSpec {
     /// the `ntp` section writes ([`inplace_formats::ntp::PATHS`]) is an error naming both.
     pub fn from_pb(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
         let own = NodeSpec::from_pb_items(p)?;
-        let mut names = BTreeMap::new();
-        for (i, d) in p.dropins.iter().enumerate() {
-            let field = format!("dropins[{i}].name");
-            validate_dropin_name(&field, &d.name)?;
-            if d.keep {
-                return Err(SpecError::new(
-                    format!("dropins[{i}].keep"),
-                    "keep is resolved by the agent from its node.d; send the spec to the agent",
-                ));
-            }
-            if let Some(j) = names.insert(d.name.as_str(), i) {
-                return Err(SpecError::new(
-                    field,
-                    format!("{} is also dropins[{j}]; give each name once", d.name),
-                ));
-            }
-        }
+        let dropins = dropins::spec::from_pb(&p.dropins)?;
         let mut spec = NodeSpec::default();
         let mut sources = Sources::default();
         sources.merge(&mut spec, own, "")?;
-        let mut dropins: Vec<&pb::DropIn> = p.dropins.iter().collect();
-        dropins.sort_by(|a, b| a.name.cmp(&b.name));
         for d in dropins {
             let part = parse_dropin(&d.name, &d.content)?;
             sources.merge(&mut spec, part, &format!("dropins[{}].", d.name))?;
-            spec.dropins.push(DropInSpec {
-                name: d.name.clone(),
-                sha256: sha256_hex(d.content.as_bytes()),
-                content: d.content.clone(),
-            });
+            spec.dropins.push(d);
         }
         ntp::spec::check_files(&sources.ntp, |p| sources.files.get(p).map(String::as_str))?;
         Ok(spec)
@@ -611,12 +571,8 @@ impl NodeSpec {
         if let Some(k) = &self.kubernetes {
             v["kubernetes"] = serde_json::json!(k.version.to_string());
         }
-        if !self.dropins.is_empty() {
-            v["dropins"] = self
-                .dropins
-                .iter()
-                .map(|d| serde_json::json!({"name": d.name, "content": d.sha256}))
-                .collect();
+        if let serde_json::Value::Object(m) = &mut v {
+            dropins::spec::hash(&self.dropins, m);
         }
         crate::spec::hash_of(v)
     }
@@ -799,22 +755,6 @@ mod tests {
             })
             .collect();
         NodeSpec::from_pb(&p)
-    }
-
-    #[test]
-    fn dropin_names_are_validated() {
-        for (bad, field) in [
-            ("x.yml", "dropins[0].name"),
-            ("../x.yaml", "dropins[0].name"),
-            (".yaml", "dropins[0].name"),
-            ("a b.yaml", "dropins[0].name"),
-        ] {
-            let e = with_dropins("", &[(bad, "")]).unwrap_err();
-            assert_eq!(e.field, field, "{bad}: {e}");
-        }
-        let e = with_dropins("", &[("a.yaml", ""), ("a.yaml", "")]).unwrap_err();
-        assert_eq!(e.field, "dropins[1].name");
-        assert!(e.message.contains("dropins[0]"), "{e}");
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //! (`dropins[<name>]`). Written through the file machinery as the agent's own area: no
 //! disruption, no write policy, nothing to restore (a dropped one is deleted).
 
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::borrow::Cow;
 
 use crate::sections::kit::change::disruption;
