@@ -328,7 +328,7 @@ mod tests {
             item: item.map(str::to_string),
         };
         let desired = NodeSpec {
-            files: vec![crate::sections::model::FileSpec {
+            files: vec![crate::sections::kit::file_items::FileSpec {
                 path: "/etc/in-spec".into(),
                 content: vec![],
                 sha256: String::new(),

@@ -205,8 +205,8 @@ mod tests {
 
     use super::*;
     use crate::sections::kit::change::{ChangeBuilder, disruption};
+    use crate::sections::kit::file_items::FileSpec;
     use crate::sections::kit::file_items::{FileItem, FileItems};
-    use crate::sections::model::FileSpec;
     use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
     /// Writes `/etc/motd` through the file machinery and reports a `zz` change of its own.

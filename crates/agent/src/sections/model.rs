@@ -9,38 +9,18 @@
 use std::collections::BTreeMap;
 
 use crate::bootloader::{KernelArgsBackend, NoBackend};
+use crate::sections::kit::file_items::FileSpec;
 use crate::sections::kit::observe::{FileObs, Observation, Unknown};
 use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::kubernetes::observe::KubernetesObs;
 use crate::sections::ntp::observe::NtpObs;
 use crate::sections::sysctls::observe::SysctlObs;
-use crate::sections::{dropins, ntp};
-use inplace_node::accounts::{Accounts, IdRef};
-use inplace_node::digest::sha256_hex;
+use crate::sections::{dropins, files, ntp};
+use inplace_node::accounts::Accounts;
 use inplace_wire::names::SpecError;
 use inplace_wire::pb;
 use inplace_wire::structs::struct_to_json;
 use inplace_wire::yaml;
-
-/// Default file mode when a spec gives none.
-pub const DEFAULT_FILE_MODE: u32 = 0o644;
-
-/// A validated file item.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileSpec {
-    /// Absolute normalized node path.
-    pub path: String,
-    /// Full content.
-    pub content: Vec<u8>,
-    /// Permission bits (0o7777 mask).
-    pub mode: u32,
-    /// Owner user (None = root).
-    pub owner: Option<IdRef>,
-    /// Owner group (None = root).
-    pub group: Option<IdRef>,
-    /// Lower-case hex SHA-256 of `content`, computed once at validation.
-    pub sha256: String,
-}
 
 /// A validated NodeSpec.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -81,7 +61,7 @@ pub fn parse_dropin(name: &str, content: &str) -> Result<NodeSpec, SpecError> {
 /// Where each item of a merged spec comes from, for errors naming both sources.
 #[derive(Default)]
 struct Sources {
-    files: BTreeMap<String, String>,
+    files: files::spec::Sources,
     leaves: Vec<(Vec<String>, serde_json::Value, String)>,
     flags: BTreeMap<String, String>,
     sysctls: BTreeMap<String, (String, String)>,
@@ -99,17 +79,7 @@ impl Sources {
         part: NodeSpec,
         prefix: &str,
     ) -> Result<(), SpecError> {
-        for (j, f) in part.files.into_iter().enumerate() {
-            let src = format!("{prefix}files[{j}]");
-            if let Some(other) = self.files.get(&f.path) {
-                return Err(SpecError::new(
-                    format!("{src}.path"),
-                    format!("{} is also written by {other}; give each path once", f.path),
-                ));
-            }
-            self.files.insert(f.path.clone(), src);
-            spec.files.push(f);
-        }
+        files::spec::merge(&mut self.files, &mut spec.files, part.files, prefix)?;
         if let Some(cfg) = part.kubelet_config {
             let src = format!("{prefix}kubelet.config");
             let leaves =
@@ -232,127 +202,6 @@ fn set_leaf(
     cur.insert(last.clone(), value);
 }
 
-fn validate_path(field: &str, path: &str) -> Result<(), SpecError> {
-    if path.is_empty() {
-        return Err(SpecError::new(
-            field,
-            "path is empty; give an absolute path such as /etc/sysctl.d/90-tuning.conf",
-        ));
-    }
-    if !path.starts_with('/') {
-        return Err(SpecError::new(
-            field,
-            format!("path {path:?} is relative; give an absolute path starting with '/'"),
-        ));
-    }
-    if path.chars().any(|c| c.is_control()) {
-        return Err(SpecError::new(
-            field,
-            "path contains a control character (NUL, newline, tab...); such paths are refused",
-        ));
-    }
-    for prefix in ["/proc", "/sys", "/dev"] {
-        if path == prefix || path.starts_with(&format!("{prefix}/")) {
-            return Err(SpecError::new(
-                field,
-                format!(
-                    "{path} is under {prefix}, a kernel interface, not a file to manage; use the sysctls section for /proc/sys"
-                ),
-            ));
-        }
-    }
-    if path == "/" {
-        return Err(SpecError::new(
-            field,
-            "path is the root directory; name a file",
-        ));
-    }
-    if inplace_node::sysroot::components(path).is_err() {
-        return Err(SpecError::new(
-            field,
-            format!("path {path:?} is not normalized; remove '.', '..', repeated or trailing '/'"),
-        ));
-    }
-    validate_path_length(field, path)
-}
-
-/// Linux's limits: a file name of at most 255 bytes (NAME_MAX), a path of at most 4095
-/// bytes (PATH_MAX, 4096 with its terminating NUL).
-fn validate_path_length(field: &str, path: &str) -> Result<(), SpecError> {
-    if let Some(c) = path.split('/').find(|c| c.len() > 255) {
-        let shown: String = c.chars().take(16).collect();
-        return Err(SpecError::new(
-            field,
-            format!(
-                "path component {shown:?}... is {} bytes, over the 255-byte file name limit of Linux (NAME_MAX)",
-                c.len()
-            ),
-        ));
-    }
-    if path.len() > 4095 {
-        return Err(SpecError::new(
-            field,
-            format!(
-                "path is {} bytes, over the 4096-byte path limit of Linux (PATH_MAX, with its terminating NUL)",
-                path.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Splits `owner` ("user", "user:group", "997:997") and `group` into references.
-fn owner_refs(
-    field: &str,
-    owner: &str,
-    group: &str,
-) -> Result<(Option<IdRef>, Option<IdRef>), SpecError> {
-    let (user, from_owner) = match owner.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (owner, None),
-    };
-    if let Some(g) = from_owner
-        && !group.is_empty()
-        && g != group
-    {
-        return Err(SpecError::new(
-            format!("{field}.group"),
-            format!(
-                "owner {owner:?} names group {g:?} but group is {group:?}; give the group once"
-            ),
-        ));
-    }
-    let group = if group.is_empty() {
-        from_owner.unwrap_or("")
-    } else {
-        group
-    };
-    if owner.contains(':') && (user.is_empty() || from_owner.is_some_and(str::is_empty)) {
-        return Err(SpecError::new(
-            format!("{field}.owner"),
-            format!("{owner:?} has an empty user or group; write \"user\" or \"user:group\""),
-        ));
-    }
-    for (f, v) in [("owner", user), ("group", group)] {
-        if v.parse::<u32>() == Ok(u32::MAX) {
-            return Err(SpecError::new(
-                format!("{field}.{f}"),
-                "4294967295 is (uid_t)-1, which chown(2) reads as \"leave unchanged\"; give a real id",
-            ));
-        }
-        if v.chars()
-            .any(|c| c.is_whitespace() || c == ':' || c == '/' || c.is_control())
-        {
-            return Err(SpecError::new(
-                format!("{field}.{f}"),
-                format!("{v:?} is not a valid user or group name or numeric id"),
-            ));
-        }
-    }
-    let r = |s: &str| (!s.is_empty()).then(|| IdRef::parse(s));
-    Ok((r(user), r(group)))
-}
-
 /// Validates a kubelet flag name and value: `[a-z0-9][a-z0-9-]*`, and a value with no
 /// whitespace or control characters (systemd splits `$KUBELET_KUBEADM_ARGS` on whitespace).
 pub fn validate_flag(field: &str, name: &str, value: &str) -> Result<(), SpecError> {
@@ -448,44 +297,14 @@ impl NodeSpec {
             sources.merge(&mut spec, part, &format!("dropins[{}].", d.name))?;
             spec.dropins.push(d);
         }
-        ntp::spec::check_files(&sources.ntp, |p| sources.files.get(p).map(String::as_str))?;
+        ntp::spec::check_files(&sources.ntp, |p| sources.files.source_of(p))?;
         Ok(spec)
     }
 
     /// Validates the items of one document (no drop-ins).
     pub(crate) fn from_pb_items(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
-        let mut files = Vec::with_capacity(p.files.len());
-        let mut seen = BTreeMap::new();
-        for (i, f) in p.files.iter().enumerate() {
-            let field = format!("files[{i}]");
-            validate_path(&format!("{field}.path"), &f.path)?;
-            if let Some(j) = seen.insert(f.path.clone(), i) {
-                return Err(SpecError::new(
-                    format!("{field}.path"),
-                    format!("{} is also files[{j}]; give each path once", f.path),
-                ));
-            }
-            let mode = f.mode.unwrap_or(DEFAULT_FILE_MODE);
-            if mode > 0o7777 {
-                return Err(SpecError::new(
-                    format!("{field}.mode"),
-                    format!(
-                        "mode {mode:#o} has bits beyond 07777; give permission bits such as \"0644\""
-                    ),
-                ));
-            }
-            let (owner, group) = owner_refs(&field, &f.owner, &f.group)?;
-            files.push(FileSpec {
-                path: f.path.clone(),
-                sha256: sha256_hex(&f.content),
-                content: f.content.clone(),
-                mode,
-                owner,
-                group,
-            });
-        }
         let mut spec = NodeSpec {
-            files,
+            files: files::spec::from_pb(&p.files)?,
             ..Default::default()
         };
         if let Some(k) = &p.kubelet {
@@ -544,21 +363,7 @@ impl NodeSpec {
     /// `sha256:<hex>` over a canonical JSON encoding (object keys sorted, file content
     /// hashed), so equal specs hash equally whatever their YAML or map order.
     pub fn hash(&self) -> String {
-        let files: Vec<serde_json::Value> = self
-            .files
-            .iter()
-            .map(|f| {
-                serde_json::json!({
-                    "path": f.path,
-                    "content": f.sha256,
-                    "mode": f.mode,
-                    "owner": f.owner.as_ref().map(|o| o.to_string()),
-                    "group": f.group.as_ref().map(|o| o.to_string()),
-                })
-            })
-            .collect();
         let mut v = serde_json::json!({
-            "files": files,
             "kubeletConfig": self.kubelet_config.clone().map(serde_json::Value::Object).map(crate::spec::canonical),
             "kubeletFlags": self.kubelet_flags,
             "kernelArgs": self.kernel_args,
@@ -566,6 +371,7 @@ impl NodeSpec {
         });
         // only when set, so the hash of a spec without them is what it always was
         if let serde_json::Value::Object(m) = &mut v {
+            files::spec::hash(&self.files, m);
             ntp::spec::hash(self.ntp.as_ref(), m);
         }
         if let Some(k) = &self.kubernetes {
@@ -645,15 +451,6 @@ impl Observed {
 mod tests {
     use super::*;
 
-    fn file(path: &str) -> pb::File {
-        pb::File {
-            path: path.into(),
-            ..Default::default()
-        }
-    }
-
-    /// The canonical hash of existing specs, pinned: an applied record names its spec by
-    /// it, so a moved or rewritten section must hash every spec as it always did.
     #[test]
     fn hashes_of_existing_specs_are_pinned() {
         let everything = "files:\n- path: /etc/x\n  content: aGVsbG8=\n  mode: \"0600\"\n  owner: etcd:etcd\n- path: /etc/y\n  owner: \"997\"\n  group: \"0\"\nkubelet:\n  config:\n    maxPods: 250\n    systemReserved: {cpu: 500m, memory: 1Gi}\n    evictionHard: {memory.available: 100Mi}\n  flags: {max-pods: \"250\", node-labels: a=b}\nkernelArgs: [isolcpus=2-3, hugepages=16, isolcpus=2-3]\nsysctls: {vm.swappiness: \"10\", net/ipv4/ip_forward: \"1\"}\nntp:\n  servers: [ntp1.example.com, 10.0.0.1]\nkubernetes: {version: v1.35.2}\n";
@@ -694,41 +491,6 @@ mod tests {
             let got = with_dropins(main, dropins).unwrap().hash();
             assert_eq!(&got, want, "case {i}");
         }
-    }
-
-    #[test]
-    fn path_errors_name_the_field() {
-        for (p, want) in [
-            ("", "files[0].path: path is empty"),
-            ("etc/x", "files[0].path: path \"etc/x\" is relative"),
-            (
-                "/etc/../x",
-                "files[0].path: path \"/etc/../x\" is not normalized",
-            ),
-        ] {
-            let spec = pb::NodeSpec {
-                files: vec![file(p)],
-                ..Default::default()
-            };
-            let e = NodeSpec::from_pb(&spec).unwrap_err().to_string();
-            assert!(e.starts_with(want), "{e}");
-        }
-    }
-
-    #[test]
-    fn owner_forms() {
-        assert_eq!(
-            owner_refs("f", "etcd:etcd", "").unwrap(),
-            (
-                Some(IdRef::Name("etcd".into())),
-                Some(IdRef::Name("etcd".into()))
-            )
-        );
-        assert_eq!(
-            owner_refs("f", "997", "0").unwrap(),
-            (Some(IdRef::Id(997)), Some(IdRef::Id(0)))
-        );
-        assert!(owner_refs("f", "a:b", "c").is_err());
     }
 
     #[test]
@@ -793,12 +555,6 @@ mod tests {
         // main spec, drop-ins, field of the error, source its message names
         type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a str);
         let cases: &[Case] = &[
-            (
-                "files:\n- path: /etc/x\n",
-                &[("a.yaml", "files:\n- path: /etc/x\n")],
-                "dropins[a.yaml].files[0].path",
-                "files[0]",
-            ),
             (
                 "kubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
                 &[(

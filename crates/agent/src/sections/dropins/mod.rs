@@ -9,10 +9,10 @@ mod tests;
 use std::borrow::Cow;
 
 use crate::sections::kit::change::disruption;
+use crate::sections::kit::file_items::FileSpec;
 use crate::sections::kit::file_items::{self, DroppedFile, FileItem, FileItems};
 use crate::sections::kit::observe::{FileObs, NodeView, ObserveError};
 use crate::sections::kit::{DriftView, Input, Section};
-use crate::sections::model::FileSpec;
 use crate::sections::model::Observed;
 use inplace_wire::pb;
 use inplace_wire::pb::DisruptionLevel;

@@ -1,6 +1,10 @@
 //! The `files` section: whole files of the spec (`files[<path>]`), written through the
 //! file machinery ([`super::file_items`]) with the path rules for their disruption.
 
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::borrow::Cow;
 
 use crate::sections::kit::file_items::{self, FileItem, FileItems};

@@ -14,13 +14,30 @@ use crate::sections::kit::change::{ChangeBuilder, disruption};
 use crate::sections::kit::observe::{FileObs, NodeView, ObserveError, observe_file};
 use crate::sections::kit::steps::{Remove, Write};
 use crate::sections::kit::{DriftView, Input, Output};
-use crate::sections::model::FileSpec;
 use crate::sections::model::Observed;
 use crate::state::{ManagedFile, Original, backup_name};
 use inplace_node::accounts::Accounts;
+use inplace_node::accounts::IdRef;
 use inplace_node::digest::sha256_hex;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
+
+/// A validated file item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    /// Absolute normalized node path.
+    pub path: String,
+    /// Full content.
+    pub content: Vec<u8>,
+    /// Permission bits (0o7777 mask).
+    pub mode: u32,
+    /// Owner user (None = root).
+    pub owner: Option<IdRef>,
+    /// Owner group (None = root).
+    pub group: Option<IdRef>,
+    /// Lower-case hex SHA-256 of `content`, computed once at validation.
+    pub sha256: String,
+}
 
 /// A file a section writes through the machinery.
 #[derive(Debug)]

@@ -11,10 +11,10 @@ mod tests;
 use std::borrow::Cow;
 
 use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::file_items::FileSpec;
 use crate::sections::kit::file_items::{self, DroppedFile, FileItem, FileItems};
 use crate::sections::kit::observe::{FileObs, NodeView, ObserveError};
 use crate::sections::kit::{DriftView, Input, Section};
-use crate::sections::model::FileSpec;
 use crate::sections::model::Observed;
 use inplace_formats::ntp::Daemon;
 use inplace_node::accounts::IdRef;
