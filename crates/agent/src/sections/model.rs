@@ -15,7 +15,7 @@ use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::kubernetes::observe::KubernetesObs;
 use crate::sections::ntp::observe::NtpObs;
 use crate::sections::sysctls::observe::SysctlObs;
-use crate::sections::{dropins, files, ntp};
+use crate::sections::{dropins, files, ntp, sysctls};
 use inplace_node::accounts::Accounts;
 use inplace_wire::names::SpecError;
 use inplace_wire::pb;
@@ -64,7 +64,7 @@ struct Sources {
     files: files::spec::Sources,
     leaves: Vec<(Vec<String>, serde_json::Value, String)>,
     flags: BTreeMap<String, String>,
-    sysctls: BTreeMap<String, (String, String)>,
+    sysctls: sysctls::spec::Sources,
     ntp: ntp::spec::Sources,
     kubernetes: Option<String>,
 }
@@ -141,26 +141,7 @@ impl Sources {
                 }
             }
         }
-        for (key, value) in part.sysctls {
-            let src = format!("{prefix}sysctls[{key}]");
-            let canonical = inplace_formats::sysctl::sysctl_path(&key);
-            match self.sysctls.get(&canonical) {
-                Some((k, other)) if *k != key || spec.sysctls.get(k) != Some(&value) => {
-                    return Err(SpecError::new(
-                        src,
-                        format!(
-                            "{other} sets the same kernel parameter ({canonical}) to {:?}; set it once, with one spelling",
-                            spec.sysctls.get(k).cloned().unwrap_or_default()
-                        ),
-                    ));
-                }
-                Some(_) => {}
-                None => {
-                    self.sysctls.insert(canonical, (key.clone(), src));
-                    spec.sysctls.insert(key, value);
-                }
-            }
-        }
+        sysctls::spec::merge(&mut self.sysctls, &mut spec.sysctls, part.sysctls, prefix)?;
         ntp::spec::merge(&mut self.ntp, &mut spec.ntp, part.ntp, prefix)?;
         if let Some(k) = part.kubernetes {
             let src = format!("{prefix}kubernetes");
@@ -222,32 +203,6 @@ pub fn validate_flag(field: &str, name: &str, value: &str) -> Result<(), SpecErr
         return Err(SpecError::new(
             field,
             "flag value contains whitespace or a control character; systemd splits KUBELET_KUBEADM_ARGS on whitespace, so such a value can not be passed",
-        ));
-    }
-    Ok(())
-}
-
-/// Validates a sysctl key (dotted or slashed form) and value.
-fn validate_sysctl(field: &str, key: &str, value: &str) -> Result<(), SpecError> {
-    let ok = !key.is_empty()
-        && !key.starts_with(['.', '/'])
-        && !key.ends_with(['.', '/'])
-        && !key.contains("..")
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | '*'));
-    if !ok || key.contains('*') {
-        return Err(SpecError::new(
-            field,
-            format!(
-                "sysctl key {key:?} is not valid; use the dotted form such as vm.max_map_count"
-            ),
-        ));
-    }
-    if value.is_empty() || value.contains(['\n', '\0']) {
-        return Err(SpecError::new(
-            field,
-            "sysctl value must be a non-empty single line",
         ));
     }
     Ok(())
@@ -335,20 +290,7 @@ impl NodeSpec {
             validate_kernel_arg(&format!("kernelArgs[{i}]"), a)?;
             spec.kernel_args.push(a.clone());
         }
-        let mut paths: BTreeMap<String, &str> = BTreeMap::new();
-        for (k, v) in &p.sysctls {
-            validate_sysctl(&format!("sysctls[{k}]"), k, v)?;
-            let canonical = inplace_formats::sysctl::sysctl_path(k);
-            if let Some(other) = paths.insert(canonical.clone(), k) {
-                return Err(SpecError::new(
-                    format!("sysctls[{k}]"),
-                    format!(
-                        "names the same kernel parameter ({canonical}) as sysctls[{other}]; give it once"
-                    ),
-                ));
-            }
-            spec.sysctls.insert(k.clone(), v.clone());
-        }
+        spec.sysctls = sysctls::spec::from_pb(&p.sysctls)?;
         spec.ntp = ntp::spec::from_pb(p.ntp.as_ref())?;
         if let Some(k) = &p.kubernetes
             && !k.version.is_empty()
@@ -367,11 +309,11 @@ impl NodeSpec {
             "kubeletConfig": self.kubelet_config.clone().map(serde_json::Value::Object).map(crate::spec::canonical),
             "kubeletFlags": self.kubelet_flags,
             "kernelArgs": self.kernel_args,
-            "sysctls": self.sysctls,
         });
         // only when set, so the hash of a spec without them is what it always was
         if let serde_json::Value::Object(m) = &mut v {
             files::spec::hash(&self.files, m);
+            sysctls::spec::hash(&self.sysctls, m);
             ntp::spec::hash(self.ntp.as_ref(), m);
         }
         if let Some(k) = &self.kubernetes {
@@ -449,7 +391,7 @@ impl Observed {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::sections::kit::tests::spec as with_dropins;
 
     #[test]
     fn hashes_of_existing_specs_are_pinned() {
@@ -491,32 +433,6 @@ mod tests {
             let got = with_dropins(main, dropins).unwrap().hash();
             assert_eq!(&got, want, "case {i}");
         }
-    }
-
-    #[test]
-    fn hash_ignores_map_order_but_not_values() {
-        let mut a = pb::NodeSpec::default();
-        a.sysctls.insert("a.b".into(), "1".into());
-        a.sysctls.insert("c.d".into(), "2".into());
-        let h1 = NodeSpec::from_pb(&a).unwrap().hash();
-        let mut b = a.clone();
-        b.sysctls.insert("c.d".into(), "3".into());
-        assert_ne!(h1, NodeSpec::from_pb(&b).unwrap().hash());
-        assert_eq!(h1, NodeSpec::from_pb(&a.clone()).unwrap().hash());
-        assert!(h1.starts_with("sha256:"));
-    }
-
-    fn with_dropins(main: &str, dropins: &[(&str, &str)]) -> Result<NodeSpec, SpecError> {
-        let mut p = yaml::parse(main).unwrap();
-        p.dropins = dropins
-            .iter()
-            .map(|(n, c)| pb::DropIn {
-                name: n.to_string(),
-                content: c.to_string(),
-                keep: false,
-            })
-            .collect();
-        NodeSpec::from_pb(&p)
     }
 
     #[test]
@@ -574,22 +490,10 @@ mod tests {
                 "dropins[a.yaml].kubelet.flags[max-pods]",
             ),
             (
-                "sysctls: {vm.swappiness: \"1\"}\n",
-                &[("a.yaml", "sysctls: {vm.swappiness: \"2\"}\n")],
-                "dropins[a.yaml].sysctls[vm.swappiness]",
-                "sysctls[vm.swappiness]",
-            ),
-            (
                 "",
                 &[("a.yaml", "dropins:\n- name: b.yaml\n")],
                 "dropins[a.yaml].dropins",
                 "can not hold drop-ins",
-            ),
-            (
-                "",
-                &[("a.yaml", "sysctls: {vm.swappiness: \"\"}\n")],
-                "dropins[a.yaml].sysctls[vm.swappiness]",
-                "non-empty",
             ),
             (
                 "",
