@@ -15,11 +15,10 @@ use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::kubernetes::observe::KubernetesObs;
 use crate::sections::ntp::observe::NtpObs;
 use crate::sections::sysctls::observe::SysctlObs;
-use crate::sections::{dropins, files, ntp, sysctls};
+use crate::sections::{dropins, files, kubelet, ntp, sysctls};
 use inplace_node::accounts::Accounts;
 use inplace_wire::names::SpecError;
 use inplace_wire::pb;
-use inplace_wire::structs::struct_to_json;
 use inplace_wire::yaml;
 
 /// A validated NodeSpec.
@@ -62,8 +61,7 @@ pub fn parse_dropin(name: &str, content: &str) -> Result<NodeSpec, SpecError> {
 #[derive(Default)]
 struct Sources {
     files: files::spec::Sources,
-    leaves: Vec<(Vec<String>, serde_json::Value, String)>,
-    flags: BTreeMap<String, String>,
+    kubelet: kubelet::spec::Sources,
     sysctls: sysctls::spec::Sources,
     ntp: ntp::spec::Sources,
     kubernetes: Option<String>,
@@ -80,57 +78,18 @@ impl Sources {
         prefix: &str,
     ) -> Result<(), SpecError> {
         files::spec::merge(&mut self.files, &mut spec.files, part.files, prefix)?;
-        if let Some(cfg) = part.kubelet_config {
-            let src = format!("{prefix}kubelet.config");
-            let leaves =
-                inplace_formats::kubelet::config::leaves(&serde_json::Value::Object(cfg.clone()));
-            // leaves of one document never clash with each other: only earlier sources
-            // are checked, so a spec without drop-ins costs no quadratic scan
-            for (path, value) in leaves.iter().filter(|_| !self.leaves.is_empty()) {
-                let clash = self.leaves.iter().find(|(p, v, _)| {
-                    let n = p.len().min(path.len());
-                    p[..n] == path[..n] && (p.len() != path.len() || v != value)
-                });
-                if let Some((p, v, other)) = clash {
-                    return Err(SpecError::new(
-                        format!("{src}.{}", path.join(".")),
-                        format!(
-                            "{other}.{} is already set to {v}; a field may be set by several sources only with the same value",
-                            p.join(".")
-                        ),
-                    ));
-                }
-            }
-            match &mut spec.kubelet_config {
-                None => spec.kubelet_config = Some(cfg),
-                Some(map) => {
-                    for (path, value) in &leaves {
-                        set_leaf(map, path, value.clone());
-                    }
-                }
-            }
-            self.leaves
-                .extend(leaves.into_iter().map(|(p, v)| (p, v, src.clone())));
-        }
-        for (name, value) in part.kubelet_flags {
-            let src = format!("{prefix}kubelet.flags[{name}]");
-            match spec.kubelet_flags.get(&name) {
-                Some(v) if *v != value => {
-                    return Err(SpecError::new(
-                        src,
-                        format!(
-                            "{} sets it to {v:?}, this source to {value:?}; set it once",
-                            self.flags.get(&name).cloned().unwrap_or_default()
-                        ),
-                    ));
-                }
-                Some(_) => {}
-                None => {
-                    self.flags.insert(name.clone(), src);
-                    spec.kubelet_flags.insert(name, value);
-                }
-            }
-        }
+        kubelet::spec::merge_config(
+            &mut self.kubelet,
+            &mut spec.kubelet_config,
+            part.kubelet_config,
+            prefix,
+        )?;
+        kubelet::spec::merge_flags(
+            &mut self.kubelet,
+            &mut spec.kubelet_flags,
+            part.kubelet_flags,
+            prefix,
+        )?;
         if prefix.is_empty() {
             // the spec's own list is kept as written, duplicates included
             spec.kernel_args.extend(part.kernel_args);
@@ -156,56 +115,6 @@ impl Sources {
         }
         Ok(())
     }
-}
-
-/// Sets `value` at `path` in `map`, creating the objects on the way.
-fn set_leaf(
-    map: &mut serde_json::Map<String, serde_json::Value>,
-    path: &[String],
-    value: serde_json::Value,
-) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut cur = map;
-    for k in parents {
-        let next = cur
-            .entry(k.clone())
-            .or_insert_with(|| serde_json::Value::Object(Default::default()));
-        if !next.is_object() {
-            *next = serde_json::Value::Object(Default::default());
-        }
-        let serde_json::Value::Object(m) = next else {
-            return;
-        };
-        cur = m;
-    }
-    cur.insert(last.clone(), value);
-}
-
-/// Validates a kubelet flag name and value: `[a-z0-9][a-z0-9-]*`, and a value with no
-/// whitespace or control characters (systemd splits `$KUBELET_KUBEADM_ARGS` on whitespace).
-pub fn validate_flag(field: &str, name: &str, value: &str) -> Result<(), SpecError> {
-    let ok_name = !name.is_empty()
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !ok_name {
-        return Err(SpecError::new(
-            field,
-            format!(
-                "flag name {name:?} is not valid; write it without leading dashes, in lower case, e.g. max-pods"
-            ),
-        ));
-    }
-    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(SpecError::new(
-            field,
-            "flag value contains whitespace or a control character; systemd splits KUBELET_KUBEADM_ARGS on whitespace, so such a value can not be passed",
-        ));
-    }
-    Ok(())
 }
 
 /// Validates one kernel argument: non-empty, no NUL/newline, whitespace only inside double
@@ -258,34 +167,14 @@ impl NodeSpec {
 
     /// Validates the items of one document (no drop-ins).
     pub(crate) fn from_pb_items(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
+        let files = files::spec::from_pb(&p.files)?;
+        let (kubelet_config, kubelet_flags) = kubelet::spec::from_pb(p.kubelet.as_ref())?;
         let mut spec = NodeSpec {
-            files: files::spec::from_pb(&p.files)?,
+            files,
+            kubelet_config,
+            kubelet_flags,
             ..Default::default()
         };
-        if let Some(k) = &p.kubelet {
-            if let Some(cfg) = &k.config {
-                let serde_json::Value::Object(map) = struct_to_json(cfg) else {
-                    return Err(SpecError::new("kubelet.config", "must be a mapping"));
-                };
-                for key in ["apiVersion", "kind"] {
-                    if map.contains_key(key) {
-                        return Err(SpecError::new(
-                            format!("kubelet.config.{key}"),
-                            "is set by the kubelet's config file; remove it from the partial KubeletConfiguration",
-                        ));
-                    }
-                }
-                inplace_formats::kubelet::fields::check_types(&map)
-                    .map_err(|(f, m)| SpecError::new(format!("kubelet.config.{f}"), m))?;
-                if !map.is_empty() {
-                    spec.kubelet_config = Some(map);
-                }
-            }
-            for (name, value) in &k.flags {
-                validate_flag(&format!("kubelet.flags[{name}]"), name, value)?;
-                spec.kubelet_flags.insert(name.clone(), value.clone());
-            }
-        }
         for (i, a) in p.kernel_args.iter().enumerate() {
             validate_kernel_arg(&format!("kernelArgs[{i}]"), a)?;
             spec.kernel_args.push(a.clone());
@@ -306,13 +195,12 @@ impl NodeSpec {
     /// hashed), so equal specs hash equally whatever their YAML or map order.
     pub fn hash(&self) -> String {
         let mut v = serde_json::json!({
-            "kubeletConfig": self.kubelet_config.clone().map(serde_json::Value::Object).map(crate::spec::canonical),
-            "kubeletFlags": self.kubelet_flags,
             "kernelArgs": self.kernel_args,
         });
         // only when set, so the hash of a spec without them is what it always was
         if let serde_json::Value::Object(m) = &mut v {
             files::spec::hash(&self.files, m);
+            kubelet::spec::hash(self.kubelet_config.as_ref(), &self.kubelet_flags, m);
             sysctls::spec::hash(&self.sysctls, m);
             ntp::spec::hash(self.ntp.as_ref(), m);
         }
@@ -471,24 +359,6 @@ mod tests {
         // main spec, drop-ins, field of the error, source its message names
         type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a str);
         let cases: &[Case] = &[
-            (
-                "kubelet:\n  config:\n    systemReserved: {cpu: 500m}\n",
-                &[(
-                    "a.yaml",
-                    "kubelet:\n  config:\n    systemReserved: {cpu: \"1\"}\n",
-                )],
-                "dropins[a.yaml].kubelet.config.systemReserved.cpu",
-                "kubelet.config.systemReserved.cpu",
-            ),
-            (
-                "",
-                &[
-                    ("a.yaml", "kubelet:\n  flags: {max-pods: \"1\"}\n"),
-                    ("b.yaml", "kubelet:\n  flags: {max-pods: \"2\"}\n"),
-                ],
-                "dropins[b.yaml].kubelet.flags[max-pods]",
-                "dropins[a.yaml].kubelet.flags[max-pods]",
-            ),
             (
                 "",
                 &[("a.yaml", "dropins:\n- name: b.yaml\n")],

@@ -8,6 +8,9 @@
 //! `KUBELET_EXTRA_ARGS` shadows.
 
 pub mod observe;
+pub mod spec;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 
@@ -15,10 +18,9 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::sections::kit::change::{ChangeBuilder, disruption};
-use crate::sections::kit::observe::{NodeView, ObserveError, TextObs, observe_text};
+use crate::sections::kit::observe::{NodeView, ObserveError, TextObs};
 use crate::sections::kit::steps::Write;
 use crate::sections::kit::{DriftView, Input, Output, Section};
-use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::model::Observed;
 use crate::state::{ManagedField, ManagedValue};
 use inplace_formats::kubelet::checkpoints::kubelet_state_files;
@@ -545,53 +547,13 @@ fn config_field_problem(
     })
 }
 
-/// True when the record or the spec manages kubelet settings.
-fn in_play(node: &NodeView<'_>) -> bool {
-    let (d, r) = (node.desired, node.record);
-    d.kubelet_config.is_some()
-        || !d.kubelet_flags.is_empty()
-        || !r.kubelet_config.is_empty()
-        || !r.kubelet_flags.is_empty()
-}
-
 impl Section for Kubelet {
     fn name(&self) -> &'static str {
         "kubelet"
     }
 
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
-        if !in_play(node) {
-            return Ok(());
-        }
-        let config = &node.config.kubelet;
-        let mut kubelet = KubeletObs {
-            config: never_empty(
-                obs,
-                observe_text(node.root, &config.config_path)?,
-                &config.config_path,
-                "a kubelet's KubeletConfiguration file",
-            ),
-            flags: never_empty(
-                obs,
-                observe_text(node.root, &config.flags_path)?,
-                &config.flags_path,
-                "kubeadm's flags file (it always sets KUBELET_KUBEADM_ARGS)",
-            ),
-            ..KubeletObs::default()
-        };
-        for p in &config.extra_args_paths {
-            match observe_text(node.root, p)? {
-                TextObs::Absent => {}
-                TextObs::Problem(e) => kubelet.problems.push(e),
-                TextObs::Text(t, _) => match kflags::parse(&t, "KUBELET_EXTRA_ARGS") {
-                    Ok(Some(flags)) => kubelet.extra_args.push((p.clone(), flags)),
-                    Ok(None) => {}
-                    Err(e) => kubelet.problems.push(format!("{p}: {e}")),
-                },
-            }
-        }
-        obs.kubelet = kubelet;
-        Ok(())
+        observe::read(node, obs)
     }
 
     fn reserved(&self, config: &Config, _obs: &Observed) -> Vec<(String, String)> {
@@ -687,25 +649,4 @@ fn flags_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
         }
     }
     out
-}
-
-/// Unknown is not empty (issue 20 §2): a present file that holds only whitespace, where
-/// `what` can not be empty, is a problem naming the file (its changes are not covered)
-/// and an [`Unknown`] for `status`. An absent file stays absent (its own reason).
-///
-/// [`Unknown`]: crate::sections::kit::observe::Unknown
-fn never_empty(obs: &mut Observed, t: TextObs, path: &str, what: &str) -> TextObs {
-    match t {
-        TextObs::Text(text, _) if text.trim().is_empty() => {
-            let u = crate::sections::kit::observe::Unknown {
-                source: path.to_string(),
-                why: format!("it is empty, which {what} can not be"),
-            };
-            obs.unknown.push(u.clone());
-            TextObs::Problem(format!(
-                "{u}; its current settings are not known, so no change to it is planned"
-            ))
-        }
-        t => t,
-    }
 }
