@@ -8,14 +8,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::bootloader::{KernelArgsBackend, NoBackend};
+use crate::sections::kernel_args::observe::KernelArgsObs;
 use crate::sections::kit::file_items::FileSpec;
-use crate::sections::kit::observe::{FileObs, Observation, Unknown};
+use crate::sections::kit::observe::{FileObs, Unknown};
 use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::kubernetes::observe::KubernetesObs;
 use crate::sections::ntp::observe::NtpObs;
 use crate::sections::sysctls::observe::SysctlObs;
-use crate::sections::{dropins, files, kubelet, ntp, sysctls};
+use crate::sections::{dropins, files, kernel_args, kubelet, ntp, sysctls};
 use inplace_node::accounts::Accounts;
 use inplace_wire::names::SpecError;
 use inplace_wire::pb;
@@ -90,16 +90,7 @@ impl Sources {
             part.kubelet_flags,
             prefix,
         )?;
-        if prefix.is_empty() {
-            // the spec's own list is kept as written, duplicates included
-            spec.kernel_args.extend(part.kernel_args);
-        } else {
-            for a in part.kernel_args {
-                if !spec.kernel_args.contains(&a) {
-                    spec.kernel_args.push(a);
-                }
-            }
-        }
+        kernel_args::spec::merge(&mut spec.kernel_args, part.kernel_args, prefix);
         sysctls::spec::merge(&mut self.sysctls, &mut spec.sysctls, part.sysctls, prefix)?;
         ntp::spec::merge(&mut self.ntp, &mut spec.ntp, part.ntp, prefix)?;
         if let Some(k) = part.kubernetes {
@@ -115,32 +106,6 @@ impl Sources {
         }
         Ok(())
     }
-}
-
-/// Validates one kernel argument: non-empty, no NUL/newline, whitespace only inside double
-/// quotes, balanced quotes (the kernel's `next_arg()` tokenization).
-fn validate_kernel_arg(field: &str, arg: &str) -> Result<(), SpecError> {
-    let a = inplace_formats::cmdline::Arg::parse_one(arg)
-        .map_err(|e| SpecError::new(field, e.to_string()))?;
-    if matches!(
-        a.key(),
-        "root" | "ro" | "rw" | "BOOT_IMAGE" | "initrd" | "ostree" | "systemd.machine_id"
-    ) {
-        return Err(SpecError::new(
-            field,
-            format!(
-                "{} is set by the installer or the boot loader and decides how the node boots; inplaced does not manage it",
-                a.key()
-            ),
-        ));
-    }
-    if arg.contains(['$', '`', '\\']) {
-        return Err(SpecError::new(
-            field,
-            "contains $, ` or \\, which GRUB expands in grub.cfg and BLS options lines; such an argument can not reach the kernel as written",
-        ));
-    }
-    Ok(())
 }
 
 impl NodeSpec {
@@ -175,10 +140,7 @@ impl NodeSpec {
             kubelet_flags,
             ..Default::default()
         };
-        for (i, a) in p.kernel_args.iter().enumerate() {
-            validate_kernel_arg(&format!("kernelArgs[{i}]"), a)?;
-            spec.kernel_args.push(a.clone());
-        }
+        spec.kernel_args = kernel_args::spec::from_pb(&p.kernel_args)?;
         spec.sysctls = sysctls::spec::from_pb(&p.sysctls)?;
         spec.ntp = ntp::spec::from_pb(p.ntp.as_ref())?;
         if let Some(k) = &p.kubernetes
@@ -194,13 +156,12 @@ impl NodeSpec {
     /// `sha256:<hex>` over a canonical JSON encoding (object keys sorted, file content
     /// hashed), so equal specs hash equally whatever their YAML or map order.
     pub fn hash(&self) -> String {
-        let mut v = serde_json::json!({
-            "kernelArgs": self.kernel_args,
-        });
+        let mut v = serde_json::json!({});
         // only when set, so the hash of a spec without them is what it always was
         if let serde_json::Value::Object(m) = &mut v {
             files::spec::hash(&self.files, m);
             kubelet::spec::hash(self.kubelet_config.as_ref(), &self.kubelet_flags, m);
+            kernel_args::spec::hash(&self.kernel_args, m);
             sysctls::spec::hash(&self.sysctls, m);
             ntp::spec::hash(self.ntp.as_ref(), m);
         }
@@ -232,13 +193,8 @@ pub struct Observed {
     pub originals: BTreeMap<String, Vec<u8>>,
     /// Kubelet files.
     pub kubelet: KubeletObs,
-    /// Kernel-args backend, or why there is none.
-    pub kernel: Result<Box<dyn KernelArgsBackend>, NoBackend>,
-    /// Running kernel command line (`/proc/cmdline`, trailing whitespace removed), or why
-    /// it is not known.
-    pub proc_cmdline: Observation<String>,
-    /// Boot id (`/proc/sys/kernel/random/boot_id`), if readable.
-    pub boot_id: Option<String>,
+    /// The kernel-args backend, the running command line and the boot id.
+    pub kernel_args: KernelArgsObs,
     /// Sysctls.
     pub sysctls: SysctlObs,
     /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked
@@ -263,12 +219,7 @@ impl Observed {
             files: BTreeMap::new(),
             originals: BTreeMap::new(),
             kubelet: KubeletObs::default(),
-            kernel: Err(NoBackend("not observed".into())),
-            proc_cmdline: Err(Unknown {
-                source: "/proc/cmdline".into(),
-                why: "not observed".into(),
-            }),
-            boot_id: None,
+            kernel_args: KernelArgsObs::empty(),
             sysctls: SysctlObs::default(),
             ntp: None,
             kubernetes: None,

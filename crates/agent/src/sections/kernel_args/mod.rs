@@ -4,12 +4,17 @@
 //! added them. They take effect at the next boot, so they are verified after it in
 //! `/proc/cmdline`.
 
+pub mod observe;
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::collections::BTreeMap;
 
 use crate::bootloader::KernelArgsBackend;
 use crate::config::Config;
 use crate::sections::kit::change::{ChangeBuilder, disruption};
-use crate::sections::kit::observe::{NodeView, ObserveError, observe_running};
+use crate::sections::kit::observe::{NodeView, ObserveError};
 use crate::sections::kit::steps::Steps;
 use crate::sections::kit::{AfterBoot, Boot, DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
@@ -172,7 +177,7 @@ impl KernelArgs {
     /// effect at the next boot, whatever operation comes in between. Returns them and
     /// the removals the next record keeps pending.
     fn lingering(&self, input: &Input<'_>, args: &Args) -> (Vec<Arg>, Vec<PendingRemoval>) {
-        let boot = input.obs.boot_id.clone().unwrap_or_default();
+        let boot = input.obs.kernel_args.boot_id.clone().unwrap_or_default();
         let mut lingering: Vec<Arg> = Vec::new();
         let mut pending = Vec::new();
         for p in &input.record.kernel_args_removed {
@@ -234,7 +239,7 @@ impl KernelArgs {
     ) -> Option<String> {
         // unknown is not empty: without the running command line, neither what a change
         // needs (a reboot, or nothing) nor what the boot shows can be told
-        let current_len = match &input.obs.proc_cmdline {
+        let current_len = match &input.obs.kernel_args.proc_cmdline {
             Ok(c) => c.len(),
             Err(u) => {
                 return Some(format!(
@@ -538,6 +543,7 @@ impl KernelArgs {
         // the running command line, parsed once for this section
         let running = input
             .obs
+            .kernel_args
             .proc_cmdline
             .as_ref()
             .ok()
@@ -553,7 +559,7 @@ impl KernelArgs {
         out.next.kernel_args_removed = pending;
         out.next.kernel_args_staged_in = match &args.running {
             Some(_) if args.owned.iter().any(|a| !args.still_running(a)) => {
-                input.obs.boot_id.clone().unwrap_or_default()
+                input.obs.kernel_args.boot_id.clone().unwrap_or_default()
             }
             _ => String::new(),
         };
@@ -590,22 +596,11 @@ impl Section for KernelArgs {
     /// The backend is always detected (its files are reserved even when no argument is
     /// managed), with the running command line and the boot id.
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
-        let root = node.root;
-        obs.kernel = crate::bootloader::detect(root, node.config.kernel_args.backend);
-        obs.proc_cmdline = observe_running(root, "/proc/cmdline").map(|s| s.trim_end().to_string());
-        if let Err(u) = &obs.proc_cmdline {
-            obs.unknown.push(u.clone());
-        }
-        obs.boot_id = root
-            .read_string("/proc/sys/kernel/random/boot_id")
-            .ok()
-            .flatten()
-            .map(|s| s.trim().to_string());
-        Ok(())
+        observe::read(node, obs)
     }
 
     fn reserved(&self, _config: &Config, obs: &Observed) -> Vec<(String, String)> {
-        match &obs.kernel {
+        match &obs.kernel_args.backend {
             Ok(b) => b
                 .sources()
                 .iter()
@@ -626,7 +621,7 @@ impl Section for KernelArgs {
         let desired = parse_all(&desired.kernel_args);
         // args the agent added that are no longer desired (multiset difference)
         let owned = split(&parse_all(&record.kernel_args), &desired);
-        match &input.obs.kernel {
+        match &input.obs.kernel_args.backend {
             Ok(b) => self.plan_with(input, out, b.as_ref(), &desired, owned),
             Err(e) => {
                 for a in &desired {
