@@ -15,39 +15,33 @@ use crate::sections::kubelet::observe::KubeletObs;
 use crate::sections::kubernetes::observe::KubernetesObs;
 use crate::sections::ntp::observe::NtpObs;
 use crate::sections::sysctls::observe::SysctlObs;
-use crate::sections::{dropins, files, kernel_args, kubelet, ntp, sysctls};
+use crate::sections::{dropins, files, kernel_args, kubelet, kubernetes, ntp, sysctls};
 use inplace_node::accounts::Accounts;
 use inplace_wire::names::SpecError;
 use inplace_wire::pb;
 use inplace_wire::yaml;
 
-/// A validated NodeSpec.
+/// A validated NodeSpec: one field per section (two for `kubelet`), each validated,
+/// merged and hashed by its section's `spec.rs`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeSpec {
-    /// Files, in spec order (paths unique).
+    /// Files, in spec order (paths unique; [`files::spec`]).
     pub files: Vec<FileSpec>,
-    /// Partial KubeletConfiguration (a JSON object), if any.
-    pub kubelet_config: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Kubelet flags without dashes → value.
+    /// Partial KubeletConfiguration (a JSON object), if any ([`kubelet::spec`]).
+    pub kubelet_config: Option<kubelet::spec::KubeletConfig>,
+    /// Kubelet flags without dashes → value ([`kubelet::spec`]).
     pub kubelet_flags: BTreeMap<String, String>,
-    /// Managed kernel arguments, in order.
+    /// Managed kernel arguments, in order ([`kernel_args::spec`]).
     pub kernel_args: Vec<String>,
-    /// Sysctls, dotted key → value.
+    /// Sysctls, dotted key → value ([`sysctls::spec`]).
     pub sysctls: BTreeMap<String, String>,
     /// Time sources for the node's time daemon; None = not managed.
     pub ntp: Option<ntp::spec::NtpSpec>,
     /// The node's Kubernetes version; None = not managed.
-    pub kubernetes: Option<KubernetesSpec>,
+    pub kubernetes: Option<kubernetes::spec::KubernetesSpec>,
     /// The node.d drop-ins, sorted by name. Their items are already merged into the
     /// fields above; each is also kept as `/etc/inplaced/node.d/<name>`.
     pub dropins: Vec<dropins::spec::DropInSpec>,
-}
-
-/// The validated Kubernetes version (`kubernetes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KubernetesSpec {
-    /// The target version.
-    pub version: inplace_wire::k8s_version::Version,
 }
 
 /// Parses and validates one drop-in document (a NodeSpec in the YAML file form) on its
@@ -57,14 +51,15 @@ pub fn parse_dropin(name: &str, content: &str) -> Result<NodeSpec, SpecError> {
     crate::spec::parse_dropin_with(name, content, NodeSpec::from_pb_items)
 }
 
-/// Where each item of a merged spec comes from, for errors naming both sources.
+/// Where each item of a merged spec comes from, for errors naming both sources: one
+/// field per section that refuses an item set twice.
 #[derive(Default)]
 struct Sources {
     files: files::spec::Sources,
     kubelet: kubelet::spec::Sources,
     sysctls: sysctls::spec::Sources,
     ntp: ntp::spec::Sources,
-    kubernetes: Option<String>,
+    kubernetes: kubernetes::spec::Sources,
 }
 
 impl Sources {
@@ -93,17 +88,12 @@ impl Sources {
         kernel_args::spec::merge(&mut spec.kernel_args, part.kernel_args, prefix);
         sysctls::spec::merge(&mut self.sysctls, &mut spec.sysctls, part.sysctls, prefix)?;
         ntp::spec::merge(&mut self.ntp, &mut spec.ntp, part.ntp, prefix)?;
-        if let Some(k) = part.kubernetes {
-            let src = format!("{prefix}kubernetes");
-            if let Some(other) = &self.kubernetes {
-                return Err(SpecError::new(
-                    format!("{src}.version"),
-                    format!("kubernetes.version is already set by {other}; set it once"),
-                ));
-            }
-            self.kubernetes = Some(src);
-            spec.kubernetes = Some(k);
-        }
+        kubernetes::spec::merge(
+            &mut self.kubernetes,
+            &mut spec.kubernetes,
+            part.kubernetes,
+            prefix,
+        )?;
         Ok(())
     }
 }
@@ -130,48 +120,38 @@ impl NodeSpec {
         Ok(spec)
     }
 
-    /// Validates the items of one document (no drop-ins).
+    /// Validates the items of one document (no drop-ins), section by section in the
+    /// order of the fields: the first error is the first section's.
     pub(crate) fn from_pb_items(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
         let files = files::spec::from_pb(&p.files)?;
         let (kubelet_config, kubelet_flags) = kubelet::spec::from_pb(p.kubelet.as_ref())?;
-        let mut spec = NodeSpec {
+        Ok(NodeSpec {
             files,
             kubelet_config,
             kubelet_flags,
-            ..Default::default()
-        };
-        spec.kernel_args = kernel_args::spec::from_pb(&p.kernel_args)?;
-        spec.sysctls = sysctls::spec::from_pb(&p.sysctls)?;
-        spec.ntp = ntp::spec::from_pb(p.ntp.as_ref())?;
-        if let Some(k) = &p.kubernetes
-            && !k.version.is_empty()
-        {
-            let version = inplace_wire::k8s_version::Version::parse(&k.version)
-                .map_err(|m| SpecError::new("kubernetes.version", m))?;
-            spec.kubernetes = Some(KubernetesSpec { version });
-        }
-        Ok(spec)
+            kernel_args: kernel_args::spec::from_pb(&p.kernel_args)?,
+            sysctls: sysctls::spec::from_pb(&p.sysctls)?,
+            ntp: ntp::spec::from_pb(p.ntp.as_ref())?,
+            kubernetes: kubernetes::spec::from_pb(p.kubernetes.as_ref())?,
+            dropins: Vec::new(),
+        })
     }
 
-    /// `sha256:<hex>` over a canonical JSON encoding (object keys sorted, file content
-    /// hashed), so equal specs hash equally whatever their YAML or map order.
+    /// `sha256:<hex>` over a canonical JSON encoding ([`crate::spec::hash_of`]: object
+    /// keys sorted, file content hashed), so equal specs hash equally whatever their YAML
+    /// or map order. Each section adds its part; the parts of the sections added later
+    /// (`ntp`, `kubernetes`, `dropins`) only when set, so the hash of a spec without them
+    /// is what it always was (an applied record names its spec by this hash).
     pub fn hash(&self) -> String {
-        let mut v = serde_json::json!({});
-        // only when set, so the hash of a spec without them is what it always was
-        if let serde_json::Value::Object(m) = &mut v {
-            files::spec::hash(&self.files, m);
-            kubelet::spec::hash(self.kubelet_config.as_ref(), &self.kubelet_flags, m);
-            kernel_args::spec::hash(&self.kernel_args, m);
-            sysctls::spec::hash(&self.sysctls, m);
-            ntp::spec::hash(self.ntp.as_ref(), m);
-        }
-        if let Some(k) = &self.kubernetes {
-            v["kubernetes"] = serde_json::json!(k.version.to_string());
-        }
-        if let serde_json::Value::Object(m) = &mut v {
-            dropins::spec::hash(&self.dropins, m);
-        }
-        crate::spec::hash_of(v)
+        let mut v = serde_json::Map::new();
+        files::spec::hash(&self.files, &mut v);
+        kubelet::spec::hash(self.kubelet_config.as_ref(), &self.kubelet_flags, &mut v);
+        kernel_args::spec::hash(&self.kernel_args, &mut v);
+        sysctls::spec::hash(&self.sysctls, &mut v);
+        ntp::spec::hash(self.ntp.as_ref(), &mut v);
+        kubernetes::spec::hash(self.kubernetes.as_ref(), &mut v);
+        dropins::spec::hash(&self.dropins, &mut v);
+        crate::spec::hash_of(serde_json::Value::Object(v))
     }
 }
 
