@@ -31,7 +31,7 @@ pub const CONTEXT_LINES: usize = 3;
 pub const WITHHELD_CONFIDENTIAL: &str = "confidential: files items and drop-ins may hold secrets; their content is shown only with show_content (inplacectl --show-content) to root on the node's local socket";
 
 /// The paths a plan's steps touch, with the fingerprint
-/// ([`FileObs::fingerprint`](super::FileObs::fingerprint)) each must still have: the
+/// ([`FileObs::fingerprint`](crate::sections::kit::observe::FileObs::fingerprint)) each must still have: the
 /// first step of a path names what the plan observed.
 pub fn planned_paths(steps: &Steps) -> Vec<(&str, &str)> {
     let mut seen = BTreeSet::new();

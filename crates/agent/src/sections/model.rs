@@ -1,6 +1,6 @@
 //! The aggregates the sections fill: the validated [`NodeSpec`], with the drivers that
-//! convert it from the wire form ([`NodeSpec::from_pb`]), merge its drop-ins
-//! ([`Sources::merge`]) and hash it ([`NodeSpec::hash`]) by calling each section's
+//! convert it from the wire form and merge its drop-ins ([`NodeSpec::from_pb`]) and
+//! hash it ([`NodeSpec::hash`]) by calling each section's
 //! `spec.rs` in turn, and the [`Observed`] node, one field per section.
 //!
 //! The generic rules (the canonical JSON the hash is taken over, the drop-in file form)

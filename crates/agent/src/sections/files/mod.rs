@@ -1,5 +1,5 @@
 //! The `files` section: whole files of the spec (`files[<path>]`), written through the
-//! file machinery ([`super::file_items`]) with the path rules for their disruption.
+//! file machinery ([`crate::sections::kit::file_items`]) with the path rules for their disruption.
 
 pub mod spec;
 #[cfg(test)]

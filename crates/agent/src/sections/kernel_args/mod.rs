@@ -352,6 +352,42 @@ fn key_reason(
     reason
 }
 
+/// The change of one key: its operation, the arguments before and after, and a reboot
+/// when the running kernel differs from the result.
+fn key_change<'a>(
+    kc: &KeyChange,
+    others: &[&Arg],
+    needs_reboot: bool,
+    covered: Result<&'a str, String>,
+    targets: Vec<String>,
+) -> ChangeBuilder<'a> {
+    let op = match (kc.removed.is_empty(), kc.appended.is_empty()) {
+        (true, false) if others.is_empty() => ChangeOperation::Create,
+        (false, true) => ChangeOperation::Delete,
+        _ => ChangeOperation::Update,
+    };
+    let before: Vec<&str> = if kc.removed.is_empty() {
+        others.iter().map(|a| a.as_str()).collect()
+    } else {
+        kc.removed.iter().map(|a| a.as_str()).collect()
+    };
+    let after: Vec<&str> = kc.appended.iter().map(|a| a.as_str()).collect();
+    let level = if needs_reboot {
+        DisruptionLevel::Reboot
+    } else {
+        DisruptionLevel::None
+    };
+    ChangeBuilder {
+        id: format!("kernelArgs[{}]", kc.key),
+        op,
+        before: before.join(" "),
+        after: after.join(" "),
+        covered,
+        disruption: disruption(level, &[]),
+        targets,
+    }
+}
+
 /// What the configuration edit of a plan is: its problem (None = none), the file edits.
 struct Edit<'p> {
     problem: &'p Option<String>,
@@ -425,31 +461,13 @@ impl KernelArgs {
             if covered.is_ok() && needs_reboot {
                 any_reboot = true;
             }
-            let op = match (kc.removed.is_empty(), kc.appended.is_empty()) {
-                (true, false) if others.is_empty() => ChangeOperation::Create,
-                (false, true) => ChangeOperation::Delete,
-                _ => ChangeOperation::Update,
-            };
-            let before: Vec<&str> = if kc.removed.is_empty() {
-                others.iter().map(|a| a.as_str()).collect()
-            } else {
-                kc.removed.iter().map(|a| a.as_str()).collect()
-            };
-            let after: Vec<&str> = kc.appended.iter().map(|a| a.as_str()).collect();
-            let level = if needs_reboot {
-                DisruptionLevel::Reboot
-            } else {
-                DisruptionLevel::None
-            };
-            out.push(ChangeBuilder {
-                id: format!("kernelArgs[{}]", kc.key),
-                op,
-                before: before.join(" "),
-                after: after.join(" "),
+            out.push(key_change(
+                kc,
+                &others,
+                needs_reboot,
                 covered,
-                disruption: disruption(level, &[]),
-                targets: targets.clone(),
-            });
+                targets.clone(),
+            ));
         }
         any_reboot
     }
