@@ -27,12 +27,18 @@
 //! Adding a section `x` takes:
 //! - its folder `x/` (`mod.rs` with the [`kit::Section`] impl, `spec.rs`, `observe.rs` if
 //!   it reads the node, `tests.rs`), a `pub mod x;` here and one line in [`SECTIONS`];
-//! - its fields in the aggregates of [`model`]: `NodeSpec` (and a line in each of its
-//!   drivers: `from_pb_items`, `Sources::merge`, `hash`, whose contribution is made only
-//!   when the section is set, so older specs keep their hash), `Observed` (and
+//! - its fields in the aggregates of [`model`]: `NodeSpec` and a line in each of its
+//!   drivers (`from_pb_items`; `Sources::merge`, with a field of `Sources` when the
+//!   section refuses an item set by two sources; `hash`, whose new part is added only
+//!   when the section is set, so older specs keep their hash), and `Observed` (with
 //!   `Observed::empty`) when it observes something;
 //! - a field of `NodeSpec` in `proto/inplace/v1/inplace.proto` and its key in the YAML
-//!   form ([`inplace_wire::yaml`]).
+//!   form ([`inplace_wire::yaml`]); when the field is a message, an arm in
+//!   `inplace_wire::limits`' `child()` so that its values are counted.
+//!
+//! A rule between two sections (a `files` item at a path `ntp` writes) is checked by the
+//! driver after the merge ([`model::NodeSpec::from_pb`]), the sections' parts passed in:
+//! sections never import each other.
 //!
 //! A section whose effects are not whole files also needs the engine's support for its
 //! steps ([`kit::steps::Steps`], `crate::apply`) and record fields
