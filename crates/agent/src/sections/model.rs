@@ -21,16 +21,14 @@ use inplace_wire::names::SpecError;
 use inplace_wire::pb;
 use inplace_wire::yaml;
 
-/// A validated NodeSpec: one field per section (two for `kubelet`), each validated,
+/// A validated NodeSpec: one field per section, each validated,
 /// merged and hashed by its section's `spec.rs`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeSpec {
     /// Files, in spec order (paths unique; [`files::spec`]).
     pub files: Vec<FileSpec>,
-    /// Partial KubeletConfiguration (a JSON object), if any ([`kubelet::spec`]).
-    pub kubelet_config: Option<kubelet::spec::KubeletConfig>,
-    /// Kubelet flags without dashes → value ([`kubelet::spec`]).
-    pub kubelet_flags: BTreeMap<String, String>,
+    /// Partial KubeletConfiguration and kubelet flags ([`kubelet::spec`]).
+    pub kubelet: kubelet::spec::KubeletSpec,
     /// Managed kernel arguments, in order ([`kernel_args::spec`]).
     pub kernel_args: Vec<String>,
     /// Sysctls, dotted key → value ([`sysctls::spec`]).
@@ -73,18 +71,7 @@ impl Sources {
         prefix: &str,
     ) -> Result<(), SpecError> {
         files::spec::merge(&mut self.files, &mut spec.files, part.files, prefix)?;
-        kubelet::spec::merge_config(
-            &mut self.kubelet,
-            &mut spec.kubelet_config,
-            part.kubelet_config,
-            prefix,
-        )?;
-        kubelet::spec::merge_flags(
-            &mut self.kubelet,
-            &mut spec.kubelet_flags,
-            part.kubelet_flags,
-            prefix,
-        )?;
+        kubelet::spec::merge(&mut self.kubelet, &mut spec.kubelet, part.kubelet, prefix)?;
         kernel_args::spec::merge(&mut spec.kernel_args, part.kernel_args, prefix);
         sysctls::spec::merge(&mut self.sysctls, &mut spec.sysctls, part.sysctls, prefix)?;
         ntp::spec::merge(&mut self.ntp, &mut spec.ntp, part.ntp, prefix)?;
@@ -123,12 +110,9 @@ impl NodeSpec {
     /// Validates the items of one document (no drop-ins), section by section in the
     /// order of the fields: the first error is the first section's.
     pub(crate) fn from_pb_items(p: &pb::NodeSpec) -> Result<NodeSpec, SpecError> {
-        let files = files::spec::from_pb(&p.files)?;
-        let (kubelet_config, kubelet_flags) = kubelet::spec::from_pb(p.kubelet.as_ref())?;
         Ok(NodeSpec {
-            files,
-            kubelet_config,
-            kubelet_flags,
+            files: files::spec::from_pb(&p.files)?,
+            kubelet: kubelet::spec::from_pb(p.kubelet.as_ref())?,
             kernel_args: kernel_args::spec::from_pb(&p.kernel_args)?,
             sysctls: sysctls::spec::from_pb(&p.sysctls)?,
             ntp: ntp::spec::from_pb(p.ntp.as_ref())?,
@@ -145,7 +129,7 @@ impl NodeSpec {
     pub fn hash(&self) -> String {
         let mut v = serde_json::Map::new();
         files::spec::hash(&self.files, &mut v);
-        kubelet::spec::hash(self.kubelet_config.as_ref(), &self.kubelet_flags, &mut v);
+        kubelet::spec::hash(&self.kubelet, &mut v);
         kernel_args::spec::hash(&self.kernel_args, &mut v);
         sysctls::spec::hash(&self.sysctls, &mut v);
         ntp::spec::hash(self.ntp.as_ref(), &mut v);
@@ -273,9 +257,9 @@ mod tests {
         assert_eq!(s.kernel_args, vec!["a=1", "b=2"]);
         assert_eq!(s.sysctls.len(), 2);
         assert_eq!(s.files[0].path, "/etc/x");
-        assert_eq!(s.kubelet_flags["max-pods"], "250");
+        assert_eq!(s.kubelet.flags["max-pods"], "250");
         assert_eq!(
-            serde_json::Value::Object(s.kubelet_config.clone().unwrap()),
+            serde_json::Value::Object(s.kubelet.config.clone().unwrap()),
             serde_json::json!({"systemReserved": {"cpu": "500m", "memory": "1Gi"}})
         );
         assert_eq!(s.ntp.as_ref().unwrap().servers, vec!["n1"]);

@@ -134,7 +134,7 @@ impl Kubelet {
         let cur = match Self::current_flags(input) {
             Ok(cur) => cur,
             Err(e) => {
-                for (name, value) in &input.desired.kubelet_flags {
+                for (name, value) in &input.desired.kubelet.flags {
                     out.push(ChangeBuilder {
                         id: format!("kubelet.flags[{name}]"),
                         op: ChangeOperation::Update,
@@ -151,11 +151,11 @@ impl Kubelet {
         for f in &cur {
             fp.final_flags.insert(f.name.clone(), f.value.clone());
         }
-        for (name, value) in &input.desired.kubelet_flags {
+        for (name, value) in &input.desired.kubelet.flags {
             self.desired_flag(input, out, d, &cur, (name, value), &mut fp);
         }
         for (name, m) in &input.record.kubelet_flags {
-            if input.desired.kubelet_flags.contains_key(name) {
+            if input.desired.kubelet.flags.contains_key(name) {
                 continue;
             }
             let now = last_value(&cur, name);
@@ -338,7 +338,8 @@ impl Kubelet {
         let cfg_path = &input.config.kubelet.config_path;
         let desired_leaves = input
             .desired
-            .kubelet_config
+            .kubelet
+            .config
             .as_ref()
             .map(|m| kcfg::leaves(&Value::Object(m.clone())))
             .unwrap_or_default();

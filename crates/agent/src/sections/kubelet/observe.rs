@@ -32,8 +32,8 @@ impl Default for KubeletObs {
 /// True when the record or the spec manages kubelet settings.
 fn in_play(node: &NodeView<'_>) -> bool {
     let (d, r) = (node.desired, node.record);
-    d.kubelet_config.is_some()
-        || !d.kubelet_flags.is_empty()
+    d.kubelet.config.is_some()
+        || !d.kubelet.flags.is_empty()
         || !r.kubelet_config.is_empty()
         || !r.kubelet_flags.is_empty()
 }

@@ -13,6 +13,15 @@ use inplace_wire::structs::struct_to_json;
 /// A partial KubeletConfiguration: a JSON object.
 pub type KubeletConfig = serde_json::Map<String, serde_json::Value>;
 
+/// The validated `kubelet` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KubeletSpec {
+    /// Partial KubeletConfiguration, if any (never an empty object).
+    pub config: Option<KubeletConfig>,
+    /// Kubelet flags without dashes → value.
+    pub flags: BTreeMap<String, String>,
+}
+
 /// Which source set each config leaf (path, value, `kubelet.config` or
 /// `dropins[<name>].kubelet.config`) and each flag (`kubelet.flags[<name>]`...), for
 /// errors naming both.
@@ -25,12 +34,10 @@ pub(crate) struct Sources {
 /// Validates the wire `kubelet` of one document: its config (a mapping without
 /// `apiVersion` or `kind`, fields of the right types; None when empty) and its flags.
 /// Errors name `kubelet.config.<field>` or `kubelet.flags[<name>]`.
-pub(crate) fn from_pb(
-    p: Option<&pb::Kubelet>,
-) -> Result<(Option<KubeletConfig>, BTreeMap<String, String>), SpecError> {
+pub(crate) fn from_pb(p: Option<&pb::Kubelet>) -> Result<KubeletSpec, SpecError> {
     let (mut config, mut flags) = (None, BTreeMap::new());
     let Some(k) = p else {
-        return Ok((config, flags));
+        return Ok(KubeletSpec { config, flags });
     };
     if let Some(cfg) = &k.config {
         let serde_json::Value::Object(map) = struct_to_json(cfg) else {
@@ -54,13 +61,24 @@ pub(crate) fn from_pb(
         validate_flag(&format!("kubelet.flags[{name}]"), name, value)?;
         flags.insert(name.clone(), value.clone());
     }
-    Ok((config, flags))
+    Ok(KubeletSpec { config, flags })
 }
 
-/// Merges the config of a source found under `prefix` into `spec`, leaf by leaf: a leaf
-/// (or an object on its path) set by an earlier source to another value is an error
-/// naming both.
-pub(crate) fn merge_config(
+/// Merges the `kubelet` of a source found under `prefix` into `spec`: the config leaf by
+/// leaf, then the flags; a leaf (or an object on its path) or a flag an earlier source
+/// sets to another value is an error naming both.
+pub(crate) fn merge(
+    sources: &mut Sources,
+    spec: &mut KubeletSpec,
+    part: KubeletSpec,
+    prefix: &str,
+) -> Result<(), SpecError> {
+    merge_config(sources, &mut spec.config, part.config, prefix)?;
+    merge_flags(sources, &mut spec.flags, part.flags, prefix)
+}
+
+/// Merges the config of a source (see [`merge`]).
+fn merge_config(
     sources: &mut Sources,
     spec: &mut Option<KubeletConfig>,
     part: Option<KubeletConfig>,
@@ -102,9 +120,8 @@ pub(crate) fn merge_config(
     Ok(())
 }
 
-/// Merges the flags of a source found under `prefix` into `spec`: a flag an earlier
-/// source sets to another value is an error naming both.
-pub(crate) fn merge_flags(
+/// Merges the flags of a source (see [`merge`]).
+fn merge_flags(
     sources: &mut Sources,
     spec: &mut BTreeMap<String, String>,
     part: BTreeMap<String, String>,
@@ -134,17 +151,14 @@ pub(crate) fn merge_flags(
 
 /// The section's part of the canonical hash: `kubeletConfig` (its keys sorted; null when
 /// not set) and `kubeletFlags` (always present: the hash of every spec has them).
-pub(crate) fn hash(
-    config: Option<&KubeletConfig>,
-    flags: &BTreeMap<String, String>,
-    v: &mut serde_json::Map<String, serde_json::Value>,
-) {
-    let config = config
-        .cloned()
+pub(crate) fn hash(k: &KubeletSpec, v: &mut serde_json::Map<String, serde_json::Value>) {
+    let config = k
+        .config
+        .clone()
         .map(serde_json::Value::Object)
         .map(crate::spec::canonical);
     v.insert("kubeletConfig".into(), serde_json::json!(config));
-    v.insert("kubeletFlags".into(), serde_json::json!(flags));
+    v.insert("kubeletFlags".into(), serde_json::json!(k.flags));
 }
 
 /// Sets `value` at `path` in `map`, creating the objects on the way.

@@ -54,7 +54,7 @@ fn config_and_flag_errors_name_the_field() {
     }
     // an empty config is no config
     let s = spec("kubelet:\n  config: {}\n", &[]).unwrap();
-    assert_eq!(s.kubelet_config, None);
+    assert_eq!(s.kubelet.config, None);
     assert_eq!(s.hash(), NodeSpec::default().hash());
 }
 
@@ -69,7 +69,7 @@ fn config_merges_leaf_by_leaf_and_a_changed_leaf_names_both_sources() {
     )
     .unwrap();
     assert_eq!(
-        serde_json::Value::Object(s.kubelet_config.unwrap()),
+        serde_json::Value::Object(s.kubelet.config.unwrap()),
         serde_json::json!({"systemReserved": {"cpu": "500m", "memory": "1Gi"}})
     );
     let e = spec(
@@ -107,7 +107,7 @@ fn a_flag_is_set_once_and_a_changed_value_names_both_sources() {
         &[("a.yaml", "kubelet:\n  flags: {max-pods: \"1\"}\n")],
     )
     .unwrap();
-    assert_eq!(s.kubelet_flags["max-pods"], "1");
+    assert_eq!(s.kubelet.flags["max-pods"], "1");
 }
 
 #[test]
