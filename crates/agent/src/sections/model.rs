@@ -270,8 +270,8 @@ mod tests {
     }
 
     #[test]
-    fn conflicts_between_sources_name_both() {
-        // main spec, drop-ins, field of the error, source its message names
+    fn a_dropin_is_checked_as_a_document_of_its_own() {
+        // main spec, drop-ins, field of the error, what its message says
         type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a str);
         let cases: &[Case] = &[
             (
@@ -286,17 +286,41 @@ mod tests {
                 "dropins[a.yaml].spec",
                 "filez",
             ),
+            (
+                "",
+                &[("a.yaml", "ntp:\n  servers: [\"a b\"]\n")],
+                "dropins[a.yaml].ntp.servers[0]",
+                "whitespace",
+            ),
+            // the spec's own items are checked before the drop-ins' names
+            (
+                "sysctls: {vm.x: \"\"}\n",
+                &[("a b.yaml", "")],
+                "sysctls[vm.x]",
+                "non-empty",
+            ),
         ];
-        for (main, dropins, field, names) in cases {
+        for (main, dropins, field, says) in cases {
             let e = with_dropins(main, dropins).unwrap_err();
             assert_eq!(&e.field, field, "{e}");
-            assert!(e.message.contains(names), "{e}");
+            assert!(e.message.contains(says), "{e}");
         }
-        // the same value from two sources is fine
-        with_dropins(
-            "kubelet:\n  flags: {max-pods: \"1\"}\n",
-            &[("a.yaml", "kubelet:\n  flags: {max-pods: \"1\"}\n")],
+    }
+
+    #[test]
+    fn sections_are_validated_in_the_order_of_the_fields() {
+        // a document wrong in every section: the first section's error is the one
+        let e = with_dropins(
+            "kubernetes: {version: x}\nntp:\n  servers: [\"\"]\nsysctls: {vm.x: \"\"}\nkernelArgs: [root=/dev/sda]\nkubelet:\n  config:\n    kind: X\nfiles:\n- path: x\n",
+            &[],
         )
-        .unwrap();
+        .unwrap_err();
+        assert_eq!(e.field, "files[0].path");
+        let e = with_dropins(
+            "kubernetes: {version: x}\nntp:\n  servers: [\"\"]\nsysctls: {vm.x: \"\"}\nkernelArgs: [root=/dev/sda]\n",
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "kernelArgs[0]");
     }
 }
