@@ -449,7 +449,7 @@ async fn apt_installs_pinned_packages_and_puts_the_holds_back() {
 
 #[test]
 fn the_version_is_validated_and_set_once() {
-    use inplace_agent::spec::NodeSpec;
+    use inplace_agent::sections::model::NodeSpec;
     use inplace_wire::yaml;
     let s = NodeSpec::from_pb(&yaml::parse("kubernetes: {version: 1.35.2}\n").unwrap()).unwrap();
     assert_eq!(s.kubernetes.unwrap().version.to_string(), "v1.35.2");

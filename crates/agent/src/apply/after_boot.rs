@@ -57,8 +57,8 @@ impl Agent {
     fn verify_boot(
         &self,
         op: &pb::Operation,
-    ) -> Result<crate::sections::AfterBoot, crate::sections::observe::Unknown> {
-        let running = crate::sections::observe::observe_running(&self.root, "/proc/cmdline")?;
+    ) -> Result<crate::sections::kit::AfterBoot, crate::sections::kit::observe::Unknown> {
+        let running = crate::sections::kit::observe::observe_running(&self.root, "/proc/cmdline")?;
         let running = running.trim_end();
         let next_boot = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
             .map(|b| b.next_boot().render())
@@ -67,7 +67,7 @@ impl Agent {
         // the whole applied set, whatever operation staged it (an operation superseded
         // before the reboot staged part of what this boot must show)
         let record = self.state.load_record().unwrap_or_default();
-        let boot = crate::sections::Boot {
+        let boot = crate::sections::kit::Boot {
             running,
             next_boot: &next_boot,
         };

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::Agent;
-use crate::spec::{NodeSpec, parse_dropin};
+use crate::sections::model::{NodeSpec, parse_dropin};
 use inplace_wire::pb;
 use inplace_wire::pb::RebootPolicy;
 use inplace_wire::{names::DROPIN_DIR, names::validate_dropin_name};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::{Agent, AgentError};
 use crate::plan;
 use crate::plan::Plan;
-use crate::spec::NodeSpec;
+use crate::sections::model::NodeSpec;
 use crate::state::AppliedRecord;
 use inplace_wire::pb;
 

@@ -26,9 +26,11 @@ use super::machine::{IllegalTransition, Next, Op};
 use super::rollback::{Fail, Undo};
 use super::{Agent, now};
 use crate::plan;
-use crate::plan::observe::FileObs;
-use crate::plan::{Options, Plan};
-use crate::spec::NodeSpec;
+use crate::plan::Plan;
+use crate::sections::kit::Options;
+use crate::sections::kit::observe::{FileObs, observe_file};
+use crate::sections::kit::steps::resolve_keep;
+use crate::sections::model::NodeSpec;
 use crate::state::AppliedRecord;
 use inplace_node::sysroot::{Durability, Entry};
 use inplace_wire::pb::RebootPolicy;
@@ -252,7 +254,7 @@ impl Agent {
         let mut dirs = std::collections::BTreeSet::new();
         for w in &run.plan.steps.writes {
             let before = self.snapshot(&w.path, &w.expect).map_err(fail)?;
-            let (mode, uid, gid) = plan::resolve_keep(w, before.as_ref().map(|b| b.1));
+            let (mode, uid, gid) = resolve_keep(w, before.as_ref().map(|b| b.1));
             let created = self
                 .root
                 .write_atomic_with(&w.path, &w.content, mode, uid, gid, Durability::ContentOnly)
@@ -564,7 +566,7 @@ impl Agent {
 
     /// The current content of `path` if it still has the fingerprint the plan saw.
     fn snapshot(&self, path: &str, expect: &str) -> Result<Option<(Vec<u8>, Entry)>, String> {
-        let obs = plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())?;
+        let obs = observe_file(&self.root, path).map_err(|e| e.to_string())?;
         let seen = obs.fingerprint();
         if seen != expect {
             return Err(format!(

@@ -71,9 +71,10 @@
 
 use super::machine::Op;
 use super::{Agent, now};
-use crate::plan;
-use crate::plan::observe::FileObs;
+use crate::sections::kit::observe::{FileObs, observe_file};
+use crate::sections::kit::steps::Steps;
 use crate::state::{Committed, Intent, IntentEntry, JournalState, Sealed, sha256_of};
+use inplace_formats::sysctl::sysctl_path;
 use inplace_wire::pb;
 use inplace_wire::phase;
 use inplace_wire::phase::{INTERRUPTED, Phase};
@@ -102,7 +103,7 @@ struct RolledBack {
 impl Agent {
     /// The write-ahead intent of `steps`: a pre-image of every path (written to the
     /// journal), the directories writes will create, the prior value of every sysctl.
-    pub(super) fn intent(&self, op: &pb::Operation, steps: &plan::Steps) -> Result<Intent, String> {
+    pub(super) fn intent(&self, op: &pb::Operation, steps: &Steps) -> Result<Intent, String> {
         use crate::state::{IntentEntry, PreImage};
         use inplace_node::sysroot::Parents;
         let mut entries = Vec::new();
@@ -112,24 +113,23 @@ impl Agent {
             .map(|w| (w.path.as_str(), Some(crate::state::sha256_of(&w.content))))
             .chain(steps.removes.iter().map(|r| (r.path.as_str(), None)));
         for (n, (path, new_sha256)) in paths.enumerate() {
-            let pre =
-                match plan::observe::observe_file(&self.root, path).map_err(|e| e.to_string())? {
-                    FileObs::File { content, entry } => {
-                        let file = self
-                            .state
-                            .journal_pre_image(&op.id, n, &content)
-                            .map_err(|e| e.to_string())?;
-                        Some(PreImage {
-                            file,
-                            sha256: crate::state::sha256_of(&content),
-                            len: content.len() as u64,
-                            mode: entry.mode,
-                            uid: entry.uid,
-                            gid: entry.gid,
-                        })
-                    }
-                    _ => None,
-                };
+            let pre = match observe_file(&self.root, path).map_err(|e| e.to_string())? {
+                FileObs::File { content, entry } => {
+                    let file = self
+                        .state
+                        .journal_pre_image(&op.id, n, &content)
+                        .map_err(|e| e.to_string())?;
+                    Some(PreImage {
+                        file,
+                        sha256: crate::state::sha256_of(&content),
+                        len: content.len() as u64,
+                        mode: entry.mode,
+                        uid: entry.uid,
+                        gid: entry.gid,
+                    })
+                }
+                _ => None,
+            };
             let mut missing_dirs = Vec::new();
             if let Ok(Parents::Missing(first)) = self.root.parents(path) {
                 let mut d = String::new();
@@ -152,7 +152,7 @@ impl Agent {
         for (k, _) in &steps.sysctls {
             let prior = self
                 .root
-                .read_string(&plan::observe::sysctl_path(k))
+                .read_string(&sysctl_path(k))
                 .ok()
                 .flatten()
                 .unwrap_or_default()
@@ -391,7 +391,7 @@ impl Agent {
         for (k, v) in &intent.sysctls {
             let _ = self
                 .root
-                .write_in_place(&plan::observe::sysctl_path(k), format!("{v}\n").as_bytes());
+                .write_in_place(&sysctl_path(k), format!("{v}\n").as_bytes());
         }
         let step = match &j.progress {
             Sealed::Valid(p) => p.clone(),
@@ -437,7 +437,7 @@ impl Agent {
         done: &mut RolledBack,
     ) {
         let path = &e.path;
-        let now = match plan::observe::observe_file(&self.root, path) {
+        let now = match observe_file(&self.root, path) {
             Ok(o) => o,
             Err(err) => {
                 done.problems.push(format!("{path}: left as it is: {err}"));
@@ -541,7 +541,7 @@ impl Agent {
             .map(|p| p.sha256.clone())
             .unwrap_or_else(|| "absent".into());
         let new = e.new_sha256.clone().unwrap_or_else(|| "removed".into());
-        let now = match plan::observe::observe_file(&self.root, &e.path) {
+        let now = match observe_file(&self.root, &e.path) {
             Ok(o) => o.fingerprint(),
             Err(err) => err.to_string(),
         };

@@ -60,8 +60,10 @@ use tokio::sync::broadcast;
 
 use crate::config::Config;
 use crate::plan;
-use crate::plan::{Options, Plan};
-use crate::spec::NodeSpec;
+use crate::plan::Plan;
+use crate::sections::kit::Options;
+use crate::sections::kit::observe::ObserveError;
+use crate::sections::model::NodeSpec;
 use crate::state::{AppliedRecord, StateDir, StateError};
 use inplace_node::facts;
 use inplace_node::sysroot::Sysroot;
@@ -132,8 +134,8 @@ impl From<StateError> for AgentError {
     }
 }
 
-impl From<plan::observe::ObserveError> for AgentError {
-    fn from(e: plan::observe::ObserveError) -> Self {
+impl From<ObserveError> for AgentError {
+    fn from(e: ObserveError) -> Self {
         AgentError::Internal(e.to_string())
     }
 }

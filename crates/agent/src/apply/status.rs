@@ -82,7 +82,7 @@ impl Agent {
     /// The running-state observations the managed items depend on that can not be made
     /// (issue 20 §2), each as a problem: the node observed for the applied record.
     fn unknown_observations(&self, record: &crate::state::AppliedRecord) -> Vec<String> {
-        let desired = crate::spec::NodeSpec::default();
+        let desired = crate::sections::model::NodeSpec::default();
         match crate::plan::observe(&self.root, &self.state, &self.config, &desired, record) {
             Ok(obs) => obs
                 .unknown

@@ -16,8 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::sections::steps::Steps;
-use crate::spec::NodeSpec;
+use crate::sections::kit::steps::Steps;
+use crate::sections::model::NodeSpec;
 use crate::state::AppliedRecord;
 use inplace_node::digest::sha256_hex;
 use inplace_wire::names::DROPIN_DIR;
@@ -31,7 +31,7 @@ pub const CONTEXT_LINES: usize = 3;
 pub const WITHHELD_CONFIDENTIAL: &str = "confidential: files items and drop-ins may hold secrets; their content is shown only with show_content (inplacectl --show-content) to root on the node's local socket";
 
 /// The paths a plan's steps touch, with the fingerprint
-/// ([`FileObs::fingerprint`](super::FileObs::fingerprint)) each must still have: the
+/// ([`FileObs::fingerprint`](crate::sections::kit::observe::FileObs::fingerprint)) each must still have: the
 /// first step of a path names what the plan observed.
 pub fn planned_paths(steps: &Steps) -> Vec<(&str, &str)> {
     let mut seen = BTreeSet::new();
@@ -188,7 +188,7 @@ fn is_grubenv(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sections::steps::{Remove, Write};
+    use crate::sections::kit::steps::{Remove, Write};
 
     fn write(path: &str, content: &[u8]) -> Write {
         Write {
@@ -328,7 +328,7 @@ mod tests {
             item: item.map(str::to_string),
         };
         let desired = NodeSpec {
-            files: vec![crate::spec::FileSpec {
+            files: vec![crate::sections::kit::file_items::FileSpec {
                 path: "/etc/in-spec".into(),
                 content: vec![],
                 sha256: String::new(),
@@ -336,7 +336,7 @@ mod tests {
                 owner: None,
                 group: None,
             }],
-            dropins: vec![crate::spec::DropInSpec {
+            dropins: vec![crate::sections::dropins::spec::DropInSpec {
                 name: "10-new.yaml".into(),
                 content: String::new(),
                 sha256: String::new(),

@@ -22,20 +22,17 @@ pub mod observe;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::Config;
-use crate::sections::{AfterBoot, Boot, DriftView, Input, Output, SECTIONS, Section, file_items};
-use crate::spec::NodeSpec;
+use crate::sections::SECTIONS;
+use crate::sections::kit::file_items;
+use crate::sections::kit::steps::Steps;
+use crate::sections::kit::{AfterBoot, Boot, DriftView, Input, Options, Output, Section};
+use crate::sections::model::{NodeSpec, Observed};
 use crate::state::AppliedRecord;
 use inplace_node::sysroot::Sysroot;
 use inplace_wire::pb;
 use inplace_wire::pb::DisruptionLevel;
 
-pub use crate::sections::Options;
-pub use crate::sections::file_items::builtin_disruption;
-pub use crate::sections::kubelet::config_id;
-pub use crate::sections::steps::{Remove, Steps, Write, resolve_keep};
-pub use inplace_formats::kubelet::checkpoints::kubelet_state_files;
-pub use inplace_formats::sysctl::{parse_sysctl_conf, render_sysctl_conf};
-pub use observe::{FileObs, Observed, observe};
+pub use observe::observe;
 
 /// A plan: the report and the steps.
 #[derive(Debug, Clone)]
@@ -207,8 +204,9 @@ mod tests {
     use std::borrow::Cow;
 
     use super::*;
-    use crate::sections::{ChangeBuilder, FileItem, FileItems, disruption};
-    use crate::spec::FileSpec;
+    use crate::sections::kit::change::{ChangeBuilder, disruption};
+    use crate::sections::kit::file_items::FileSpec;
+    use crate::sections::kit::file_items::{FileItem, FileItems};
     use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
     /// Writes `/etc/motd` through the file machinery and reports a `zz` change of its own.

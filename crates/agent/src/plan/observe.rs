@@ -1,16 +1,16 @@
 //! Observed state: everything the planner needs from the node, read once through the
 //! sysroot, so that [`super::plan`] is a pure function. Each section reads its own part
-//! ([`crate::sections::Section::observe`]); the types are in
-//! [`crate::sections::observe`].
+//! ([`crate::sections::kit::Section::observe`]); the aggregate is
+//! [`crate::sections::model::Observed`], the shared primitives are in
+//! [`crate::sections::kit::observe`].
 
 use crate::config::Config;
-use crate::sections::{SECTIONS, file_items};
-use crate::spec::NodeSpec;
+use crate::sections::SECTIONS;
+use crate::sections::kit::file_items;
+use crate::sections::kit::observe::{NodeView, ObserveError};
+use crate::sections::model::{NodeSpec, Observed};
 use crate::state::{AppliedRecord, StateDir};
 use inplace_node::sysroot::Sysroot;
-
-pub use crate::sections::observe::*;
-pub use inplace_formats::sysctl::{SYSCTL_DIRS, is_sysctl_conf, sysctl_path};
 
 /// Reads what the planner needs for `desired` and `record`: what the file machinery
 /// needs (accounts, the record's files and their saved originals), then each section's

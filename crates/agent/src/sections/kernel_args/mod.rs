@@ -4,14 +4,20 @@
 //! added them. They take effect at the next boot, so they are verified after it in
 //! `/proc/cmdline`.
 
+pub mod observe;
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::collections::BTreeMap;
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{NodeView, ObserveError, Observed, observe_running};
-use super::steps::Steps;
-use super::{AfterBoot, Boot, DriftView, Input, Output, Section};
 use crate::bootloader::KernelArgsBackend;
 use crate::config::Config;
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{NodeView, ObserveError};
+use crate::sections::kit::steps::Steps;
+use crate::sections::kit::{AfterBoot, Boot, DriftView, Input, Output, Section};
+use crate::sections::model::Observed;
 use crate::state::PendingRemoval;
 use inplace_formats::cmdline::{Arg, Cmdline};
 use inplace_wire::pb;
@@ -171,7 +177,7 @@ impl KernelArgs {
     /// effect at the next boot, whatever operation comes in between. Returns them and
     /// the removals the next record keeps pending.
     fn lingering(&self, input: &Input<'_>, args: &Args) -> (Vec<Arg>, Vec<PendingRemoval>) {
-        let boot = input.obs.boot_id.clone().unwrap_or_default();
+        let boot = input.obs.kernel_args.boot_id.clone().unwrap_or_default();
         let mut lingering: Vec<Arg> = Vec::new();
         let mut pending = Vec::new();
         for p in &input.record.kernel_args_removed {
@@ -233,7 +239,7 @@ impl KernelArgs {
     ) -> Option<String> {
         // unknown is not empty: without the running command line, neither what a change
         // needs (a reboot, or nothing) nor what the boot shows can be told
-        let current_len = match &input.obs.proc_cmdline {
+        let current_len = match &input.obs.kernel_args.proc_cmdline {
             Ok(c) => c.len(),
             Err(u) => {
                 return Some(format!(
@@ -346,6 +352,42 @@ fn key_reason(
     reason
 }
 
+/// The change of one key: its operation, the arguments before and after, and a reboot
+/// when the running kernel differs from the result.
+fn key_change<'a>(
+    kc: &KeyChange,
+    others: &[&Arg],
+    needs_reboot: bool,
+    covered: Result<&'a str, String>,
+    targets: Vec<String>,
+) -> ChangeBuilder<'a> {
+    let op = match (kc.removed.is_empty(), kc.appended.is_empty()) {
+        (true, false) if others.is_empty() => ChangeOperation::Create,
+        (false, true) => ChangeOperation::Delete,
+        _ => ChangeOperation::Update,
+    };
+    let before: Vec<&str> = if kc.removed.is_empty() {
+        others.iter().map(|a| a.as_str()).collect()
+    } else {
+        kc.removed.iter().map(|a| a.as_str()).collect()
+    };
+    let after: Vec<&str> = kc.appended.iter().map(|a| a.as_str()).collect();
+    let level = if needs_reboot {
+        DisruptionLevel::Reboot
+    } else {
+        DisruptionLevel::None
+    };
+    ChangeBuilder {
+        id: format!("kernelArgs[{}]", kc.key),
+        op,
+        before: before.join(" "),
+        after: after.join(" "),
+        covered,
+        disruption: disruption(level, &[]),
+        targets,
+    }
+}
+
 /// What the configuration edit of a plan is: its problem (None = none), the file edits.
 struct Edit<'p> {
     problem: &'p Option<String>,
@@ -419,31 +461,13 @@ impl KernelArgs {
             if covered.is_ok() && needs_reboot {
                 any_reboot = true;
             }
-            let op = match (kc.removed.is_empty(), kc.appended.is_empty()) {
-                (true, false) if others.is_empty() => ChangeOperation::Create,
-                (false, true) => ChangeOperation::Delete,
-                _ => ChangeOperation::Update,
-            };
-            let before: Vec<&str> = if kc.removed.is_empty() {
-                others.iter().map(|a| a.as_str()).collect()
-            } else {
-                kc.removed.iter().map(|a| a.as_str()).collect()
-            };
-            let after: Vec<&str> = kc.appended.iter().map(|a| a.as_str()).collect();
-            let level = if needs_reboot {
-                DisruptionLevel::Reboot
-            } else {
-                DisruptionLevel::None
-            };
-            out.push(ChangeBuilder {
-                id: format!("kernelArgs[{}]", kc.key),
-                op,
-                before: before.join(" "),
-                after: after.join(" "),
+            out.push(key_change(
+                kc,
+                &others,
+                needs_reboot,
                 covered,
-                disruption: disruption(level, &[]),
-                targets: targets.clone(),
-            });
+                targets.clone(),
+            ));
         }
         any_reboot
     }
@@ -471,7 +495,7 @@ impl KernelArgs {
             && !edits.is_empty()
         {
             for e in edits {
-                steps.writes.push(super::steps::Write {
+                steps.writes.push(crate::sections::kit::steps::Write {
                     path: e.path,
                     content: e.content,
                     mode: 0o644,
@@ -537,6 +561,7 @@ impl KernelArgs {
         // the running command line, parsed once for this section
         let running = input
             .obs
+            .kernel_args
             .proc_cmdline
             .as_ref()
             .ok()
@@ -552,7 +577,7 @@ impl KernelArgs {
         out.next.kernel_args_removed = pending;
         out.next.kernel_args_staged_in = match &args.running {
             Some(_) if args.owned.iter().any(|a| !args.still_running(a)) => {
-                input.obs.boot_id.clone().unwrap_or_default()
+                input.obs.kernel_args.boot_id.clone().unwrap_or_default()
             }
             _ => String::new(),
         };
@@ -589,22 +614,11 @@ impl Section for KernelArgs {
     /// The backend is always detected (its files are reserved even when no argument is
     /// managed), with the running command line and the boot id.
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
-        let root = node.root;
-        obs.kernel = crate::bootloader::detect(root, node.config.kernel_args.backend);
-        obs.proc_cmdline = observe_running(root, "/proc/cmdline").map(|s| s.trim_end().to_string());
-        if let Err(u) = &obs.proc_cmdline {
-            obs.unknown.push(u.clone());
-        }
-        obs.boot_id = root
-            .read_string("/proc/sys/kernel/random/boot_id")
-            .ok()
-            .flatten()
-            .map(|s| s.trim().to_string());
-        Ok(())
+        observe::read(node, obs)
     }
 
     fn reserved(&self, _config: &Config, obs: &Observed) -> Vec<(String, String)> {
-        match &obs.kernel {
+        match &obs.kernel_args.backend {
             Ok(b) => b
                 .sources()
                 .iter()
@@ -625,7 +639,7 @@ impl Section for KernelArgs {
         let desired = parse_all(&desired.kernel_args);
         // args the agent added that are no longer desired (multiset difference)
         let owned = split(&parse_all(&record.kernel_args), &desired);
-        match &input.obs.kernel {
+        match &input.obs.kernel_args.backend {
             Ok(b) => self.plan_with(input, out, b.as_ref(), &desired, owned),
             Err(e) => {
                 for a in &desired {

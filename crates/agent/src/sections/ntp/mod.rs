@@ -3,18 +3,25 @@
 //! agent's drop-in; either file goes through the file machinery, with a restart of the
 //! daemon's unit. The domain rules are in [`inplace_formats::ntp`].
 
+pub mod observe;
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::borrow::Cow;
 
-use super::common::{ChangeBuilder, disruption};
-use super::file_items::{self, DroppedFile, FileItem, FileItems};
-use super::observe::{FileObs, NodeView, ObserveError, Observed};
-use super::{DriftView, Input, Section};
-use crate::spec::{FileSpec, NtpSpec};
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::file_items::FileSpec;
+use crate::sections::kit::file_items::{self, DroppedFile, FileItem, FileItems};
+use crate::sections::kit::observe::{FileObs, NodeView, ObserveError};
+use crate::sections::kit::{DriftView, Input, Section};
+use crate::sections::model::Observed;
 use inplace_formats::ntp::Daemon;
 use inplace_node::accounts::IdRef;
 use inplace_node::digest::sha256_hex;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
+use spec::NtpSpec;
 
 /// The `ntp` section.
 #[derive(Debug)]
@@ -91,17 +98,7 @@ impl Section for Ntp {
     }
 
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
-        if node.desired.ntp.is_none() {
-            return Ok(());
-        }
-        // a path that can not be looked at (a symlinked /lib) counts as absent; the other
-        // candidates are tried
-        let found = inplace_formats::ntp::detect(|p| matches!(node.root.stat(p), Ok(Some(_))));
-        if let Ok(d) = &found {
-            file_items::observe_into(node, obs, d.path)?;
-        }
-        obs.ntp = Some(found);
-        Ok(())
+        observe::read(node, obs)
     }
 
     fn file_items<'a>(&self, input: &Input<'a>) -> FileItems<'a> {

@@ -9,17 +9,35 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{FileObs, NodeView, ObserveError, Observed, observe_file};
-use super::steps::{Remove, Write};
-use super::{DriftView, Input, Output};
 use crate::config::Config;
-use crate::spec::FileSpec;
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{FileObs, NodeView, ObserveError, observe_file};
+use crate::sections::kit::steps::{Remove, Write};
+use crate::sections::kit::{DriftView, Input, Output};
+use crate::sections::model::Observed;
 use crate::state::{ManagedFile, Original, backup_name};
 use inplace_node::accounts::Accounts;
+use inplace_node::accounts::IdRef;
 use inplace_node::digest::sha256_hex;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
+
+/// A validated file item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    /// Absolute normalized node path.
+    pub path: String,
+    /// Full content.
+    pub content: Vec<u8>,
+    /// Permission bits (0o7777 mask).
+    pub mode: u32,
+    /// Owner user (None = root).
+    pub owner: Option<IdRef>,
+    /// Owner group (None = root).
+    pub group: Option<IdRef>,
+    /// Lower-case hex SHA-256 of `content`, computed once at validation.
+    pub sha256: String,
+}
 
 /// A file a section writes through the machinery.
 #[derive(Debug)]
@@ -548,7 +566,10 @@ impl Revert<'_> {
                 before: conflict.to_string(),
                 after: "left alone, no longer managed".into(),
                 covered: Ok(why.as_str()),
-                disruption: super::common::disruption(pb::DisruptionLevel::None, &[]),
+                disruption: crate::sections::kit::change::disruption(
+                    pb::DisruptionLevel::None,
+                    &[],
+                ),
                 targets: vec![self.path.to_string()],
             }
             .build(),

@@ -4,118 +4,31 @@
 //! `files` item) take effect live too, as systemd-sysctl would apply them at boot. The
 //! sysctl.d rules are in [`inplace_formats::sysctl`].
 
+pub mod observe;
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{
-    NodeView, ObserveError, Observed, SysctlLive, SysctlObs, TextObs, Unknown, observe_running,
-    observe_text,
-};
-use super::steps::{Remove, Write};
-use super::{DriftView, Input, Output, Section};
 use crate::config::Config;
-use crate::state::{AppliedRecord, ManagedValue, Original};
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{NodeView, ObserveError, TextObs, observe_running};
+use crate::sections::kit::steps::{Remove, Write};
+use crate::sections::kit::{DriftView, Input, Output, Section};
+use crate::sections::model::Observed;
+use crate::sections::sysctls::observe::{SysctlLive, SysctlObs};
+use crate::state::{AppliedRecord, ManagedValue};
 use inplace_formats::sysctl::{
-    SYSCTL_DIRS, boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf,
-    render_sysctl_conf, sysctl_path,
+    boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf, render_sysctl_conf,
+    sysctl_path,
 };
-use inplace_node::sysroot::{Kind, Sysroot, SysrootError};
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
 /// The `sysctls` section.
 #[derive(Debug)]
 pub struct Sysctls;
-
-/// Reads the live value of `key` (None: no such kernel parameter).
-pub fn read_live(root: &Sysroot, key: &str) -> Result<Option<SysctlLive>, SysrootError> {
-    let p = sysctl_path(key);
-    if inplace_node::sysroot::components(&p).is_err() {
-        return Ok(None);
-    }
-    let entry = match root.stat(&p) {
-        Ok(Some(e)) if e.kind == Kind::File => e,
-        Ok(_) | Err(SysrootError::Symlink { .. }) | Err(SysrootError::NotADirectory { .. }) => {
-            return Ok(None);
-        }
-        Err(e) => return Err(e),
-    };
-    // unknown is not empty: a value that can not be read, or reads empty, is unknown
-    let (value, unknown) = match observe_running(root, &p) {
-        Ok(v) => (v.trim_end_matches('\n').to_string(), None),
-        Err(u) => (String::new(), Some(u)),
-    };
-    Ok(Some(SysctlLive {
-        value,
-        writable: entry.mode & 0o222 != 0,
-        unknown,
-    }))
-}
-
-/// Every sysctl.d file systemd-sysctl would read (the first of each name, by directory
-/// priority), with its text, and the directories and files that could not be read (not
-/// skipped as if empty: unknown is not empty, issue 20 §2). An absent directory, or a file
-/// gone between the listing and the read, is simply not there.
-fn sysctl_files(root: &Sysroot) -> (Vec<(String, String)>, Vec<Unknown>) {
-    let mut by_name: BTreeMap<String, String> = BTreeMap::new();
-    let mut unreadable = Vec::new();
-    let unknown = |source: &str, e: &dyn std::fmt::Display| Unknown {
-        source: source.to_string(),
-        why: e.to_string(),
-    };
-    for dir in SYSCTL_DIRS {
-        match root.list_dir_following(dir) {
-            Ok(names) => {
-                for n in names.unwrap_or_default() {
-                    if n.ends_with(".conf") {
-                        by_name
-                            .entry(n.clone())
-                            .or_insert_with(|| format!("{dir}/{n}"));
-                    }
-                }
-            }
-            Err(e) => unreadable.push(unknown(dir, &e)),
-        }
-    }
-    let mut files = Vec::new();
-    for (_, p) in by_name {
-        match root.read_string_following(&p) {
-            Ok(Some(text)) => files.push((p, text)),
-            Ok(None) => {}
-            Err(e) => unreadable.push(unknown(&p, &e)),
-        }
-    }
-    (files, unreadable)
-}
-
-/// Every key whose live value the plan reads: managed, recorded, or set by a sysctl.d
-/// file (on the node, in the spec, or an original about to be restored).
-fn keys_in_play(node: &NodeView<'_>, obs: &Observed, files: &[(String, String)]) -> Vec<String> {
-    let (desired, record) = (node.desired, node.record);
-    let mut keys: Vec<String> = desired
-        .sysctls
-        .keys()
-        .chain(record.sysctls.keys())
-        .cloned()
-        .collect();
-    for f in &desired.files {
-        if is_sysctl_conf(&f.path) {
-            keys.extend(parse_sysctl_conf(&String::from_utf8_lossy(&f.content)).into_keys());
-        }
-    }
-    for (_, t) in files {
-        keys.extend(parse_sysctl_conf(t).into_keys());
-    }
-    // originals about to be restored
-    for (path, m) in &record.files {
-        if let (true, Original::Saved { backup, .. }) = (is_sysctl_conf(path), &m.original)
-            && let Some(b) = obs.originals.get(backup)
-        {
-            keys.extend(parse_sysctl_conf(&String::from_utf8_lossy(b)).into_keys());
-        }
-    }
-    keys
-}
 
 /// Why `key` = `value` can not be managed: no such parameter, read-only, the drop-in
 /// unusable, or a sysctl.d file applied after the drop-in at boot that sets it too.
@@ -176,7 +89,7 @@ fn recorded<'a>(
 }
 
 /// True when the spec sets the key `key` names (matched by its `/proc/sys` path).
-fn desired_has(desired: &crate::spec::NodeSpec, key: &str) -> bool {
+fn desired_has(desired: &crate::sections::model::NodeSpec, key: &str) -> bool {
     let path = sysctl_path(key);
     desired.sysctls.contains_key(key) || desired.sysctls.keys().any(|k| sysctl_path(k) == path)
 }
@@ -488,36 +401,7 @@ impl Section for Sysctls {
     /// Runs after the file machinery's observation: the originals about to be restored
     /// are read already.
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
-        let (desired, record) = (node.desired, node.record);
-        let files_in_play = desired.files.iter().any(|f| is_sysctl_conf(&f.path))
-            || record.files.keys().any(|p| is_sysctl_conf(p));
-        if desired.sysctls.is_empty() && record.sysctls.is_empty() && !files_in_play {
-            return Ok(());
-        }
-        let (files, unreadable) = sysctl_files(node.root);
-        let keys = keys_in_play(node, obs, &files);
-        obs.unknown.extend(unreadable.iter().cloned());
-        let mut sysctls = SysctlObs {
-            files,
-            unreadable,
-            ..SysctlObs::default()
-        };
-        for key in keys {
-            if let std::collections::btree_map::Entry::Vacant(e) = sysctls.live.entry(key) {
-                let v = read_live(node.root, e.key())?;
-                e.insert(v);
-            }
-        }
-        sysctls.drop_in = Some(observe_text(node.root, &node.config.sysctl.drop_in)?);
-        obs.unknown.extend(
-            sysctls
-                .live
-                .values()
-                .flatten()
-                .filter_map(|l| l.unknown.clone()),
-        );
-        obs.sysctls = sysctls;
-        Ok(())
+        observe::read(node, obs)
     }
 
     fn reserved(&self, config: &Config, _obs: &Observed) -> Vec<(String, String)> {

@@ -2,13 +2,18 @@
 //! (`dropins[<name>]`). Written through the file machinery as the agent's own area: no
 //! disruption, no write policy, nothing to restore (a dropped one is deleted).
 
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::borrow::Cow;
 
-use super::common::disruption;
-use super::file_items::{self, DroppedFile, FileItem, FileItems};
-use super::observe::{FileObs, NodeView, ObserveError, Observed};
-use super::{DriftView, Input, Section};
-use crate::spec::FileSpec;
+use crate::sections::kit::change::disruption;
+use crate::sections::kit::file_items::FileSpec;
+use crate::sections::kit::file_items::{self, DroppedFile, FileItem, FileItems};
+use crate::sections::kit::observe::{FileObs, NodeView, ObserveError};
+use crate::sections::kit::{DriftView, Input, Section};
+use crate::sections::model::Observed;
 use inplace_wire::pb;
 use inplace_wire::pb::DisruptionLevel;
 

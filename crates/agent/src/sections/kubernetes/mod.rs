@@ -16,13 +16,20 @@
 //! `[[disruption]]` rule matching the kubelet binary's path wins. The steps are one
 //! [`Upgrade`] the engine runs before every other section's ([`crate::kubernetes::upgrade`]).
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{KubernetesObs, NodeView, ObserveError, Observed, observe_running};
-use super::{Input, Output, Section};
+pub mod observe;
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use crate::config::Config;
 use crate::kubernetes as k8s;
+use crate::kubernetes::SourceKind;
 use crate::kubernetes::upgrade::Upgrade;
-use crate::kubernetes::{CONTROL_PLANE_COMPONENTS, SourceKind};
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{NodeView, ObserveError};
+use crate::sections::kit::{Input, Output, Section};
+use crate::sections::kubernetes::observe::KubernetesObs;
+use crate::sections::model::Observed;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 use inplace_wire::{k8s_version::Step, k8s_version::Version};
@@ -34,46 +41,13 @@ pub struct Kubernetes;
 /// The change id.
 pub const ID: &str = "kubernetes.version";
 
-fn version_of(node: &NodeView<'_>, bin: &str, args: &[&str]) -> Result<String, String> {
-    let path = node.config.kubernetes.bin_path(bin);
-    match node.root.stat(&path) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Err(format!("{path} is absent")),
-        Err(e) => return Err(e.to_string()),
-    }
-    let runner = node
-        .runner
-        .ok_or_else(|| format!("{path}: no command runner to ask its version"))?;
-    let mut argv = vec![path];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    runner.query(&argv).map_err(|e| e.to_string())
-}
-
-fn manifests_dir(config: &Config) -> String {
+/// The static Pod manifests' directory, without a trailing `/`.
+pub(super) fn manifests_dir(config: &Config) -> String {
     config
         .kubernetes
         .manifests_dir
         .trim_end_matches('/')
         .to_string()
-}
-
-/// Longest a checksum `HEAD` of coverage may take, in seconds.
-const HEAD_TIMEOUT_SECS: u64 = 5;
-
-/// [`k8s::fetch::preflight`] of `to` (`source = "url"`): signed upstream, the trust
-/// anchor readable, each binary's `.sha256`, `.sig` and `.cert` answering a HEAD.
-fn checksums(config: &Config, to: Version) -> Result<(), String> {
-    let kc = &config.kubernetes;
-    if kc.url.is_empty() {
-        return Err("kubernetes.url is empty; give the release layout's URL template".into());
-    }
-    // coverage must answer within the caller's deadline: a short timeout for the HEADs
-    let quick = k8s::KubernetesConfig {
-        timeout_secs: kc.timeout_secs.min(HEAD_TIMEOUT_SECS),
-        ..kc.clone()
-    };
-    let client = k8s::fetch::Client::new(&quick).map_err(|e| e.to_string())?;
-    k8s::fetch::preflight(&client, kc, to)
 }
 
 impl Section for Kubernetes {
@@ -82,53 +56,7 @@ impl Section for Kubernetes {
     }
 
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
-        let Some(want) = node.desired.kubernetes else {
-            return Ok(());
-        };
-        let config = node.config;
-        let kubelet = version_of(node, "kubelet", &["--version"])
-            .and_then(|o| k8s::parse_kubelet_version(&o));
-        let kubeadm = version_of(node, "kubeadm", &["version", "-o", "short"])
-            .and_then(|o| k8s::parse_kubeadm_version(&o));
-        let mut missing = Vec::new();
-        for p in [&config.kubelet.config_path, &config.kubelet.flags_path] {
-            if !matches!(node.root.stat(p), Ok(Some(_))) {
-                missing.push(p.clone());
-            }
-        }
-        let dir = manifests_dir(config);
-        let apiserver = format!("{dir}/kube-apiserver.yaml");
-        let control_plane = matches!(node.root.stat(&apiserver), Ok(Some(_)));
-        let mut manifests = Vec::new();
-        if control_plane {
-            for c in CONTROL_PLANE_COMPONENTS {
-                let path = format!("{dir}/{c}.yaml");
-                // unknown is not empty: a manifest that can not be read names no tag
-                let tags = observe_running(node.root, &path).map(|text| {
-                    k8s::manifest_tags(&text)
-                        .into_iter()
-                        .filter(|(img, _)| img.ends_with(c))
-                        .map(|(_, t)| t)
-                        .collect()
-                });
-                if let Err(u) = &tags {
-                    obs.unknown.push(u.clone());
-                }
-                manifests.push((path, tags));
-            }
-        }
-        let upgrading = kubelet.as_ref().is_ok_and(|v| *v != want.version);
-        let checksums = (config.kubernetes.source == SourceKind::Url && upgrading)
-            .then(|| checksums(config, want.version));
-        obs.kubernetes = Some(KubernetesObs {
-            kubelet,
-            kubeadm,
-            missing_kubeadm_files: missing,
-            control_plane,
-            manifests,
-            checksums,
-        });
-        Ok(())
+        observe::read(node, obs)
     }
 
     fn diff(&self, input: &Input<'_>, out: &mut Output) {

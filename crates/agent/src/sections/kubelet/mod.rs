@@ -7,15 +7,21 @@
 //! covered (the kubelet lets a flag win over its config file), nor one that a later
 //! `KUBELET_EXTRA_ARGS` shadows.
 
+pub mod observe;
+pub mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::common::{ChangeBuilder, disruption};
-use super::observe::{KubeletObs, NodeView, ObserveError, Observed, TextObs, observe_text};
-use super::steps::Write;
-use super::{DriftView, Input, Output, Section};
 use crate::config::Config;
+use crate::sections::kit::change::{ChangeBuilder, disruption};
+use crate::sections::kit::observe::{NodeView, ObserveError, TextObs};
+use crate::sections::kit::steps::Write;
+use crate::sections::kit::{DriftView, Input, Output, Section};
+use crate::sections::model::Observed;
 use crate::state::{ManagedField, ManagedValue};
 use inplace_formats::kubelet::checkpoints::kubelet_state_files;
 use inplace_formats::kubelet::config as kcfg;
@@ -128,7 +134,7 @@ impl Kubelet {
         let cur = match Self::current_flags(input) {
             Ok(cur) => cur,
             Err(e) => {
-                for (name, value) in &input.desired.kubelet_flags {
+                for (name, value) in &input.desired.kubelet.flags {
                     out.push(ChangeBuilder {
                         id: format!("kubelet.flags[{name}]"),
                         op: ChangeOperation::Update,
@@ -145,11 +151,11 @@ impl Kubelet {
         for f in &cur {
             fp.final_flags.insert(f.name.clone(), f.value.clone());
         }
-        for (name, value) in &input.desired.kubelet_flags {
+        for (name, value) in &input.desired.kubelet.flags {
             self.desired_flag(input, out, d, &cur, (name, value), &mut fp);
         }
         for (name, m) in &input.record.kubelet_flags {
-            if input.desired.kubelet_flags.contains_key(name) {
+            if input.desired.kubelet.flags.contains_key(name) {
                 continue;
             }
             let now = last_value(&cur, name);
@@ -287,7 +293,7 @@ impl Kubelet {
             // nothing left of a file the agent created (its marker and line went): the
             // file goes too, as it was absent (the unit reads it with `EnvironmentFile=-`)
             Ok(text) if text.is_empty() && entry.is_some() => {
-                out.steps.removes.push(super::steps::Remove {
+                out.steps.removes.push(crate::sections::kit::steps::Remove {
                     path: flags_path.clone(),
                     expect: obs.fingerprint(),
                     dirs: Vec::new(),
@@ -332,7 +338,8 @@ impl Kubelet {
         let cfg_path = &input.config.kubelet.config_path;
         let desired_leaves = input
             .desired
-            .kubelet_config
+            .kubelet
+            .config
             .as_ref()
             .map(|m| kcfg::leaves(&Value::Object(m.clone())))
             .unwrap_or_default();
@@ -541,53 +548,13 @@ fn config_field_problem(
     })
 }
 
-/// True when the record or the spec manages kubelet settings.
-fn in_play(node: &NodeView<'_>) -> bool {
-    let (d, r) = (node.desired, node.record);
-    d.kubelet_config.is_some()
-        || !d.kubelet_flags.is_empty()
-        || !r.kubelet_config.is_empty()
-        || !r.kubelet_flags.is_empty()
-}
-
 impl Section for Kubelet {
     fn name(&self) -> &'static str {
         "kubelet"
     }
 
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
-        if !in_play(node) {
-            return Ok(());
-        }
-        let config = &node.config.kubelet;
-        let mut kubelet = KubeletObs {
-            config: never_empty(
-                obs,
-                observe_text(node.root, &config.config_path)?,
-                &config.config_path,
-                "a kubelet's KubeletConfiguration file",
-            ),
-            flags: never_empty(
-                obs,
-                observe_text(node.root, &config.flags_path)?,
-                &config.flags_path,
-                "kubeadm's flags file (it always sets KUBELET_KUBEADM_ARGS)",
-            ),
-            ..KubeletObs::default()
-        };
-        for p in &config.extra_args_paths {
-            match observe_text(node.root, p)? {
-                TextObs::Absent => {}
-                TextObs::Problem(e) => kubelet.problems.push(e),
-                TextObs::Text(t, _) => match kflags::parse(&t, "KUBELET_EXTRA_ARGS") {
-                    Ok(Some(flags)) => kubelet.extra_args.push((p.clone(), flags)),
-                    Ok(None) => {}
-                    Err(e) => kubelet.problems.push(format!("{p}: {e}")),
-                },
-            }
-        }
-        obs.kubelet = kubelet;
-        Ok(())
+        observe::read(node, obs)
     }
 
     fn reserved(&self, config: &Config, _obs: &Observed) -> Vec<(String, String)> {
@@ -683,25 +650,4 @@ fn flags_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
         }
     }
     out
-}
-
-/// Unknown is not empty (issue 20 §2): a present file that holds only whitespace, where
-/// `what` can not be empty, is a problem naming the file (its changes are not covered)
-/// and an [`Unknown`] for `status`. An absent file stays absent (its own reason).
-///
-/// [`Unknown`]: crate::sections::observe::Unknown
-fn never_empty(obs: &mut Observed, t: TextObs, path: &str, what: &str) -> TextObs {
-    match t {
-        TextObs::Text(text, _) if text.trim().is_empty() => {
-            let u = crate::sections::observe::Unknown {
-                source: path.to_string(),
-                why: format!("it is empty, which {what} can not be"),
-            };
-            obs.unknown.push(u.clone());
-            TextObs::Problem(format!(
-                "{u}; its current settings are not known, so no change to it is planned"
-            ))
-        }
-        t => t,
-    }
 }

@@ -1,14 +1,12 @@
-//! Observed state: everything the planner needs from the node, read once through the
-//! sysroot by the sections ([`super::Section::observe`]), so that planning afterwards is
-//! a pure function of it.
+//! The observation primitives every section reads the node with: files and text files
+//! as observed, running-state values that may be unknown, and the view of the node a
+//! section observes through ([`super::Section::observe`]). Each section's own
+//! observation type is in its folder (`<x>/observe.rs`); the aggregate is
+//! [`crate::sections::model::Observed`].
 
-use std::collections::BTreeMap;
-
-use crate::bootloader::{KernelArgsBackend, NoBackend};
 use crate::config::Config;
-use crate::spec::NodeSpec;
+use crate::sections::model::NodeSpec;
 use crate::state::{AppliedRecord, StateDir, StateError};
-use inplace_node::accounts::Accounts;
 use inplace_node::sysroot::{Entry, Kind, Sysroot, SysrootError};
 
 /// Largest file the agent reads or writes as a managed file (64 MiB): a node agent must
@@ -77,31 +75,6 @@ impl TextObs {
     }
 }
 
-/// Kubelet files as observed.
-#[derive(Debug, Clone)]
-pub struct KubeletObs {
-    /// The KubeletConfiguration file.
-    pub config: TextObs,
-    /// kubeadm's flags env file.
-    pub flags: TextObs,
-    /// `KUBELET_EXTRA_ARGS` per override file that exists: path → flags.
-    pub extra_args: Vec<(String, Vec<inplace_formats::kubelet::flags::Flag>)>,
-    /// Override files that could not be read or parsed.
-    pub problems: Vec<String>,
-}
-
-/// A live kernel parameter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SysctlLive {
-    /// Current value (trailing newline removed); meaningless when `unknown` is set.
-    pub value: String,
-    /// Whether the file under /proc/sys is writable at all.
-    pub writable: bool,
-    /// The file exists but its value could not be read, or read empty (a kernel
-    /// parameter always has a value): why. A change of the key is then not covered.
-    pub unknown: Option<Unknown>,
-}
-
 /// A running-state observation that could not be made (issue 20 §2): the source is
 /// absent, unreadable, or empty where it can not be. Unknown is never read as empty: a
 /// change that depends on it is not covered, naming `source` and `why`, and `status`
@@ -138,71 +111,6 @@ pub fn observe_running(root: &Sysroot, path: &str) -> Observation<String> {
         Ok(None) => Err(unknown("it is absent".into())),
         Err(e) => Err(unknown(e.to_string())),
     }
-}
-
-/// Sysctls as observed.
-#[derive(Debug, Clone, Default)]
-pub struct SysctlObs {
-    /// Live values of the managed keys and of the keys of managed sysctl.d files
-    /// (None = no such kernel parameter).
-    pub live: BTreeMap<String, Option<SysctlLive>>,
-    /// The agent's drop-in.
-    pub drop_in: Option<TextObs>,
-    /// Every sysctl.d file systemd-sysctl would read, in the order it applies them
-    /// (node path, text); for a repeated name the /etc copy masks /run and /usr/lib.
-    pub files: Vec<(String, String)>,
-    /// sysctl.d directories and files that could not be read: what each of them would set
-    /// at boot is unknown, so no key's boot value can be told.
-    pub unreadable: Vec<Unknown>,
-}
-
-/// Everything observed.
-#[derive(Debug)]
-pub struct Observed {
-    /// Users and groups of the node.
-    pub accounts: Accounts,
-    /// Files of the spec and of the record, by path.
-    pub files: BTreeMap<String, FileObs>,
-    /// Saved originals of record files that leave the spec: backup name → bytes.
-    pub originals: BTreeMap<String, Vec<u8>>,
-    /// Kubelet files.
-    pub kubelet: KubeletObs,
-    /// Kernel-args backend, or why there is none.
-    pub kernel: Result<Box<dyn KernelArgsBackend>, NoBackend>,
-    /// Running kernel command line (`/proc/cmdline`, trailing whitespace removed), or why
-    /// it is not known.
-    pub proc_cmdline: Observation<String>,
-    /// Boot id (`/proc/sys/kernel/random/boot_id`), if readable.
-    pub boot_id: Option<String>,
-    /// Sysctls.
-    pub sysctls: SysctlObs,
-    /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked
-    /// for ([`inplace_formats::ntp::detect`]); its file is in `files`.
-    pub ntp: Option<Result<inplace_formats::ntp::Daemon, String>>,
-    /// The node's Kubernetes binaries and kubeadm files when the spec names a version.
-    pub kubernetes: Option<KubernetesObs>,
-    /// Every observation a section could not make ([`Unknown`]), for `status`.
-    pub unknown: Vec<Unknown>,
-}
-
-/// The node's Kubernetes as observed (`kubernetes` section).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubernetesObs {
-    /// `kubelet --version`, or why it is not known.
-    pub kubelet: Result<inplace_wire::k8s_version::Version, String>,
-    /// `kubeadm version -o short`, or why it is not known.
-    pub kubeadm: Result<inplace_wire::k8s_version::Version, String>,
-    /// kubeadm's kubelet files that are missing (a node kubeadm did not set up).
-    pub missing_kubeadm_files: Vec<String>,
-    /// The node has the kube-apiserver static Pod.
-    pub control_plane: bool,
-    /// Control-plane manifests: path → image tags named, or why the manifest is not
-    /// known (absent, unreadable or empty on a control-plane node).
-    pub manifests: Vec<(String, Observation<Vec<String>>)>,
-    /// `source = "url"`: the target version can be verified (signed upstream, the trust
-    /// anchor readable, its checksum, signature and certificate files answer a HEAD
-    /// each), or why not ([`crate::kubernetes::fetch::preflight`]).
-    pub checksums: Option<Result<(), String>>,
 }
 
 /// Errors observing the node (I/O failures other than "absent").
@@ -256,44 +164,6 @@ pub fn observe_text(root: &Sysroot, path: &str) -> Result<TextObs, SysrootError>
             )),
         },
     })
-}
-
-impl Default for KubeletObs {
-    fn default() -> Self {
-        KubeletObs {
-            config: TextObs::Absent,
-            flags: TextObs::Absent,
-            extra_args: Vec::new(),
-            problems: Vec::new(),
-        }
-    }
-}
-
-impl Observed {
-    /// The file at `path` as observed (absent when it was not observed).
-    pub fn file(&self, path: &str) -> FileObs {
-        self.files.get(path).cloned().unwrap_or(FileObs::Absent)
-    }
-
-    /// Nothing observed yet: each section fills in what it reads.
-    pub fn empty() -> Self {
-        Observed {
-            accounts: Accounts::default(),
-            files: BTreeMap::new(),
-            originals: BTreeMap::new(),
-            kubelet: KubeletObs::default(),
-            kernel: Err(NoBackend("not observed".into())),
-            proc_cmdline: Err(Unknown {
-                source: "/proc/cmdline".into(),
-                why: "not observed".into(),
-            }),
-            boot_id: None,
-            sysctls: SysctlObs::default(),
-            ntp: None,
-            kubernetes: None,
-            unknown: Vec::new(),
-        }
-    }
 }
 
 /// What a section observes the node with: the sysroot and the state directory, and what

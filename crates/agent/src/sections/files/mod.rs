@@ -1,11 +1,16 @@
 //! The `files` section: whole files of the spec (`files[<path>]`), written through the
-//! file machinery ([`super::file_items`]) with the path rules for their disruption.
+//! file machinery ([`crate::sections::kit::file_items`]) with the path rules for their disruption.
+
+pub mod spec;
+#[cfg(test)]
+mod tests;
 
 use std::borrow::Cow;
 
-use super::file_items::{self, FileItem, FileItems};
-use super::observe::{NodeView, ObserveError, Observed};
-use super::{DriftView, Input, Section};
+use crate::sections::kit::file_items::{self, FileItem, FileItems};
+use crate::sections::kit::observe::{NodeView, ObserveError};
+use crate::sections::kit::{DriftView, Input, Section};
+use crate::sections::model::Observed;
 use inplace_wire::pb;
 
 /// The `files` section.
