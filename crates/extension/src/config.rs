@@ -396,112 +396,130 @@ impl Config {
             path: origin.into(),
             message: e.to_string(),
         })?;
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
+        c.check().map_err(|(key, message)| ConfigError::Invalid {
             path: origin.into(),
             key: key.into(),
             message,
-        };
-        PreserveMode::parse(&c.preservation.mode).map_err(|m| {
-            invalid(
+        })?;
+        Ok(c)
+    }
+
+    /// What is wrong with a parsed config, as (key, message); checked in this order:
+    /// the update choices, the server's limits, its clients, the resolver.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        self.check_update()?;
+        self.check_server_limits()?;
+        self.check_clients()?;
+        self.resolver.check(&self.agent.server_name)
+    }
+
+    /// The update section's choices: preservation mode, reboot policy, availability,
+    /// retry interval.
+    fn check_update(&self) -> Result<(), (&'static str, String)> {
+        PreserveMode::parse(&self.preservation.mode).map_err(|m| {
+            (
                 "preservation.mode",
                 m.replace("settings.preserveOnInsufficientCoverage: ", ""),
             )
         })?;
-        parse_reboot_policy(&c.update.reboot_policy)
-            .map_err(|m| invalid("update.reboot_policy", m))?;
-        parse_availability(&c.update.affects_availability)
-            .map_err(|m| invalid("update.affects_availability", m))?;
-        if c.update.retry_after_seconds < 1 {
-            return Err(invalid(
+        parse_reboot_policy(&self.update.reboot_policy).map_err(|m| ("update.reboot_policy", m))?;
+        parse_availability(&self.update.affects_availability)
+            .map_err(|m| ("update.affects_availability", m))?;
+        if self.update.retry_after_seconds < 1 {
+            return Err((
                 "update.retry_after_seconds",
                 "must be at least 1 (0 would mean done to CAPI)".into(),
             ));
         }
-        if c.server.max_request_mib < crate::budget::MAX_BODY >> 20 {
-            return Err(invalid(
+        Ok(())
+    }
+
+    /// The server's limits: request sizes, counts, handshakes, the handler timeout.
+    fn check_server_limits(&self) -> Result<(), (&'static str, String)> {
+        if self.server.max_request_mib < crate::budget::MAX_BODY >> 20 {
+            return Err((
                 "server.max_request_mib",
                 format!(
                     "{} is less than one largest request body ({} MiB): such a request could never be read; set at least {}",
-                    c.server.max_request_mib,
+                    self.server.max_request_mib,
                     crate::budget::MAX_BODY >> 20,
                     crate::budget::MAX_BODY >> 20
                 ),
             ));
         }
         let least = crate::budget::MAX_PARSED_MIB;
-        if c.server.max_parsed_mib < least {
-            return Err(invalid(
+        if self.server.max_parsed_mib < least {
+            return Err((
                 "server.max_parsed_mib",
                 format!(
                     "{} is less than one request of the most JSON values takes parsed ({least} MiB): such a request could never be answered; set at least {least}",
-                    c.server.max_parsed_mib
+                    self.server.max_parsed_mib
                 ),
             ));
         }
         for (key, v) in [
-            ("server.max_requests", c.server.max_requests),
-            ("server.max_connections", c.server.max_connections),
-            ("server.handshake_budget", c.server.handshake_budget),
+            ("server.max_requests", self.server.max_requests),
+            ("server.max_connections", self.server.max_connections),
+            ("server.handshake_budget", self.server.handshake_budget),
             (
                 "server.handshakes_per_source",
-                c.server.handshakes_per_source,
+                self.server.handshakes_per_source,
             ),
         ] {
             if v == 0 {
-                return Err(invalid(
-                    key,
-                    "must be at least 1 (0 would answer no request)".into(),
-                ));
+                return Err((key, "must be at least 1 (0 would answer no request)".into()));
             }
         }
-        if c.server.handshakes_per_source > c.server.handshake_budget {
-            return Err(invalid(
+        if self.server.handshakes_per_source > self.server.handshake_budget {
+            return Err((
                 "server.handshakes_per_source",
                 format!(
                     "{} is more than server.handshake_budget ({})",
-                    c.server.handshakes_per_source, c.server.handshake_budget
+                    self.server.handshakes_per_source, self.server.handshake_budget
                 ),
             ));
         }
-        if c.server.max_connections > 1 << 20 || c.server.handshake_budget > 1 << 20 {
-            return Err(invalid(
+        if self.server.max_connections > 1 << 20 || self.server.handshake_budget > 1 << 20 {
+            return Err((
                 "server.max_connections",
                 "server.max_connections and server.handshake_budget: at most 1048576 each (descriptors)".into(),
             ));
         }
-        if !(1..=30).contains(&c.server.handler_timeout_seconds) {
-            return Err(invalid(
+        if !(1..=30).contains(&self.server.handler_timeout_seconds) {
+            return Err((
                 "server.handler_timeout_seconds",
                 format!(
                     "{} is outside 1..=30: CAPI rejects a whole discovery answer whose timeoutSeconds is over 30",
-                    c.server.handler_timeout_seconds
+                    self.server.handler_timeout_seconds
                 ),
             ));
         }
-        if c.server.client_ca.is_none() {
-            return Err(invalid(
+        Ok(())
+    }
+
+    /// The client CA and the identities allowed to call.
+    fn check_clients(&self) -> Result<(), (&'static str, String)> {
+        if self.server.client_ca.is_none() {
+            return Err((
                 "server.client_ca",
                 "required: the CA bundle that signs the client certificates CAPI's managers present (--runtime-extension-client-cert-file); without it anyone who reaches the port could drive every node".into(),
             ));
         }
-        if c.server.clients.is_empty() {
-            return Err(invalid(
+        if self.server.clients.is_empty() {
+            return Err((
                 "server.clients",
                 "list at least one [[server.clients]] identity (the URI SAN, DNS SAN or CN of CAPI's client certificates)".into(),
             ));
         }
-        for (i, e) in c.server.clients.iter().enumerate() {
+        for (i, e) in self.server.clients.iter().enumerate() {
             inplace_edge::listener::IdentityKind::check_entry(
                 &format!("server.clients[{i}]"),
                 &e.identity,
                 e.kind,
             )
-            .map_err(|m| invalid("server.clients", m))?;
+            .map_err(|m| ("server.clients", m))?;
         }
-        c.resolver
-            .check(&c.agent.server_name)
-            .map_err(|(key, m)| invalid(key, m))?;
-        Ok(c)
+        Ok(())
     }
 }
 

@@ -68,36 +68,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     let config = Config::load(&args.config, required)?;
     trusted_state_dir(&args.state_dir)?;
     let config_drift_interval = config.drift.interval_secs;
-    let (services, rebooter, runner): (
-        Arc<dyn ServiceManager>,
-        Arc<dyn Rebooter>,
-        Arc<dyn CommandRunner>,
-    ) = match args.service_manager {
-        ServiceManagerKind::Systemd => (Arc::new(Systemd), Arc::new(Systemd), Arc::new(Systemd)),
-        ServiceManagerKind::Record => {
-            std::fs::create_dir_all(&args.state_dir)
-                .with_context(|| format!("creating {}", args.state_dir.display()))?;
-            let failing = std::env::var("INPLACED_RECORD_FAIL").unwrap_or_default();
-            let exec = std::env::var("INPLACED_RECORD_EXEC").unwrap_or_default();
-            let r = Arc::new(
-                Recorder::with_log(args.state_dir.join("actions.log"))
-                    .failing(failing.split(',').map(|s| s.trim().to_string()))
-                    .exec_in(
-                        args.root.clone(),
-                        exec.split(',').map(|s| s.trim().to_string()),
-                    ),
-            );
-            (r.clone(), r.clone(), r)
-        }
-    };
-    // Journals left by an interrupted run: Agent::new recovers each of them.
-    let recoveries = std::fs::read_dir(args.state_dir.join("journal"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.path().is_dir())
-                .count() as u64
-        })
-        .unwrap_or(0);
+    let (services, rebooter, runner) = seams(&args)?;
+    let recoveries = pending_journals(&args.state_dir);
     let agent = Agent::new(AgentParts {
         root: args.root.clone(),
         state_dir: args.state_dir.clone(),
@@ -112,15 +84,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     // journals are settled (Agent::new); converge to node.d before serving
     agent.converge_node_d();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let agent = agent.clone();
-        let stop = stop.clone();
-        let interval = std::time::Duration::from_secs(config_drift_interval.max(1));
-        std::thread::Builder::new()
-            .name("drift".into())
-            .spawn(move || crate::apply::watch::run(agent, interval, stop))
-            .context("starting the drift watcher")?;
-    }
+    start_drift_watcher(&agent, config_drift_interval, &stop)?;
     // WatchdogSec=: ping at half the interval from the runtime, so a wedged runtime is
     // restarted by systemd
     let watchdog = sd_notify::watchdog_enabled();
@@ -147,54 +111,126 @@ fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     rt.block_on(async move {
         if let Some(every) = watchdog {
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(every / 2);
-                loop {
-                    tick.tick().await;
-                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-                }
-            });
+            tokio::spawn(ping_watchdog(every));
         }
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            inplace_edge::process::stop_requested().await;
-            tracing::info!("shutting down: no new requests; open calls get {GRACE:?}");
-            let _ = stop_tx.send(true);
-        });
-        let metrics = Arc::new(crate::metrics::NodeMetrics::new(
-            agent.facts(),
-            env!("CARGO_PKG_VERSION"),
-            recoveries,
-        ));
-        let serve = crate::server::serve(
-            agent,
-            metrics,
-            &args.socket,
-            || {
-                let _ = sd_notify::notify(&[
-                    sd_notify::NotifyState::Ready,
-                    sd_notify::NotifyState::Status("idle"),
-                ]);
-            },
-            stop_rx.clone(),
-        );
-        let mut rx = stop_rx;
-        let deadline = async move {
-            let _ = rx.wait_for(|s| *s).await;
-            tokio::time::sleep(GRACE).await;
-        };
-        let r = tokio::select! {
-            r = serve => r,
-            _ = deadline => {
-                tracing::warn!("open calls did not finish within {GRACE:?}; exiting");
-                let _ = std::fs::remove_file(&args.socket);
-                Ok(())
-            }
-        };
+        let r = serve_until_stopped(agent, &args.socket, recoveries).await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         r
     })
+}
+
+/// What carries out unit actions, reboots and commands.
+type Seams = (
+    Arc<dyn ServiceManager>,
+    Arc<dyn Rebooter>,
+    Arc<dyn CommandRunner>,
+);
+
+/// The service manager, rebooter and command runner `--service-manager` chooses; for
+/// `record`, one [`Recorder`] logging to `<state-dir>/actions.log` serves as all three.
+fn seams(args: &Args) -> anyhow::Result<Seams> {
+    Ok(match args.service_manager {
+        ServiceManagerKind::Systemd => (Arc::new(Systemd), Arc::new(Systemd), Arc::new(Systemd)),
+        ServiceManagerKind::Record => {
+            std::fs::create_dir_all(&args.state_dir)
+                .with_context(|| format!("creating {}", args.state_dir.display()))?;
+            let failing = std::env::var("INPLACED_RECORD_FAIL").unwrap_or_default();
+            let exec = std::env::var("INPLACED_RECORD_EXEC").unwrap_or_default();
+            let r = Arc::new(
+                Recorder::with_log(args.state_dir.join("actions.log"))
+                    .failing(failing.split(',').map(|s| s.trim().to_string()))
+                    .exec_in(
+                        args.root.clone(),
+                        exec.split(',').map(|s| s.trim().to_string()),
+                    ),
+            );
+            (r.clone(), r.clone(), r)
+        }
+    })
+}
+
+/// The number of journals left by an interrupted run (`Agent::new` recovers each of
+/// them), counted before it does for the recoveries metric.
+fn pending_journals(state_dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(state_dir.join("journal"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// Starts the `drift` thread, which checks the node every `interval_secs` (at least 1)
+/// until `stop` is set.
+fn start_drift_watcher(
+    agent: &Arc<Agent>,
+    interval_secs: u64,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<()> {
+    let agent = agent.clone();
+    let stop = stop.clone();
+    let interval = std::time::Duration::from_secs(interval_secs.max(1));
+    std::thread::Builder::new()
+        .name("drift".into())
+        .spawn(move || crate::apply::watch::run(agent, interval, stop))
+        .context("starting the drift watcher")?;
+    Ok(())
+}
+
+/// Pings systemd's watchdog every half `every`, for as long as the runtime runs.
+async fn ping_watchdog(every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every / 2);
+    loop {
+        tick.tick().await;
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+    }
+}
+
+/// Serves the local API on `socket` (telling systemd READY once it listens) until
+/// SIGTERM or SIGINT, then gives open calls [`GRACE`] to finish.
+async fn serve_until_stopped(
+    agent: Arc<Agent>,
+    socket: &std::path::Path,
+    recoveries: u64,
+) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        inplace_edge::process::stop_requested().await;
+        tracing::info!("shutting down: no new requests; open calls get {GRACE:?}");
+        let _ = stop_tx.send(true);
+    });
+    let metrics = Arc::new(crate::metrics::NodeMetrics::new(
+        agent.facts(),
+        env!("CARGO_PKG_VERSION"),
+        recoveries,
+    ));
+    let serve = crate::server::serve(
+        agent,
+        metrics,
+        socket,
+        || {
+            let _ = sd_notify::notify(&[
+                sd_notify::NotifyState::Ready,
+                sd_notify::NotifyState::Status("idle"),
+            ]);
+        },
+        stop_rx.clone(),
+    );
+    let mut rx = stop_rx;
+    let deadline = async move {
+        let _ = rx.wait_for(|s| *s).await;
+        tokio::time::sleep(GRACE).await;
+    };
+    tokio::select! {
+        r = serve => r,
+        _ = deadline => {
+            tracing::warn!("open calls did not finish within {GRACE:?}; exiting");
+            let _ = std::fs::remove_file(socket);
+            Ok(())
+        }
+    }
 }
 
 /// Creates the state directory (0700) when missing and refuses to start when it, or a

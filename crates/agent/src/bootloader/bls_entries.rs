@@ -1,0 +1,222 @@
+//! The `bls` backend: Boot Loader Specification Type #1 entries, with grubenv's
+//! `kernelopts`, `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX` kept in agreement.
+
+use super::{KernelArgsBackend, NoBackend, Source, SourceFormat, read_text};
+use inplace_formats::cmdline::Cmdline;
+use inplace_formats::{bls, grub_default, grubenv};
+use inplace_node::sysroot::Sysroot;
+
+/// A non-rescue entry: its node path, text and parse.
+type KernelEntry = (String, String, bls::Entry);
+
+/// The rescue entries (never edited).
+type Rescue = Vec<bls::Entry>;
+
+/// How an entry that reads `$kernelopts` boots with a change.
+const THROUGH_GRUBENV: &str = "through $kernelopts in /boot/grub2/grubenv";
+
+/// Boot Loader Specification entries, with grubenv, `/etc/kernel/cmdline` and
+/// `GRUB_CMDLINE_LINUX` kept in agreement.
+#[derive(Debug)]
+pub struct Bls {
+    entries_dir: String,
+    kernel_entries: usize,
+    pub(super) sources: Vec<Source>,
+    problem: Option<String>,
+    /// The entries that boot with a change, described (file name and why).
+    boot_with: Vec<String>,
+    /// The entries left alone (rescue entries with their own options).
+    left_alone: Vec<String>,
+}
+
+impl KernelArgsBackend for Bls {
+    fn name(&self) -> &'static str {
+        "bls"
+    }
+    fn reason(&self) -> String {
+        format!(
+            "bls: {} kernel entr{} in {}",
+            self.kernel_entries,
+            if self.kernel_entries == 1 { "y" } else { "ies" },
+            self.entries_dir
+        )
+    }
+    fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+    fn problem(&self) -> Option<String> {
+        self.problem.clone()
+    }
+    fn regenerate(&self) -> Option<Vec<String>> {
+        None
+    }
+    fn boot_entries(&self) -> String {
+        let mut r = format!("boots with the change: {}", self.boot_with.join(", "));
+        if !self.left_alone.is_empty() {
+            r.push_str(&format!("; left alone: {}", self.left_alone.join(", ")));
+        }
+        r
+    }
+}
+
+impl Bls {
+    /// The backend of the entries in `dir`; None when it has no kernel entry (or does
+    /// not exist). An empty or unparsable entry is [`NoBackend`].
+    pub(super) fn probe(root: &Sysroot, dir: &str) -> Result<Option<Bls>, NoBackend> {
+        let Some((mut entries, rescue)) = read_entries(root, dir)? else {
+            return Ok(None);
+        };
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        // newest kernel first: the reference for "next boot"
+        entries.reverse();
+        let (mut sources, mut boot_with, grubenv_needed) = entry_sources(&entries);
+        let mut problem = None;
+        if grubenv_needed {
+            match grubenv_source(root)? {
+                Ok(s) => sources.insert(0, s),
+                Err(why) => problem = Some(why),
+            }
+        }
+        sources.extend(agreement_sources(root)?);
+        let left_alone = rescue_entries(&rescue, grubenv_needed, &mut boot_with);
+        Ok(Some(Bls {
+            entries_dir: dir.to_string(),
+            kernel_entries: entries.len(),
+            sources,
+            problem,
+            boot_with,
+            left_alone,
+        }))
+    }
+}
+
+/// The `*.conf` entries of `dir` in name order, split into kernel entries and rescue
+/// entries; None when `dir` does not exist.
+fn read_entries(
+    root: &Sysroot,
+    dir: &str,
+) -> Result<Option<(Vec<KernelEntry>, Rescue)>, NoBackend> {
+    let Some(names) = root.list_dir(dir).map_err(|e| NoBackend(e.to_string()))? else {
+        return Ok(None);
+    };
+    let mut entries = Vec::new();
+    let mut rescue = Vec::new();
+    for n in names.iter().filter(|n| n.ends_with(".conf")) {
+        let path = format!("{dir}/{n}");
+        let Some(text) = read_text(root, &path)? else {
+            continue;
+        };
+        // unknown is not empty: an empty entry names no kernel and no options
+        if text.trim().is_empty() {
+            return Err(NoBackend(format!(
+                "{path} could not be read: it is empty, which a boot entry can not be (it names no kernel); remove it or restore it"
+            )));
+        }
+        let entry = bls::Entry::parse(n, &text).map_err(|e| NoBackend(format!("{path}: {e}")))?;
+        if entry.is_rescue() {
+            rescue.push(entry);
+            continue;
+        }
+        entries.push((path, text, entry));
+    }
+    Ok(Some((entries, rescue)))
+}
+
+/// The options line of each kernel entry that has its own, the description of how each
+/// entry boots with a change, and whether any reads `$kernelopts` (grubenv).
+fn entry_sources(entries: &[KernelEntry]) -> (Vec<Source>, Vec<String>, bool) {
+    let mut sources = Vec::new();
+    let mut grubenv_needed = false;
+    let mut boot_with = Vec::new();
+    for (path, text, entry) in entries {
+        let vars = entry.uses_variables();
+        if vars.iter().any(|v| v == "kernelopts") {
+            grubenv_needed = true;
+            boot_with.push(format!("{} ({THROUGH_GRUBENV})", entry.file_name()));
+            continue;
+        }
+        boot_with.push(format!("{} (its options line)", entry.file_name()));
+        sources.push(Source {
+            path: path.clone(),
+            what: "BLS entry options",
+            cmdline: Cmdline::parse(&entry.options().unwrap_or_default()),
+            bytes: text.clone().into_bytes(),
+            format: SourceFormat::BlsEntry(Box::new(entry.clone())),
+        });
+    }
+    (sources, boot_with, grubenv_needed)
+}
+
+/// `kernelopts` in `/boot/grub2/grubenv`, for entries that read `$kernelopts`; the
+/// inner error is the backend's problem (unset, missing, malformed).
+fn grubenv_source(root: &Sysroot) -> Result<Result<Source, String>, NoBackend> {
+    let p = "/boot/grub2/grubenv";
+    Ok(match root.read(p).map_err(|e| NoBackend(e.to_string()))? {
+        Some(bytes) => match grubenv::get(&bytes, "kernelopts") {
+            Ok(Some(v)) => Ok(Source {
+                path: p.into(),
+                what: "kernelopts in grubenv",
+                cmdline: Cmdline::parse(&v),
+                bytes,
+                format: SourceFormat::Grubenv,
+            }),
+            Ok(None) => Err(format!(
+                "BLS entries use $kernelopts but {p} does not set kernelopts (grub.cfg's fallback value is not edited); run grub2-mkconfig first"
+            )),
+            Err(e) => Err(format!("{p}: {e}")),
+        },
+        None => Err(format!(
+            "BLS entries use $kernelopts but {p} does not exist"
+        )),
+    })
+}
+
+/// `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX`, when present: kept in agreement so a
+/// kernel installed later boots with the same arguments.
+fn agreement_sources(root: &Sysroot) -> Result<Vec<Source>, NoBackend> {
+    let mut sources = Vec::new();
+    if let Some(text) = read_text(root, "/etc/kernel/cmdline")? {
+        sources.push(Source {
+            path: "/etc/kernel/cmdline".into(),
+            what: "/etc/kernel/cmdline",
+            cmdline: Cmdline::parse(text.trim_end_matches('\n')),
+            bytes: text.into_bytes(),
+            format: SourceFormat::KernelCmdline,
+        });
+    }
+    if let Some(text) = read_text(root, "/etc/default/grub")?
+        && let Ok(Some(v)) = grub_default::read_var(&text, "GRUB_CMDLINE_LINUX")
+    {
+        sources.push(Source {
+            path: "/etc/default/grub".into(),
+            what: "GRUB_CMDLINE_LINUX",
+            cmdline: Cmdline::parse(&v),
+            bytes: text.into_bytes(),
+            format: SourceFormat::GrubVar,
+        });
+    }
+    Ok(sources)
+}
+
+/// The rescue entries left alone, described; one that reads `$kernelopts` boots with
+/// the change all the same (grubby's layout on RHEL 8) and is added to `boot_with`.
+fn rescue_entries(
+    rescue: &[bls::Entry],
+    grubenv_needed: bool,
+    boot_with: &mut Vec<String>,
+) -> Vec<String> {
+    let mut left_alone = Vec::new();
+    for e in rescue {
+        if grubenv_needed && e.uses_variables().iter().any(|v| v == "kernelopts") {
+            boot_with.push(format!(
+                "{} (rescue entry, {THROUGH_GRUBENV})",
+                e.file_name()
+            ));
+        } else {
+            left_alone.push(format!("{} (rescue entry, its own options)", e.file_name()));
+        }
+    }
+    left_alone
+}

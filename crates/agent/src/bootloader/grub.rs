@@ -1,0 +1,217 @@
+//! The `grub` backend: `GRUB_CMDLINE_LINUX` in `/etc/default/grub` (or the
+//! `/etc/default/grub.d/*.cfg` fragment that assigns it last), regenerated with the
+//! distribution's `update-grub` or `grub2-mkconfig`.
+
+use super::{KernelArgsBackend, NoBackend, Source, SourceFormat, read_text};
+use inplace_formats::cmdline::Cmdline;
+use inplace_formats::grub_default;
+use inplace_node::sysroot::Sysroot;
+
+/// `GRUB_CMDLINE_LINUX` in `/etc/default/grub` or, when a `/etc/default/grub.d/*.cfg`
+/// reassigns it, in the last such file (where the setting takes effect).
+#[derive(Debug)]
+pub struct GrubDefault {
+    sources: Vec<Source>,
+    /// `GRUB_CMDLINE_LINUX_DEFAULT` after every fragment, and the file that sets it last.
+    default: Option<(String, Cmdline)>,
+    notes: Vec<String>,
+    problem: Option<String>,
+    regenerate: Vec<String>,
+}
+
+impl KernelArgsBackend for GrubDefault {
+    fn name(&self) -> &'static str {
+        "grub"
+    }
+    fn reason(&self) -> String {
+        let mut r = format!(
+            "grub: GRUB_CMDLINE_LINUX in {}, no Boot Loader Specification entries",
+            self.sources[0].path
+        );
+        for n in &self.notes {
+            r.push_str("; ");
+            r.push_str(n);
+        }
+        r
+    }
+    fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+    fn problem(&self) -> Option<String> {
+        self.problem.clone()
+    }
+    fn regenerate(&self) -> Option<Vec<String>> {
+        Some(self.regenerate.clone())
+    }
+    fn boot_entries(&self) -> String {
+        format!(
+            "boots with the change: every menu entry {} generates from GRUB_CMDLINE_LINUX (each kernel's normal and recovery entries)",
+            self.regenerate.join(" ")
+        )
+    }
+    fn effective_next_boot(&self) -> Cmdline {
+        match &self.default {
+            Some((_, d)) => self.next_boot().apply(&[], d.args()),
+            None => self.next_boot(),
+        }
+    }
+    fn read_after(&self) -> Option<(String, Cmdline)> {
+        self.default.clone()
+    }
+}
+
+impl GrubDefault {
+    /// The backend of `/etc/default/grub` and its fragments; [`NoBackend`] when the file
+    /// is missing or `/etc/default/grub.d` can not be listed.
+    pub(super) fn probe(root: &Sysroot) -> Result<GrubDefault, NoBackend> {
+        let Some(text) = read_text(root, "/etc/default/grub")? else {
+            return Err(NoBackend(
+                "no supported boot configuration found: neither Boot Loader Specification entries nor /etc/default/grub".into(),
+            ));
+        };
+        let fragments = fragments(root, text)?;
+        let (path, text) = last_assigning(&fragments, "GRUB_CMDLINE_LINUX")
+            .unwrap_or_else(|| fragments[0].clone());
+        let mut problem = None;
+        let value = match grub_default::read_var(&text, "GRUB_CMDLINE_LINUX") {
+            Ok(v) => v.unwrap_or_default(),
+            Err(e) => {
+                problem = Some(format!(
+                    "{path}: {e} (GRUB_CMDLINE_LINUX takes effect from this file, sourced last by grub-mkconfig)"
+                ));
+                String::new()
+            }
+        };
+        let default = grub_cmdline_default(&fragments, &mut problem);
+        let notes = notes(&fragments, &path);
+        Ok(GrubDefault {
+            sources: vec![Source {
+                path,
+                what: "GRUB_CMDLINE_LINUX",
+                cmdline: Cmdline::parse(&value),
+                bytes: text.into_bytes(),
+                format: SourceFormat::GrubVar,
+            }],
+            default,
+            notes,
+            problem,
+            regenerate: regenerate_command(root),
+        })
+    }
+}
+
+/// `/etc/default/grub` (whose `text` is read) and every `/etc/default/grub.d/*.cfg`, as
+/// (path, text) in the order grub-mkconfig sources them: the last file that assigns a
+/// variable decides its value.
+fn fragments(root: &Sysroot, text: String) -> Result<Vec<(String, String)>, NoBackend> {
+    let mut fragments = vec![("/etc/default/grub".to_string(), text)];
+    // a directory that can not be listed is not an empty one: a fragment in it may
+    // reassign GRUB_CMDLINE_LINUX, so what grub-mkconfig would write is unknown
+    let names = root.list_dir("/etc/default/grub.d").map_err(|e| {
+        NoBackend(format!(
+            "{e}; a /etc/default/grub.d/*.cfg file may reassign GRUB_CMDLINE_LINUX, so the next boot's kernel arguments can not be told"
+        ))
+    })?;
+    if let Some(names) = names {
+        for n in names.iter().filter(|n| n.ends_with(".cfg")) {
+            let p = format!("/etc/default/grub.d/{n}");
+            if let Some(t) = read_text(root, &p)? {
+                fragments.push((p, t));
+            }
+        }
+    }
+    Ok(fragments)
+}
+
+/// The last fragment that assigns `var`, as (path, text).
+fn last_assigning(fragments: &[(String, String)], var: &str) -> Option<(String, String)> {
+    fragments
+        .iter()
+        .rev()
+        .find(|(_, t)| grub_default::assigns(t, var))
+        .map(|(p, t)| (p.clone(), t.clone()))
+}
+
+/// The notes of the backend's reason: `GRUB_CMDLINE_LINUX` edited in a fragment
+/// (`path`), `GRUB_CMDLINE_LINUX_DEFAULT` overridden by one.
+fn notes(fragments: &[(String, String)], path: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    if path != "/etc/default/grub" {
+        notes.push(format!(
+            "{path} reassigns GRUB_CMDLINE_LINUX after /etc/default/grub, so it is edited there"
+        ));
+    }
+    if let Some((p, _)) = last_assigning(fragments, "GRUB_CMDLINE_LINUX_DEFAULT")
+        && p != "/etc/default/grub"
+    {
+        notes.push(format!(
+            "GRUB_CMDLINE_LINUX_DEFAULT of /etc/default/grub is overridden by {p}; managed arguments go to GRUB_CMDLINE_LINUX in {path}, which takes effect (normal and recovery entries)"
+        ));
+    }
+    notes
+}
+
+/// The command that regenerates `grub.cfg`: `grub2-mkconfig -o /boot/grub2/grub.cfg`
+/// on the RPM family (by `ID` and `ID_LIKE` of `/etc/os-release`), else `update-grub`.
+fn regenerate_command(root: &Sysroot) -> Vec<String> {
+    let os = root
+        .read_string_following("/etc/os-release")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let id_like = format!(
+        "{} {}",
+        inplace_node::facts::os_release_value(&os, "ID").unwrap_or_default(),
+        inplace_node::facts::os_release_value(&os, "ID_LIKE").unwrap_or_default()
+    );
+    let rpm = [
+        "fedora",
+        "rhel",
+        "centos",
+        "rocky",
+        "almalinux",
+        "suse",
+        "ol",
+    ]
+    .iter()
+    .any(|d| id_like.split_whitespace().any(|w| w == *d));
+    if rpm {
+        vec![
+            "grub2-mkconfig".into(),
+            "-o".into(),
+            "/boot/grub2/grub.cfg".into(),
+        ]
+    } else {
+        vec!["update-grub".into()]
+    }
+}
+
+/// `GRUB_CMDLINE_LINUX_DEFAULT` after every fragment (what normal entries read after
+/// `GRUB_CMDLINE_LINUX`), described with the file that sets it last; a value that can
+/// not be evaluated is a note of the backend's reason and None.
+fn grub_cmdline_default(
+    fragments: &[(String, String)],
+    problem: &mut Option<String>,
+) -> Option<(String, Cmdline)> {
+    const VAR: &str = "GRUB_CMDLINE_LINUX_DEFAULT";
+    match grub_default::value_after(fragments, VAR) {
+        Ok(Some(v)) => {
+            let from = fragments
+                .iter()
+                .rev()
+                .find(|(_, t)| grub_default::assigns(t, VAR))
+                .map(|(p, _)| p.as_str())
+                .unwrap_or_default();
+            Some((format!("{VAR} (set last by {from})"), Cmdline::parse(&v)))
+        }
+        Ok(None) => None,
+        // unknown is not empty: what follows GRUB_CMDLINE_LINUX on the kernel command
+        // line may override any argument the agent adds
+        Err(e) => {
+            problem.get_or_insert(format!(
+                "{VAR} can not be evaluated ({e}); grub-mkconfig places it after GRUB_CMDLINE_LINUX on the normal entries' kernel command line, where it may override any argument added, so what the next boot gets can not be told; write it as a plain assignment"
+            ));
+            None
+        }
+    }
+}

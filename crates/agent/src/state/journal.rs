@@ -1,0 +1,416 @@
+//! The journal of a running operation on disk (`journal/<op>/`): its types (intent,
+//! pre-images, commit), the seal every journal file carries, and the [`StateDir`]
+//! methods that write and read it back verified. What recovery does with a journal is
+//! `crate::apply::journal`.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use inplace_node::sysroot::{Durability, SysrootError};
+
+use super::{AppliedRecord, StateDir, StateError, sha256_of};
+
+/// The pre-image of a file an operation writes or removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreImage {
+    /// File name under `journal/<op>/pre/`.
+    pub file: String,
+    /// `sha256:<hex>` of the pre-image, recorded before the intent is written: a
+    /// pre-image is restored only when it still has it.
+    pub sha256: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Mode (0o7777 mask).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// One path an operation changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IntentEntry {
+    /// Node path.
+    pub path: String,
+    /// What it was before (None = absent).
+    pub pre: Option<PreImage>,
+    /// Directories that did not exist and a write creates, outermost first.
+    #[serde(default)]
+    pub missing_dirs: Vec<String>,
+    /// `sha256:<hex>` of the content the operation writes (None: it removes the path).
+    #[serde(default)]
+    pub new_sha256: Option<String>,
+}
+
+/// The write-ahead intent of an operation, written and fsynced before its first change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Intent {
+    /// Operation id.
+    pub operation: String,
+    /// Paths changed, in commit order.
+    pub entries: Vec<IntentEntry>,
+    /// Live sysctls changed: key, prior value.
+    pub sysctls: Vec<(String, String)>,
+    /// Units the operation restarts or reloads (restarted again after a rollback).
+    pub units: Vec<String>,
+    /// Boot-configuration commands the operation runs (`update-grub`, `grub2-mkconfig
+    /// -o ...`), argv each: run again after a rollback that put a path back, so what they
+    /// generate (`grub.cfg`) follows the restored inputs. Absent in journals of older
+    /// agents (read as none).
+    #[serde(default)]
+    pub commands: Vec<Vec<String>>,
+}
+
+/// A journal file read back: absent, verified against its checksum and parsed, or
+/// damaged (with why).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sealed<T> {
+    /// The file is not there.
+    Absent,
+    /// The file verifies and parses.
+    Valid(T),
+    /// The file is there but does not verify or parse: the reason, with its full path.
+    Damaged(String),
+}
+
+/// What a committed journal holds: the record to install, the phase to end in, the
+/// NodeSpec (protobuf bytes) applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Committed {
+    /// The applied record to install.
+    pub record: AppliedRecord,
+    /// The phase the operation ends in.
+    pub phase: i32,
+    /// The NodeSpec applied (protobuf bytes), installed as `applied-spec.pb`.
+    pub spec: Vec<u8>,
+}
+
+/// What the journal of an interrupted operation says, each file verified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalState {
+    /// The intent (Absent when the crash came before it was complete).
+    pub intent: Sealed<Intent>,
+    /// The intent parsed without its checksum, when it does not verify: what it names
+    /// can be reported, never acted on.
+    pub unverified_intent: Option<Intent>,
+    /// The last completed step (`staged`, `written`, `acted`).
+    pub progress: Sealed<String>,
+    /// None before the commit point (no `committed` marker); past it, the record.
+    pub committed: Option<Sealed<Committed>>,
+}
+/// The first line of every sealed journal file.
+pub(super) const SEAL: &str = "inplaced-sealed";
+
+/// `body` behind a header line with its SHA-256 and length, so that a truncated, extended
+/// or altered file is told from a good one.
+pub fn seal(body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "{SEAL} sha256:{} len={}\n",
+        inplace_node::digest::sha256_hex(body),
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// The body of a sealed file when its header is intact and the body has the recorded
+/// length and SHA-256; else why not.
+pub fn unseal(bytes: &[u8]) -> Result<&[u8], String> {
+    let nl = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or("no checksum header")?;
+    let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| "checksum header not UTF-8")?;
+    let body = &bytes[nl + 1..];
+    let mut parts = header.split(' ');
+    let (Some(SEAL), Some(sha), Some(len), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("bad checksum header {header:?}"));
+    };
+    let len: usize = len
+        .strip_prefix("len=")
+        .and_then(|l| l.parse().ok())
+        .ok_or_else(|| format!("bad length in checksum header {header:?}"))?;
+    if body.len() != len {
+        return Err(format!("{} bytes where {len} were written", body.len()));
+    }
+    let seen = format!("sha256:{}", inplace_node::digest::sha256_hex(body));
+    if seen != sha {
+        return Err(format!("content is {seen}, {sha} was written"));
+    }
+    Ok(body)
+}
+impl StateDir {
+    /// Writes the pre-image `n` of operation `op` (its content fsynced; the directory is
+    /// fsynced once for all of them by [`StateDir::journal_intent`]); returns its file name.
+    pub fn journal_pre_image(
+        &self,
+        op: &str,
+        n: usize,
+        content: &[u8],
+    ) -> Result<String, StateError> {
+        let file = format!("{n}");
+        self.write_with(
+            &format!("/journal/{op}/pre/{file}"),
+            content,
+            Durability::ContentOnly,
+        )?;
+        Ok(file)
+    }
+
+    /// Makes the staged originals and pre-images durable (one fsync of `originals/` when
+    /// `originals` were saved, one of `journal/<op>/pre/` when the intent names a
+    /// pre-image), then writes the intent (sealed) durably; from here on a crash is rolled
+    /// back at the next start.
+    pub fn journal_intent(&self, intent: &Intent, originals: bool) -> Result<(), StateError> {
+        if originals {
+            self.sync_dir("/originals")?;
+        }
+        if intent.entries.iter().any(|e| e.pre.is_some()) {
+            self.sync_dir(&format!("/journal/{}/pre", intent.operation))?;
+        }
+        let rel = format!("/journal/{}/intent.json", intent.operation);
+        let b = serde_json::to_vec_pretty(intent).map_err(|e| self.corrupt(&rel, e))?;
+        self.write(&rel, &seal(&b))
+    }
+
+    /// Records the last step operation `op` completed (sealed), without an fsync: the
+    /// marker only says how far the operation got (it words the rolled-back message;
+    /// rolling back restarts the units whenever a path went back, whatever it says). A
+    /// power cut may leave an earlier step or a marker that does not verify, which
+    /// recovery already handles.
+    pub fn journal_progress(&self, op: &str, step: &str) -> Result<(), StateError> {
+        self.write_with(
+            &format!("/journal/{op}/progress"),
+            &seal(step.as_bytes()),
+            Durability::Lazy,
+        )
+    }
+
+    /// The commit point: the spec applied (protobuf bytes) and the record to install with
+    /// the phase to end in, each sealed and its content fsynced, one fsync of the
+    /// journal directory, then the marker and a second fsync of the directory (3 + 1
+    /// barriers: the marker is never durable before what it commits).
+    pub fn journal_commit(
+        &self,
+        op: &str,
+        spec: &[u8],
+        record: &AppliedRecord,
+        phase: i32,
+    ) -> Result<(), StateError> {
+        let dir = format!("/journal/{op}");
+        self.write_with(
+            &format!("{dir}/spec.pb"),
+            &seal(spec),
+            Durability::ContentOnly,
+        )?;
+        let rel = format!("{dir}/record.json");
+        let b = serde_json::to_vec_pretty(&serde_json::json!({"phase": phase, "record": record}))
+            .map_err(|e| self.corrupt(&rel, e))?;
+        self.write_with(&rel, &seal(&b), Durability::ContentOnly)?;
+        self.sync_dir(&dir)?;
+        self.write_with(&format!("{dir}/committed"), b"", Durability::Lazy)?;
+        self.sync_dir(&dir)
+    }
+
+    /// Bytes the journal of an operation needs beyond its pre-images and originals: the
+    /// intent, the spec and the record (twice each: in the journal, then installed), with
+    /// room for the headers and the operation's own file.
+    pub fn bookkeeping_bytes(paths: usize, spec: &[u8], record: &AppliedRecord) -> u64 {
+        let record_len = serde_json::to_vec_pretty(record)
+            .map(|b| b.len() as u64)
+            .unwrap_or(0);
+        // an intent entry is a path, three hashes and metadata: well under 1 KiB
+        let intent_len = paths as u64 * 1024;
+        intent_len + 2 * (spec.len() as u64 + record_len) + 64 * 1024
+    }
+
+    /// Pre-image `pre` of operation `op`, when it verifies against the length and
+    /// SHA-256 the intent recorded; else why not (with its full path).
+    pub fn journal_read_pre(&self, op: &str, pre: &PreImage) -> Result<Vec<u8>, String> {
+        let rel = format!("/journal/{op}/pre/{}", pre.file);
+        let full = self.full(&rel);
+        match self.io(self.dir.read(&rel)) {
+            Err(e) => Err(e.to_string()),
+            Ok(None) => Err(format!("{full}: pre-image missing")),
+            Ok(Some(b)) if b.len() as u64 != pre.len => Err(format!(
+                "{full}: pre-image has {} bytes, {} were journaled",
+                b.len(),
+                pre.len
+            )),
+            Ok(Some(b)) if sha256_of(&b) != pre.sha256 => Err(format!(
+                "{full}: pre-image is {}, {} was journaled",
+                sha256_of(&b),
+                pre.sha256
+            )),
+            Ok(Some(b)) => Ok(b),
+        }
+    }
+
+    /// A sealed journal file read back, verified and parsed by `parse`.
+    fn read_sealed<T>(&self, rel: &str, parse: impl Fn(&[u8]) -> Result<T, String>) -> Sealed<T> {
+        let full = self.full(rel);
+        match self.io(self.dir.read(rel)) {
+            Err(e) => Sealed::Damaged(e.to_string()),
+            Ok(None) => Sealed::Absent,
+            Ok(Some(b)) => match unseal(&b).and_then(&parse) {
+                Ok(v) => Sealed::Valid(v),
+                Err(why) => Sealed::Damaged(format!("{full}: {why}")),
+            },
+        }
+    }
+
+    /// The journals left by interrupted operations, by operation id, each file verified.
+    pub fn journals(&self) -> Result<Vec<(String, JournalState)>, StateError> {
+        let mut out = Vec::new();
+        for op in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
+            out.push((op.clone(), self.journal(&op)?));
+        }
+        Ok(out)
+    }
+
+    fn journal(&self, op: &str) -> Result<JournalState, StateError> {
+        let base = format!("/journal/{op}");
+        let json = |b: &[u8]| serde_json::from_slice::<Intent>(b).map_err(|e| e.to_string());
+        let intent = self.read_sealed(&format!("{base}/intent.json"), json);
+        let unverified_intent = match &intent {
+            Sealed::Damaged(_) => self
+                .dir
+                .read(&format!("{base}/intent.json"))
+                .ok()
+                .flatten()
+                .and_then(|b| {
+                    let start = b.iter().position(|c| *c == b'{')?;
+                    serde_json::from_slice(&b[start..]).ok()
+                }),
+            _ => None,
+        };
+        let progress =
+            self.read_sealed(&format!("{base}/progress"), |b| {
+                match std::str::from_utf8(b) {
+                    Ok(p @ ("staged" | "written" | "acted")) => Ok(p.to_string()),
+                    _ => Err(format!("unknown step {:?}", String::from_utf8_lossy(b))),
+                }
+            });
+        let committed = if self
+            .io(self.dir.stat(&format!("{base}/committed")))?
+            .is_some()
+        {
+            Some(self.committed(&base))
+        } else {
+            None
+        };
+        Ok(JournalState {
+            intent,
+            unverified_intent,
+            progress,
+            committed,
+        })
+    }
+
+    /// The record and spec of a journal past its commit point, both verified.
+    fn committed(&self, base: &str) -> Sealed<Committed> {
+        let record = self.read_sealed(&format!("{base}/record.json"), |b| {
+            let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+            let phase = v
+                .get("phase")
+                .and_then(serde_json::Value::as_i64)
+                .ok_or("no phase")? as i32;
+            let record = serde_json::from_value(v.get("record").cloned().unwrap_or_default())
+                .map_err(|e| e.to_string())?;
+            Ok((record, phase))
+        });
+        let spec = self.read_sealed(&format!("{base}/spec.pb"), |b| Ok(b.to_vec()));
+        match (record, spec) {
+            (Sealed::Valid((record, phase)), Sealed::Valid(spec)) => Sealed::Valid(Committed {
+                record,
+                phase,
+                spec,
+            }),
+            (Sealed::Damaged(w), _) | (_, Sealed::Damaged(w)) => Sealed::Damaged(w),
+            (Sealed::Absent, _) => Sealed::Damaged(format!(
+                "{}: missing although {} is there",
+                self.full(&format!("{base}/record.json")),
+                self.full(&format!("{base}/committed"))
+            )),
+            (_, Sealed::Absent) => Sealed::Damaged(format!(
+                "{}: missing although {} is there",
+                self.full(&format!("{base}/spec.pb")),
+                self.full(&format!("{base}/committed"))
+            )),
+        }
+    }
+
+    /// Moves the journal of `op` aside whole, to `quarantine/<op>-<unix seconds>`, with
+    /// `report` (what it names and what is on disk) written next to it; returns the new
+    /// path. Nothing is ever restored from a quarantined journal.
+    pub fn journal_quarantine(&self, op: &str, report: &str) -> Result<String, StateError> {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let from = self.path.join("journal").join(op);
+        let qdir = self.path.join("quarantine");
+        let to = qdir.join(format!("{op}-{ts}"));
+        let io = |p: &Path, what: &'static str, e: std::io::Error| {
+            StateError::Io(SysrootError::Io {
+                path: p.display().to_string(),
+                op: what,
+                error: e,
+            })
+        };
+        std::fs::create_dir_all(&qdir).map_err(|e| io(&qdir, "create quarantine", e))?;
+        std::fs::rename(&from, &to).map_err(|e| io(&from, "move journal to quarantine", e))?;
+        for d in [&qdir, &self.path.join("journal")] {
+            if let Ok(f) = std::fs::File::open(d) {
+                let _ = inplace_node::sysroot::fsync(&f);
+            }
+        }
+        let _ = std::fs::write(to.join("REPORT"), report);
+        Ok(to.display().to_string())
+    }
+
+    /// The quarantined journals still in the state directory, with their reports.
+    pub fn quarantined(&self) -> Vec<(String, String)> {
+        let qdir = self.path.join("quarantine");
+        let mut out: Vec<(String, String)> = std::fs::read_dir(&qdir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| {
+                let report = std::fs::read_to_string(e.path().join("REPORT")).unwrap_or_default();
+                (e.path().display().to_string(), report)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Removes the journal of `op` (the operation is settled).
+    pub fn journal_remove(&self, op: &str) -> Result<(), StateError> {
+        let p = self.path.join("journal").join(op);
+        match std::fs::remove_dir_all(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(SysrootError::Io {
+                    path: p.display().to_string(),
+                    op: "remove journal",
+                    error: e,
+                }
+                .into());
+            }
+        }
+        if let Ok(d) = std::fs::File::open(self.path.join("journal")) {
+            let _ = inplace_node::sysroot::fsync(&d);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,488 @@
+//! The agent's persistent state in its state directory (default `/var/lib/inplaced`):
+//!
+//! ```text
+//! applied.json                 the applied record: what the agent manages and what was there before
+//! applied-spec.pb              the NodeSpec (protobuf) applied last, drop-ins unmerged
+//! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
+//! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
+//! actions.log                  unit actions and reboots, with --service-manager record
+//! journal/<op>/intent.json     write-ahead intent of the running operation (see crate::apply::journal)
+//! journal/<op>/pre/<n>         pre-image of each file it writes or removes
+//! journal/<op>/progress        the last step it completed
+//! journal/<op>/spec.pb         the NodeSpec it applies, then
+//! journal/<op>/record.json     the applied record it commits, then
+//! journal/<op>/committed       the commit point: present = roll forward, absent = roll back
+//! quarantine/<op>-<time>/      a journal that did not verify, moved aside whole, with REPORT
+//! ```
+//!
+//! `intent.json`, `progress`, `spec.pb`, `record.json` and `applied-spec.pb` are sealed
+//! ([`seal`]: a header line with the body's SHA-256 and length); each pre-image's hash and
+//! length are in the intent. Nothing is trusted before it verifies.
+//!
+//! Every file is written atomically and durably through [`Sysroot::write_atomic`] with mode
+//! 0600. The applied record holds hashes and non-secret settings, never file content;
+//! `applied-spec.pb` holds file content (secrets), which is why every file is 0600.
+//!
+//! The module is three rooms: `record.rs` (the applied record's schema, whose fields the
+//! sections own), `journal.rs` (the journal's on-disk types, its seals and its I/O; the
+//! recovery logic is in `crate::apply::journal`) and this file (the directory store: its
+//! lock, atomic writes, the record and spec files, originals, the drift book); the
+//! operation store is `operations.rs`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+mod journal;
+mod operations;
+mod record;
+#[cfg(test)]
+mod tests;
+
+use inplace_node::sysroot::{Durability, Sysroot, SysrootError};
+use inplace_wire::pb;
+
+pub use journal::{Committed, Intent, IntentEntry, JournalState, PreImage, Sealed, seal};
+pub use operations::OperationHead;
+pub use record::{
+    AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval,
+};
+
+use journal::{SEAL, unseal};
+
+/// Errors of the state directory; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// File system error.
+    #[error(transparent)]
+    Io(#[from] SysrootError),
+    /// Another agent holds the state directory.
+    #[error(
+        "{path}: held by another inplaced (pid {pid}); stop it first: two agents on one node would undo each other"
+    )]
+    Locked {
+        /// The lock file.
+        path: String,
+        /// Pid recorded by the holder, or "unknown".
+        pid: String,
+    },
+    /// A state file does not parse.
+    #[error("{path}: corrupt state file: {message}; move it aside to start from an empty record")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Parser message.
+        message: String,
+    },
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn sha256_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", inplace_node::digest::sha256_hex(bytes))
+}
+
+/// Drift bookkeeping, kept across restarts (`drift.json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DriftBook {
+    /// Drift detections since the state directory was created.
+    pub detections: u64,
+    /// Items drifting now: id → Unix seconds when first seen.
+    pub seen: BTreeMap<String, i64>,
+}
+
+/// The state directory.
+#[derive(Debug)]
+pub struct StateDir {
+    path: PathBuf,
+    dir: Sysroot,
+    uid: u32,
+    gid: u32,
+    _lock: Option<std::fs::File>,
+}
+
+/// Backup name of a node path under `originals/`.
+pub fn backup_name(path: &str) -> String {
+    inplace_node::digest::sha256_hex(path.as_bytes())
+}
+
+impl StateDir {
+    /// Opens (creating with mode 0700) the state directory.
+    pub fn open(path: &Path) -> Result<StateDir, StateError> {
+        std::fs::create_dir_all(path).map_err(|e| SysrootError::Io {
+            path: path.display().to_string(),
+            op: "create state directory",
+            error: e,
+        })?;
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0);
+        // a read-only state directory that already has the mode still opens
+        if mode != 0o700 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(
+                |e| SysrootError::Io {
+                    path: path.display().to_string(),
+                    op: "chmod state directory",
+                    error: e,
+                },
+            )?;
+        }
+        Ok(StateDir {
+            path: path.to_path_buf(),
+            dir: Sysroot::open(path)?.without_failpoints(),
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            _lock: None,
+        })
+    }
+
+    /// Takes the exclusive lock `<state-dir>/lock` (`flock(2)`, released when the process
+    /// exits, even by SIGKILL) and records the pid in it. One agent per state directory.
+    pub fn lock(&mut self) -> Result<(), StateError> {
+        use std::io::{Read, Seek, Write};
+        let p = self.path.join("lock");
+        let io = |op: &'static str, e: std::io::Error| SysrootError::Io {
+            path: p.display().to_string(),
+            op,
+            error: e,
+        };
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&p);
+        // a read-only state directory is still locked (flock needs no write access)
+        let mut f = match opened {
+            Err(e) if e.raw_os_error() == Some(30) => {
+                std::fs::File::open(&p).map_err(|e| io("open", e))?
+            }
+            r => r.map_err(|e| io("open", e))?,
+        };
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            return Err(StateError::Locked {
+                path: p.display().to_string(),
+                pid: if pid.trim().is_empty() {
+                    "unknown".into()
+                } else {
+                    pid.trim().to_string()
+                },
+            });
+        }
+        // the pid is informational: a full or read-only directory keeps the lock without it
+        let _ = f
+            .set_len(0)
+            .and_then(|()| f.rewind().map(|_| ()))
+            .and_then(|()| writeln!(f, "{}", std::process::id()));
+        self._lock = Some(f);
+        Ok(())
+    }
+
+    /// Removes temporary files a crash left in the state directory (see
+    /// [`Sysroot::write_atomic`]).
+    pub fn remove_stale_temps(&self) -> Result<(), StateError> {
+        for dir in ["/", "/operations", "/originals"] {
+            for n in self.io(self.dir.list_dir(dir))?.unwrap_or_default() {
+                if n.starts_with('.') && n.contains(".inplaced-") && n.ends_with(".tmp") {
+                    let p = if dir == "/" {
+                        format!("/{n}")
+                    } else {
+                        format!("{dir}/{n}")
+                    };
+                    self.io(self.dir.remove(&p))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), StateError> {
+        self.write_with(rel, bytes, Durability::Durable)
+    }
+
+    /// [`StateDir::write`] with the barriers `durability` asks for: the journal batches
+    /// its directory fsyncs ([`StateDir::sync_dir`]) and leaves informational files lazy.
+    fn write_with(
+        &self,
+        rel: &str,
+        bytes: &[u8],
+        durability: Durability,
+    ) -> Result<(), StateError> {
+        if inplace_node::failpoint::sticky("state-full") {
+            return Err(SysrootError::Io {
+                path: format!("{}{rel}", self.path.display()),
+                op: "write",
+                error: std::io::Error::from_raw_os_error(28),
+            }
+            .into());
+        }
+        self.io(self
+            .dir
+            .write_atomic_with(rel, bytes, 0o600, self.uid, self.gid, durability))?;
+        Ok(())
+    }
+
+    /// Fsyncs the directory `rel` of the state directory: the renames into it done with
+    /// [`Durability::ContentOnly`] are durable once this returns.
+    fn sync_dir(&self, rel: &str) -> Result<(), StateError> {
+        self.io(self.dir.sync_dir(rel))
+    }
+
+    /// A sysroot result with the state directory's path before the error's path.
+    fn io<T>(&self, r: Result<T, SysrootError>) -> Result<T, StateError> {
+        r.map_err(|e| StateError::Io(e.prefixed(&self.path)))
+    }
+
+    /// The full path of `rel` (`/journal/x`) in the state directory.
+    pub fn full(&self, rel: &str) -> String {
+        format!("{}{rel}", self.path.display())
+    }
+
+    /// Free bytes in the state directory's file system (for an unprivileged agent:
+    /// what it may use).
+    pub fn free_bytes(&self) -> Result<u64, StateError> {
+        let st = rustix::fs::statvfs(&self.path).map_err(|e| {
+            StateError::Io(SysrootError::Io {
+                path: self.path.display().to_string(),
+                op: "statvfs",
+                error: e.into(),
+            })
+        })?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+
+    /// Checks that the state directory takes a write: a probe file written durably and
+    /// removed. The error names the directory and the cause (full, read-only...).
+    pub fn probe_writable(&self) -> Result<(), StateError> {
+        self.write("/.probe", b"probe")?;
+        self.io(self.dir.remove("/.probe"))?;
+        Ok(())
+    }
+
+    fn corrupt(&self, rel: &str, e: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt {
+            path: format!("{}{rel}", self.path.display()),
+            message: e.to_string(),
+        }
+    }
+
+    /// Loads the applied record (empty if none was written yet).
+    pub fn load_record(&self) -> Result<AppliedRecord, StateError> {
+        match self.io(self.dir.read("/applied.json"))? {
+            None => Ok(AppliedRecord::default()),
+            Some(b) => serde_json::from_slice(&b).map_err(|e| self.corrupt("/applied.json", e)),
+        }
+    }
+
+    /// Persists the applied record.
+    pub fn save_record(&self, r: &AppliedRecord) -> Result<(), StateError> {
+        let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
+        self.write("/applied.json", &b)
+    }
+
+    /// The NodeSpec applied last (None before the first apply that recorded it, e.g. when
+    /// an older inplaced applied the record). Bytes that do not decode are
+    /// [`StateError::Corrupt`].
+    pub fn load_applied_spec(&self) -> Result<Option<pb::NodeSpec>, StateError> {
+        match self.io(self.dir.read("/applied-spec.pb"))? {
+            None => Ok(None),
+            Some(b) => {
+                // sealed since the journal carries checksums; raw protobuf before. A file
+                // cut inside (or before) its checksum header is not raw protobuf: it would
+                // decode as a shorter or empty spec (an empty file is a valid empty
+                // NodeSpec), so it is corrupt, never "the older format"
+                if SEAL.as_bytes().starts_with(&b) {
+                    return Err(self.corrupt(
+                        "/applied-spec.pb",
+                        format!(
+                            "{} bytes: cut before the end of its checksum header",
+                            b.len()
+                        ),
+                    ));
+                }
+                let body = if b.starts_with(SEAL.as_bytes()) {
+                    unseal(&b).map_err(|e| self.corrupt("/applied-spec.pb", e))?
+                } else {
+                    b.as_slice()
+                };
+                <pb::NodeSpec as prost::Message>::decode(body)
+                    .map(Some)
+                    .map_err(|e| self.corrupt("/applied-spec.pb", e))
+            }
+        }
+    }
+
+    /// Persists the NodeSpec applied last (protobuf bytes, mode 0600: it holds file
+    /// content).
+    pub fn save_applied_spec(&self, spec: &[u8]) -> Result<(), StateError> {
+        self.write("/applied-spec.pb", &seal(spec))
+    }
+
+    /// Installs a committed record and its spec: both contents fsynced, renamed, then one
+    /// fsync of the state directory (3 barriers instead of 4); the journal that holds them
+    /// is removed only after this returns.
+    pub fn install_applied(&self, r: &AppliedRecord, spec: &[u8]) -> Result<(), StateError> {
+        let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
+        self.write_with("/applied.json", &b, Durability::ContentOnly)?;
+        self.write_with("/applied-spec.pb", &seal(spec), Durability::ContentOnly)?;
+        self.sync_dir("/")
+    }
+
+    /// What is wrong with the state files at start, beyond the applied record's own
+    /// parse (see [`StateDir::load_record_or_quarantine`]): a last applied spec that does
+    /// not verify, one of the record and the spec without the other, a saved original
+    /// that no longer has its recorded hash, a drift book that does not parse.
+    /// `quarantined`: the record was just moved aside (already reported).
+    pub fn check(&self, record: &AppliedRecord, quarantined: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        let has = |rel: &str| matches!(self.dir.stat(rel), Ok(Some(_)));
+        match self.load_applied_spec() {
+            Err(e) => out.push(e.to_string()),
+            Ok(Some(_)) if !quarantined && !has("/applied.json") => out.push(format!(
+                "{}: missing although {} is there: the items applied before are not managed until applied again",
+                self.full("/applied.json"),
+                self.full("/applied-spec.pb")
+            )),
+            Ok(None) if !record.is_empty() => out.push(format!(
+                "{}: missing although {} manages {} item(s): node.d convergence is off until the next Apply",
+                self.full("/applied-spec.pb"),
+                self.full("/applied.json"),
+                record.len()
+            )),
+            _ => {}
+        }
+        for (path, m) in &record.files {
+            if let Original::Saved { backup, sha256, .. } = &m.original {
+                let rel = format!("/originals/{backup}");
+                let seen = self.dir.read(&rel).ok().flatten().map(|b| sha256_of(&b));
+                if seen.as_deref() != Some(sha256.as_str()) {
+                    out.push(format!(
+                        "{}: the saved original of {path} is {}, {sha256} was saved: dropping {path} from the spec will not be covered",
+                        self.full(&rel),
+                        seen.unwrap_or_else(|| "missing".into())
+                    ));
+                }
+            }
+        }
+        for name in self
+            .dir
+            .list_dir("/operations")
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+        {
+            let Some(id) = name
+                .strip_suffix(".json")
+                .filter(|_| !name.starts_with('.'))
+            else {
+                continue;
+            };
+            let rel = format!("/operations/{name}");
+            if let Ok(Some(b)) = self.dir.read(&rel) {
+                match serde_json::from_slice::<pb::Operation>(&b) {
+                    Ok(op) if op.id == id => {}
+                    Ok(op) => out.push(format!(
+                        "{}: holds operation {:?}, not {id:?}; left out of the history",
+                        self.full(&rel),
+                        op.id
+                    )),
+                    Err(e) => out.push(format!(
+                        "{}: does not parse ({e}); left out of the history",
+                        self.full(&rel)
+                    )),
+                }
+            }
+        }
+        if let Ok(Some(b)) = self.dir.read("/drift.json")
+            && let Err(e) = serde_json::from_slice::<DriftBook>(&b)
+        {
+            out.push(format!(
+                "{}: does not parse ({e}); drift counts start again",
+                self.full("/drift.json")
+            ));
+        }
+        out
+    }
+
+    /// Saves the original bytes of `path`. Called only before the first overwrite of a
+    /// file the record does not manage yet, so a leftover backup of a failed operation is
+    /// replaced by the current content.
+    ///
+    /// Only the content is fsynced here: [`StateDir::journal_intent`] fsyncs `originals/`
+    /// once for all of them, before the intent is written.
+    pub fn save_original(&self, path: &str, content: &[u8]) -> Result<String, StateError> {
+        let name = backup_name(path);
+        self.write_with(
+            &format!("/originals/{name}"),
+            content,
+            Durability::ContentOnly,
+        )?;
+        Ok(name)
+    }
+
+    /// Reads a saved original.
+    pub fn read_original(&self, name: &str) -> Result<Option<Vec<u8>>, StateError> {
+        self.io(self.dir.read(&format!("/originals/{name}")))
+    }
+
+    /// Deletes a saved original once it is no longer needed.
+    pub fn drop_original(&self, name: &str) -> Result<(), StateError> {
+        self.io(self.dir.remove(&format!("/originals/{name}")))?;
+        Ok(())
+    }
+    /// Loads the applied record; a record that does not parse is moved aside to
+    /// `applied.json.corrupt-<unix seconds>` and an empty record is returned with a
+    /// description of what happened (shown in status).
+    pub fn load_record_or_quarantine(&self) -> Result<(AppliedRecord, Option<String>), StateError> {
+        match self.load_record() {
+            Ok(r) => Ok((r, None)),
+            Err(StateError::Corrupt { message, .. }) => {
+                let ts = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let from = self.path.join("applied.json");
+                let to = self.path.join(format!("applied.json.corrupt-{ts}"));
+                std::fs::rename(&from, &to).map_err(|e| SysrootError::Io {
+                    path: from.display().to_string(),
+                    op: "move corrupt state aside",
+                    error: e,
+                })?;
+                Ok((
+                    AppliedRecord::default(),
+                    Some(format!(
+                        "{} did not parse ({message}); moved to {} and started from an empty applied record: items applied before are no longer managed until applied again",
+                        from.display(),
+                        to.display()
+                    )),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The drift book (empty if absent or unreadable).
+    pub fn load_drift(&self) -> DriftBook {
+        self.dir
+            .read("/drift.json")
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Persists the drift book.
+    pub fn save_drift(&self, book: &DriftBook) -> Result<(), StateError> {
+        let b = serde_json::to_vec_pretty(book).map_err(|e| self.corrupt("/drift.json", e))?;
+        self.write("/drift.json", &b)
+    }
+}

@@ -1,0 +1,310 @@
+//! The state directory store: atomic writes, the record and spec round trips, the lock,
+//! originals, quarantine, the seal's bytes.
+
+use std::collections::BTreeMap;
+
+use super::*;
+
+fn open() -> (tempfile::TempDir, StateDir) {
+    let d = tempfile::tempdir().unwrap();
+    let s = StateDir::open(&d.path().join("state")).unwrap();
+    (d, s)
+}
+
+/// Every name in `dir` (recursively), relative to it, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn record() -> AppliedRecord {
+    let mut files = BTreeMap::new();
+    files.insert(
+        "/etc/a".to_string(),
+        ManagedFile {
+            sha256: sha256_of(b"new"),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            original: Original::Saved {
+                backup: backup_name("/etc/a"),
+                sha256: sha256_of(b"old"),
+                mode: 0o600,
+                uid: 1,
+                gid: 2,
+            },
+            created_dirs: vec!["/etc/x".into()],
+            item: None,
+        },
+    );
+    let mut sysctls = BTreeMap::new();
+    sysctls.insert(
+        "vm.swappiness".to_string(),
+        ManagedValue {
+            value: "10".to_string(),
+            prior: Some("60".to_string()),
+        },
+    );
+    AppliedRecord {
+        spec_hash: "sha256:abc".into(),
+        files,
+        kernel_args: vec!["quiet".into()],
+        kernel_args_removed: vec![PendingRemoval {
+            arg: "isolcpus=2-7".into(),
+            boot_id: "b1".into(),
+        }],
+        sysctls,
+        ..AppliedRecord::default()
+    }
+}
+
+#[test]
+fn open_makes_the_directory_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_d, s) = open();
+    let mode = std::fs::metadata(s.path()).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn atomic_writes_leave_no_temporary_file_and_mode_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_d, s) = open();
+    s.save_record(&record()).unwrap();
+    s.save_applied_spec(b"spec").unwrap();
+    s.save_original("/etc/a", b"old").unwrap();
+    s.save_drift(&DriftBook::default()).unwrap();
+    s.probe_writable().unwrap();
+    let all = names(s.path());
+    assert!(
+        all.iter().all(|n| !n.contains(".inplaced-")),
+        "temporary file left: {all:?}"
+    );
+    assert!(!all.contains(&".probe".to_string()), "{all:?}");
+    for f in ["applied.json", "applied-spec.pb", "drift.json"] {
+        let mode = std::fs::metadata(s.path().join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o600, "{f}");
+    }
+}
+
+#[test]
+fn remove_stale_temps_removes_only_temporary_files() {
+    let (_d, s) = open();
+    s.save_record(&record()).unwrap();
+    let stale = s.path().join(".applied.json.inplaced-1-1.tmp");
+    std::fs::write(&stale, b"half").unwrap();
+    s.remove_stale_temps().unwrap();
+    assert!(!stale.exists());
+    assert!(s.path().join("applied.json").exists());
+}
+
+#[test]
+fn the_record_round_trips() {
+    let (_d, s) = open();
+    assert_eq!(s.load_record().unwrap(), AppliedRecord::default());
+    s.save_record(&record()).unwrap();
+    assert_eq!(s.load_record().unwrap(), record());
+}
+
+#[test]
+fn the_empty_record_keeps_its_bytes() {
+    // on-disk format: camelCase, pretty, the optional fields left out when empty
+    let (_d, s) = open();
+    s.save_record(&AppliedRecord::default()).unwrap();
+    let b = std::fs::read_to_string(s.path().join("applied.json")).unwrap();
+    assert_eq!(
+        b,
+        "{\n  \"specHash\": \"\",\n  \"files\": {},\n  \"kubeletConfig\": {},\n  \"kubeletFlags\": {},\n  \"kernelArgs\": [],\n  \"sysctls\": {}\n}"
+    );
+}
+
+#[test]
+fn install_applied_writes_the_record_and_the_sealed_spec() {
+    let (_d, s) = open();
+    assert_eq!(s.load_applied_spec().unwrap(), None);
+    let spec = pb::NodeSpec::default();
+    let bytes = prost::Message::encode_to_vec(&spec);
+    s.install_applied(&record(), &bytes).unwrap();
+    assert_eq!(s.load_record().unwrap(), record());
+    assert_eq!(s.load_applied_spec().unwrap(), Some(spec));
+    let raw = std::fs::read(s.path().join("applied-spec.pb")).unwrap();
+    assert_eq!(raw, seal(&bytes));
+    assert!(
+        s.check(&record(), false)
+            .iter()
+            .any(|w| w.contains("saved original"))
+    );
+}
+
+#[test]
+fn a_spec_cut_in_its_header_is_corrupt() {
+    let (_d, s) = open();
+    std::fs::write(s.path().join("applied-spec.pb"), &SEAL.as_bytes()[..5]).unwrap();
+    assert!(matches!(
+        s.load_applied_spec(),
+        Err(StateError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn a_corrupt_record_is_moved_aside() {
+    let (_d, s) = open();
+    std::fs::write(s.path().join("applied.json"), b"{not json").unwrap();
+    let (r, why) = s.load_record_or_quarantine().unwrap();
+    assert_eq!(r, AppliedRecord::default());
+    assert!(why.unwrap().contains("did not parse"));
+    assert!(!s.path().join("applied.json").exists());
+    let aside: Vec<String> = names(s.path())
+        .into_iter()
+        .filter(|n| n.starts_with("applied.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+}
+
+#[test]
+fn the_lock_refuses_a_second_holder() {
+    let d = tempfile::tempdir().unwrap();
+    let mut first = StateDir::open(d.path()).unwrap();
+    first.lock().unwrap();
+    let mut second = StateDir::open(d.path()).unwrap();
+    match second.lock() {
+        Err(StateError::Locked { pid, .. }) => assert_eq!(pid, std::process::id().to_string()),
+        other => panic!("second lock: {other:?}"),
+    }
+    drop(first);
+    second.lock().unwrap();
+}
+
+#[test]
+fn originals_round_trip_under_the_hash_of_their_path() {
+    let (_d, s) = open();
+    let name = s.save_original("/etc/a", b"old").unwrap();
+    assert_eq!(name, backup_name("/etc/a"));
+    assert_eq!(name.len(), 64);
+    assert_eq!(s.read_original(&name).unwrap(), Some(b"old".to_vec()));
+    s.drop_original(&name).unwrap();
+    assert_eq!(s.read_original(&name).unwrap(), None);
+}
+
+#[test]
+fn the_drift_book_round_trips_and_reads_empty_when_damaged() {
+    let (_d, s) = open();
+    let book = DriftBook {
+        detections: 3,
+        seen: BTreeMap::from([("files[/etc/a]".to_string(), 17)]),
+    };
+    s.save_drift(&book).unwrap();
+    assert_eq!(s.load_drift(), book);
+    std::fs::write(s.path().join("drift.json"), b"[").unwrap();
+    assert_eq!(s.load_drift(), DriftBook::default());
+    assert!(s.check(&AppliedRecord::default(), false)[0].contains("drift counts"));
+}
+
+#[test]
+fn the_seal_has_its_header_and_detects_damage() {
+    let sealed = seal(b"abc");
+    let header = format!("inplaced-sealed {} len=3\n", sha256_of(b"abc"));
+    assert_eq!(sealed, [header.as_bytes(), b"abc"].concat());
+    assert_eq!(unseal(&sealed).unwrap(), b"abc");
+    assert!(unseal(&sealed[..sealed.len() - 1]).is_err());
+    let mut altered = sealed.clone();
+    *altered.last_mut().unwrap() = b'x';
+    assert!(unseal(&altered).unwrap_err().contains("was written"));
+    assert!(unseal(b"abc").is_err());
+}
+
+fn journal_with_pre_image(s: &StateDir, op: &str) -> Intent {
+    let file = s.journal_pre_image(op, 0, b"before").unwrap();
+    let intent = Intent {
+        operation: op.into(),
+        entries: vec![IntentEntry {
+            path: "/etc/a".into(),
+            pre: Some(PreImage {
+                file,
+                sha256: sha256_of(b"before"),
+                len: 6,
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+            }),
+            missing_dirs: vec![],
+            new_sha256: Some(sha256_of(b"after")),
+        }],
+        ..Intent::default()
+    };
+    s.journal_intent(&intent, false).unwrap();
+    s.journal_progress(op, "written").unwrap();
+    intent
+}
+
+#[test]
+fn a_journal_reads_back_verified() {
+    let (_d, s) = open();
+    let intent = journal_with_pre_image(&s, "op1");
+    let journals = s.journals().unwrap();
+    assert_eq!(journals.len(), 1);
+    let (id, j) = &journals[0];
+    assert_eq!(id, "op1");
+    assert_eq!(j.intent, Sealed::Valid(intent.clone()));
+    assert_eq!(j.progress, Sealed::Valid("written".into()));
+    assert_eq!(j.committed, None);
+    let pre = intent.entries[0].pre.as_ref().unwrap();
+    assert_eq!(s.journal_read_pre("op1", pre).unwrap(), b"before");
+
+    s.journal_commit("op1", b"spec", &record(), 3).unwrap();
+    let (_, j) = &s.journals().unwrap()[0];
+    assert_eq!(
+        j.committed,
+        Some(Sealed::Valid(Committed {
+            record: record(),
+            phase: 3,
+            spec: b"spec".to_vec(),
+        }))
+    );
+    s.journal_remove("op1").unwrap();
+    assert!(s.journals().unwrap().is_empty());
+}
+
+#[test]
+fn a_damaged_intent_is_reported_with_what_it_names() {
+    let (_d, s) = open();
+    let intent = journal_with_pre_image(&s, "op1");
+    let p = s.path().join("journal/op1/intent.json");
+    let mut b = std::fs::read(&p).unwrap();
+    b.push(b'\n');
+    std::fs::write(&p, b).unwrap();
+    let (_, j) = &s.journals().unwrap()[0];
+    assert!(matches!(&j.intent, Sealed::Damaged(w) if w.contains("intent.json")));
+    assert_eq!(j.unverified_intent, Some(intent));
+}
+
+#[test]
+fn a_quarantined_journal_is_moved_whole() {
+    let (_d, s) = open();
+    journal_with_pre_image(&s, "op1");
+    let before = names(&s.path().join("journal/op1"));
+    let to = s.journal_quarantine("op1", "why").unwrap();
+    assert!(!s.path().join("journal/op1").exists());
+    let mut after = names(Path::new(&to));
+    after.retain(|n| n != "REPORT");
+    assert_eq!(after, before);
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&to).join("REPORT")).unwrap(),
+        "why"
+    );
+    assert_eq!(s.quarantined(), vec![(to, "why".to_string())]);
+}
