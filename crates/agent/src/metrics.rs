@@ -77,27 +77,33 @@ pub fn section_of(id: &str) -> &str {
     inplace_wire::ids::section_of(id)
 }
 
+/// `inplaced_build_info`: 1, labelled with the agent's version, its kernel-args backend
+/// (the name before `:`) and the platform.
+fn build_info(facts: &pb::NodeFacts, version: &str) -> Family<Labels, Gauge> {
+    let build = Family::<Labels, Gauge>::default();
+    let backend = facts
+        .kernel_args_backend
+        .split(':')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    build
+        .get_or_create(&labels(&[
+            ("version", version),
+            ("kernel_args_backend", &backend),
+            ("platform", &facts.platform),
+        ]))
+        .set(1);
+    build
+}
+
 impl NodeMetrics {
     /// The registry with every metric; `facts` and `version` fill `inplaced_build_info`,
     /// `recoveries` the journals found at start-up.
     pub fn new(facts: &pb::NodeFacts, version: &str, recoveries: u64) -> NodeMetrics {
         let mut registry = Registry::with_prefix("inplaced");
-        let build = Family::<Labels, Gauge>::default();
-        let backend = facts
-            .kernel_args_backend
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .to_string();
-        build
-            .get_or_create(&labels(&[
-                ("version", version),
-                ("kernel_args_backend", &backend),
-                ("platform", &facts.platform),
-            ]))
-            .set(1);
         let m = NodeMetrics {
-            build,
+            build: build_info(facts, version),
             operations: Family::default(),
             running: Family::default(),
             last_end: Gauge::default(),
@@ -114,68 +120,73 @@ impl NodeMetrics {
             registry: Registry::default(),
         };
         m.recoveries.inc_by(recoveries);
-        registry.register("build_info", "What runs where", m.build.clone());
+        m.register(&mut registry);
+        NodeMetrics { registry, ..m }
+    }
+
+    /// Registers every metric in `registry`, in the order they are exposed.
+    fn register(&self, registry: &mut Registry) {
+        registry.register("build_info", "What runs where", self.build.clone());
         registry.register(
             "operations",
             "Operations that reached a final phase since start",
-            m.operations.clone(),
+            self.operations.clone(),
         );
         registry.register(
             "operation_running",
             "1 for the phase of the running operation",
-            m.running.clone(),
+            self.running.clone(),
         );
         registry.register(
             "last_operation_end_timestamp_seconds",
             "When the newest settled operation ended",
-            m.last_end.clone(),
+            self.last_end.clone(),
         );
         registry.register(
             "last_operation_result",
             "Phase of the newest settled operation",
-            m.last_result.clone(),
+            self.last_result.clone(),
         );
         registry.register(
             "pending_reboot",
             "An operation waits for a reboot",
-            m.pending_reboot.clone(),
+            self.pending_reboot.clone(),
         );
         registry.register(
             "drift_items",
             "Managed items that differ from the applied record",
-            m.drift.clone(),
+            self.drift.clone(),
         );
         registry.register(
             "managed_items",
             "Items in the applied record",
-            m.managed.clone(),
+            self.managed.clone(),
         );
         registry.register(
             "state_problems",
             "Problems found in the agent's own state",
-            m.problems.clone(),
+            self.problems.clone(),
         );
         registry.register(
             "journal_recoveries",
             "Interrupted operations recovered from the journal at start-up",
-            m.recoveries.clone(),
+            self.recoveries.clone(),
         );
         registry.register(
             "coverage_duration_seconds",
             "GetCoverage latency",
-            m.coverage.clone(),
+            self.coverage.clone(),
         );
         registry.register(
             "apply_duration_seconds",
             "Operation duration, start to final phase",
-            m.apply.clone(),
+            self.apply.clone(),
         );
         registry.register(
             "tls_handshakes_refused",
             "Connections dropped before they were served, by reason",
             inplace_edge::refusals::get().family(),
         );
-        NodeMetrics { registry, ..m }
     }
 
     /// Records one coverage call's latency.

@@ -60,24 +60,58 @@ fn dmi(root: &Sysroot, name: &str) -> String {
 /// Reads the node facts from the sysroot. Memory and disks come from the live host through
 /// sysinfo, and only when the sysroot is `/`. `kernel_args_backend` is filled by the caller.
 pub fn detect(root: &Sysroot, declared_bindings: &[String]) -> pb::NodeFacts {
-    let vendor = dmi(root, "sys_vendor");
-    let product = dmi(root, "product_name");
-    let board_vendor = dmi(root, "board_vendor");
-    let bios_vendor = dmi(root, "bios_vendor");
-    let chassis_type: u32 = dmi(root, "chassis_type").parse().unwrap_or(0);
+    let id = Dmi::read(root);
     let mut facts = pb::NodeFacts {
-        vendor: vendor.clone(),
-        product: product.clone(),
-        chassis_type,
+        vendor: id.vendor.clone(),
+        product: id.product.clone(),
+        chassis_type: id.chassis_type,
         declared_bindings: declared_bindings.to_vec(),
         ..Default::default()
     };
+    let vm = hypervisor(root, &id, &mut facts.evidence);
+    platform(&mut facts, vm, &id);
+    facts.node_name = node_name(root);
+    if let Ok(Some(osr)) = root.read_string_following("/etc/os-release") {
+        facts.os = os_release_value(&osr, "PRETTY_NAME").unwrap_or_default();
+    }
+    if root.is_host_root() {
+        live_host(&mut facts);
+    }
+    facts
+}
+
+/// The machine's DMI identity (`/sys/class/dmi/id`); empty strings and 0 when absent.
+struct Dmi {
+    vendor: String,
+    product: String,
+    board_vendor: String,
+    bios_vendor: String,
+    chassis_type: u32,
+}
+
+impl Dmi {
+    fn read(root: &Sysroot) -> Dmi {
+        Dmi {
+            vendor: dmi(root, "sys_vendor"),
+            product: dmi(root, "product_name"),
+            board_vendor: dmi(root, "board_vendor"),
+            bios_vendor: dmi(root, "bios_vendor"),
+            chassis_type: dmi(root, "chassis_type").parse().unwrap_or(0),
+        }
+    }
+}
+
+/// The hypervisor the node runs under, with the evidence, or None on bare metal: by
+/// DMI vendor (an EC2 `.metal` instance is bare metal, noted in `evidence`), then
+/// `/sys/hypervisor/type`, then the CPU flag `hypervisor`.
+fn hypervisor(root: &Sysroot, id: &Dmi, evidence: &mut Vec<String>) -> Option<(String, String)> {
+    let product = &id.product;
     let mut vm: Option<(String, String)> = None;
     for (label, value) in [
-        ("sys_vendor", &vendor),
-        ("product_name", &product),
-        ("board_vendor", &board_vendor),
-        ("bios_vendor", &bios_vendor),
+        ("sys_vendor", &id.vendor),
+        ("product_name", product),
+        ("board_vendor", &id.board_vendor),
+        ("bios_vendor", &id.bios_vendor),
     ] {
         if vm.is_some() || value.is_empty() {
             continue;
@@ -97,7 +131,7 @@ pub fn detect(root: &Sysroot, declared_bindings: &[String]) -> pb::NodeFacts {
         && product.ends_with(".metal")
     {
         vm = None;
-        facts.evidence.push(format!(
+        evidence.push(format!(
             "DMI product_name: {product} (EC2 bare-metal instance)"
         ));
     }
@@ -121,6 +155,13 @@ pub fn detect(root: &Sysroot, declared_bindings: &[String]) -> pb::NodeFacts {
             "/proc/cpuinfo: CPU flag 'hypervisor'".into(),
         ));
     }
+    vm
+}
+
+/// Sets `platform` (`virtual-machine`, `bare-metal`, `unknown`), the hypervisor and the
+/// evidence for them.
+fn platform(facts: &mut pb::NodeFacts, vm: Option<(String, String)>, id: &Dmi) {
+    let (vendor, product, chassis_type) = (&id.vendor, &id.product, id.chassis_type);
     match vm {
         Some((hv, ev)) => {
             facts.platform = "virtual-machine".into();
@@ -145,14 +186,6 @@ pub fn detect(root: &Sysroot, declared_bindings: &[String]) -> pb::NodeFacts {
                 .push("no DMI identity in /sys/class/dmi/id".into());
         }
     }
-    facts.node_name = node_name(root);
-    if let Ok(Some(osr)) = root.read_string_following("/etc/os-release") {
-        facts.os = os_release_value(&osr, "PRETTY_NAME").unwrap_or_default();
-    }
-    if root.is_host_root() {
-        live_host(&mut facts);
-    }
-    facts
 }
 
 /// The environment files the kubelet's systemd unit reads its flags from, in the order
@@ -249,5 +282,78 @@ pub fn preservation(facts: &pb::NodeFacts, hardware_bound: bool) -> pb::Preserva
     pb::Preservation {
         preserve: !reasons.is_empty(),
         reasons,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sysroot whose `/sys/class/dmi/id` holds `dmi` (name, value) and, when given,
+    /// `/proc/cpuinfo`.
+    fn node(dmi: &[(&str, &str)], cpuinfo: Option<&str>) -> (tempfile::TempDir, Sysroot) {
+        let d = tempfile::tempdir().unwrap();
+        let id = d.path().join("sys/class/dmi/id");
+        std::fs::create_dir_all(&id).unwrap();
+        for (k, v) in dmi {
+            std::fs::write(id.join(k), format!("{v}\n")).unwrap();
+        }
+        if let Some(c) = cpuinfo {
+            std::fs::create_dir_all(d.path().join("proc")).unwrap();
+            std::fs::write(d.path().join("proc/cpuinfo"), c).unwrap();
+        }
+        let s = Sysroot::open(d.path()).unwrap();
+        (d, s)
+    }
+
+    #[test]
+    fn a_dmi_vendor_names_the_hypervisor() {
+        let (_d, s) = node(
+            &[("sys_vendor", "QEMU"), ("product_name", "Standard PC")],
+            None,
+        );
+        let f = detect(&s, &[]);
+        assert_eq!(f.platform, "virtual-machine");
+        assert_eq!(f.hypervisor, "qemu");
+        assert_eq!(f.evidence, vec!["DMI sys_vendor: QEMU".to_string()]);
+    }
+
+    #[test]
+    fn an_ec2_metal_instance_is_bare_metal() {
+        let (_d, s) = node(
+            &[
+                ("sys_vendor", "Amazon EC2"),
+                ("product_name", "m5.metal"),
+                ("chassis_type", "1"),
+            ],
+            None,
+        );
+        let f = detect(&s, &[]);
+        assert_eq!(f.platform, "bare-metal");
+        assert_eq!(f.hypervisor, "");
+        assert_eq!(f.chassis_type, 1);
+        assert_eq!(
+            f.evidence[0],
+            "DMI product_name: m5.metal (EC2 bare-metal instance)"
+        );
+        assert_eq!(f.evidence[1], "DMI sys_vendor: Amazon EC2");
+    }
+
+    #[test]
+    fn the_cpu_flag_or_nothing_decides_without_a_vendor() {
+        let (_d, s) = node(&[], Some("processor: 0\nflags\t\t: fpu hypervisor sse\n"));
+        let f = detect(&s, &["a".into()]);
+        assert_eq!(
+            (f.platform.as_str(), f.hypervisor.as_str()),
+            ("virtual-machine", "unknown")
+        );
+        assert_eq!(f.declared_bindings, vec!["a".to_string()]);
+        let (_d, s) = node(&[], None);
+        let f = detect(&s, &[]);
+        assert_eq!(f.platform, "unknown");
+        assert_eq!(
+            f.evidence,
+            vec!["no DMI identity in /sys/class/dmi/id".to_string()]
+        );
     }
 }

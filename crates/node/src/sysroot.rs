@@ -278,6 +278,55 @@ fn join(parts: &[&str]) -> String {
     format!("/{}", parts.join("/"))
 }
 
+/// One look at `name` in the directory `dir` for [`Sysroot::probe`]: its metadata, with
+/// the content of a regular file no larger than `max_read`; None when it was replaced
+/// while being looked at (look again).
+fn probe_name(dir: &OwnedFd, path: &str, name: &str, max_read: u64) -> Result<Option<Probe>> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(Some(Probe::Absent)),
+        Err(e) => return Err(io_err(path, "stat", e)),
+    };
+    let entry = entry_of(&st);
+    if entry.kind != Kind::File || entry.len > max_read {
+        return Ok(Some(Probe::Present {
+            entry,
+            content: None,
+        }));
+    }
+    let file = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(file) => file,
+        Err(rustix::io::Errno::NOENT) => return Ok(Some(Probe::Absent)),
+        // replaced by a symlink since the stat: look again
+        Err(rustix::io::Errno::LOOP) => return Ok(None),
+        Err(e) => return Err(io_err(path, "open", e)),
+    };
+    let st = rustix::fs::fstat(&file).map_err(|e| io_err(path, "stat", e))?;
+    let opened = entry_of(&st);
+    if opened.kind != Kind::File || opened.len > max_read {
+        // replaced by a directory, a device or a larger file since the stat
+        return Ok(None);
+    }
+    let mut f = std::fs::File::from(file);
+    let mut buf = Vec::with_capacity(opened.len as usize);
+    (&mut f)
+        .take(max_read + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| io_err(path, "read", e))?;
+    if buf.len() as u64 > max_read {
+        return Ok(None);
+    }
+    Ok(Some(Probe::Present {
+        entry: opened,
+        content: Some(buf),
+    }))
+}
+
 /// A node's root file system, opened once as a directory fd.
 #[derive(Debug)]
 pub struct Sysroot {
@@ -416,6 +465,36 @@ impl Sysroot {
                 path: path.to_string(),
             });
         };
+        let fd = match self.probe_parents(&parts, parents)? {
+            Ok(fd) => fd,
+            Err(found) => return Ok(found),
+        };
+        // The file may be unlinked, or replaced by a rename, between the stat and the open
+        // (an apply running beside a coverage call): a name that is gone is absent, and a
+        // name replaced under us is looked at once more, so that the metadata returned is
+        // always that of the content read (fstat of the opened file).
+        for _ in 0..2 {
+            if let Some(found) = probe_name(&fd, path, name, max_read)? {
+                return Ok(found);
+            }
+        }
+        // replaced twice in a row while being looked at: not an observation, ask again
+        Err(io_err(
+            path,
+            "read",
+            io::Error::other("replaced twice while being read; ask again"),
+        ))
+    }
+
+    /// Opens each of `parents` (the first components of `parts`) in turn, `O_NOFOLLOW`:
+    /// the last one's descriptor, or (as the inner error) what [`Sysroot::probe`] answers
+    /// when one is missing ([`Probe::Absent`]) or not a directory
+    /// ([`Probe::ParentConflict`]).
+    fn probe_parents(
+        &self,
+        parts: &[&str],
+        parents: &[&str],
+    ) -> Result<std::result::Result<OwnedFd, Probe>> {
         let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
         for (i, c) in parents.iter().enumerate() {
             match rustix::fs::openat(
@@ -425,78 +504,24 @@ impl Sysroot {
                 Mode::empty(),
             ) {
                 Ok(next) => fd = next,
-                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                Err(rustix::io::Errno::NOENT) => return Ok(Err(Probe::Absent)),
                 Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
                     let p = join(&parts[..=i]);
                     let st = match rustix::fs::statat(&fd, *c, AtFlags::SYMLINK_NOFOLLOW) {
                         Ok(st) => st,
                         // removed since the open: absent
-                        Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
+                        Err(rustix::io::Errno::NOENT) => return Ok(Err(Probe::Absent)),
                         Err(e) => return Err(io_err(&p, "stat", e)),
                     };
-                    return Ok(Probe::ParentConflict(SysrootConflict {
+                    return Ok(Err(Probe::ParentConflict(SysrootConflict {
                         path: p,
                         kind: kind_of(&st),
-                    }));
+                    })));
                 }
                 Err(e) => return Err(io_err(&join(&parts[..=i]), "open", e)),
             }
         }
-        // The file may be unlinked, or replaced by a rename, between the stat and the open
-        // (an apply running beside a coverage call): a name that is gone is absent, and a
-        // name replaced under us is looked at once more, so that the metadata returned is
-        // always that of the content read (fstat of the opened file).
-        for _ in 0..2 {
-            let st = match rustix::fs::statat(&fd, *name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
-                Err(e) => return Err(io_err(path, "stat", e)),
-            };
-            let entry = entry_of(&st);
-            if entry.kind != Kind::File || entry.len > max_read {
-                return Ok(Probe::Present {
-                    entry,
-                    content: None,
-                });
-            }
-            let file = match rustix::fs::openat(
-                &fd,
-                *name,
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) {
-                Ok(file) => file,
-                Err(rustix::io::Errno::NOENT) => return Ok(Probe::Absent),
-                // replaced by a symlink since the stat: look again
-                Err(rustix::io::Errno::LOOP) => continue,
-                Err(e) => return Err(io_err(path, "open", e)),
-            };
-            let st = rustix::fs::fstat(&file).map_err(|e| io_err(path, "stat", e))?;
-            let opened = entry_of(&st);
-            if opened.kind != Kind::File || opened.len > max_read {
-                // replaced by a directory, a device or a larger file since the stat
-                continue;
-            }
-            let mut f = std::fs::File::from(file);
-            let mut buf = Vec::with_capacity(opened.len as usize);
-            (&mut f)
-                .take(max_read + 1)
-                .read_to_end(&mut buf)
-                .map_err(|e| io_err(path, "read", e))?;
-            if buf.len() as u64 > max_read {
-                continue;
-            }
-            return Ok(Probe::Present {
-                entry: opened,
-                content: Some(buf),
-            });
-        }
-        // replaced twice in a row while being looked at: not an observation, ask again
-        Err(io_err(
-            path,
-            "read",
-            io::Error::other("replaced twice while being read; ask again"),
-        ))
+        Ok(Ok(fd))
     }
 
     /// Checks the parents of `path` before a write: present, missing from some point, or in

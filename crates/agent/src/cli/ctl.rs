@@ -237,11 +237,7 @@ fn show<T: serde::Serialize>(json: bool, v: &T, table: fn(&T) -> String) -> anyh
 }
 
 /// The remote API client for `--connect HOST:PORT`.
-async fn connect_remote(
-    args: &Args,
-    addr: &str,
-) -> anyhow::Result<inplace_wire::pb::node_agent_client::NodeAgentClient<tonic::transport::Channel>>
-{
+async fn connect_remote(args: &Args, addr: &str) -> anyhow::Result<Client> {
     let read = |flag: &str, p: &Option<PathBuf>| -> anyhow::Result<Vec<u8>> {
         let p = p
             .as_ref()
@@ -271,14 +267,13 @@ fn host_of(addr: &str) -> &str {
         .unwrap_or(host)
 }
 
-async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // parse the spec before connecting, so a bad file is reported even with no agent
-    let spec = match &args.command {
-        Command::Coverage { file, .. } | Command::Apply { file, .. } => Some(read_spec(file)?),
-        _ => None,
-    };
-    let mut client = match &args.connect {
-        Some(addr) => connect_remote(&args, addr).await?,
+/// The agent's client over the local socket or (`--connect`) mutual TLS.
+type Client = inplace_wire::pb::node_agent_client::NodeAgentClient<tonic::transport::Channel>;
+
+/// Connects to the agent: `--connect ADDR` over mutual TLS, else the local socket.
+async fn connect(args: &Args) -> anyhow::Result<Client> {
+    Ok(match &args.connect {
+        Some(addr) => connect_remote(args, addr).await?,
         None => inplace_edge::client::connect(&args.socket)
             .await
             .with_context(|| {
@@ -287,7 +282,75 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     args.socket.display()
                 )
             })?,
+    })
+}
+
+/// `coverage`: shows the answer (wide: with every item); exit code 3 when the spec is
+/// not fully covered.
+async fn coverage(
+    client: &mut Client,
+    desired: Option<pb::NodeSpec>,
+    reboot_policy: Policy,
+    diff: &DiffArgs,
+    json: bool,
+    wide: bool,
+) -> anyhow::Result<ExitCode> {
+    let r = client
+        .get_coverage(pb::GetCoverageRequest {
+            desired,
+            reboot_policy: policy_of(reboot_policy) as i32,
+            diff: diff.options(),
+        })
+        .await?
+        .into_inner();
+    if wide {
+        show(json, &r, render::coverage_wide)?;
+    } else {
+        show(json, &r, render::coverage)?;
+    }
+    if !r.fully_covered {
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `apply`: sends the request (refusing `--diff` without `--dry-run` before it is sent)
+/// and returns the operation the agent started.
+async fn apply(
+    client: &mut Client,
+    desired: Option<pb::NodeSpec>,
+    id: Option<String>,
+    dry_run: bool,
+    reboot_policy: Policy,
+    diff: &DiffArgs,
+) -> anyhow::Result<pb::Operation> {
+    if diff.diff && !dry_run {
+        return Err(inplace_wire::names::SpecError::new(
+            "--diff",
+            "shows what an apply would change and needs --dry-run: run `inplacectl apply --dry-run --diff -f FILE` first, then apply without them",
+        )
+        .into());
+    }
+    let policy = policy_of(reboot_policy);
+    Ok(client
+        .apply(pb::ApplyRequest {
+            desired,
+            operation_id: id.unwrap_or_default(),
+            reboot_policy: policy as i32,
+            dry_run,
+            diff: diff.options(),
+        })
+        .await?
+        .into_inner())
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // parse the spec before connecting, so a bad file is reported even with no agent
+    let spec = match &args.command {
+        Command::Coverage { file, .. } | Command::Apply { file, .. } => Some(read_spec(file)?),
+        _ => None,
     };
+    let mut client = connect(&args).await?;
     let json = args.output == Output::Json;
     let wide = args.output == Output::Wide;
     match args.command {
@@ -302,24 +365,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             reboot_policy,
             diff,
             ..
-        } => {
-            let r = client
-                .get_coverage(pb::GetCoverageRequest {
-                    desired: spec,
-                    reboot_policy: policy_of(reboot_policy) as i32,
-                    diff: diff.options(),
-                })
-                .await?
-                .into_inner();
-            if wide {
-                show(json, &r, render::coverage_wide)?;
-            } else {
-                show(json, &r, render::coverage)?;
-            }
-            if !r.fully_covered {
-                return Ok(ExitCode::from(3));
-            }
-        }
+        } => return coverage(&mut client, spec, reboot_policy, &diff, json, wide).await,
         Command::Apply {
             id,
             wait,
@@ -328,24 +374,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             diff,
             ..
         } => {
-            if diff.diff && !dry_run {
-                return Err(inplace_wire::names::SpecError::new(
-                    "--diff",
-                    "shows what an apply would change and needs --dry-run: run `inplacectl apply --dry-run --diff -f FILE` first, then apply without them",
-                )
-                .into());
-            }
-            let policy = policy_of(reboot_policy);
-            let op = client
-                .apply(pb::ApplyRequest {
-                    desired: spec,
-                    operation_id: id.unwrap_or_default(),
-                    reboot_policy: policy as i32,
-                    dry_run,
-                    diff: diff.options(),
-                })
-                .await?
-                .into_inner();
+            let op = apply(&mut client, spec, id, dry_run, reboot_policy, &diff).await?;
             if wait && !dry_run {
                 return watch(&mut client, &op.id, json).await;
             }
@@ -377,11 +406,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn watch(
-    client: &mut inplace_wire::pb::node_agent_client::NodeAgentClient<tonic::transport::Channel>,
-    id: &str,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
+async fn watch(client: &mut Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut stream = client
         .watch_operation(pb::WatchOperationRequest { id: id.to_string() })

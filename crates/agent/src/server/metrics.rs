@@ -106,16 +106,7 @@ pub async fn serve(
     let acceptor = if addr.ip().is_loopback() {
         None
     } else {
-        if tcp.cert.is_empty() || tcp.key.is_empty() || tcp.client_ca.is_empty() {
-            anyhow::bail!(
-                "metrics.listen {addr} is not a loopback address: metrics off loopback are served over the mutual TLS of [api.tcp]; set api.tcp.cert, key and client_ca (or listen on 127.0.0.1)"
-            );
-        }
-        if let Some(p) = inplace_node::trust::first_untrusted(&super::tls_files("api.tcp", &tcp)) {
-            agent.set_problem(
-                "metrics.listen",
-                Some(format!("metrics.listen {addr} not served: {p}")),
-            );
+        if !tls_usable(&agent, addr, &tcp)? {
             return Ok(());
         }
         Some(Arc::new(super::tls::Acceptor::for_metrics(&tcp)?))
@@ -128,69 +119,117 @@ pub async fn serve(
     // 8 places for scrapers on the allowlist (descriptors: the handshakes, the places and
     // as many refused at once); on loopback 8 places before accept
     let handshakes = super::handshakes::Handshakes::new(16, 4);
-    let places = Arc::new(tokio::sync::Semaphore::new(8));
     let gate = super::accept::Gate::new(if acceptor.is_some() { 16 + 2 * 8 } else { 8 });
     let mut backoff = super::accept::Backoff::default();
+    let scrape = Scrape {
+        agent,
+        metrics,
+        acceptor,
+        tcp,
+        places: Arc::new(tokio::sync::Semaphore::new(8)),
+    };
     loop {
         let a = tokio::select! {
             a = super::accept::accept(&listener, &gate, &mut backoff, "metrics.listen") => a,
             _ = stop.wait_for(|s| *s) => return Ok(()),
         };
-        let ticket = acceptor.as_ref().map(|_| handshakes.admit(a.remote.ip()));
-        let (agent, metrics, acceptor, tcp, places) = (
-            agent.clone(),
-            metrics.clone(),
-            acceptor.clone(),
-            tcp.clone(),
-            places.clone(),
+        let ticket = scrape
+            .acceptor
+            .as_ref()
+            .map(|_| handshakes.admit(a.remote.ip()));
+        tokio::spawn(scrape.clone().connection(a, ticket));
+    }
+}
+
+/// Whether metrics off loopback can be served over the mutual TLS of `[api.tcp]`: an
+/// error when it is not set; false (with a problem in `NodeStatus.problems` about
+/// `metrics.listen`) when one of its files could be written by another user than root.
+fn tls_usable(
+    agent: &Agent,
+    addr: std::net::SocketAddr,
+    tcp: &inplace_edge::listener::TcpConfig,
+) -> anyhow::Result<bool> {
+    if tcp.cert.is_empty() || tcp.key.is_empty() || tcp.client_ca.is_empty() {
+        anyhow::bail!(
+            "metrics.listen {addr} is not a loopback address: metrics off loopback are served over the mutual TLS of [api.tcp]; set api.tcp.cert, key and client_ca (or listen on 127.0.0.1)"
         );
-        tokio::spawn(async move {
-            let _place = a.permit;
-            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let (agent, metrics) = (agent.clone(), metrics.clone());
-                async move {
-                    if req.uri().path() != "/metrics" {
-                        let mut r = Response::new(Full::new(Bytes::from_static(b"see /metrics\n")));
-                        *r.status_mut() = StatusCode::NOT_FOUND;
-                        return Ok::<_, Infallible>(r);
-                    }
-                    Ok(metrics_response(collect(&agent, &metrics).await))
+    }
+    if let Some(p) = inplace_node::trust::first_untrusted(&super::tls_files("api.tcp", tcp)) {
+        agent.set_problem(
+            "metrics.listen",
+            Some(format!("metrics.listen {addr} not served: {p}")),
+        );
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// What every metrics connection shares.
+#[derive(Clone)]
+struct Scrape {
+    agent: Arc<Agent>,
+    metrics: Arc<NodeMetrics>,
+    /// None on loopback (plain HTTP).
+    acceptor: Option<Arc<super::tls::Acceptor>>,
+    tcp: inplace_edge::listener::TcpConfig,
+    /// Places for scrapers on the allowlist.
+    places: Arc<tokio::sync::Semaphore>,
+}
+
+impl Scrape {
+    /// Serves one connection for at most a minute: plain HTTP on loopback; else the TLS
+    /// handshake (under `ticket`), the client checked against `[[api.tcp.clients]]` and a
+    /// place taken, each refusal logged.
+    async fn connection(
+        self,
+        a: super::accept::Accepted,
+        ticket: Option<super::handshakes::Ticket>,
+    ) {
+        let _place = a.permit;
+        let (agent, metrics) = (self.agent.clone(), self.metrics.clone());
+        let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let (agent, metrics) = (agent.clone(), metrics.clone());
+            async move {
+                if req.uri().path() != "/metrics" {
+                    let mut r = Response::new(Full::new(Bytes::from_static(b"see /metrics\n")));
+                    *r.status_mut() = StatusCode::NOT_FOUND;
+                    return Ok::<_, Infallible>(r);
                 }
-            });
-            let http = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .clone();
-            let life = Duration::from_secs(60);
-            let (Some(acc), Some(mut ticket)) = (acceptor, ticket) else {
-                let _ =
-                    tokio::time::timeout(life, http.serve_connection(TokioIo::new(a.stream), svc))
-                        .await;
-                return;
-            };
-            let handshaken = super::tls::handshake(&acc, a.stream, &mut ticket).await;
-            drop(ticket);
-            let Ok((s, names)) = handshaken.map_err(|r| r.report("metrics.listen", a.remote))
-            else {
-                return;
-            };
-            if super::tls::role_for(&tcp, &names).is_none() {
-                let hint = super::tls::agent_hint(&tcp, &names);
-                super::tls::refuse_unlisted(
-                    "metrics.listen",
-                    "api.tcp.clients",
-                    a.remote,
-                    &names,
-                    &hint,
-                );
-                return;
+                Ok(metrics_response(collect(&agent, &metrics).await))
             }
-            let Ok(_scraper) = places.try_acquire_owned() else {
-                let why = super::refusals::Reason::ConnectionCap;
-                super::tls::refuse_place("metrics.listen", why, a.remote, &names);
-                return;
-            };
-            let _ = tokio::time::timeout(life, http.serve_connection(TokioIo::new(s), svc)).await;
         });
+        let http = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(10))
+            .clone();
+        let life = Duration::from_secs(60);
+        let (Some(acc), Some(mut ticket)) = (self.acceptor, ticket) else {
+            let _ = tokio::time::timeout(life, http.serve_connection(TokioIo::new(a.stream), svc))
+                .await;
+            return;
+        };
+        let handshaken = super::tls::handshake(&acc, a.stream, &mut ticket).await;
+        drop(ticket);
+        let Ok((s, names)) = handshaken.map_err(|r| r.report("metrics.listen", a.remote)) else {
+            return;
+        };
+        let tcp = &self.tcp;
+        if super::tls::role_for(tcp, &names).is_none() {
+            let hint = super::tls::agent_hint(tcp, &names);
+            super::tls::refuse_unlisted(
+                "metrics.listen",
+                "api.tcp.clients",
+                a.remote,
+                &names,
+                &hint,
+            );
+            return;
+        }
+        let Ok(_scraper) = self.places.try_acquire_owned() else {
+            let why = super::refusals::Reason::ConnectionCap;
+            super::tls::refuse_place("metrics.listen", why, a.remote, &names);
+            return;
+        };
+        let _ = tokio::time::timeout(life, http.serve_connection(TokioIo::new(s), svc)).await;
     }
 }

@@ -132,3 +132,33 @@ fn probe_sees_a_file_that_comes_and_goes_as_absent_or_whole() {
         "{absent} absent, {present} present"
     );
 }
+
+#[test]
+fn probe_tells_absent_parent_conflicts_and_unread_content() {
+    let (d, s) = tmp();
+    std::fs::create_dir_all(d.path().join("etc/dir")).unwrap();
+    std::fs::write(d.path().join("etc/file"), b"12345").unwrap();
+    assert!(matches!(s.probe("/etc/none/x", 10).unwrap(), Probe::Absent));
+    assert!(matches!(s.probe("/etc/none", 10).unwrap(), Probe::Absent));
+    match s.probe("/etc/file/x", 10).unwrap() {
+        Probe::ParentConflict(c) => assert_eq!(c.path, "/etc/file"),
+        other => panic!("{other:?}"),
+    }
+    match s.probe("/etc/file", 10).unwrap() {
+        Probe::Present { entry, content } => {
+            assert_eq!(entry.len, 5);
+            assert_eq!(content.as_deref(), Some(&b"12345"[..]));
+        }
+        other => panic!("{other:?}"),
+    }
+    // larger than the limit, or not a file: metadata only
+    assert!(matches!(
+        s.probe("/etc/file", 4).unwrap(),
+        Probe::Present { content: None, .. }
+    ));
+    assert!(matches!(
+        s.probe("/etc/dir", 10).unwrap(),
+        Probe::Present { content: None, .. }
+    ));
+    assert!(s.probe("etc/file", 10).is_err());
+}
