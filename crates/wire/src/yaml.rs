@@ -189,79 +189,9 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
     };
     let mut out = pb::NodeSpec::default();
     for (i, f) in y.files.into_iter().enumerate() {
-        let field = format!("files[{i}]");
-        let content = match (f.content, f.content_base64) {
-            (Some(_), Some(_)) => {
-                return Err(SpecError::new(
-                    format!("{field}.contentBase64"),
-                    "give either content or contentBase64, not both",
-                ));
-            }
-            (Some(c), None) => c.into_bytes(),
-            (None, Some(b)) => base64::engine::general_purpose::STANDARD
-                .decode(b.trim())
-                .map_err(|_| {
-                    // No detail: the decoder's message quotes a byte of the content.
-                    SpecError::new(
-                        format!("{field}.contentBase64"),
-                        "not valid base64 (standard alphabet, padded)",
-                    )
-                })?,
-            (None, None) => Vec::new(),
-        };
-        let mode = f
-            .mode
-            .as_ref()
-            .map(|m| parse_mode(&format!("{field}.mode"), m))
-            .transpose()?;
-        let owner = f
-            .owner
-            .as_ref()
-            .map(|v| scalar_string(&format!("{field}.owner"), v))
-            .transpose()?
-            .unwrap_or_default();
-        let group = f
-            .group
-            .as_ref()
-            .map(|v| scalar_string(&format!("{field}.group"), v))
-            .transpose()?
-            .unwrap_or_default();
-        out.files.push(pb::File {
-            path: f.path,
-            content,
-            mode,
-            owner,
-            group,
-        });
+        out.files.push(file(&format!("files[{i}]"), f)?);
     }
-    if let Some(k) = y.kubelet {
-        let mut kubelet = pb::Kubelet::default();
-        match k.config {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) => kubelet.config = Some(crate::structs::json_to_struct(&m)),
-            Some(other) => {
-                return Err(SpecError::new(
-                    "kubelet.config",
-                    format!("expected a mapping (a partial KubeletConfiguration), got {other}"),
-                ));
-            }
-        }
-        for (name, v) in k.flags {
-            let field = format!("kubelet.flags[{name}]");
-            let value = scalar_string(&field, &v)?;
-            if name.starts_with('-') {
-                return Err(SpecError::new(
-                    field,
-                    format!(
-                        "write the flag name without leading dashes: {:?}",
-                        name.trim_start_matches('-')
-                    ),
-                ));
-            }
-            kubelet.flags.insert(name, value);
-        }
-        out.kubelet = Some(kubelet);
-    }
+    out.kubelet = y.kubelet.map(kubelet).transpose()?;
     out.kernel_args = y.kernel_args;
     for (k, v) in y.sysctls {
         let value = scalar_string(&format!("sysctls[{k}]"), &v)?;
@@ -279,6 +209,86 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
         })
         .collect();
     Ok(out)
+}
+
+/// One `files[i]` item of the file form (`field` names it in errors): content from
+/// `content` or `contentBase64` (not both), the mode as YAML 1.1 octal or a string, owner
+/// and group as scalars.
+fn file(field: &str, f: YamlFile) -> Result<pb::File, SpecError> {
+    let content = match (f.content, f.content_base64) {
+        (Some(_), Some(_)) => {
+            return Err(SpecError::new(
+                format!("{field}.contentBase64"),
+                "give either content or contentBase64, not both",
+            ));
+        }
+        (Some(c), None) => c.into_bytes(),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.trim())
+            .map_err(|_| {
+                // No detail: the decoder's message quotes a byte of the content.
+                SpecError::new(
+                    format!("{field}.contentBase64"),
+                    "not valid base64 (standard alphabet, padded)",
+                )
+            })?,
+        (None, None) => Vec::new(),
+    };
+    let mode = f
+        .mode
+        .as_ref()
+        .map(|m| parse_mode(&format!("{field}.mode"), m))
+        .transpose()?;
+    let owner = f
+        .owner
+        .as_ref()
+        .map(|v| scalar_string(&format!("{field}.owner"), v))
+        .transpose()?
+        .unwrap_or_default();
+    let group = f
+        .group
+        .as_ref()
+        .map(|v| scalar_string(&format!("{field}.group"), v))
+        .transpose()?
+        .unwrap_or_default();
+    Ok(pb::File {
+        path: f.path,
+        content,
+        mode,
+        owner,
+        group,
+    })
+}
+
+/// The `kubelet` section of the file form: `config` a mapping (a partial
+/// KubeletConfiguration), `flags` scalars named without leading dashes.
+fn kubelet(k: YamlKubelet) -> Result<pb::Kubelet, SpecError> {
+    let mut kubelet = pb::Kubelet::default();
+    match k.config {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => kubelet.config = Some(crate::structs::json_to_struct(&m)),
+        Some(other) => {
+            return Err(SpecError::new(
+                "kubelet.config",
+                format!("expected a mapping (a partial KubeletConfiguration), got {other}"),
+            ));
+        }
+    }
+    for (name, v) in k.flags {
+        let field = format!("kubelet.flags[{name}]");
+        let value = scalar_string(&field, &v)?;
+        if name.starts_with('-') {
+            return Err(SpecError::new(
+                field,
+                format!(
+                    "write the flag name without leading dashes: {:?}",
+                    name.trim_start_matches('-')
+                ),
+            ));
+        }
+        kubelet.flags.insert(name, value);
+    }
+    Ok(kubelet)
 }
 
 #[cfg(test)]
