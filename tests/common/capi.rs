@@ -11,7 +11,7 @@ use super::pki::{Ca, ca, free_port, leaf, write};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rcgen::SanType;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub fn fixture(rel: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -390,4 +390,38 @@ pub fn patch_ops(resp: &Value, key: &str) -> Option<Value> {
             .operations()
             .unwrap()
     })
+}
+
+/// The patch operations under `key`, `[]` when there is no patch.
+pub fn ops(resp: &Value, key: &str) -> Value {
+    patch_ops(resp, key).unwrap_or_else(|| json!([]))
+}
+
+/// The UpdateMachine request for the desired objects of a CanUpdateMachine request.
+pub fn update_request(can: &Value) -> Value {
+    json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "UpdateMachineRequest",
+        "settings": can["settings"],
+        "desired": can["desired"],
+    })
+}
+
+/// Calls UpdateMachine until it answers done or failed; returns every response.
+pub async fn poll_update(ext: &Extension, req: &Value) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = ext.update_machine(req).await;
+        let done = r["retryAfterSeconds"] == 0;
+        seen.push(r);
+        if done {
+            return seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "UpdateMachine never finished: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
