@@ -28,6 +28,7 @@ use super::{Agent, now};
 use crate::plan;
 use crate::plan::Plan;
 use crate::sections::kit::Options;
+use crate::sections::kit::effect::Stage;
 use crate::sections::kit::observe::{FileObs, observe_file};
 use crate::sections::kit::steps::resolve_keep;
 use crate::sections::model::NodeSpec;
@@ -231,12 +232,12 @@ impl Agent {
     }
 
     /// Committing → Acting: every write and removal (each checked against what the plan
-    /// saw), the directories left empty, the live sysctls.
+    /// saw), the directories left empty, the effects after the files (live values).
     fn committing(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         self.upgrade_kubernetes(run)?;
         self.write_files(run)?;
         self.remove_files(run)?;
-        self.set_sysctls(run)?;
+        self.run_effects(run, &Stage::AfterFiles)?;
         inplace_node::failpoint::hit("sysctl");
         let _ = self.state.journal_progress(run.op.id(), "written");
         Ok(Step::to(
@@ -314,37 +315,6 @@ impl Agent {
             if self.root.remove_dir_if_empty(d).unwrap_or(false) {
                 run.op.push_action(format!("removed empty directory {d}"));
             }
-        }
-        Ok(())
-    }
-
-    fn set_sysctls(&self, run: &mut Run<'_>) -> Result<(), Fail> {
-        let fail = Fail::rolled_back;
-        for (k, v) in &run.plan.steps.sysctls {
-            let p = inplace_formats::sysctl::sysctl_path(k);
-            let old = self
-                .root
-                .read_string(&p)
-                .ok()
-                .flatten()
-                .unwrap_or_default()
-                .trim_end_matches('\n')
-                .to_string();
-            self.root
-                .write_in_place(&p, format!("{v}\n").as_bytes())
-                .map_err(|e| fail(format!("committing: {e}")))?;
-            run.undo.push(Undo::Sysctl(k.clone(), old));
-            let back = self.root.read_string(&p).ok().flatten().unwrap_or_default();
-            // The value is not echoed: it may come from a files item's content (a sysctl.d
-            // file the spec writes), and content never reaches responses or logs; the
-            // spec's own sysctls show their values in coverage.
-            if inplace_formats::sysctl::normalize(&back) != inplace_formats::sysctl::normalize(v) {
-                return Err(fail(format!(
-                    "sysctl {k}: the kernel does not read back the value written (it reads {:?}); give the value in the form the kernel shows",
-                    back.trim_end()
-                )));
-            }
-            run.op.push_action(format!("set sysctl {k} (live)"));
         }
         Ok(())
     }

@@ -43,6 +43,7 @@ mod after_boot;
 mod converge;
 mod diff;
 mod drift;
+mod effects;
 mod engine;
 mod journal;
 mod kubernetes;

@@ -16,8 +16,8 @@ pub(super) enum Undo {
     File(String, Option<(Vec<u8>, Entry)>),
     /// A directory created.
     Dir(String),
-    /// A live sysctl changed: key, previous value.
-    Sysctl(String, String),
+    /// A change of a section's effect ([`crate::sections::kit::effect`]).
+    Effect(Box<dyn crate::sections::kit::effect::Undo>),
     /// A step of a Kubernetes version upgrade.
     Kubernetes(crate::kubernetes::upgrade::Restore),
     /// A boot-configuration command that ran (`update-grub`): run again once every other
@@ -173,13 +173,7 @@ impl Agent {
                     .remove_dir_if_empty(d)
                     .map(|_| ())
                     .map_err(|e| format!("{d}: {e}")),
-                Undo::Sysctl(k, v) => self
-                    .root
-                    .write_in_place(
-                        &inplace_formats::sysctl::sysctl_path(k),
-                        format!("{v}\n").as_bytes(),
-                    )
-                    .map_err(|e| format!("sysctl {k}: {e}")),
+                Undo::Effect(u) => self.with_node(|node| u.undo(node)),
                 Undo::Kubernetes(r) => r.undo(&self.root, &*self.services, &*self.runner),
             };
             if let Err(e) = r {

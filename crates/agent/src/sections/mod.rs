@@ -54,7 +54,9 @@ pub mod model;
 pub mod ntp;
 pub mod sysctls;
 
+use crate::state::EffectEntry;
 use kit::Section;
+use kit::effect::UndoEntry;
 
 /// The sections in the order the planner drives them. The order is the order of the
 /// steps (the file items of `files`, `ntp`, `dropins` are written first, in this order),
@@ -70,3 +72,17 @@ pub static SECTIONS: &[&dyn Section] = &[
     &kernel_args::KernelArgs,
     &sysctls::Sysctls,
 ];
+
+/// How to undo, after a crash, an effect the journal kept ([`EffectEntry`]): the owning
+/// section's undo, or a command run again once the paths are back.
+pub fn journaled_undo(entry: &EffectEntry) -> UndoEntry {
+    match entry {
+        EffectEntry::Sysctl { key, prior } => {
+            UndoEntry::Step(Box::new(sysctls::effects::RestoreSysctl {
+                key: key.clone(),
+                prior: prior.clone(),
+            }))
+        }
+        EffectEntry::Rerun(argv) => UndoEntry::Rerun(argv.clone()),
+    }
+}

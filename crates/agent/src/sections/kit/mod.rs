@@ -1,9 +1,11 @@
 //! The kit every section is built with: the [`Section`] trait the planner drives, what a
 //! section plans from ([`Input`]) and into ([`Output`]), and the shared machinery: the
-//! change builder ([`change`]), the plan's steps ([`steps`]), the shared observation
-//! primitives ([`observe`]) and the whole-file machinery ([`file_items`]).
+//! change builder ([`change`]), the plan's steps ([`steps`]), the effects sections run
+//! through the engine with their undo and journal entry ([`effect`]), the shared
+//! observation primitives ([`observe`]) and the whole-file machinery ([`file_items`]).
 
 pub mod change;
+pub mod effect;
 pub mod file_items;
 pub mod observe;
 pub mod steps;

@@ -4,6 +4,7 @@
 //! `files` item) take effect live too, as systemd-sysctl would apply them at boot. The
 //! sysctl.d rules are in [`inplace_formats::sysctl`].
 
+pub mod effects;
 pub mod observe;
 pub mod spec;
 #[cfg(test)]
@@ -17,6 +18,7 @@ use crate::sections::kit::observe::{NodeView, ObserveError, TextObs, observe_run
 use crate::sections::kit::steps::{Remove, Write};
 use crate::sections::kit::{DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
+use crate::sections::sysctls::effects::SetSysctl;
 use crate::sections::sysctls::observe::{SysctlLive, SysctlObs};
 use crate::state::{AppliedRecord, ManagedValue};
 use inplace_formats::sysctl::{
@@ -185,7 +187,10 @@ impl Sysctls {
             return true;
         }
         if !live_ok {
-            out.steps.sysctls.push((key.clone(), value.clone()));
+            out.steps.effect(SetSysctl {
+                key: key.clone(),
+                value: value.clone(),
+            });
         }
         out.push(ChangeBuilder {
             id,
@@ -217,7 +222,10 @@ impl Sysctls {
             if let (Some(prior), Some(l)) = (&m.prior, &live)
                 && normalize(prior) != normalize(l)
             {
-                out.steps.sysctls.push((key.clone(), prior.clone()));
+                out.steps.effect(SetSysctl {
+                    key: key.clone(),
+                    value: prior.clone(),
+                });
             }
             out.push(ChangeBuilder {
                 id: format!("sysctls[{key}]"),
@@ -380,7 +388,10 @@ fn apply_file_value(
                 }
                 return;
             }
-            out.steps.sysctls.push((key.to_string(), value.to_string()));
+            out.steps.effect(SetSysctl {
+                key: key.to_string(),
+                value: value.to_string(),
+            });
             if let Some(i) = id
                 && !out.changes[i].reason.contains("applied live")
             {
