@@ -38,25 +38,24 @@ impl Report for Follow<'_, '_> {
 
 /// The failed transition an effect's error makes; after a failed gate, the rollback
 /// asks the gate again ([`Effect::recheck`]).
-pub(super) fn fail_of(e: EffectError, _effect: &std::sync::Arc<dyn Effect>) -> Fail {
+pub(super) fn fail_of(e: EffectError, effect: &std::sync::Arc<dyn Effect>) -> Fail {
     match e {
         EffectError::Failed(c) => Fail::failed(c),
         EffectError::RolledBack(c) => Fail::rolled_back(c),
-        EffectError::Unhealthy(c) => Fail::unhealthy(c),
+        EffectError::Unhealthy(c) => Fail::unhealthy(c, effect.clone()),
     }
 }
 
 impl Agent {
     /// Calls `f` with the node the effects act on.
     pub(super) fn with_node<R>(&self, f: impl FnOnce(&Node<'_>) -> R) -> R {
-        let health = || self.kubelet_health();
         let node = Node {
             root: &self.root,
             services: &*self.services,
             runner: &*self.runner,
             config: &self.config,
             state_dir: self.state.path(),
-            kubelet_health: &health,
+            default_healthz: self.default_healthz.as_deref(),
         };
         f(&node)
     }

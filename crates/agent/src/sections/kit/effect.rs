@@ -51,9 +51,27 @@ pub struct Node<'a> {
     pub config: &'a Config,
     /// The agent's state directory (a staging area for downloads).
     pub state_dir: &'a Path,
-    /// The kubelet's health: its unit active and its health endpoint answering 2xx
-    /// within the configured timeout (the error says which failed).
-    pub kubelet_health: &'a dyn Fn() -> Result<(), String>,
+    /// The kubelet's health endpoint when the configuration names none (`[kubelet]
+    /// healthz_url`), none outside systemd.
+    pub default_healthz: Option<&'a str>,
+}
+
+impl Node<'_> {
+    /// The kubelet's health, which the `kubelet` section's gate and the `kubernetes`
+    /// section's upgrade both check: its unit active (as far as the service manager can
+    /// tell) and its health endpoint answering 2xx, within `[kubelet]
+    /// health_timeout_secs`. The error says which failed.
+    pub fn kubelet_health(&self) -> Result<(), String> {
+        let k = &self.config.kubelet;
+        let timeout = std::time::Duration::from_secs(k.health_timeout_secs);
+        self.services
+            .wait_active(&k.unit, timeout)
+            .map_err(|e| e.to_string())?;
+        match k.healthz_url.as_deref().or(self.default_healthz) {
+            Some(u) => inplace_node::system::http_health(u, timeout),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Debug for Node<'_> {

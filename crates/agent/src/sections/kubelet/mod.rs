@@ -7,12 +7,13 @@
 //! covered (the kubelet lets a flag win over its config file), nor one that a later
 //! `KUBELET_EXTRA_ARGS` shadows.
 
+pub mod effects;
 pub mod observe;
 pub mod spec;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -23,6 +24,7 @@ use crate::sections::kit::steps::Write;
 use crate::sections::kit::{DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
 use crate::state::{ManagedField, ManagedValue};
+use effects::{HealthGate, ResetCheckpoints};
 use inplace_formats::kubelet::checkpoints::kubelet_state_files;
 use inplace_formats::kubelet::config as kcfg;
 use inplace_formats::kubelet::config::LeafEdit;
@@ -83,10 +85,12 @@ fn json_summary(v: Option<&Value>) -> String {
     }
 }
 
-/// The kubelet unit's disruptions: a restart, or a drain when checkpoints are reset.
+/// The kubelet unit's disruptions: a restart, or a drain when checkpoints are reset;
+/// and the checkpoint files the planned changes reset ([`effects::ResetCheckpoints`]).
 struct Disruptions {
     restart: pb::Disruption,
     drain: pb::Disruption,
+    resets: std::cell::RefCell<BTreeSet<String>>,
 }
 
 impl Disruptions {
@@ -94,7 +98,13 @@ impl Disruptions {
         Disruptions {
             restart: disruption(DisruptionLevel::Restart, &[unit]),
             drain: disruption(DisruptionLevel::Drain, &[unit]),
+            resets: Default::default(),
         }
+    }
+
+    /// The checkpoint files `resets` are removed between the kubelet's stop and start.
+    fn reset(&self, resets: &[String]) {
+        self.resets.borrow_mut().extend(resets.iter().cloned());
     }
 
     fn of(&self, resets: &[String]) -> pb::Disruption {
@@ -175,7 +185,7 @@ impl Kubelet {
             }
             fp.restart = true;
             let resets = kubelet_state_files(&[name.as_str()], true);
-            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            d.reset(&resets);
             let mut reason = String::from("dropped from the spec: the prior value is restored");
             if now.as_deref() != Some(m.value.as_str()) {
                 reason.push_str(&format!(
@@ -265,7 +275,7 @@ impl Kubelet {
         if covered.is_ok() {
             fp.set.push((name.clone(), value.clone()));
             fp.restart = true;
-            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            d.reset(&resets);
         }
         out.push(ChangeBuilder {
             id: format!("kubelet.flags[{name}]"),
@@ -390,7 +400,7 @@ impl Kubelet {
             });
             ce.ids.push(id.clone());
             let resets = kubelet_state_files(&[m.path[0].as_str()], false);
-            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            d.reset(&resets);
             out.push(ChangeBuilder {
                 id: id.clone(),
                 op: restore_op(m.value.prior.is_some()),
@@ -404,7 +414,7 @@ impl Kubelet {
         if ce.edits.is_empty() {
             return false;
         }
-        self.write_config(input, out, (text, entry), &ce)
+        self.write_config(input, out, d, (text, entry), &ce)
     }
 
     /// Plans one desired config field: recorded with its prior value (when the file
@@ -453,7 +463,7 @@ impl Kubelet {
             _ => {
                 ce.edits.push(LeafEdit::Set(path.clone(), value.clone()));
                 ce.ids.push(id.clone());
-                out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+                d.reset(&resets);
                 Ok(if resets.is_empty() {
                     "merged into the KubeletConfiguration file, every other field kept; kubelet restart"
                 } else {
@@ -478,6 +488,7 @@ impl Kubelet {
         &self,
         input: &Input<'_>,
         out: &mut Output,
+        d: &Disruptions,
         (text, entry): (&str, &inplace_node::sysroot::Entry),
         ce: &ConfigEdits,
     ) -> bool {
@@ -505,7 +516,7 @@ impl Kubelet {
                     c.covered = false;
                     c.reason = reason.clone();
                 }
-                out.steps.kubelet_state_reset.clear();
+                d.resets.borrow_mut().clear();
                 false
             }
             Err(e) => {
@@ -579,6 +590,18 @@ impl Section for Kubelet {
         let config_written = self.config(input, out, &d, &fp.final_flags);
         if fp.restart || config_written {
             out.steps.restarts.insert(unit.clone());
+        }
+        let files = d.resets.take();
+        if !files.is_empty() {
+            out.steps.effect(ResetCheckpoints {
+                unit: unit.clone(),
+                files,
+            });
+        }
+        // a restart of the kubelet by any section (a files item's disruption too) is
+        // gated by its health, unless a reboot absorbs it
+        if out.steps.restarts.contains(unit) {
+            out.steps.effect(HealthGate);
         }
     }
 

@@ -269,3 +269,47 @@ fn a_dropped_flag_gets_its_prior_value_back() {
     assert!(t.contains("--max-pods=110"), "{t}");
     assert!(p.record.kubelet_flags.is_empty());
 }
+
+/// A CPU manager policy change resets the manager's checkpoint in place of the kubelet's
+/// restart, and the restart is gated by the kubelet's health; a flag that needs no reset
+/// gets only the gate.
+#[test]
+fn a_manager_policy_change_plans_the_checkpoint_reset_and_the_health_gate() {
+    use super::effects::{HealthGate, ResetCheckpoints};
+    use crate::sections::kit::effect::Stage;
+    let desired = spec("kubelet:\n  flags: {cpu-manager-policy: static}\n", &[]).unwrap();
+    let obs = observed(TextObs::Absent, text("KUBELET_KUBEADM_ARGS=\"\"\n"));
+    let p = plan(&[&Kubelet], &desired, &obs, &AppliedRecord::default());
+    let resets: Vec<&ResetCheckpoints> = p.steps.effects_of().collect();
+    assert_eq!(resets.len(), 1);
+    assert_eq!(resets[0].unit, "kubelet.service");
+    assert!(
+        resets[0]
+            .files
+            .iter()
+            .any(|f| f.ends_with("cpu_manager_state")),
+        "{:?}",
+        resets[0].files
+    );
+    assert_eq!(
+        p.steps
+            .at(&Stage::Restart("kubelet.service".into()))
+            .count(),
+        1
+    );
+    assert_eq!(p.steps.effects_of::<HealthGate>().count(), 1);
+
+    let desired = spec("kubelet:\n  flags: {max-pods: \"250\"}\n", &[]).unwrap();
+    let p = plan(&[&Kubelet], &desired, &obs, &AppliedRecord::default());
+    assert_eq!(p.steps.effects_of::<ResetCheckpoints>().count(), 0);
+    assert_eq!(p.steps.at(&Stage::Gate).count(), 1);
+
+    // nothing to change, nothing restarted: no gate
+    let p = plan(
+        &[&Kubelet],
+        &spec("", &[]).unwrap(),
+        &obs,
+        &AppliedRecord::default(),
+    );
+    assert!(p.steps.effects.is_empty());
+}
