@@ -237,10 +237,11 @@ impl Agent {
         Ok(())
     }
 
-    /// Committing → Acting: every write and removal (each checked against what the plan
-    /// saw), the directories left empty, the effects after the files (live values).
+    /// Committing → Acting: the effects before the files (a Kubernetes upgrade), every
+    /// write and removal (each checked against what the plan saw), the directories left
+    /// empty, the effects after the files (live values).
     fn committing(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
-        self.upgrade_kubernetes(run)?;
+        self.run_effects(run, &Stage::BeforeFiles)?;
         self.write_files(run)?;
         self.remove_files(run)?;
         self.run_effects(run, &Stage::AfterFiles)?;
@@ -501,11 +502,6 @@ impl Agent {
             run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),
         ))
-    }
-
-    /// The kubelet's health ([`crate::sections::kit::effect::Node::kubelet_health`]).
-    pub(super) fn kubelet_health(&self) -> Result<(), String> {
-        self.with_node(|node| node.kubelet_health())
     }
 
     /// The current content of `path` if it still has the fingerprint the plan saw.

@@ -22,8 +22,6 @@ pub(super) enum Undo {
     Dir(String),
     /// A change of a section's effect ([`crate::sections::kit::effect`]).
     Effect(Box<dyn crate::sections::kit::effect::Undo>),
-    /// A step of a Kubernetes version upgrade.
-    Kubernetes(crate::kubernetes::upgrade::Restore),
     /// A boot-configuration command that ran (`update-grub`): run again once every other
     /// step is undone, so what it generates (`grub.cfg`) follows the restored inputs.
     Rerun(Vec<String>),
@@ -181,7 +179,6 @@ impl Agent {
                     .map(|_| ())
                     .map_err(|e| format!("{d}: {e}")),
                 Undo::Effect(u) => self.with_node(|node| u.undo(node)),
-                Undo::Kubernetes(r) => r.undo(&self.root, &*self.services, &*self.runner),
             };
             if let Err(e) = r {
                 failed.push(e);

@@ -64,9 +64,6 @@ pub struct Steps {
     pub restarts: BTreeSet<String>,
     /// Units to restart only if running (`systemctl try-restart`), after a daemon-reload.
     pub try_restarts: BTreeSet<String>,
-    /// Kubelet state files to delete between stopping and starting the kubelet (CPU and
-    /// memory manager checkpoints, which the kubelet refuses when their policy changed).
-    pub kubelet_state_reset: BTreeSet<String>,
     /// A reboot is needed to take effect.
     pub reboot: bool,
     /// Kernel arguments are changed by a tool (rpm-ostree), so they can only be verified
@@ -76,9 +73,6 @@ pub struct Steps {
     pub effects: Vec<Arc<dyn Effect>>,
     /// Saved originals no longer needed after the commit.
     pub drop_originals: Vec<String>,
-    /// A Kubernetes version upgrade, run before every other step
-    /// ([`crate::kubernetes::upgrade`]).
-    pub kubernetes: Option<crate::kubernetes::upgrade::Upgrade>,
 }
 
 /// Mode and owner a [`Write`] gives the file: the existing file's own when `keep_meta`.
