@@ -179,7 +179,8 @@ impl Agent {
                 self.state
                     .save_original(&w.path, orig)
                     .map_err(|e| staging(e.to_string()))?;
-                run.op.push_action(format!("saved original of {}", w.path));
+                run.op
+                    .push_action(inplace_wire::ids::saved_original_action(&w.path));
                 originals = true;
             }
         }
@@ -327,7 +328,8 @@ impl Agent {
         Ok(())
     }
 
-    /// Acting → Verifying: boot configuration commands, then daemon-reload, reloads,
+    /// Acting → Verifying: the effects before the units (boot configuration commands),
+    /// then daemon-reload, reloads,
     /// try-restarts, restarts (an effect of [`Stage::Restart`] in place of its unit's);
     /// a pending reboot absorbs reloads and restarts.
     fn acting(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
@@ -350,13 +352,8 @@ impl Agent {
     fn act(&self, run: &mut Run<'_>) -> Result<(), String> {
         let plan = run.plan;
         let steps = &plan.steps;
-        for cmd in &steps.commands {
-            // pushed before it runs: a command that fails half-way may have written its
-            // output already, and running it again over restored inputs is harmless
-            run.undo.push(Undo::Rerun(cmd.clone()));
-            self.runner.run(cmd).map_err(|e| e.to_string())?;
-            run.op.push_action(format!("ran {}", cmd.join(" ")));
-        }
+        self.run_effects(run, &Stage::BeforeUnits)
+            .map_err(|f| f.cause().to_string())?;
         if steps.reboot {
             for u in steps.reloads.iter().chain(steps.restarts.iter()) {
                 run.op.push_action(format!(

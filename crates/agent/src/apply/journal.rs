@@ -74,7 +74,7 @@ use super::{Agent, now};
 use crate::sections::kit::effect::UndoEntry;
 use crate::sections::kit::observe::{FileObs, observe_file};
 use crate::sections::kit::steps::Steps;
-use crate::state::{Committed, EffectEntry, Intent, IntentEntry, JournalState, Sealed, sha256_of};
+use crate::state::{Committed, Intent, IntentEntry, JournalState, Sealed, sha256_of};
 use inplace_wire::pb;
 use inplace_wire::phase;
 use inplace_wire::phase::{INTERRUPTED, Phase};
@@ -149,12 +149,11 @@ impl Agent {
                 new_sha256,
             });
         }
-        let mut effects: Vec<EffectEntry> = steps
+        let effects = steps
             .effects
             .iter()
             .filter_map(|e| self.with_node(|node| e.journal_entry(node)))
             .collect();
-        effects.extend(steps.commands.iter().cloned().map(EffectEntry::Rerun));
         let units = steps
             .restarts
             .iter()

@@ -102,6 +102,19 @@ fn a_new_argument_is_appended_to_the_boot_configuration_for_the_next_boot() {
     );
     assert!(t.contains("GRUB_TIMEOUT=5"), "{t}");
     assert_eq!(p.record.kernel_args, ["isolcpus=2-3"]);
+    // the file edit is followed by the regeneration, an effect before the unit actions
+    // whose journal entry is the command to run again
+    let cmds: Vec<&super::effects::BootCommand> = p.steps.effects_of().collect();
+    assert_eq!(cmds.len(), 1);
+    assert!(!cmds[0].edits_args);
+    assert_eq!(
+        p.steps
+            .at(&crate::sections::kit::effect::Stage::BeforeUnits)
+            .count(),
+        1
+    );
+    // a file edit is verified by the re-plan, the reboot into it after the boot
+    assert!(!KernelArgs.verified_after_boot(c, &p.steps));
 }
 
 #[test]

@@ -54,8 +54,6 @@ pub struct Steps {
     pub writes: Vec<Write>,
     /// Files deleted.
     pub removes: Vec<Remove>,
-    /// Commands run after the writes (boot configuration regeneration).
-    pub commands: Vec<Vec<String>>,
     /// `systemctl daemon-reload` needed.
     pub daemon_reload: bool,
     /// Units to reload.
@@ -66,9 +64,6 @@ pub struct Steps {
     pub try_restarts: BTreeSet<String>,
     /// A reboot is needed to take effect.
     pub reboot: bool,
-    /// Kernel arguments are changed by a tool (rpm-ostree), so they can only be verified
-    /// after the boot, in `/proc/cmdline`.
-    pub kernel_args_by_command: bool,
     /// The sections' effects, in the order they were planned.
     pub effects: Vec<Arc<dyn Effect>>,
     /// Saved originals no longer needed after the commit.
