@@ -31,6 +31,7 @@ use inplace_formats::kubelet::config::LeafEdit;
 use inplace_formats::kubelet::fields as kcfg_fields;
 use inplace_formats::kubelet::flags as kflags;
 use inplace_formats::kubelet::flags::Flag;
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
@@ -45,19 +46,7 @@ const RESET_REASON: &str = "changes the CPU, memory or topology manager: drain t
 /// holds `.`, `[` or `"` quoted (`kubelet.config.evictionHard["memory.available"]`), so ids
 /// stay unique.
 pub fn config_id(path: &[String]) -> String {
-    let mut id = String::from("kubelet.config");
-    for seg in path {
-        if seg.contains(['.', '[', ']', '"']) || seg.is_empty() {
-            id.push_str(&format!(
-                "[{}]",
-                serde_json::to_string(seg).unwrap_or_default()
-            ));
-        } else {
-            id.push('.');
-            id.push_str(seg);
-        }
-    }
-    id
+    ChangeId::KubeletConfig(path.to_vec()).to_string()
 }
 
 /// `Update` when the item exists, else `Create`.
@@ -146,7 +135,7 @@ impl Kubelet {
             Err(e) => {
                 for (name, value) in &input.desired.kubelet.flags {
                     out.push(ChangeBuilder {
-                        id: format!("kubelet.flags[{name}]"),
+                        id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                         op: ChangeOperation::Update,
                         before: String::new(),
                         after: value.clone(),
@@ -196,7 +185,7 @@ impl Kubelet {
             }
             reason.push_str("; kubelet restart");
             out.push(ChangeBuilder {
-                id: format!("kubelet.flags[{name}]"),
+                id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                 op: restore_op(want.is_some()),
                 before: now.unwrap_or_else(|| "absent".into()),
                 after: want.unwrap_or_else(|| "absent".into()),
@@ -278,7 +267,7 @@ impl Kubelet {
             d.reset(&resets);
         }
         out.push(ChangeBuilder {
-            id: format!("kubelet.flags[{name}]"),
+            id: ChangeId::KubeletFlag(name.to_string()).to_string(),
             op: upsert(now.is_some()),
             before: now.unwrap_or_else(|| "absent".into()),
             after: value.clone(),
@@ -666,7 +655,7 @@ fn flags_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
         if seen.as_deref() != Some(m.value.as_str()) {
             out.push(pb::Drift {
                 since: None,
-                id: format!("kubelet.flags[{name}]"),
+                id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                 expected: m.value.clone(),
                 observed: seen.unwrap_or_else(|| "absent".into()),
             });

@@ -42,7 +42,7 @@ use inplace_wire::{k8s_version::Step, k8s_version::Version};
 pub struct Kubernetes;
 
 /// The change id.
-pub const ID: &str = "kubernetes.version";
+pub const ID: &str = inplace_wire::ids::KUBERNETES_VERSION;
 
 /// The static Pod manifests' directory, without a trailing `/`.
 pub(super) fn manifests_dir(config: &Config) -> String {

@@ -25,6 +25,7 @@ use inplace_formats::sysctl::{
     boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf, render_sysctl_conf,
     sysctl_path,
 };
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
@@ -130,7 +131,7 @@ impl Sysctls {
         (key, value): (&String, &String),
     ) -> bool {
         let drop_in = &input.config.sysctl.drop_in;
-        let id = format!("sysctls[{key}]");
+        let id = ChangeId::Sysctl(key.clone()).to_string();
         let path = sysctl_path(key);
         let live = input.obs.sysctls.live.get(key).cloned().flatten();
         let problem = key_problem(input, drop_in_obs, live.as_ref(), (key, value));
@@ -228,7 +229,7 @@ impl Sysctls {
                 });
             }
             out.push(ChangeBuilder {
-                id: format!("sysctls[{key}]"),
+                id: ChangeId::Sysctl(key.clone()).to_string(),
                 op: ChangeOperation::Delete,
                 before: live.unwrap_or_default(),
                 after: m.prior.clone().unwrap_or_default(),
@@ -318,12 +319,12 @@ impl Sysctls {
             let id = out
                 .changes
                 .iter()
-                .position(|c| c.id == format!("files[{from}]"))
+                .position(|c| c.id == ChangeId::File(from.clone()).to_string())
                 .or_else(|| {
                     overrides.keys().find_map(|p| {
                         out.changes
                             .iter()
-                            .position(|c| c.id == format!("files[{p}]"))
+                            .position(|c| c.id == ChangeId::File(p.clone()).to_string())
                     })
                 });
             apply_file_value(&input.obs.sysctls, out, id, (&key, &value));
@@ -438,7 +439,7 @@ impl Section for Sysctls {
             if seen.as_deref().ok() != Some(want.as_str()) {
                 out.push(pb::Drift {
                     since: None,
-                    id: format!("sysctls[{key}]"),
+                    id: ChangeId::Sysctl(key.clone()).to_string(),
                     expected: want,
                     observed: seen.unwrap_or_else(|u| format!("unknown ({})", u.why)),
                 });
