@@ -86,3 +86,19 @@ pub fn journaled_undo(entry: &EffectEntry) -> UndoEntry {
         EffectEntry::Rerun(argv) => UndoEntry::Rerun(argv.clone()),
     }
 }
+
+/// After a boot: what the running node lacks or still has of the whole applied `record`,
+/// over every section ([`kit::Section::verify_applied_after_boot`]).
+pub fn verify_applied_after_boot(
+    record: &crate::state::AppliedRecord,
+    boot: &kit::Boot<'_>,
+    boot_id: &str,
+) -> kit::AfterBoot {
+    let mut all = kit::AfterBoot::default();
+    for s in SECTIONS {
+        let a = s.verify_applied_after_boot(record, boot, boot_id);
+        all.missing.extend(a.missing);
+        all.lingering.extend(a.lingering);
+    }
+    all
+}

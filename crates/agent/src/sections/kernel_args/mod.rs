@@ -19,7 +19,7 @@ use crate::sections::kit::observe::{NodeView, ObserveError};
 use crate::sections::kit::steps::Steps;
 use crate::sections::kit::{AfterBoot, Boot, DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
-use crate::state::PendingRemoval;
+use crate::state::{AppliedRecord, PendingRemoval};
 use effects::BootCommand;
 use inplace_formats::cmdline::{Arg, Cmdline};
 use inplace_wire::ids::ChangeId;
@@ -57,7 +57,7 @@ fn split(wanted: &[Arg], have: &[Arg]) -> (Vec<Arg>, Vec<Arg>) {
 /// argument of `record` must be in the running command line, and every removal pending
 /// from an earlier boot gone (unless the next boot's configuration holds it from
 /// another owner).
-pub fn verify_applied(
+pub(crate) fn verify_applied(
     record: &crate::state::AppliedRecord,
     boot: &Boot<'_>,
     boot_id: &str,
@@ -700,6 +700,15 @@ impl Section for KernelArgs {
             missing: missing_args(&wanted, boot.running),
             lingering,
         }
+    }
+
+    fn verify_applied_after_boot(
+        &self,
+        record: &AppliedRecord,
+        boot: &Boot<'_>,
+        boot_id: &str,
+    ) -> AfterBoot {
+        verify_applied(record, boot, boot_id)
     }
 
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {

@@ -71,6 +71,18 @@ pub trait Section: Sync + std::fmt::Debug {
         AfterBoot::default()
     }
 
+    /// After the boot: what the running node lacks or still has of the whole applied
+    /// `record`, whatever operation staged it (an operation superseded before the reboot
+    /// staged part of what this boot must show); `boot_id` is the running boot's.
+    fn verify_applied_after_boot(
+        &self,
+        _record: &AppliedRecord,
+        _boot: &Boot<'_>,
+        _boot_id: &str,
+    ) -> AfterBoot {
+        AfterBoot::default()
+    }
+
     /// Managed items of the record whose node state differs from it.
     fn drift(&self, _view: &DriftView<'_>) -> Vec<pb::Drift> {
         Vec::new()
@@ -146,6 +158,17 @@ pub struct Boot<'a> {
     pub running: &'a str,
     /// The next boot's command line as configured.
     pub next_boot: &'a str,
+}
+
+/// Reads the node after a boot: the running kernel command line (`/proc/cmdline`; unknown
+/// when it can not be read or is empty) and the next boot's command line as the boot
+/// loader's configuration holds it (empty without a backend): owned, for a [`Boot`].
+pub fn read_boot(root: &Sysroot, config: &Config) -> Result<(String, String), observe::Unknown> {
+    let running = observe::observe_running(root, "/proc/cmdline")?;
+    let next_boot = crate::bootloader::detect(root, config.kernel_args.backend)
+        .map(|b| b.next_boot().render())
+        .unwrap_or_default();
+    Ok((running.trim_end().to_string(), next_boot))
 }
 
 /// What the running node lacks (`missing`) or still has (`lingering`) of an operation.
