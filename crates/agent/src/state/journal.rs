@@ -48,7 +48,7 @@ pub struct IntentEntry {
 
 /// The write-ahead intent of an operation, written and fsynced before its first change.
 ///
-/// On disk (`intent.json`) it is [`IntentOnDisk`], the format every agent version reads:
+/// On disk (`intent.json`) it is `IntentOnDisk`, the format every agent version reads:
 /// the effects' entries are kept there in the fields of their kind (`sysctls`,
 /// `commands`), converted at this edge.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
