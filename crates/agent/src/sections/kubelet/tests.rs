@@ -313,3 +313,49 @@ fn a_manager_policy_change_plans_the_checkpoint_reset_and_the_health_gate() {
     );
     assert!(p.steps.effects.is_empty());
 }
+
+/// The checkpoint reset stops the kubelet, removes the checkpoints there are, starts it;
+/// the gate passes on a healthy kubelet and says so again after a rollback.
+#[test]
+fn the_checkpoint_reset_and_the_health_gate_act_on_the_kubelet() {
+    use super::effects::{HealthGate, ResetCheckpoints};
+    use crate::sections::kit::effect::Effect;
+    use crate::sections::kit::tests::{Reported, sysroot, with_node};
+    let state = "/var/lib/kubelet/cpu_manager_state";
+    let (_dir, root) = sysroot(&[(state, "{}")]);
+    let rec = inplace_node::system::Recorder::default();
+    let reset = ResetCheckpoints {
+        unit: "kubelet.service".into(),
+        files: [state, "/var/lib/kubelet/memory_manager_state"]
+            .map(String::from)
+            .into(),
+    };
+    let mut r = Reported::default();
+    with_node(&root, &rec, |n| reset.apply(n, &mut r)).unwrap();
+    assert_eq!(
+        rec.calls(),
+        ["stop kubelet.service", "start kubelet.service"]
+    );
+    assert_eq!(
+        r.actions,
+        [
+            "stopped kubelet.service",
+            &format!("removed {state}"),
+            "started kubelet.service"
+        ]
+    );
+    assert!(root.read_string(state).unwrap().is_none());
+    assert!(r.undo.is_empty());
+
+    let mut r = Reported::default();
+    with_node(&root, &rec, |n| HealthGate.apply(n, &mut r)).unwrap();
+    assert_eq!(r.actions, ["kubelet healthy"]);
+    assert_eq!(
+        HealthGate.announce(),
+        Some("waiting for the kubelet to be healthy")
+    );
+    assert_eq!(
+        with_node(&root, &rec, |n| HealthGate.recheck(n)).as_deref(),
+        Some("the kubelet is healthy again")
+    );
+}

@@ -247,3 +247,50 @@ fn live_writes(p: &crate::plan::Plan) -> Vec<(String, String)> {
         .map(|s| (s.key.clone(), s.value.clone()))
         .collect()
 }
+
+/// The live write: journaled with the value before, written, read back, listed, its undo
+/// (and the journal's, after a crash) writing the value before again.
+#[test]
+fn the_live_write_is_journaled_read_back_and_undone() {
+    use super::effects::SetSysctl;
+    use crate::sections::kit::effect::{Effect, Stage, UndoEntry};
+    use crate::sections::kit::tests::{Reported, sysroot, with_node};
+    use crate::state::EffectEntry;
+    let (_dir, root) = sysroot(&[("/proc/sys/vm/swappiness", "60\n")]);
+    let rec = inplace_node::system::Recorder::default();
+    let set = SetSysctl {
+        key: "vm.swappiness".into(),
+        value: "10".into(),
+    };
+    assert_eq!(set.stage(), Stage::AfterFiles);
+    let entry = with_node(&root, &rec, |n| set.journal_entry(n)).unwrap();
+    assert_eq!(
+        entry,
+        EffectEntry::Sysctl {
+            key: "vm.swappiness".into(),
+            prior: "60".into()
+        }
+    );
+    let mut r = Reported::default();
+    with_node(&root, &rec, |n| set.apply(n, &mut r)).unwrap();
+    let live = || {
+        root.read_string("/proc/sys/vm/swappiness")
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(live(), "10\n");
+    assert_eq!(r.actions, ["set sysctl vm.swappiness (live)"]);
+    let [UndoEntry::Step(undo)] = &r.undo[..] else {
+        panic!("{:?}", r.undo)
+    };
+    with_node(&root, &rec, |n| undo.undo(n)).unwrap();
+    assert_eq!(live(), "60\n");
+    // after a crash, from the journal's entry
+    with_node(&root, &rec, |n| set.apply(n, &mut Reported::default())).unwrap();
+    let UndoEntry::Step(journaled) = crate::sections::journaled_undo(&entry) else {
+        panic!("a sysctl's journal entry is undone in reverse, not re-run")
+    };
+    with_node(&root, &rec, |n| journaled.undo(n)).unwrap();
+    assert_eq!(live(), "60\n");
+    assert!(rec.calls().is_empty());
+}
