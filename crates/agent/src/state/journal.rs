@@ -574,6 +574,44 @@ mod tests {
         assert_eq!(serde_json::to_string_pretty(&mixed).unwrap(), WRITTEN);
     }
 
+    /// The intent exactly as the agent before the effects declared it (the derive this
+    /// edge replaced).
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Before {
+        operation: String,
+        entries: Vec<IntentEntry>,
+        sysctls: Vec<(String, String)>,
+        units: Vec<String>,
+        #[serde(default)]
+        commands: Vec<Vec<String>>,
+    }
+
+    /// Both ways with the agent before the effects: what it wrote is what this writes,
+    /// and what this writes it reads with the same values.
+    #[test]
+    fn the_intent_is_the_one_the_agent_before_the_effects_wrote_and_read() {
+        let before = Before {
+            operation: "op-1".into(),
+            entries: expected().entries,
+            sysctls: vec![
+                ("vm.swappiness".into(), "60".into()),
+                ("net.ipv4.ip_forward".into(), "0".into()),
+            ],
+            units: vec!["kubelet.service".into()],
+            commands: vec![vec!["update-grub".into()]],
+        };
+        assert_eq!(serde_json::to_string_pretty(&before).unwrap(), WRITTEN);
+        let now = serde_json::to_vec_pretty(&expected()).unwrap();
+        let read: Before = serde_json::from_slice(&now).unwrap();
+        assert_eq!(read.sysctls, before.sysctls);
+        assert_eq!(read.commands, before.commands);
+        assert_eq!(
+            (read.operation, read.units),
+            (before.operation, before.units)
+        );
+    }
+
     /// An older agent's intent (no `commands`) reads as no command; one without `sysctls`
     /// does not parse, as before.
     #[test]
