@@ -58,20 +58,16 @@ impl Agent {
         &self,
         op: &pb::Operation,
     ) -> Result<crate::sections::kit::AfterBoot, crate::sections::kit::observe::Unknown> {
-        let running = crate::sections::kit::observe::observe_running(&self.root, "/proc/cmdline")?;
-        let running = running.trim_end();
-        let next_boot = crate::bootloader::detect(&self.root, self.config.kernel_args.backend)
-            .map(|b| b.next_boot().render())
-            .unwrap_or_default();
-        let mut found = plan::verify_after_boot(&op.changes, running, &next_boot);
+        let (running, next_boot) = crate::sections::kit::read_boot(&self.root, &self.config)?;
+        let mut found = plan::verify_after_boot(&op.changes, &running, &next_boot);
         // the whole applied set, whatever operation staged it (an operation superseded
         // before the reboot staged part of what this boot must show)
         let record = self.state.load_record().unwrap_or_default();
         let boot = crate::sections::kit::Boot {
-            running,
+            running: &running,
             next_boot: &next_boot,
         };
-        let all = crate::sections::kernel_args::verify_applied(&record, &boot, &self.boot_id());
+        let all = crate::sections::verify_applied_after_boot(&record, &boot, &self.boot_id());
         for m in all.missing {
             if !found.missing.contains(&m) {
                 found.missing.push(m);

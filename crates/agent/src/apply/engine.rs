@@ -15,8 +15,8 @@
 //!
 //! A failed phase function returns a [`Fail`]; [`Agent::run`] then hands it to the one
 //! rollback of a running operation ([`super::rollback`]): the list of completed steps
-//! undone in reverse (after the kubelet's failed health gate, the units restarted and the
-//! kubelet checked again), ending `RolledBack` with the cause, or `Failed` when nothing
+//! undone in reverse (after a failed gate, the units restarted and the gate asked again),
+//! ending `RolledBack` with the cause, or `Failed` when nothing
 //! was changed. The after-boot half is [`super::after_boot`]; the journal's side of a
 //! crash is [`super::journal`].
 
@@ -28,8 +28,9 @@ use super::{Agent, now};
 use crate::plan;
 use crate::plan::Plan;
 use crate::sections::kit::Options;
+use crate::sections::kit::effect::{Effect, Stage};
 use crate::sections::kit::observe::{FileObs, observe_file};
-use crate::sections::kit::steps::resolve_keep;
+use crate::sections::kit::steps::{Steps, resolve_keep};
 use crate::sections::model::NodeSpec;
 use crate::state::AppliedRecord;
 use inplace_node::sysroot::{Durability, Entry};
@@ -77,6 +78,12 @@ fn parent_of(path: &str) -> &str {
         Some(0) | None => "/",
         Some(i) => &path[..i],
     }
+}
+
+/// The gates the verification runs ([`Stage::Gate`]): none when a reboot is pending
+/// (it absorbs the restarts they follow).
+fn gates(steps: &Steps) -> impl Iterator<Item = &std::sync::Arc<dyn Effect>> {
+    steps.at(&Stage::Gate).filter(|_| !steps.reboot)
 }
 
 /// Whether entering `phase` is written to `operations/<id>.json`. The phases between
@@ -172,7 +179,8 @@ impl Agent {
                 self.state
                     .save_original(&w.path, orig)
                     .map_err(|e| staging(e.to_string()))?;
-                run.op.push_action(format!("saved original of {}", w.path));
+                run.op
+                    .push_action(inplace_wire::ids::saved_original_action(&w.path));
                 originals = true;
             }
         }
@@ -230,13 +238,15 @@ impl Agent {
         Ok(())
     }
 
-    /// Committing → Acting: every write and removal (each checked against what the plan
-    /// saw), the directories left empty, the live sysctls.
+    /// Committing → Acting: the effects before the files (a Kubernetes upgrade), every
+    /// write and removal (each checked against what the plan saw), the directories left
+    /// empty, the effects after the files (live values).
     fn committing(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
-        self.upgrade_kubernetes(run)?;
+        self.run_effects(run, &Stage::BeforeFiles)?;
         self.write_files(run)?;
         self.remove_files(run)?;
-        self.set_sysctls(run)?;
+        self.run_effects(run, &Stage::AfterFiles)?;
+        // named after the live sysctls, the effects after the files
         inplace_node::failpoint::hit("sysctl");
         let _ = self.state.journal_progress(run.op.id(), "written");
         Ok(Step::to(
@@ -318,70 +328,35 @@ impl Agent {
         Ok(())
     }
 
-    fn set_sysctls(&self, run: &mut Run<'_>) -> Result<(), Fail> {
-        let fail = Fail::rolled_back;
-        for (k, v) in &run.plan.steps.sysctls {
-            let p = inplace_formats::sysctl::sysctl_path(k);
-            let old = self
-                .root
-                .read_string(&p)
-                .ok()
-                .flatten()
-                .unwrap_or_default()
-                .trim_end_matches('\n')
-                .to_string();
-            self.root
-                .write_in_place(&p, format!("{v}\n").as_bytes())
-                .map_err(|e| fail(format!("committing: {e}")))?;
-            run.undo.push(Undo::Sysctl(k.clone(), old));
-            let back = self.root.read_string(&p).ok().flatten().unwrap_or_default();
-            // The value is not echoed: it may come from a files item's content (a sysctl.d
-            // file the spec writes), and content never reaches responses or logs; the
-            // spec's own sysctls show their values in coverage.
-            if inplace_formats::sysctl::normalize(&back) != inplace_formats::sysctl::normalize(v) {
-                return Err(fail(format!(
-                    "sysctl {k}: the kernel does not read back the value written (it reads {:?}); give the value in the form the kernel shows",
-                    back.trim_end()
-                )));
-            }
-            run.op.push_action(format!("set sysctl {k} (live)"));
-        }
-        Ok(())
-    }
-
-    /// Acting → Verifying: boot configuration commands, then daemon-reload, reloads,
-    /// try-restarts, restarts and the kubelet's checkpoint reset; a pending reboot
-    /// absorbs reloads and restarts.
+    /// Acting → Verifying: the effects before the units (boot configuration commands),
+    /// then daemon-reload, reloads,
+    /// try-restarts, restarts (an effect of [`Stage::Restart`] in place of its unit's);
+    /// a pending reboot absorbs reloads and restarts.
     fn acting(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         self.act(run)
             .map_err(|e| Fail::rolled_back(format!("acting: {e}")))?;
         let _ = self.state.journal_progress(run.op.id(), "acted");
         inplace_node::failpoint::hit("act");
         let steps = &run.plan.steps;
-        let kubelet_restarted = !steps.reboot && steps.restarts.contains(&self.config.kubelet.unit);
-        Ok(Step::to(
-            run.op.state().acted(),
-            if kubelet_restarted {
-                "waiting for the kubelet to be healthy, then re-reading the node"
-            } else {
-                "re-reading the node"
-            },
-        ))
+        let gates = gates(steps)
+            .filter_map(|g| g.announce())
+            .collect::<Vec<_>>();
+        let message = if gates.is_empty() {
+            "re-reading the node".to_string()
+        } else {
+            format!("{}, then re-reading the node", gates.join(", "))
+        };
+        Ok(Step::to(run.op.state().acted(), message))
     }
 
     fn act(&self, run: &mut Run<'_>) -> Result<(), String> {
-        let steps = &run.plan.steps;
-        let actions = run.op.actions_mut();
-        for cmd in &steps.commands {
-            // pushed before it runs: a command that fails half-way may have written its
-            // output already, and running it again over restored inputs is harmless
-            run.undo.push(Undo::Rerun(cmd.clone()));
-            self.runner.run(cmd).map_err(|e| e.to_string())?;
-            actions.push(format!("ran {}", cmd.join(" ")));
-        }
+        let plan = run.plan;
+        let steps = &plan.steps;
+        self.run_effects(run, &Stage::BeforeUnits)
+            .map_err(|f| f.cause().to_string())?;
         if steps.reboot {
             for u in steps.reloads.iter().chain(steps.restarts.iter()) {
-                actions.push(format!(
+                run.op.push_action(format!(
                     "{u}: reload/restart absorbed by the pending reboot"
                 ));
             }
@@ -389,45 +364,38 @@ impl Agent {
         }
         if steps.daemon_reload {
             self.services.daemon_reload().map_err(|e| e.to_string())?;
-            actions.push("daemon-reload".into());
+            run.op.push_action("daemon-reload");
         }
         for u in &steps.reloads {
             self.services.reload(u).map_err(|e| e.to_string())?;
-            actions.push(format!("reloaded {u}"));
+            run.op.push_action(format!("reloaded {u}"));
         }
         for u in &steps.try_restarts {
             self.services.try_restart(u).map_err(|e| e.to_string())?;
-            actions.push(format!("try-restarted {u}"));
+            run.op.push_action(format!("try-restarted {u}"));
         }
-        let kubelet = &self.config.kubelet.unit;
         for u in &steps.restarts {
-            if u == kubelet && !steps.kubelet_state_reset.is_empty() {
-                self.services.stop(u).map_err(|e| e.to_string())?;
-                actions.push(format!("stopped {u}"));
-                for f in &steps.kubelet_state_reset {
-                    if self.root.remove(f).map_err(|e| e.to_string())? {
-                        actions.push(format!("removed {f}"));
-                    }
-                }
-                self.services.start(u).map_err(|e| e.to_string())?;
-                actions.push(format!("started {u}"));
+            // an effect may restart the unit itself (stop, change, start)
+            let instead = Stage::Restart(u.clone());
+            if steps.at(&instead).next().is_some() {
+                self.run_effects(run, &instead)
+                    .map_err(|f| f.cause().to_string())?;
             } else {
                 self.services.restart(u).map_err(|e| e.to_string())?;
-                actions.push(format!("restarted {u}"));
+                run.op.push_action(format!("restarted {u}"));
             }
         }
         Ok(())
     }
 
     /// Verifying → Succeeded | RebootRequired | Rebooting (| Failed past the commit
-    /// point): the kubelet's health gate, the re-plan that must find nothing left but
+    /// point): the gates ([`Stage::Gate`], the kubelet's health), the re-plan that must find nothing left but
     /// what the boot verifies, then the commit point and the record.
     fn verifying(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         let fail = Fail::rolled_back;
         let steps = &run.plan.steps;
-        if !steps.reboot && steps.restarts.contains(&self.config.kubelet.unit) {
-            self.health_gate()?;
-            run.op.push_action("kubelet healthy");
+        if gates(steps).next().is_some() {
+            self.run_effects(run, &Stage::Gate)?;
         }
         let check = self
             .plan_with(run.spec, run.opts.clone(), run.record.clone())
@@ -466,18 +434,6 @@ impl Agent {
             next.message = format!("{}; {p}", next.message);
         }
         Ok(next)
-    }
-
-    /// The kubelet's health after its restart; when it fails, the operation fails with
-    /// the cause, and its rollback ([`Agent::roll_back_run`]) restarts the units with the
-    /// restored files.
-    fn health_gate(&self) -> Result<(), Fail> {
-        let Err(cause) = self.kubelet_health() else {
-            return Ok(());
-        };
-        Err(Fail::unhealthy(format!(
-            "kubelet health check failed: {cause}"
-        )))
     }
 
     /// Installs the committed record and the applied spec, then removes the journal and
@@ -543,25 +499,6 @@ impl Agent {
             run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),
         ))
-    }
-
-    /// The kubelet is active (as far as the service manager can tell) and its health
-    /// endpoint answers 2xx within the configured timeout.
-    pub(super) fn kubelet_health(&self) -> Result<(), String> {
-        let timeout = std::time::Duration::from_secs(self.config.kubelet.health_timeout_secs);
-        self.services
-            .wait_active(&self.config.kubelet.unit, timeout)
-            .map_err(|e| e.to_string())?;
-        let url = self
-            .config
-            .kubelet
-            .healthz_url
-            .clone()
-            .or_else(|| self.default_healthz.clone());
-        match url {
-            Some(u) => inplace_node::system::http_health(&u, timeout),
-            None => Ok(()),
-        }
     }
 
     /// The current content of `path` if it still has the fingerprint the plan saw.

@@ -71,10 +71,10 @@
 
 use super::machine::Op;
 use super::{Agent, now};
+use crate::sections::kit::effect::UndoEntry;
 use crate::sections::kit::observe::{FileObs, observe_file};
 use crate::sections::kit::steps::Steps;
 use crate::state::{Committed, Intent, IntentEntry, JournalState, Sealed, sha256_of};
-use inplace_formats::sysctl::sysctl_path;
 use inplace_wire::pb;
 use inplace_wire::phase;
 use inplace_wire::phase::{INTERRUPTED, Phase};
@@ -102,7 +102,8 @@ struct RolledBack {
 
 impl Agent {
     /// The write-ahead intent of `steps`: a pre-image of every path (written to the
-    /// journal), the directories writes will create, the prior value of every sysctl.
+    /// journal), the directories writes will create, each effect's journal entry (the
+    /// prior value of a live sysctl), the boot-configuration commands.
     pub(super) fn intent(&self, op: &pb::Operation, steps: &Steps) -> Result<Intent, String> {
         use crate::state::{IntentEntry, PreImage};
         use inplace_node::sysroot::Parents;
@@ -148,18 +149,11 @@ impl Agent {
                 new_sha256,
             });
         }
-        let mut sysctls = Vec::new();
-        for (k, _) in &steps.sysctls {
-            let prior = self
-                .root
-                .read_string(&sysctl_path(k))
-                .ok()
-                .flatten()
-                .unwrap_or_default()
-                .trim_end_matches('\n')
-                .to_string();
-            sysctls.push((k.clone(), prior));
-        }
+        let effects = steps
+            .effects
+            .iter()
+            .filter_map(|e| self.with_node(|node| e.journal_entry(node)))
+            .collect();
         let units = steps
             .restarts
             .iter()
@@ -170,9 +164,8 @@ impl Agent {
         Ok(Intent {
             operation: op.id.clone(),
             entries,
-            sysctls,
+            effects,
             units,
-            commands: steps.commands.clone(),
         })
     }
 
@@ -357,8 +350,9 @@ impl Agent {
 
     /// Before the commit point, from a verified intent: every pre-image verified first
     /// (one that does not: the journal is quarantined), then each path settled
-    /// ([`Agent::roll_back_entry`]) in reverse, the sysctls restored, the units restarted
-    /// again if the operation had written.
+    /// ([`Agent::roll_back_entry`]) in reverse, the effects' journal entries undone (live
+    /// sysctls restored), then, if a path went back, the commands run again and the units
+    /// restarted.
     fn roll_back(
         &self,
         id: &str,
@@ -388,10 +382,15 @@ impl Agent {
                 let _ = self.root.remove_dir_if_empty(d);
             }
         }
-        for (k, v) in &intent.sysctls {
-            let _ = self
-                .root
-                .write_in_place(&sysctl_path(k), format!("{v}\n").as_bytes());
+        // the effects' undos (live values) once the paths are back; their reruns below
+        let mut rerun = Vec::new();
+        for e in &intent.effects {
+            match crate::sections::journaled_undo(e) {
+                UndoEntry::Step(u) => {
+                    let _ = self.with_node(|node| u.undo(node));
+                }
+                UndoEntry::Rerun(cmd) => rerun.push(cmd),
+            }
         }
         let step = match &j.progress {
             Sealed::Valid(p) => p.clone(),
@@ -408,7 +407,7 @@ impl Agent {
         if !done.restored.is_empty() || !done.removed.is_empty() {
             // what the commands generate from the restored inputs (grub.cfg from
             // /etc/default/grub) goes back too, before the units read anything
-            for cmd in &intent.commands {
+            for cmd in &rerun {
                 match self.runner.run(cmd) {
                     Ok(_) => done.rerun.push(cmd.join(" ")),
                     Err(e) => done

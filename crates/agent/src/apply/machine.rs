@@ -432,11 +432,6 @@ impl Op {
         &self.wire.id
     }
 
-    /// Its actions, which the engine appends to as it works.
-    pub(crate) fn actions_mut(&mut self) -> &mut Vec<String> {
-        &mut self.wire.actions
-    }
-
     /// Appends an action.
     pub(crate) fn push_action(&mut self, action: impl Into<String>) {
         self.wire.actions.push(action.into());

@@ -13,15 +13,17 @@
 //!
 //! - Staging saves the original of every pre-existing file the spec overwrites for the
 //!   first time (`originals/`).
-//! - Committing writes every file atomically and durably (see [`inplace_node::sysroot`]).
-//!   Before each write the file must still be what the plan saw (no other writer's change
-//!   is ever overwritten). Every completed write, removal and live sysctl goes on an undo
-//!   list.
-//! - Acting runs boot configuration commands, then daemon-reload, reloads, restarts and
-//!   the kubelet's manager-checkpoint reset through the [`ServiceManager`]; a pending
-//!   reboot absorbs reloads and restarts.
-//! - Verifying re-observes the node and re-plans: nothing may remain to do but the reboot.
-//!   The applied record is persisted only then.
+//! - Committing runs the sections' effects before the files (a Kubernetes upgrade), writes
+//!   every file atomically and durably (see [`inplace_node::sysroot`]), then runs the
+//!   effects after the files (live sysctls). Before each write the file must still be
+//!   what the plan saw (no other writer's change is ever overwritten). Every completed
+//!   write, removal and effect's change goes on an undo list.
+//! - Acting runs boot configuration commands, then daemon-reload, reloads, restarts
+//!   through the [`ServiceManager`] (an effect may take a unit's restart over: the
+//!   kubelet's manager-checkpoint reset); a pending reboot absorbs reloads and restarts.
+//! - Verifying runs the effects' gates (the kubelet's health), re-observes the node and
+//!   re-plans: nothing may remain to do but the reboot. The applied record is persisted
+//!   only then.
 //!
 //! A failure at any step after the first write undoes the list in reverse and ends
 //! `RolledBack` with the cause. One operation runs at a time; an `Apply` with the id of an
@@ -32,7 +34,8 @@
 //! The parts: `machine.rs` (an operation's state, `OpState`, and one pure
 //! function per transition, checked against [`inplace_wire::phase`]'s table; the only
 //! writer of a phase is `Op::enter`), `engine.rs` (the I/O of each phase
-//! under the journal), `rollback.rs` (the one rollback of a failed operation and its
+//! under the journal), `effects.rs` (the node and the operation the sections' effects run
+//! with, [`crate::sections::kit::effect`]), `rollback.rs` (the one rollback of a failed operation and its
 //! message), `after_boot.rs` (settling at start what a
 //! reboot or a stop left; explicit reboots; supersession), `journal.rs` (the write-ahead
 //! journal, its order of fsyncs, recovery after a crash), `converge.rs` (start-up
@@ -43,9 +46,9 @@ mod after_boot;
 mod converge;
 mod diff;
 mod drift;
+mod effects;
 mod engine;
 mod journal;
-mod kubernetes;
 mod machine;
 mod rollback;
 mod status;

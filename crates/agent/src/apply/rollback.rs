@@ -1,11 +1,15 @@
 //! The one rollback of a running operation ([`Agent::roll_back_run`]): what a failed
 //! transition reports ([`Fail`]), the list of completed steps ([`Undo`]) undone in reverse,
-//! and after the kubelet's failed health gate the units restarted with the restored files
-//! and the kubelet checked again; then the operation's message says exactly that.
+//! and after a failed gate ([`Stage::Gate`](crate::sections::kit::effect::Stage::Gate), the kubelet's health) the units restarted
+//! with the restored files and the gate asked again; then the operation's message says
+//! exactly that.
 //! (A crash is rolled back from the journal instead: [`super::journal`].)
+
+use std::sync::Arc;
 
 use super::Agent;
 use super::machine::{IllegalTransition, Op};
+use crate::sections::kit::effect::Effect;
 use inplace_node::sysroot::Entry;
 use inplace_wire::phase::Phase;
 
@@ -16,10 +20,8 @@ pub(super) enum Undo {
     File(String, Option<(Vec<u8>, Entry)>),
     /// A directory created.
     Dir(String),
-    /// A live sysctl changed: key, previous value.
-    Sysctl(String, String),
-    /// A step of a Kubernetes version upgrade.
-    Kubernetes(crate::kubernetes::upgrade::Restore),
+    /// A change of a section's effect ([`crate::sections::kit::effect`]).
+    Effect(Box<dyn crate::sections::kit::effect::Undo>),
     /// A boot-configuration command that ran (`update-grub`): run again once every other
     /// step is undone, so what it generates (`grub.cfg`) follows the restored inputs.
     Rerun(Vec<String>),
@@ -33,9 +35,9 @@ pub(super) struct Fail {
     end: Phase,
     /// Why: the first part of the operation's message.
     cause: String,
-    /// The kubelet's health gate failed: after the undo, the units of the intent are
-    /// restarted and the kubelet checked again.
-    unhealthy: bool,
+    /// The gate that failed ([`Stage::Gate`](crate::sections::kit::effect::Stage::Gate)): after the undo, the units of the intent
+    /// are restarted and the gate asked again ([`Effect::recheck`]).
+    recheck: Option<Arc<dyn Effect>>,
 }
 
 impl Fail {
@@ -44,7 +46,7 @@ impl Fail {
         Fail {
             end: Phase::Failed,
             cause: cause.into(),
-            unhealthy: false,
+            recheck: None,
         }
     }
 
@@ -53,17 +55,22 @@ impl Fail {
         Fail {
             end: Phase::RolledBack,
             cause: cause.into(),
-            unhealthy: false,
+            recheck: None,
         }
     }
 
-    /// Ends `RolledBack` after the kubelet's failed health gate: what was done is
-    /// undone, the units are restarted with the restored files, the kubelet checked again.
-    pub(super) fn unhealthy(cause: impl Into<String>) -> Self {
+    /// Ends `RolledBack` after the failed `gate`: what was done is undone, the units are
+    /// restarted with the restored files, the gate asked again.
+    pub(super) fn unhealthy(cause: impl Into<String>, gate: Arc<dyn Effect>) -> Self {
         Fail {
-            unhealthy: true,
+            recheck: Some(gate),
             ..Fail::rolled_back(cause)
         }
+    }
+
+    /// Why: the first part of the operation's message.
+    pub(super) fn cause(&self) -> &str {
+        &self.cause
     }
 }
 
@@ -84,15 +91,15 @@ impl From<IllegalTransition> for Fail {
 }
 
 /// The message of a failed operation: the `cause`, then what its rollback did (`undone`,
-/// [`Agent::undo`]'s account; none: nothing was changed), then after a failed health gate
-/// the units `restarted` and the kubelet's health `after` that.
+/// [`Agent::undo`]'s account; none: nothing was changed), then after a failed gate the
+/// units `restarted` and what the gate says `after` that ([`Effect::recheck`]).
 fn rollback_message(cause: &str, undone: Option<&str>, again: Option<(String, String)>) -> String {
     let Some(undone) = undone else {
         return format!("{cause}; nothing was changed");
     };
     match again {
         Some((restarted, after)) => {
-            format!("{cause}; {undone}; {restarted}; the kubelet is {after}")
+            format!("{cause}; {undone}; {restarted}; {after}")
         }
         None => format!("{cause}; {undone}"),
     }
@@ -100,23 +107,21 @@ fn rollback_message(cause: &str, undone: Option<&str>, again: Option<(String, St
 
 impl Agent {
     /// The one rollback of a running operation, after `fail`: undoes the completed steps
-    /// in reverse; after the kubelet's failed health gate, restarts the units of the
-    /// intent (which the operation's state carries) with the restored files and checks
-    /// the kubelet again; removes the journal; then ends the operation `Failed` (nothing
+    /// in reverse; after a failed gate, restarts the units of the intent (which the
+    /// operation's state carries) with the restored files and asks the gate again; removes the journal; then ends the operation `Failed` (nothing
     /// was changed) or `RolledBack`, its message the cause and what was done about it.
     pub(super) fn roll_back_run(&self, op: &mut Op, undo: &[Undo], fail: Fail) {
-        let message = if undo.is_empty() && !fail.unhealthy {
+        let message = if undo.is_empty() && fail.recheck.is_none() {
             rollback_message(&fail.cause, None, None)
         } else {
             let undone = self.undo(undo);
-            let again = fail.unhealthy.then(|| {
+            let again = fail.recheck.as_ref().map(|gate| {
                 let intent = op.state().intent();
                 let units = intent.map(|i| i.units.as_slice()).unwrap_or(&[]);
                 let restarted = self.restart_units(units);
-                let after = match self.kubelet_health() {
-                    Ok(()) => "healthy again".to_string(),
-                    Err(e) => format!("still unhealthy: {e}"),
-                };
+                let after = self
+                    .with_node(|node| gate.recheck(node))
+                    .unwrap_or_default();
                 (restarted, after)
             });
             rollback_message(&fail.cause, Some(&undone), again)
@@ -173,14 +178,7 @@ impl Agent {
                     .remove_dir_if_empty(d)
                     .map(|_| ())
                     .map_err(|e| format!("{d}: {e}")),
-                Undo::Sysctl(k, v) => self
-                    .root
-                    .write_in_place(
-                        &inplace_formats::sysctl::sysctl_path(k),
-                        format!("{v}\n").as_bytes(),
-                    )
-                    .map_err(|e| format!("sysctl {k}: {e}")),
-                Undo::Kubernetes(r) => r.undo(&self.root, &*self.services, &*self.runner),
+                Undo::Effect(u) => self.with_node(|node| u.undo(node)),
             };
             if let Err(e) = r {
                 failed.push(e);
@@ -233,7 +231,8 @@ mod tests {
                 Some("2 step(s) undone, the node is as before"),
                 Some((
                     "kubelet.service restarted".into(),
-                    "still unhealthy: GET http://127.0.0.1:1/healthz answered 500".into()
+                    "the kubelet is still unhealthy: GET http://127.0.0.1:1/healthz answered 500"
+                        .into()
                 ))
             ),
             "kubelet health check failed: GET http://127.0.0.1:1/healthz answered 500; 2 step(s) undone, the node is as before; kubelet.service restarted; the kubelet is still unhealthy: GET http://127.0.0.1:1/healthz answered 500"

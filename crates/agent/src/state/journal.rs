@@ -47,23 +47,94 @@ pub struct IntentEntry {
 }
 
 /// The write-ahead intent of an operation, written and fsynced before its first change.
+///
+/// On disk (`intent.json`) it is `IntentOnDisk`, the format every agent version reads:
+/// the effects' entries are kept there in the fields of their kind (`sysctls`,
+/// `commands`), converted at this edge.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(from = "IntentOnDisk", into = "IntentOnDisk")]
 pub struct Intent {
     /// Operation id.
     pub operation: String,
     /// Paths changed, in commit order.
     pub entries: Vec<IntentEntry>,
-    /// Live sysctls changed: key, prior value.
-    pub sysctls: Vec<(String, String)>,
+    /// What the sections' effects need to be undone after a crash, in the order of the
+    /// plan's effects within each kind.
+    pub effects: Vec<EffectEntry>,
     /// Units the operation restarts or reloads (restarted again after a rollback).
     pub units: Vec<String>,
-    /// Boot-configuration commands the operation runs (`update-grub`, `grub2-mkconfig
-    /// -o ...`), argv each: run again after a rollback that put a path back, so what they
-    /// generate (`grub.cfg`) follows the restored inputs. Absent in journals of older
-    /// agents (read as none).
+}
+
+/// What the journal keeps of one effect of a section (`crate::sections::kit::effect`),
+/// to undo it after a crash: one variant per kind of entry, each with its field on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EffectEntry {
+    /// The `sysctls` section's live write: the key and its value before (written back
+    /// once the paths are restored). On disk: an element of `sysctls`.
+    Sysctl {
+        /// The key (`vm.swappiness`).
+        key: String,
+        /// The live value before the operation, without its newline.
+        prior: String,
+    },
+    /// A boot-configuration command (`update-grub`, `grub2-mkconfig -o ...`), argv: run
+    /// again after a rollback that put a path back, so what it generates (`grub.cfg`)
+    /// follows the restored inputs. On disk: an element of `commands`.
+    Rerun(Vec<String>),
+}
+
+/// The intent as `intent.json` holds it (field names and order are the format).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IntentOnDisk {
+    /// Operation id.
+    operation: String,
+    /// Paths changed, in commit order.
+    entries: Vec<IntentEntry>,
+    /// Live sysctls changed: key, prior value.
+    sysctls: Vec<(String, String)>,
+    /// Units the operation restarts or reloads.
+    units: Vec<String>,
+    /// Boot-configuration commands, argv each. Absent in journals of older agents
+    /// (read as none).
     #[serde(default)]
-    pub commands: Vec<Vec<String>>,
+    commands: Vec<Vec<String>>,
+}
+
+impl From<IntentOnDisk> for Intent {
+    fn from(d: IntentOnDisk) -> Intent {
+        let sysctls = d
+            .sysctls
+            .into_iter()
+            .map(|(key, prior)| EffectEntry::Sysctl { key, prior });
+        let commands = d.commands.into_iter().map(EffectEntry::Rerun);
+        Intent {
+            operation: d.operation,
+            entries: d.entries,
+            effects: sysctls.chain(commands).collect(),
+            units: d.units,
+        }
+    }
+}
+
+impl From<Intent> for IntentOnDisk {
+    fn from(i: Intent) -> IntentOnDisk {
+        let mut sysctls = Vec::new();
+        let mut commands = Vec::new();
+        for e in i.effects {
+            match e {
+                EffectEntry::Sysctl { key, prior } => sysctls.push((key, prior)),
+                EffectEntry::Rerun(argv) => commands.push(argv),
+            }
+        }
+        IntentOnDisk {
+            operation: i.operation,
+            entries: i.entries,
+            sysctls,
+            units: i.units,
+            commands,
+        }
+    }
 }
 
 /// A journal file read back: absent, verified against its checksum and parsed, or
@@ -412,5 +483,149 @@ impl StateDir {
             let _ = inplace_node::sysroot::fsync(&d);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EffectEntry, Intent, IntentEntry, PreImage};
+
+    /// An intent as the agent wrote it before the effects (and still does): a path, two
+    /// live sysctls, a unit and a boot-configuration command.
+    const WRITTEN: &str = r#"{
+  "operation": "op-1",
+  "entries": [
+    {
+      "path": "/etc/default/grub",
+      "pre": {
+        "file": "0",
+        "sha256": "sha256:aa",
+        "len": 3,
+        "mode": 420,
+        "uid": 0,
+        "gid": 0
+      },
+      "missingDirs": [],
+      "newSha256": "sha256:bb"
+    }
+  ],
+  "sysctls": [
+    [
+      "vm.swappiness",
+      "60"
+    ],
+    [
+      "net.ipv4.ip_forward",
+      "0"
+    ]
+  ],
+  "units": [
+    "kubelet.service"
+  ],
+  "commands": [
+    [
+      "update-grub"
+    ]
+  ]
+}"#;
+
+    fn expected() -> Intent {
+        Intent {
+            operation: "op-1".into(),
+            entries: vec![IntentEntry {
+                path: "/etc/default/grub".into(),
+                pre: Some(PreImage {
+                    file: "0".into(),
+                    sha256: "sha256:aa".into(),
+                    len: 3,
+                    mode: 0o644,
+                    uid: 0,
+                    gid: 0,
+                }),
+                missing_dirs: vec![],
+                new_sha256: Some("sha256:bb".into()),
+            }],
+            effects: vec![
+                EffectEntry::Sysctl {
+                    key: "vm.swappiness".into(),
+                    prior: "60".into(),
+                },
+                EffectEntry::Sysctl {
+                    key: "net.ipv4.ip_forward".into(),
+                    prior: "0".into(),
+                },
+                EffectEntry::Rerun(vec!["update-grub".into()]),
+            ],
+            units: vec!["kubelet.service".into()],
+        }
+    }
+
+    /// The on-disk intent is unchanged: what the agent wrote reads back into the effects'
+    /// entries (sysctls in order, then the commands), and is written again byte for byte.
+    #[test]
+    fn an_intent_with_sysctls_units_and_commands_reads_back_and_is_written_the_same() {
+        let read: Intent = serde_json::from_str(WRITTEN).unwrap();
+        assert_eq!(read, expected());
+        let again = serde_json::to_vec_pretty(&read).unwrap();
+        assert_eq!(String::from_utf8(again).unwrap(), WRITTEN);
+        // whatever order the plan's effects came in, each kind keeps its field and order
+        let mut mixed = expected();
+        mixed.effects.rotate_right(1);
+        assert_eq!(serde_json::to_string_pretty(&mixed).unwrap(), WRITTEN);
+    }
+
+    /// The intent exactly as the agent before the effects declared it (the derive this
+    /// edge replaced).
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Before {
+        operation: String,
+        entries: Vec<IntentEntry>,
+        sysctls: Vec<(String, String)>,
+        units: Vec<String>,
+        #[serde(default)]
+        commands: Vec<Vec<String>>,
+    }
+
+    /// Both ways with the agent before the effects: what it wrote is what this writes,
+    /// and what this writes it reads with the same values.
+    #[test]
+    fn the_intent_is_the_one_the_agent_before_the_effects_wrote_and_read() {
+        let before = Before {
+            operation: "op-1".into(),
+            entries: expected().entries,
+            sysctls: vec![
+                ("vm.swappiness".into(), "60".into()),
+                ("net.ipv4.ip_forward".into(), "0".into()),
+            ],
+            units: vec!["kubelet.service".into()],
+            commands: vec![vec!["update-grub".into()]],
+        };
+        assert_eq!(serde_json::to_string_pretty(&before).unwrap(), WRITTEN);
+        let now = serde_json::to_vec_pretty(&expected()).unwrap();
+        let read: Before = serde_json::from_slice(&now).unwrap();
+        assert_eq!(read.sysctls, before.sysctls);
+        assert_eq!(read.commands, before.commands);
+        assert_eq!(
+            (read.operation, read.units),
+            (before.operation, before.units)
+        );
+    }
+
+    /// An older agent's intent (no `commands`) reads as no command; one without `sysctls`
+    /// does not parse, as before.
+    #[test]
+    fn an_older_intent_reads_as_before() {
+        let old = r#"{"operation":"op-2","entries":[],"sysctls":[["vm.x","1"]],"units":[]}"#;
+        let read: Intent = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            read.effects,
+            [EffectEntry::Sysctl {
+                key: "vm.x".into(),
+                prior: "1".into()
+            }]
+        );
+        let no_sysctls = r#"{"operation":"op-2","entries":[],"units":[]}"#;
+        assert!(serde_json::from_str::<Intent>(no_sysctls).is_err());
     }
 }

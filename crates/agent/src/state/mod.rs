@@ -43,7 +43,9 @@ mod tests;
 use inplace_node::sysroot::{Durability, Sysroot, SysrootError};
 use inplace_wire::pb;
 
-pub use journal::{Committed, Intent, IntentEntry, JournalState, PreImage, Sealed, seal};
+pub use journal::{
+    Committed, EffectEntry, Intent, IntentEntry, JournalState, PreImage, Sealed, seal,
+};
 pub use operations::OperationHead;
 pub use record::{
     AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval,

@@ -407,7 +407,7 @@ fn enter_refuses_a_next_made_from_another_state() {
 fn the_wire_form_is_written_from_the_state() {
     let mut op = verifying();
     op.push_action("wrote /etc/x");
-    op.actions_mut().push("ran update-grub".into());
+    op.push_action("ran update-grub");
     go(&mut op, |s| s.stay(), "a step of a long phase");
     assert_eq!(op.state().phase(), Phase::Verifying);
     go(&mut op, |s| s.rebooting("boot-z"), "rebooting");

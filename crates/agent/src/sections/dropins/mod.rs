@@ -14,6 +14,7 @@ use crate::sections::kit::file_items::{self, DroppedFile, FileItem, FileItems};
 use crate::sections::kit::observe::{FileObs, NodeView, ObserveError};
 use crate::sections::kit::{DriftView, Input, Section};
 use crate::sections::model::Observed;
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::DisruptionLevel;
 
@@ -57,7 +58,7 @@ impl Section for Dropins {
 
     fn file_items<'a>(&self, input: &Input<'a>) -> FileItems<'a> {
         let items = input.desired.dropins.iter().map(|d| {
-            let id = format!("dropins[{}]", d.name);
+            let id = ChangeId::DropIn(d.name.clone()).to_string();
             FileItem {
                 file: Cow::Owned(FileSpec {
                     path: d.path(),

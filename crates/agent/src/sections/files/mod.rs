@@ -11,6 +11,7 @@ use crate::sections::kit::file_items::{self, FileItem, FileItems};
 use crate::sections::kit::observe::{NodeView, ObserveError};
 use crate::sections::kit::{DriftView, Input, Section};
 use crate::sections::model::Observed;
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 
 /// The `files` section.
@@ -41,7 +42,7 @@ impl Section for Files {
                 .files
                 .iter()
                 .map(|f| FileItem {
-                    id: format!("files[{}]", f.path),
+                    id: ChangeId::File(f.path.clone()).to_string(),
                     file: Cow::Borrowed(f),
                     item: None,
                     disruption: None,

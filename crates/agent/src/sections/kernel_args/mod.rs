@@ -4,6 +4,7 @@
 //! added them. They take effect at the next boot, so they are verified after it in
 //! `/proc/cmdline`.
 
+pub mod effects;
 pub mod observe;
 pub mod spec;
 #[cfg(test)]
@@ -18,8 +19,10 @@ use crate::sections::kit::observe::{NodeView, ObserveError};
 use crate::sections::kit::steps::Steps;
 use crate::sections::kit::{AfterBoot, Boot, DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
-use crate::state::PendingRemoval;
+use crate::state::{AppliedRecord, PendingRemoval};
+use effects::BootCommand;
 use inplace_formats::cmdline::{Arg, Cmdline};
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
@@ -54,7 +57,7 @@ fn split(wanted: &[Arg], have: &[Arg]) -> (Vec<Arg>, Vec<Arg>) {
 /// argument of `record` must be in the running command line, and every removal pending
 /// from an earlier boot gone (unless the next boot's configuration holds it from
 /// another owner).
-pub fn verify_applied(
+pub(crate) fn verify_applied(
     record: &crate::state::AppliedRecord,
     boot: &Boot<'_>,
     boot_id: &str,
@@ -97,7 +100,7 @@ fn running_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
             .unwrap_or(m.clone());
         out.push(pb::Drift {
             since: None,
-            id: format!("kernelArgs[{key}]"),
+            id: ChangeId::KernelArg(key.to_string()).to_string(),
             expected: m.clone(),
             observed: format!("/proc/cmdline lacks {m} after a boot"),
         });
@@ -112,7 +115,7 @@ fn running_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
         {
             out.push(pb::Drift {
                 since: None,
-                id: format!("kernelArgs[{}]", a.key()),
+                id: ChangeId::KernelArg(a.key().to_string()).to_string(),
                 expected: format!("{} removed", p.arg),
                 observed: format!("/proc/cmdline still has {} after a boot", p.arg),
             });
@@ -378,7 +381,7 @@ fn key_change<'a>(
         DisruptionLevel::None
     };
     ChangeBuilder {
-        id: format!("kernelArgs[{}]", kc.key),
+        id: ChangeId::KernelArg(kc.key.to_string()).to_string(),
         op,
         before: before.join(" "),
         after: after.join(" "),
@@ -488,8 +491,10 @@ impl KernelArgs {
             && changed
             && let Some(cmd) = backend.command_edit(&args.to_remove, &args.to_add)
         {
-            steps.commands.push(cmd);
-            steps.kernel_args_by_command = true;
+            steps.effect(BootCommand {
+                argv: cmd,
+                edits_args: true,
+            });
             steps.reboot |= any_reboot;
         } else if let (None, Ok(edits)) = (problem, edits)
             && !edits.is_empty()
@@ -508,7 +513,10 @@ impl KernelArgs {
                 });
             }
             if let Some(cmd) = backend.regenerate() {
-                steps.commands.push(cmd);
+                steps.effect(BootCommand {
+                    argv: cmd,
+                    edits_args: false,
+                });
             }
             steps.reboot |= any_reboot;
         }
@@ -529,7 +537,7 @@ impl KernelArgs {
         // before: removed args the running kernel still has; after: staged args it does
         // not have yet (verify_after_boot reads both as arguments).
         out.push(ChangeBuilder {
-            id: "kernelArgs".into(),
+            id: ChangeId::KernelArgs.to_string(),
             op: ChangeOperation::Update,
             before: gone.join(" "),
             after: missing.join(" "),
@@ -644,7 +652,7 @@ impl Section for KernelArgs {
             Err(e) => {
                 for a in &desired {
                     out.push(ChangeBuilder {
-                        id: format!("kernelArgs[{}]", a.key()),
+                        id: ChangeId::KernelArg(a.key().to_string()).to_string(),
                         op: ChangeOperation::Create,
                         before: String::new(),
                         after: a.as_str().to_string(),
@@ -662,7 +670,8 @@ impl Section for KernelArgs {
     /// every argument a tool changes (verified in `/proc/cmdline` only).
     fn verified_after_boot(&self, change: &pb::Change, steps: &Steps) -> bool {
         change.id == "kernelArgs"
-            || (steps.kernel_args_by_command && change.id.starts_with("kernelArgs"))
+            || (steps.effects_of::<BootCommand>().any(|c| c.edits_args)
+                && change.id.starts_with("kernelArgs"))
     }
 
     /// Every argument the operation added (or staged) must be in the running command
@@ -693,6 +702,15 @@ impl Section for KernelArgs {
         }
     }
 
+    fn verify_applied_after_boot(
+        &self,
+        record: &AppliedRecord,
+        boot: &Boot<'_>,
+        boot_id: &str,
+    ) -> AfterBoot {
+        verify_applied(record, boot, boot_id)
+    }
+
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
         let record = view.record;
         let mut out = running_drift(view);
@@ -706,7 +724,7 @@ impl Section for KernelArgs {
         if !missing.is_empty() {
             out.push(pb::Drift {
                 since: None,
-                id: "kernelArgs".into(),
+                id: ChangeId::KernelArgs.to_string(),
                 expected: record.kernel_args.join(" "),
                 observed: format!("next boot lacks {}", missing.join(" ")),
             });

@@ -102,6 +102,19 @@ fn a_new_argument_is_appended_to_the_boot_configuration_for_the_next_boot() {
     );
     assert!(t.contains("GRUB_TIMEOUT=5"), "{t}");
     assert_eq!(p.record.kernel_args, ["isolcpus=2-3"]);
+    // the file edit is followed by the regeneration, an effect before the unit actions
+    // whose journal entry is the command to run again
+    let cmds: Vec<&super::effects::BootCommand> = p.steps.effects_of().collect();
+    assert_eq!(cmds.len(), 1);
+    assert!(!cmds[0].edits_args);
+    assert_eq!(
+        p.steps
+            .at(&crate::sections::kit::effect::Stage::BeforeUnits)
+            .count(),
+        1
+    );
+    // a file edit is verified by the re-plan, the reboot into it after the boot
+    assert!(!KernelArgs.verified_after_boot(c, &p.steps));
 }
 
 #[test]
@@ -160,4 +173,36 @@ fn an_unobserved_node_has_no_backend_and_an_unknown_command_line() {
     let obs = KernelArgsObs::empty();
     assert!(obs.backend.is_err());
     assert_eq!(obs.proc_cmdline.unwrap_err().source, "/proc/cmdline");
+}
+
+/// A boot-configuration command reports its rerun before it runs (so a failure half-way
+/// still regenerates over the restored inputs), and is journaled as the command.
+#[test]
+fn a_boot_command_is_rerun_on_undo_and_journaled() {
+    use super::effects::BootCommand;
+    use crate::sections::kit::effect::{Effect, EffectError, UndoEntry};
+    use crate::sections::kit::tests::{Reported, sysroot, with_node};
+    use crate::state::EffectEntry;
+    let (_dir, root) = sysroot(&[]);
+    let cmd = BootCommand {
+        argv: vec!["update-grub".into()],
+        edits_args: false,
+    };
+    let rec = inplace_node::system::Recorder::default();
+    assert_eq!(
+        with_node(&root, &rec, |n| cmd.journal_entry(n)),
+        Some(EffectEntry::Rerun(vec!["update-grub".into()]))
+    );
+    let mut r = Reported::default();
+    with_node(&root, &rec, |n| cmd.apply(n, &mut r)).unwrap();
+    assert_eq!(rec.calls(), ["run update-grub"]);
+    assert_eq!(r.actions, ["ran update-grub"]);
+    assert!(matches!(&r.undo[..], [UndoEntry::Rerun(a)] if a == &cmd.argv));
+
+    let failing = inplace_node::system::Recorder::default().failing(["run".to_string()]);
+    let mut r = Reported::default();
+    let err = with_node(&root, &failing, |n| cmd.apply(n, &mut r)).unwrap_err();
+    assert!(matches!(err, EffectError::RolledBack(_)), "{err:?}");
+    assert!(r.actions.is_empty());
+    assert!(matches!(&r.undo[..], [UndoEntry::Rerun(_)]));
 }

@@ -19,6 +19,7 @@ use crate::state::{ManagedFile, Original, backup_name};
 use inplace_node::accounts::Accounts;
 use inplace_node::accounts::IdRef;
 use inplace_node::digest::sha256_hex;
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
@@ -501,7 +502,10 @@ fn plan_dropped(
     };
     let revert = Revert {
         path,
-        id: m.item.clone().unwrap_or_else(|| format!("files[{path}]")),
+        id: m
+            .item
+            .clone()
+            .unwrap_or_else(|| ChangeId::File(path.to_string()).to_string()),
         obs: &obs,
         d,
         summary: rule.summary,
@@ -674,7 +678,10 @@ pub fn drift(view: &DriftView<'_>, owns: impl Fn(Option<&str>) -> bool) -> Vec<p
         if want != seen {
             out.push(pb::Drift {
                 since: None,
-                id: m.item.clone().unwrap_or_else(|| format!("files[{path}]")),
+                id: m
+                    .item
+                    .clone()
+                    .unwrap_or_else(|| ChangeId::File(path.to_string()).to_string()),
                 expected: want,
                 observed: seen,
             });

@@ -1,9 +1,11 @@
 //! The kit every section is built with: the [`Section`] trait the planner drives, what a
 //! section plans from ([`Input`]) and into ([`Output`]), and the shared machinery: the
-//! change builder ([`change`]), the plan's steps ([`steps`]), the shared observation
-//! primitives ([`observe`]) and the whole-file machinery ([`file_items`]).
+//! change builder ([`change`]), the plan's steps ([`steps`]), the effects sections run
+//! through the engine with their undo and journal entry ([`effect`]), the shared
+//! observation primitives ([`observe`]) and the whole-file machinery ([`file_items`]).
 
 pub mod change;
+pub mod effect;
 pub mod file_items;
 pub mod observe;
 pub mod steps;
@@ -66,6 +68,18 @@ pub trait Section: Sync + std::fmt::Debug {
     /// After the boot: what the running node lacks or still has of an operation's
     /// `changes`.
     fn verify_after_boot(&self, _changes: &[pb::Change], _boot: &Boot<'_>) -> AfterBoot {
+        AfterBoot::default()
+    }
+
+    /// After the boot: what the running node lacks or still has of the whole applied
+    /// `record`, whatever operation staged it (an operation superseded before the reboot
+    /// staged part of what this boot must show); `boot_id` is the running boot's.
+    fn verify_applied_after_boot(
+        &self,
+        _record: &AppliedRecord,
+        _boot: &Boot<'_>,
+        _boot_id: &str,
+    ) -> AfterBoot {
         AfterBoot::default()
     }
 
@@ -144,6 +158,17 @@ pub struct Boot<'a> {
     pub running: &'a str,
     /// The next boot's command line as configured.
     pub next_boot: &'a str,
+}
+
+/// Reads the node after a boot: the running kernel command line (`/proc/cmdline`; unknown
+/// when it can not be read or is empty) and the next boot's command line as the boot
+/// loader's configuration holds it (empty without a backend): owned, for a [`Boot`].
+pub fn read_boot(root: &Sysroot, config: &Config) -> Result<(String, String), observe::Unknown> {
+    let running = observe::observe_running(root, "/proc/cmdline")?;
+    let next_boot = crate::bootloader::detect(root, config.kernel_args.backend)
+        .map(|b| b.next_boot().render())
+        .unwrap_or_default();
+    Ok((running.trim_end().to_string(), next_boot))
 }
 
 /// What the running node lacks (`missing`) or still has (`lingering`) of an operation.

@@ -2,6 +2,9 @@
 //! writes its steps in and the operation engine executes.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::effect::{Effect, Stage};
 
 use inplace_node::sysroot::Entry;
 use inplace_wire::pb;
@@ -43,17 +46,14 @@ pub struct Remove {
     pub dirs: Vec<String>,
 }
 
-/// Everything an apply does, in order of execution.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Everything an apply does, in order of execution: whole files, unit actions and the
+/// reboot (generic), and the sections' own [`Effect`]s, each run at its [`Stage`].
+#[derive(Debug, Clone, Default)]
 pub struct Steps {
     /// Files written (files section, kubelet files, boot configuration, sysctl drop-in).
     pub writes: Vec<Write>,
     /// Files deleted.
     pub removes: Vec<Remove>,
-    /// Live sysctl writes: key, value.
-    pub sysctls: Vec<(String, String)>,
-    /// Commands run after the writes (boot configuration regeneration).
-    pub commands: Vec<Vec<String>>,
     /// `systemctl daemon-reload` needed.
     pub daemon_reload: bool,
     /// Units to reload.
@@ -62,19 +62,12 @@ pub struct Steps {
     pub restarts: BTreeSet<String>,
     /// Units to restart only if running (`systemctl try-restart`), after a daemon-reload.
     pub try_restarts: BTreeSet<String>,
-    /// Kubelet state files to delete between stopping and starting the kubelet (CPU and
-    /// memory manager checkpoints, which the kubelet refuses when their policy changed).
-    pub kubelet_state_reset: BTreeSet<String>,
     /// A reboot is needed to take effect.
     pub reboot: bool,
-    /// Kernel arguments are changed by a tool (rpm-ostree), so they can only be verified
-    /// after the boot, in `/proc/cmdline`.
-    pub kernel_args_by_command: bool,
+    /// The sections' effects, in the order they were planned.
+    pub effects: Vec<Arc<dyn Effect>>,
     /// Saved originals no longer needed after the commit.
     pub drop_originals: Vec<String>,
-    /// A Kubernetes version upgrade, run before every other step
-    /// ([`crate::kubernetes::upgrade`]).
-    pub kubernetes: Option<crate::kubernetes::upgrade::Upgrade>,
 }
 
 /// Mode and owner a [`Write`] gives the file: the existing file's own when `keep_meta`.
@@ -86,6 +79,23 @@ pub fn resolve_keep(w: &Write, existing: Option<Entry>) -> (u32, u32, u32) {
 }
 
 impl Steps {
+    /// Adds an effect.
+    pub fn effect(&mut self, e: impl Effect) {
+        self.effects.push(Arc::new(e));
+    }
+
+    /// The effects run at `stage`, in order.
+    pub fn at(&self, stage: &Stage) -> impl Iterator<Item = &Arc<dyn Effect>> {
+        self.effects.iter().filter(move |e| e.stage() == *stage)
+    }
+
+    /// The effects of type `T` (a section reading its own back, its tests).
+    pub fn effects_of<T: Effect>(&self) -> impl Iterator<Item = &T> {
+        self.effects
+            .iter()
+            .filter_map(|e| (e.as_ref() as &dyn std::any::Any).downcast_ref::<T>())
+    }
+
     /// Adds the unit actions a change of disruption `d` needs: reloads, restarts (also
     /// for a drain, which the caller does first), a daemon-reload with try-restarts, or
     /// the reboot.

@@ -4,11 +4,13 @@
 
 use crate::config::Config;
 use crate::plan::{Plan, plan_over};
+use crate::sections::kit::effect::{Node, Report, UndoEntry};
 use crate::sections::kit::observe::FileObs;
 use crate::sections::kit::{Options, Section};
 use crate::sections::model::{NodeSpec, Observed};
 use crate::state::AppliedRecord;
-use inplace_node::sysroot::{Entry, Kind};
+use inplace_node::sysroot::{Entry, Kind, Sysroot};
+use inplace_node::system::Recorder;
 use inplace_wire::names::SpecError;
 use inplace_wire::{pb, yaml};
 
@@ -54,4 +56,59 @@ pub(crate) fn plan(
 /// The ids of a plan's changes, in report order.
 pub(crate) fn ids(p: &Plan) -> Vec<&str> {
     p.report.changes.iter().map(|c| c.id.as_str()).collect()
+}
+
+/// What an effect reported while it ran, for its tests.
+#[derive(Debug, Default)]
+pub(crate) struct Reported {
+    /// Operation messages, in order.
+    pub steps: Vec<String>,
+    /// Journal progress markers, in order.
+    pub progress: Vec<String>,
+    /// Actions, in order.
+    pub actions: Vec<String>,
+    /// Undo entries, in order of completion.
+    pub undo: Vec<UndoEntry>,
+}
+
+impl Report for Reported {
+    fn step(&mut self, message: &str) {
+        self.steps.push(message.into());
+    }
+    fn progress(&mut self, marker: &str) {
+        self.progress.push(marker.into());
+    }
+    fn action(&mut self, text: String) {
+        self.actions.push(text);
+    }
+    fn undo(&mut self, undo: UndoEntry) {
+        self.undo.push(undo);
+    }
+}
+
+/// A sysroot in a temporary directory holding `files` (node path, content).
+pub(crate) fn sysroot(files: &[(&str, &str)]) -> (tempfile::TempDir, Sysroot) {
+    let dir = tempfile::tempdir().unwrap();
+    for (p, c) in files {
+        let full = dir.path().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, c).unwrap();
+    }
+    let root = Sysroot::open(dir.path()).unwrap();
+    (dir, root)
+}
+
+/// Calls `f` with the node an effect acts on: `root`, services and commands recorded by
+/// `rec`, the default config, no health endpoint.
+pub(crate) fn with_node<R>(root: &Sysroot, rec: &Recorder, f: impl FnOnce(&Node<'_>) -> R) -> R {
+    let config = Config::default();
+    let node = Node {
+        root,
+        services: rec,
+        runner: rec,
+        config: &config,
+        state_dir: std::path::Path::new("/nonexistent"),
+        default_healthz: None,
+    };
+    f(&node)
 }

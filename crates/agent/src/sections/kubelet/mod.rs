@@ -7,12 +7,13 @@
 //! covered (the kubelet lets a flag win over its config file), nor one that a later
 //! `KUBELET_EXTRA_ARGS` shadows.
 
+pub mod effects;
 pub mod observe;
 pub mod spec;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -23,12 +24,14 @@ use crate::sections::kit::steps::Write;
 use crate::sections::kit::{DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
 use crate::state::{ManagedField, ManagedValue};
+use effects::{HealthGate, ResetCheckpoints};
 use inplace_formats::kubelet::checkpoints::kubelet_state_files;
 use inplace_formats::kubelet::config as kcfg;
 use inplace_formats::kubelet::config::LeafEdit;
 use inplace_formats::kubelet::fields as kcfg_fields;
 use inplace_formats::kubelet::flags as kflags;
 use inplace_formats::kubelet::flags::Flag;
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
@@ -43,19 +46,7 @@ const RESET_REASON: &str = "changes the CPU, memory or topology manager: drain t
 /// holds `.`, `[` or `"` quoted (`kubelet.config.evictionHard["memory.available"]`), so ids
 /// stay unique.
 pub fn config_id(path: &[String]) -> String {
-    let mut id = String::from("kubelet.config");
-    for seg in path {
-        if seg.contains(['.', '[', ']', '"']) || seg.is_empty() {
-            id.push_str(&format!(
-                "[{}]",
-                serde_json::to_string(seg).unwrap_or_default()
-            ));
-        } else {
-            id.push('.');
-            id.push_str(seg);
-        }
-    }
-    id
+    ChangeId::KubeletConfig(path.to_vec()).to_string()
 }
 
 /// `Update` when the item exists, else `Create`.
@@ -83,10 +74,12 @@ fn json_summary(v: Option<&Value>) -> String {
     }
 }
 
-/// The kubelet unit's disruptions: a restart, or a drain when checkpoints are reset.
+/// The kubelet unit's disruptions: a restart, or a drain when checkpoints are reset;
+/// and the checkpoint files the planned changes reset ([`effects::ResetCheckpoints`]).
 struct Disruptions {
     restart: pb::Disruption,
     drain: pb::Disruption,
+    resets: std::cell::RefCell<BTreeSet<String>>,
 }
 
 impl Disruptions {
@@ -94,7 +87,13 @@ impl Disruptions {
         Disruptions {
             restart: disruption(DisruptionLevel::Restart, &[unit]),
             drain: disruption(DisruptionLevel::Drain, &[unit]),
+            resets: Default::default(),
         }
+    }
+
+    /// The checkpoint files `resets` are removed between the kubelet's stop and start.
+    fn reset(&self, resets: &[String]) {
+        self.resets.borrow_mut().extend(resets.iter().cloned());
     }
 
     fn of(&self, resets: &[String]) -> pb::Disruption {
@@ -136,7 +135,7 @@ impl Kubelet {
             Err(e) => {
                 for (name, value) in &input.desired.kubelet.flags {
                     out.push(ChangeBuilder {
-                        id: format!("kubelet.flags[{name}]"),
+                        id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                         op: ChangeOperation::Update,
                         before: String::new(),
                         after: value.clone(),
@@ -175,7 +174,7 @@ impl Kubelet {
             }
             fp.restart = true;
             let resets = kubelet_state_files(&[name.as_str()], true);
-            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            d.reset(&resets);
             let mut reason = String::from("dropped from the spec: the prior value is restored");
             if now.as_deref() != Some(m.value.as_str()) {
                 reason.push_str(&format!(
@@ -186,7 +185,7 @@ impl Kubelet {
             }
             reason.push_str("; kubelet restart");
             out.push(ChangeBuilder {
-                id: format!("kubelet.flags[{name}]"),
+                id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                 op: restore_op(want.is_some()),
                 before: now.unwrap_or_else(|| "absent".into()),
                 after: want.unwrap_or_else(|| "absent".into()),
@@ -265,10 +264,10 @@ impl Kubelet {
         if covered.is_ok() {
             fp.set.push((name.clone(), value.clone()));
             fp.restart = true;
-            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            d.reset(&resets);
         }
         out.push(ChangeBuilder {
-            id: format!("kubelet.flags[{name}]"),
+            id: ChangeId::KubeletFlag(name.to_string()).to_string(),
             op: upsert(now.is_some()),
             before: now.unwrap_or_else(|| "absent".into()),
             after: value.clone(),
@@ -390,7 +389,7 @@ impl Kubelet {
             });
             ce.ids.push(id.clone());
             let resets = kubelet_state_files(&[m.path[0].as_str()], false);
-            out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+            d.reset(&resets);
             out.push(ChangeBuilder {
                 id: id.clone(),
                 op: restore_op(m.value.prior.is_some()),
@@ -404,7 +403,7 @@ impl Kubelet {
         if ce.edits.is_empty() {
             return false;
         }
-        self.write_config(input, out, (text, entry), &ce)
+        self.write_config(input, out, d, (text, entry), &ce)
     }
 
     /// Plans one desired config field: recorded with its prior value (when the file
@@ -453,7 +452,7 @@ impl Kubelet {
             _ => {
                 ce.edits.push(LeafEdit::Set(path.clone(), value.clone()));
                 ce.ids.push(id.clone());
-                out.steps.kubelet_state_reset.extend(resets.iter().cloned());
+                d.reset(&resets);
                 Ok(if resets.is_empty() {
                     "merged into the KubeletConfiguration file, every other field kept; kubelet restart"
                 } else {
@@ -478,6 +477,7 @@ impl Kubelet {
         &self,
         input: &Input<'_>,
         out: &mut Output,
+        d: &Disruptions,
         (text, entry): (&str, &inplace_node::sysroot::Entry),
         ce: &ConfigEdits,
     ) -> bool {
@@ -505,7 +505,7 @@ impl Kubelet {
                     c.covered = false;
                     c.reason = reason.clone();
                 }
-                out.steps.kubelet_state_reset.clear();
+                d.resets.borrow_mut().clear();
                 false
             }
             Err(e) => {
@@ -580,6 +580,18 @@ impl Section for Kubelet {
         if fp.restart || config_written {
             out.steps.restarts.insert(unit.clone());
         }
+        let files = d.resets.take();
+        if !files.is_empty() {
+            out.steps.effect(ResetCheckpoints {
+                unit: unit.clone(),
+                files,
+            });
+        }
+        // a restart of the kubelet by any section (a files item's disruption too) is
+        // gated by its health, unless a reboot absorbs it
+        if out.steps.restarts.contains(unit) {
+            out.steps.effect(HealthGate);
+        }
     }
 
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
@@ -643,7 +655,7 @@ fn flags_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
         if seen.as_deref() != Some(m.value.as_str()) {
             out.push(pb::Drift {
                 since: None,
-                id: format!("kubelet.flags[{name}]"),
+                id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                 expected: m.value.clone(),
                 observed: seen.unwrap_or_else(|| "absent".into()),
             });

@@ -269,3 +269,93 @@ fn a_dropped_flag_gets_its_prior_value_back() {
     assert!(t.contains("--max-pods=110"), "{t}");
     assert!(p.record.kubelet_flags.is_empty());
 }
+
+/// A CPU manager policy change resets the manager's checkpoint in place of the kubelet's
+/// restart, and the restart is gated by the kubelet's health; a flag that needs no reset
+/// gets only the gate.
+#[test]
+fn a_manager_policy_change_plans_the_checkpoint_reset_and_the_health_gate() {
+    use super::effects::{HealthGate, ResetCheckpoints};
+    use crate::sections::kit::effect::Stage;
+    let desired = spec("kubelet:\n  flags: {cpu-manager-policy: static}\n", &[]).unwrap();
+    let obs = observed(TextObs::Absent, text("KUBELET_KUBEADM_ARGS=\"\"\n"));
+    let p = plan(&[&Kubelet], &desired, &obs, &AppliedRecord::default());
+    let resets: Vec<&ResetCheckpoints> = p.steps.effects_of().collect();
+    assert_eq!(resets.len(), 1);
+    assert_eq!(resets[0].unit, "kubelet.service");
+    assert!(
+        resets[0]
+            .files
+            .iter()
+            .any(|f| f.ends_with("cpu_manager_state")),
+        "{:?}",
+        resets[0].files
+    );
+    assert_eq!(
+        p.steps
+            .at(&Stage::Restart("kubelet.service".into()))
+            .count(),
+        1
+    );
+    assert_eq!(p.steps.effects_of::<HealthGate>().count(), 1);
+
+    let desired = spec("kubelet:\n  flags: {max-pods: \"250\"}\n", &[]).unwrap();
+    let p = plan(&[&Kubelet], &desired, &obs, &AppliedRecord::default());
+    assert_eq!(p.steps.effects_of::<ResetCheckpoints>().count(), 0);
+    assert_eq!(p.steps.at(&Stage::Gate).count(), 1);
+
+    // nothing to change, nothing restarted: no gate
+    let p = plan(
+        &[&Kubelet],
+        &spec("", &[]).unwrap(),
+        &obs,
+        &AppliedRecord::default(),
+    );
+    assert!(p.steps.effects.is_empty());
+}
+
+/// The checkpoint reset stops the kubelet, removes the checkpoints there are, starts it;
+/// the gate passes on a healthy kubelet and says so again after a rollback.
+#[test]
+fn the_checkpoint_reset_and_the_health_gate_act_on_the_kubelet() {
+    use super::effects::{HealthGate, ResetCheckpoints};
+    use crate::sections::kit::effect::Effect;
+    use crate::sections::kit::tests::{Reported, sysroot, with_node};
+    let state = "/var/lib/kubelet/cpu_manager_state";
+    let (_dir, root) = sysroot(&[(state, "{}")]);
+    let rec = inplace_node::system::Recorder::default();
+    let reset = ResetCheckpoints {
+        unit: "kubelet.service".into(),
+        files: [state, "/var/lib/kubelet/memory_manager_state"]
+            .map(String::from)
+            .into(),
+    };
+    let mut r = Reported::default();
+    with_node(&root, &rec, |n| reset.apply(n, &mut r)).unwrap();
+    assert_eq!(
+        rec.calls(),
+        ["stop kubelet.service", "start kubelet.service"]
+    );
+    assert_eq!(
+        r.actions,
+        [
+            "stopped kubelet.service",
+            &format!("removed {state}"),
+            "started kubelet.service"
+        ]
+    );
+    assert!(root.read_string(state).unwrap().is_none());
+    assert!(r.undo.is_empty());
+
+    let mut r = Reported::default();
+    with_node(&root, &rec, |n| HealthGate.apply(n, &mut r)).unwrap();
+    assert_eq!(r.actions, ["kubelet healthy"]);
+    assert_eq!(
+        HealthGate.announce(),
+        Some("waiting for the kubelet to be healthy")
+    );
+    assert_eq!(
+        with_node(&root, &rec, |n| HealthGate.recheck(n)).as_deref(),
+        Some("the kubelet is healthy again")
+    );
+}

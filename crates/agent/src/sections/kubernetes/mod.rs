@@ -14,8 +14,10 @@
 //! Disruption: `drain` for a minor upgrade (the upgrade guide drains before it) and on a
 //! control-plane node, a kubelet restart for a patch upgrade on a worker; a
 //! `[[disruption]]` rule matching the kubelet binary's path wins. The steps are one
-//! [`Upgrade`] the engine runs before every other section's ([`crate::kubernetes::upgrade`]).
+//! effect, [`effects::UpgradeKubernetes`], which the engine runs before every other
+//! section's steps ([`crate::kubernetes::upgrade`]).
 
+pub mod effects;
 pub mod observe;
 pub mod spec;
 #[cfg(test)]
@@ -30,6 +32,7 @@ use crate::sections::kit::observe::{NodeView, ObserveError};
 use crate::sections::kit::{Input, Output, Section};
 use crate::sections::kubernetes::observe::KubernetesObs;
 use crate::sections::model::Observed;
+use effects::UpgradeKubernetes;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 use inplace_wire::{k8s_version::Step, k8s_version::Version};
@@ -39,7 +42,7 @@ use inplace_wire::{k8s_version::Step, k8s_version::Version};
 pub struct Kubernetes;
 
 /// The change id.
-pub const ID: &str = "kubernetes.version";
+pub const ID: &str = inplace_wire::ids::KUBERNETES_VERSION;
 
 /// The static Pod manifests' directory, without a trailing `/`.
 pub(super) fn manifests_dir(config: &Config) -> String {
@@ -99,7 +102,7 @@ impl Section for Kubernetes {
             Some(why) => change.covered = Err(why),
             None => {
                 let reason = covered_reason(config, obs, from, to, &why_d);
-                out.steps.kubernetes = Some(Upgrade {
+                out.steps.effect(UpgradeKubernetes(Upgrade {
                     from,
                     to,
                     control_plane: obs.control_plane,
@@ -107,7 +110,7 @@ impl Section for Kubernetes {
                         config.kubelet.config_path.clone(),
                         config.kubelet.flags_path.clone(),
                     ],
-                });
+                }));
                 out.changes.push(
                     ChangeBuilder {
                         covered: Ok(&reason),

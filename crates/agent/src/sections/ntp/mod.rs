@@ -19,6 +19,7 @@ use crate::sections::model::Observed;
 use inplace_formats::ntp::Daemon;
 use inplace_node::accounts::IdRef;
 use inplace_node::digest::sha256_hex;
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 use spec::NtpSpec;
@@ -109,7 +110,7 @@ impl Section for Ntp {
         let after = ntp.servers.join(" ");
         let not_covered = |reason: String, targets: Vec<String>, d: pb::Disruption| {
             ChangeBuilder {
-                id: "ntp".into(),
+                id: ChangeId::Ntp.to_string(),
                 op: ChangeOperation::Update,
                 before: String::new(),
                 after: after.clone(),
@@ -143,7 +144,7 @@ impl Section for Ntp {
                     owner: owner.map(|(u, _)| IdRef::Id(u)),
                     group: owner.map(|(_, g)| IdRef::Id(g)),
                 }),
-                id: "ntp".into(),
+                id: ChangeId::Ntp.to_string(),
                 item: Some("ntp".into()),
                 disruption: Some((restart, reason(daemon))),
                 summary: Some((before, after)),

@@ -4,6 +4,7 @@
 //! `files` item) take effect live too, as systemd-sysctl would apply them at boot. The
 //! sysctl.d rules are in [`inplace_formats::sysctl`].
 
+pub mod effects;
 pub mod observe;
 pub mod spec;
 #[cfg(test)]
@@ -17,12 +18,14 @@ use crate::sections::kit::observe::{NodeView, ObserveError, TextObs, observe_run
 use crate::sections::kit::steps::{Remove, Write};
 use crate::sections::kit::{DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
+use crate::sections::sysctls::effects::SetSysctl;
 use crate::sections::sysctls::observe::{SysctlLive, SysctlObs};
 use crate::state::{AppliedRecord, ManagedValue};
 use inplace_formats::sysctl::{
     boot_value, edit_sysctl_conf, is_sysctl_conf, normalize, parse_sysctl_conf, render_sysctl_conf,
     sysctl_path,
 };
+use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
@@ -128,7 +131,7 @@ impl Sysctls {
         (key, value): (&String, &String),
     ) -> bool {
         let drop_in = &input.config.sysctl.drop_in;
-        let id = format!("sysctls[{key}]");
+        let id = ChangeId::Sysctl(key.clone()).to_string();
         let path = sysctl_path(key);
         let live = input.obs.sysctls.live.get(key).cloned().flatten();
         let problem = key_problem(input, drop_in_obs, live.as_ref(), (key, value));
@@ -185,7 +188,10 @@ impl Sysctls {
             return true;
         }
         if !live_ok {
-            out.steps.sysctls.push((key.clone(), value.clone()));
+            out.steps.effect(SetSysctl {
+                key: key.clone(),
+                value: value.clone(),
+            });
         }
         out.push(ChangeBuilder {
             id,
@@ -217,10 +223,13 @@ impl Sysctls {
             if let (Some(prior), Some(l)) = (&m.prior, &live)
                 && normalize(prior) != normalize(l)
             {
-                out.steps.sysctls.push((key.clone(), prior.clone()));
+                out.steps.effect(SetSysctl {
+                    key: key.clone(),
+                    value: prior.clone(),
+                });
             }
             out.push(ChangeBuilder {
-                id: format!("sysctls[{key}]"),
+                id: ChangeId::Sysctl(key.clone()).to_string(),
                 op: ChangeOperation::Delete,
                 before: live.unwrap_or_default(),
                 after: m.prior.clone().unwrap_or_default(),
@@ -310,12 +319,12 @@ impl Sysctls {
             let id = out
                 .changes
                 .iter()
-                .position(|c| c.id == format!("files[{from}]"))
+                .position(|c| c.id == ChangeId::File(from.clone()).to_string())
                 .or_else(|| {
                     overrides.keys().find_map(|p| {
                         out.changes
                             .iter()
-                            .position(|c| c.id == format!("files[{p}]"))
+                            .position(|c| c.id == ChangeId::File(p.clone()).to_string())
                     })
                 });
             apply_file_value(&input.obs.sysctls, out, id, (&key, &value));
@@ -380,7 +389,10 @@ fn apply_file_value(
                 }
                 return;
             }
-            out.steps.sysctls.push((key.to_string(), value.to_string()));
+            out.steps.effect(SetSysctl {
+                key: key.to_string(),
+                value: value.to_string(),
+            });
             if let Some(i) = id
                 && !out.changes[i].reason.contains("applied live")
             {
@@ -427,7 +439,7 @@ impl Section for Sysctls {
             if seen.as_deref().ok() != Some(want.as_str()) {
                 out.push(pb::Drift {
                     since: None,
-                    id: format!("sysctls[{key}]"),
+                    id: ChangeId::Sysctl(key.clone()).to_string(),
                     expected: want,
                     observed: seen.unwrap_or_else(|u| format!("unknown ({})", u.why)),
                 });

@@ -151,7 +151,7 @@ fn a_new_key_is_written_live_and_persisted_with_its_prior_recorded() {
     let c = &p.report.changes[0];
     assert!(c.covered, "{}", c.reason);
     assert_eq!((c.before.as_str(), c.after.as_str()), ("60", "10"));
-    assert_eq!(p.steps.sysctls, [("vm.swappiness".into(), "10".into())]);
+    assert_eq!(live_writes(&p), [("vm.swappiness".into(), "10".into())]);
     assert_eq!(p.steps.writes.len(), 1);
     assert_eq!(p.steps.writes[0].path, drop_in());
     let text = String::from_utf8(p.steps.writes[0].content.clone()).unwrap();
@@ -175,7 +175,7 @@ fn a_key_live_and_persisted_already_is_no_change() {
     );
     let p = plan(&[&Sysctls], &desired, &obs, &AppliedRecord::default());
     assert!(p.report.changes.is_empty(), "{:?}", p.report.changes);
-    assert!(p.steps.sysctls.is_empty() && p.steps.writes.is_empty());
+    assert!(live_writes(&p).is_empty() && p.steps.writes.is_empty());
     assert!(p.record.sysctls.contains_key("vm.swappiness"));
 }
 
@@ -188,7 +188,7 @@ fn a_key_that_can_not_be_set_is_not_covered() {
     assert!(p.report.changes[0].reason.contains("does not exist"));
     assert!(p.report.changes[1].reason.contains("is read-only"));
     assert!(p.report.changes.iter().all(|c| !c.covered));
-    assert!(p.steps.sysctls.is_empty());
+    assert!(live_writes(&p).is_empty());
     assert!(p.record.sysctls.is_empty());
 }
 
@@ -234,8 +234,63 @@ fn a_dropped_key_gets_its_prior_value_back_and_leaves_the_drop_in() {
     let c = &p.report.changes[0];
     assert_eq!(c.operation, ChangeOperation::Delete as i32);
     assert_eq!(c.after, "60");
-    assert_eq!(p.steps.sysctls, [("vm.swappiness".into(), "60".into())]);
+    assert_eq!(live_writes(&p), [("vm.swappiness".into(), "60".into())]);
     assert_eq!(p.steps.removes.len(), 1);
     assert_eq!(p.steps.removes[0].path, drop_in());
     assert!(p.record.sysctls.is_empty());
+}
+
+/// The live writes a plan's steps hold: key, value, in order.
+fn live_writes(p: &crate::plan::Plan) -> Vec<(String, String)> {
+    p.steps
+        .effects_of::<super::effects::SetSysctl>()
+        .map(|s| (s.key.clone(), s.value.clone()))
+        .collect()
+}
+
+/// The live write: journaled with the value before, written, read back, listed, its undo
+/// (and the journal's, after a crash) writing the value before again.
+#[test]
+fn the_live_write_is_journaled_read_back_and_undone() {
+    use super::effects::SetSysctl;
+    use crate::sections::kit::effect::{Effect, Stage, UndoEntry};
+    use crate::sections::kit::tests::{Reported, sysroot, with_node};
+    use crate::state::EffectEntry;
+    let (_dir, root) = sysroot(&[("/proc/sys/vm/swappiness", "60\n")]);
+    let rec = inplace_node::system::Recorder::default();
+    let set = SetSysctl {
+        key: "vm.swappiness".into(),
+        value: "10".into(),
+    };
+    assert_eq!(set.stage(), Stage::AfterFiles);
+    let entry = with_node(&root, &rec, |n| set.journal_entry(n)).unwrap();
+    assert_eq!(
+        entry,
+        EffectEntry::Sysctl {
+            key: "vm.swappiness".into(),
+            prior: "60".into()
+        }
+    );
+    let mut r = Reported::default();
+    with_node(&root, &rec, |n| set.apply(n, &mut r)).unwrap();
+    let live = || {
+        root.read_string("/proc/sys/vm/swappiness")
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(live(), "10\n");
+    assert_eq!(r.actions, ["set sysctl vm.swappiness (live)"]);
+    let [UndoEntry::Step(undo)] = &r.undo[..] else {
+        panic!("{:?}", r.undo)
+    };
+    with_node(&root, &rec, |n| undo.undo(n)).unwrap();
+    assert_eq!(live(), "60\n");
+    // after a crash, from the journal's entry
+    with_node(&root, &rec, |n| set.apply(n, &mut Reported::default())).unwrap();
+    let UndoEntry::Step(journaled) = crate::sections::journaled_undo(&entry) else {
+        panic!("a sysctl's journal entry is undone in reverse, not re-run")
+    };
+    with_node(&root, &rec, |n| journaled.undo(n)).unwrap();
+    assert_eq!(live(), "60\n");
+    assert!(rec.calls().is_empty());
 }

@@ -1,0 +1,70 @@
+//! The `kubelet` section's effects: the reset of the CPU and memory managers'
+//! checkpoints, in place of the kubelet's restart (stop, remove, start: the kubelet
+//! refuses a checkpoint whose policy changed), and the health gate after its restart.
+
+use std::collections::BTreeSet;
+
+use crate::sections::kit::effect::{Effect, EffectError, Node, Report, Stage};
+
+/// Restarts the kubelet's `unit` as stop, remove the checkpoint `files`, start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetCheckpoints {
+    /// The kubelet's unit (`[kubelet] unit`).
+    pub unit: String,
+    /// The checkpoint files (node paths) to remove while it is stopped.
+    pub files: BTreeSet<String>,
+}
+
+impl Effect for ResetCheckpoints {
+    fn stage(&self) -> Stage {
+        Stage::Restart(self.unit.clone())
+    }
+
+    /// Nothing to undo: a checkpoint the kubelet refuses is not worth restoring, and the
+    /// kubelet writes new ones when it starts.
+    fn apply(&self, node: &Node<'_>, report: &mut dyn Report) -> Result<(), EffectError> {
+        let u = &self.unit;
+        let err = |e: String| EffectError::RolledBack(e);
+        node.services.stop(u).map_err(|e| err(e.to_string()))?;
+        report.action(format!("stopped {u}"));
+        for f in &self.files {
+            if node.root.remove(f).map_err(|e| err(e.to_string()))? {
+                report.action(format!("removed {f}"));
+            }
+        }
+        node.services.start(u).map_err(|e| err(e.to_string()))?;
+        report.action(format!("started {u}"));
+        Ok(())
+    }
+}
+
+/// After the kubelet's restart: it must be healthy ([`Node::kubelet_health`]), else the
+/// operation is rolled back, the units restarted with the restored files and the kubelet
+/// checked again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthGate;
+
+impl Effect for HealthGate {
+    fn stage(&self) -> Stage {
+        Stage::Gate
+    }
+
+    fn apply(&self, node: &Node<'_>, report: &mut dyn Report) -> Result<(), EffectError> {
+        node.kubelet_health().map_err(|cause| {
+            EffectError::Unhealthy(format!("kubelet health check failed: {cause}"))
+        })?;
+        report.action("kubelet healthy".into());
+        Ok(())
+    }
+
+    fn announce(&self) -> Option<&'static str> {
+        Some("waiting for the kubelet to be healthy")
+    }
+
+    fn recheck(&self, node: &Node<'_>) -> Option<String> {
+        Some(match node.kubelet_health() {
+            Ok(()) => "the kubelet is healthy again".to_string(),
+            Err(e) => format!("the kubelet is still unhealthy: {e}"),
+        })
+    }
+}
