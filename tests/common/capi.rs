@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use rcgen::SanType;
 use serde_json::{Value, json};
 
-pub fn fixture(rel: &str) -> Value {
+pub(crate) fn fixture(rel: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/capi")
         .join(rel);
@@ -22,7 +22,7 @@ pub fn fixture(rel: &str) -> Value {
 
 /// CAs and certificates for one test: agents' server certs, the extension's client cert
 /// (allowed as admin by the agents) and the extension's own server cert.
-pub struct Pki {
+pub(crate) struct Pki {
     pub dir: tempfile::TempDir,
     pub agent_ca: Ca,
     pub ext_ca: Ca,
@@ -33,10 +33,10 @@ pub struct Pki {
 }
 
 /// The identity the extension allows: CAPI's managers' client certificate URI SAN.
-pub const CAPI_ID: &str = "spiffe://mgmt/ns/capi-system/sa/capi-manager";
+pub(crate) const CAPI_ID: &str = "spiffe://mgmt/ns/capi-system/sa/capi-manager";
 
 impl Pki {
-    pub fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         let capi_ca = ca("CAPI runtime extension clients CA");
         let capi = leaf(
             &capi_ca,
@@ -52,7 +52,7 @@ impl Pki {
         }
     }
 
-    pub fn localhost(ca: &Ca, cn: &str) -> (String, String) {
+    pub(crate) fn localhost(ca: &Ca, cn: &str) -> (String, String) {
         leaf(
             ca,
             cn,
@@ -64,7 +64,7 @@ impl Pki {
     }
 
     /// Configures `node` to serve mTLS on a free port; returns the address.
-    pub fn agent(&self, node: &Node) -> String {
+    pub(crate) fn agent(&self, node: &Node) -> String {
         let d = node.dir.path();
         let server = Pki::localhost(&self.agent_ca, "node");
         let addr = format!("127.0.0.1:{}", free_port());
@@ -84,7 +84,7 @@ impl Pki {
 }
 
 /// A running `inplace-extension`.
-pub struct Extension {
+pub(crate) struct Extension {
     pub child: Child,
     pub addr: String,
     pub ca: String,
@@ -105,12 +105,12 @@ impl Drop for Extension {
 impl Extension {
     /// Starts the extension with `resolver.static` = `agents` (`namespace/name` → addr)
     /// and extra TOML.
-    pub fn start(pki: &Pki, agents: &[(&str, &str)], extra: &str) -> Extension {
+    pub(crate) fn start(pki: &Pki, agents: &[(&str, &str)], extra: &str) -> Extension {
         Extension::start_logging(pki, agents, extra, "debug")
     }
 
     /// [`Extension::start`] logging at `level` (the benchmarks use `info`).
-    pub fn start_logging(
+    pub(crate) fn start_logging(
         pki: &Pki,
         agents: &[(&str, &str)],
         extra: &str,
@@ -128,7 +128,7 @@ impl Extension {
     /// [`Extension::start_logging`] with `agent_keys` added to the `[agent]` table and
     /// `resolver_keys` as the `[resolver]` table's keys (before its `[resolver.static]`
     /// of `agents`).
-    pub fn start_resolving(
+    pub(crate) fn start_resolving(
         pki: &Pki,
         agents: &[(&str, &str)],
         extra: &str,
@@ -197,7 +197,7 @@ impl Extension {
 
     /// POSTs `body` to the hook path over HTTPS (verifying the extension's certificate),
     /// presenting CAPI's client certificate.
-    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         self.post_as(self.client.as_ref(), path, body)
             .await
             .unwrap_or_else(|e| panic!("POST {path}: {e}"))
@@ -205,7 +205,7 @@ impl Extension {
 
     /// POSTs `body` presenting `client` (cert PEM, key PEM), or no certificate; `Err`
     /// when the extension ends the connection without an HTTP answer.
-    pub async fn post_as(
+    pub(crate) async fn post_as(
         &self,
         client: Option<&(String, String)>,
         path: &str,
@@ -218,7 +218,7 @@ impl Extension {
     /// POSTs raw `body` bytes presenting `client`, as [`Extension::post_as`].
     /// `post_bytes` with a body that starts with this sends the rest as raw bytes (a
     /// request head, say) and returns the status and the answer's head as a string.
-    pub async fn post_bytes(
+    pub(crate) async fn post_bytes(
         &self,
         client: Option<&(String, String)>,
         path: &str,
@@ -297,7 +297,7 @@ impl Extension {
         Ok((status, serde_json::from_slice(&b).unwrap()))
     }
 
-    pub async fn hook(&self, hook: &str, handler: &str, body: &Value) -> Value {
+    pub(crate) async fn hook(&self, hook: &str, handler: &str, body: &Value) -> Value {
         let (status, v) = self
             .post(
                 &format!("/hooks.runtime.cluster.x-k8s.io/v1alpha1/{hook}/{handler}"),
@@ -310,7 +310,7 @@ impl Extension {
 
     /// CanUpdateMachine, with CAPI's own apply-and-compare run on the answer
     /// ([`super::upstream::check`]).
-    pub async fn can_update_machine(&self, body: &Value) -> Value {
+    pub(crate) async fn can_update_machine(&self, body: &Value) -> Value {
         let r = self
             .hook("canupdatemachine", "can-update-machine", body)
             .await;
@@ -319,7 +319,7 @@ impl Extension {
     }
 
     /// CanUpdateMachineSet, with CAPI's own apply-and-compare run on the answer.
-    pub async fn can_update_machine_set(&self, body: &Value) -> Value {
+    pub(crate) async fn can_update_machine_set(&self, body: &Value) -> Value {
         let r = self
             .hook("canupdatemachineset", "can-update-machineset", body)
             .await;
@@ -327,17 +327,17 @@ impl Extension {
         r
     }
 
-    pub async fn update_machine(&self, body: &Value) -> Value {
+    pub(crate) async fn update_machine(&self, body: &Value) -> Value {
         self.hook("updatemachine", "update-machine", body).await
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap()
     }
 }
 
 /// The metrics text served at `addr` (`[metrics] listen`), with the HTTP head.
-pub fn scrape(addr: &str) -> String {
+pub(crate) fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -348,7 +348,7 @@ pub fn scrape(addr: &str) -> String {
 }
 
 /// `inplace_extension_agent_rpcs_total` of `hook` in a metrics text: (rpc, count), by rpc.
-pub fn agent_rpcs(metrics: &str, hook: &str) -> Vec<(String, f64)> {
+pub(crate) fn agent_rpcs(metrics: &str, hook: &str) -> Vec<(String, f64)> {
     let prefix = format!("inplace_extension_agent_rpcs_total{{hook=\"{hook}\",rpc=\"");
     let mut v: Vec<(String, f64)> = metrics
         .lines()
@@ -364,7 +364,7 @@ pub fn agent_rpcs(metrics: &str, hook: &str) -> Vec<(String, f64)> {
 /// The usual setup: a copy of fixture node `name`, changed by `prepare` before its agent
 /// starts serving mTLS, and an extension resolving Machine `machine` (`namespace/name`)
 /// to it. Keep the returned Pki alive as long as the others.
-pub fn one_agent(
+pub(crate) fn one_agent(
     name: &str,
     machine: &str,
     prepare: impl FnOnce(&mut Node),
@@ -379,10 +379,10 @@ pub fn one_agent(
 }
 
 /// The prefix of a `post_bytes` body that is sent raw.
-pub const RAW: &[u8] = b"\0raw\0";
+pub(crate) const RAW: &[u8] = b"\0raw\0";
 
 /// The RFC 6902 operations of the patch under `key` of a hook response, if it has one.
-pub fn patch_ops(resp: &Value, key: &str) -> Option<Value> {
+pub(crate) fn patch_ops(resp: &Value, key: &str) -> Option<Value> {
     use inplace_extension::capi::types::Patch;
     resp.get(key).map(|p| {
         serde_json::from_value::<Patch>(p.clone())
@@ -393,12 +393,12 @@ pub fn patch_ops(resp: &Value, key: &str) -> Option<Value> {
 }
 
 /// The patch operations under `key`, `[]` when there is no patch.
-pub fn ops(resp: &Value, key: &str) -> Value {
+pub(crate) fn ops(resp: &Value, key: &str) -> Value {
     patch_ops(resp, key).unwrap_or_else(|| json!([]))
 }
 
 /// The UpdateMachine request for the desired objects of a CanUpdateMachine request.
-pub fn update_request(can: &Value) -> Value {
+pub(crate) fn update_request(can: &Value) -> Value {
     json!({
         "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
         "kind": "UpdateMachineRequest",
@@ -408,7 +408,7 @@ pub fn update_request(can: &Value) -> Value {
 }
 
 /// Calls UpdateMachine until it answers done or failed; returns every response.
-pub async fn poll_update(ext: &Extension, req: &Value) -> Vec<Value> {
+pub(crate) async fn poll_update(ext: &Extension, req: &Value) -> Vec<Value> {
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -23,7 +23,7 @@ use super::{Node, pki};
 /// kubeadm does, or fails after touching the config when
 /// `/etc/standin/kubeadm-upgrade-fails` exists; it takes as many seconds as
 /// `/etc/standin/kubeadm-upgrade-sleep` says.
-pub fn kubeadm(version: &str) -> Vec<u8> {
+pub(crate) fn kubeadm(version: &str) -> Vec<u8> {
     format!(
         r##"#!/bin/sh
 # stand-in kubeadm {version}
@@ -52,7 +52,7 @@ esac
 }
 
 /// A stand-in kubelet (or kubectl) of `version`.
-pub fn kubelet(name: &str, version: &str) -> Vec<u8> {
+pub(crate) fn kubelet(name: &str, version: &str) -> Vec<u8> {
     format!(
         "#!/bin/sh\n# stand-in {name} {version}\nif [ \"$1\" = --version ]; then echo \"Kubernetes {version}\"; else exit 2; fi\n"
     )
@@ -60,14 +60,14 @@ pub fn kubelet(name: &str, version: &str) -> Vec<u8> {
 }
 
 /// A stand-in kubectl: `version --client` as kubectl 1.28+ prints it.
-pub fn kubectl(version: &str) -> Vec<u8> {
+pub(crate) fn kubectl(version: &str) -> Vec<u8> {
     format!(
         "#!/bin/sh\n# stand-in kubectl {version}\nif [ \"$1 $2\" = \"version --client\" ]; then echo \"Client Version: {version}\"; echo \"Kustomize Version: v5.7.1\"; else exit 2; fi\n"
     )
     .into_bytes()
 }
 
-pub fn binaries(version: &str) -> BTreeMap<&'static str, Vec<u8>> {
+pub(crate) fn binaries(version: &str) -> BTreeMap<&'static str, Vec<u8>> {
     BTreeMap::from([
         ("kubeadm", kubeadm(version)),
         ("kubelet", kubelet("kubelet", version)),
@@ -76,23 +76,23 @@ pub fn binaries(version: &str) -> BTreeMap<&'static str, Vec<u8>> {
 }
 
 /// The identity and issuer upstream's binaries are signed by (the config's defaults).
-pub const IDENTITY: &str = "krel-staging@k8s-releng-prod.iam.gserviceaccount.com";
-pub const ISSUER: &str = "https://accounts.google.com";
+pub(crate) const IDENTITY: &str = "krel-staging@k8s-releng-prod.iam.gserviceaccount.com";
+pub(crate) const ISSUER: &str = "https://accounts.google.com";
 /// Fulcio's issuer extensions: V2 (DER UTF8String) and the deprecated V1 (raw bytes).
-pub const OID_ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
-pub const OID_ISSUER_V1: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 1];
+pub(crate) const OID_ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
+pub(crate) const OID_ISSUER_V1: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 1];
 
 /// A test Fulcio: a self-signed root and an intermediate, issuing short-lived code
 /// signing certificates as Fulcio does (10 minutes, in the past: upstream's are long
 /// expired when a node downloads the binaries).
-pub struct Fulcio {
+pub(crate) struct Fulcio {
     pub root: pki::Ca,
     pub intermediate: pki::Ca,
 }
 
 /// How a signing certificate is made (the defaults are upstream's).
 #[derive(Clone)]
-pub struct Leaf {
+pub(crate) struct Leaf {
     pub sans: Vec<SanType>,
     /// (extension OID, content) of the issuer extension; None: no issuer extension.
     pub issuer: Option<(&'static [u64], Vec<u8>)>,
@@ -100,12 +100,12 @@ pub struct Leaf {
 }
 
 impl Leaf {
-    pub fn upstream() -> Leaf {
+    pub(crate) fn upstream() -> Leaf {
         Leaf::identity(IDENTITY, ISSUER)
     }
 
     /// An e-mail SAN `identity`, issuer `issuer` in the V2 extension.
-    pub fn identity(identity: &str, issuer: &str) -> Leaf {
+    pub(crate) fn identity(identity: &str, issuer: &str) -> Leaf {
         Leaf {
             sans: vec![SanType::Rfc822Name(identity.try_into().unwrap())],
             issuer: Some((OID_ISSUER_V2, der_utf8(issuer))),
@@ -122,7 +122,7 @@ fn der_utf8(s: &str) -> Vec<u8> {
 }
 
 impl Fulcio {
-    pub fn new(name: &str) -> Fulcio {
+    pub(crate) fn new(name: &str) -> Fulcio {
         let root = pki::ca(&format!("{name} root"));
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -141,13 +141,13 @@ impl Fulcio {
     }
 
     /// The trust anchor file's content: root and intermediate.
-    pub fn roots_pem(&self) -> String {
+    pub(crate) fn roots_pem(&self) -> String {
         format!("{}{}", self.root.pem, self.intermediate.pem)
     }
 
     /// Signs `blob` with a fresh key certified as `leaf` says: (`.cert`, `.sig`) in
     /// upstream's form, base64 of the PEM and base64 of the DER signature.
-    pub fn sign(&self, blob: &[u8], leaf: &Leaf) -> (Vec<u8>, Vec<u8>) {
+    pub(crate) fn sign(&self, blob: &[u8], leaf: &Leaf) -> (Vec<u8>, Vec<u8>) {
         use base64::Engine;
         let b64 = base64::engine::general_purpose::STANDARD;
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -181,7 +181,7 @@ impl Fulcio {
 /// A loopback HTTPS server answering GET and HEAD from `files` (path → body) and
 /// `redirects` (path → Location, a 302), 404 else; its certificate is issued by a test
 /// CA (`ca_path`), and releases are signed by a test Fulcio (`fulcio_path`).
-pub struct Mirror {
+pub(crate) struct Mirror {
     pub port: u16,
     pub files: Arc<Mutex<BTreeMap<String, Vec<u8>>>>,
     pub redirects: Arc<Mutex<BTreeMap<String, String>>>,
@@ -195,7 +195,7 @@ pub struct Mirror {
 type Shared<T> = Arc<Mutex<T>>;
 
 impl Mirror {
-    pub fn start() -> Mirror {
+    pub(crate) fn start() -> Mirror {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -243,7 +243,7 @@ impl Mirror {
 
     /// Serves `bytes` as `binary` of `version` with its `.sha256`, `.sig` and `.cert`
     /// (signed as `leaf` says).
-    pub fn publish(&self, version: &str, binary: &str, bytes: &[u8], leaf: &Leaf) {
+    pub(crate) fn publish(&self, version: &str, binary: &str, bytes: &[u8], leaf: &Leaf) {
         let (cert, sig) = self.fulcio.sign(bytes, leaf);
         let path = self.path(version, binary);
         let mut f = self.files.lock().unwrap();
@@ -257,13 +257,13 @@ impl Mirror {
     }
 
     /// The mirror path of `binary` of `version`.
-    pub fn path(&self, version: &str, binary: &str) -> String {
+    pub(crate) fn path(&self, version: &str, binary: &str) -> String {
         format!("/release/{version}/bin/linux/amd64/{binary}")
     }
 
     /// Serves the release layout of `version`: each binary and its `.sha256`, `.sig`
     /// and `.cert`, signed as upstream signs.
-    pub fn release(&self, version: &str) -> BTreeMap<&'static str, Vec<u8>> {
+    pub(crate) fn release(&self, version: &str) -> BTreeMap<&'static str, Vec<u8>> {
         let bins = binaries(version);
         for (name, bytes) in &bins {
             self.publish(version, name, bytes, &Leaf::upstream());
@@ -271,7 +271,7 @@ impl Mirror {
         bins
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "https://127.0.0.1:{}/release/{{version}}/bin/linux/{{arch}}/{{binary}}",
             self.port
@@ -324,13 +324,13 @@ fn serve(
 
 /// A loopback plain-HTTP listener that answers nothing and counts its connections:
 /// a redirect target that must never be reached.
-pub struct PlainHttp {
+pub(crate) struct PlainHttp {
     pub port: u16,
     pub connections: Arc<AtomicUsize>,
 }
 
 impl PlainHttp {
-    pub fn start() -> PlainHttp {
+    pub(crate) fn start() -> PlainHttp {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -347,7 +347,7 @@ impl PlainHttp {
 
 /// Installs the stand-ins of `version` in the node's /usr/bin and makes the daemon run
 /// them (`INPLACED_RECORD_EXEC`).
-pub fn install_standins(node: &mut Node, version: &str) {
+pub(crate) fn install_standins(node: &mut Node, version: &str) {
     for (name, bytes) in binaries(version) {
         let p = node.path(&format!("/usr/bin/{name}"));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -362,7 +362,7 @@ pub fn install_standins(node: &mut Node, version: &str) {
 
 /// `[kubernetes]` with the `url` source on `mirror`: its CA for TLS, its Fulcio as the
 /// trust anchor, upstream's identity and issuer (the defaults).
-pub fn url_config(mirror: &Mirror) -> String {
+pub(crate) fn url_config(mirror: &Mirror) -> String {
     format!(
         "[kubernetes]\nsource = \"url\"\nurl = \"{}\"\narch = \"amd64\"\ntimeout_secs = 10\nca_bundle = \"{}\"\nfulcio_roots = \"{}\"\n",
         mirror.url(),

@@ -3,13 +3,13 @@
 //! client against it.
 #![allow(dead_code)]
 
-pub mod capi;
-pub mod k8s;
-pub mod pki;
+pub(crate) mod capi;
+pub(crate) mod k8s;
+pub(crate) mod pki;
 mod tree;
-pub mod upstream;
+pub(crate) mod upstream;
 
-pub use tree::copy_tree;
+pub(crate) use tree::copy_tree;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -20,14 +20,14 @@ use inplace_wire::pb::node_agent_client::NodeAgentClient;
 use tonic::transport::Channel;
 
 /// Vendored fixture nodes.
-pub fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/nodes")
         .join(name)
 }
 
 /// Every regular file under `dir` with its bytes and mode, for "nothing changed" checks.
-pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
+pub(crate) fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
     use std::os::unix::fs::PermissionsExt;
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -57,7 +57,7 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
 /// StrictModes rule, `src/node/trust.rs`; `/tmp` is world-writable, so not there). Under
 /// `$INPLACED_TEST_TMPDIR` when set (a checkout whose directories break the rule needs
 /// it), else cargo's `CARGO_TARGET_TMPDIR`.
-pub fn tempdir() -> tempfile::TempDir {
+pub(crate) fn tempdir() -> tempfile::TempDir {
     let base = std::env::var_os("INPLACED_TEST_TMPDIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
@@ -66,7 +66,7 @@ pub fn tempdir() -> tempfile::TempDir {
 }
 
 /// A node copy plus a running daemon.
-pub struct Node {
+pub(crate) struct Node {
     pub dir: tempfile::TempDir,
     pub root: PathBuf,
     pub state: PathBuf,
@@ -88,7 +88,7 @@ pub struct Node {
 
 impl Node {
     /// Copies fixture `name` and adds the `/proc/sys` entries the tests use.
-    pub fn new(name: &str) -> Node {
+    pub(crate) fn new(name: &str) -> Node {
         let dir = tempdir();
         let root = dir.path().join("root");
         copy_tree(&fixture(name), &root);
@@ -138,23 +138,23 @@ impl Node {
     }
 
     /// Path of a node file.
-    pub fn path(&self, p: &str) -> PathBuf {
+    pub(crate) fn path(&self, p: &str) -> PathBuf {
         self.root.join(p.trim_start_matches('/'))
     }
 
     /// Reads a node file as text.
-    pub fn read(&self, p: &str) -> String {
+    pub(crate) fn read(&self, p: &str) -> String {
         std::fs::read_to_string(self.path(p)).unwrap()
     }
 
     /// `inplaced` with this node's root, state directory, socket and config, recording unit
     /// actions.
-    pub fn daemon(&self) -> Command {
+    pub(crate) fn daemon(&self) -> Command {
         self.daemon_with(&self.state, &self.socket)
     }
 
     /// `inplaced` on this node's root and config with another state directory and socket.
-    pub fn daemon_with(&self, state: &Path, socket: &Path) -> Command {
+    pub(crate) fn daemon_with(&self, state: &Path, socket: &Path) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_inplaced"));
         c.arg("--root")
             .arg(&self.root)
@@ -169,7 +169,7 @@ impl Node {
     }
 
     /// Starts `inplaced` and waits until it answers.
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         let bin = env!("CARGO_BIN_EXE_inplaced");
         let mut prefix = String::new();
         if let Some(u) = self.umask {
@@ -237,19 +237,19 @@ impl Node {
     }
 
     /// The daemon's pid, while it runs.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
     /// The daemon's log so far (`log_file` must be set before `start`).
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.log_file.as_ref().expect("log_file is set"))
             .unwrap_or_default()
     }
 
     /// Starts the daemon with `failpoint` (`INPLACED_FAILPOINTS`), applies `yaml` as
     /// operation `crash`, and asserts the daemon dies there by SIGKILL.
-    pub async fn die_at(&mut self, failpoint: &str, yaml: &str) {
+    pub(crate) async fn die_at(&mut self, failpoint: &str, yaml: &str) {
         use std::os::unix::process::ExitStatusExt;
         self.failpoints = Some(failpoint.to_string());
         self.start();
@@ -272,7 +272,7 @@ impl Node {
     }
 
     /// Waits for the daemon to exit by itself (e.g. at a failpoint); None on timeout.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         let c = self.child.as_mut()?;
         loop {
@@ -288,7 +288,7 @@ impl Node {
     }
 
     /// Stops the daemon with SIGTERM and waits for it.
-    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;
         let pid = nix::unistd::Pid::from_raw(c.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -306,7 +306,7 @@ impl Node {
     }
 
     /// Runs `inplacectl --socket <sock> args...`.
-    pub fn ctl(&self, args: &[&str]) -> Output {
+    pub(crate) fn ctl(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_inplacectl"))
             .arg("--socket")
             .arg(&self.socket)
@@ -317,14 +317,14 @@ impl Node {
     }
 
     /// Writes a spec file into the temp dir and returns its path.
-    pub fn spec(&self, name: &str, yaml: &str) -> String {
+    pub(crate) fn spec(&self, name: &str, yaml: &str) -> String {
         let p = self.dir.path().join(name);
         std::fs::write(&p, yaml).unwrap();
         p.display().to_string()
     }
 
     /// The recorded unit actions and reboots.
-    pub fn actions(&self) -> Vec<String> {
+    pub(crate) fn actions(&self) -> Vec<String> {
         std::fs::read_to_string(self.state.join("actions.log"))
             .unwrap_or_default()
             .lines()
@@ -333,13 +333,13 @@ impl Node {
     }
 
     /// A gRPC client.
-    pub async fn client(&self) -> NodeAgentClient<Channel> {
+    pub(crate) async fn client(&self) -> NodeAgentClient<Channel> {
         inplace_edge::client::connect(&self.socket).await.unwrap()
     }
 
     /// Waits until operation `id` settles and returns it.
     /// The operation history, newest first.
-    pub async fn operations(&self) -> Vec<pb::Operation> {
+    pub(crate) async fn operations(&self) -> Vec<pb::Operation> {
         self.client()
             .await
             .list_operations(pb::ListOperationsRequest {})
@@ -349,7 +349,7 @@ impl Node {
             .operations
     }
 
-    pub async fn settle(&self, id: &str) -> pb::Operation {
+    pub(crate) async fn settle(&self, id: &str) -> pb::Operation {
         let mut c = self.client().await;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -377,22 +377,22 @@ impl Drop for Node {
 }
 
 /// Parses a YAML spec into the wire form.
-pub fn spec(yaml: &str) -> pb::NodeSpec {
+pub(crate) fn spec(yaml: &str) -> pb::NodeSpec {
     inplace_wire::yaml::parse(yaml).unwrap()
 }
 
 /// stdout as text.
-pub fn out(o: &Output) -> String {
+pub(crate) fn out(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// stderr as text.
-pub fn err(o: &Output) -> String {
+pub(crate) fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Coverage of a YAML spec (reboot policy CALLER_HANDLES).
-pub async fn coverage(node: &Node, yaml: &str) -> pb::CoverageReport {
+pub(crate) async fn coverage(node: &Node, yaml: &str) -> pb::CoverageReport {
     node.client()
         .await
         .get_coverage(pb::GetCoverageRequest {
@@ -405,7 +405,7 @@ pub async fn coverage(node: &Node, yaml: &str) -> pb::CoverageReport {
 }
 
 /// Applies a YAML spec under `id` with `policy` and waits until the operation settles.
-pub async fn apply_with(
+pub(crate) async fn apply_with(
     node: &Node,
     yaml: &str,
     id: &str,
@@ -428,12 +428,12 @@ pub async fn apply_with(
 }
 
 /// Applies a YAML spec under `id` (CALLER_HANDLES) and waits until it settles.
-pub async fn apply(node: &Node, yaml: &str, id: &str) -> pb::Operation {
+pub(crate) async fn apply(node: &Node, yaml: &str, id: &str) -> pb::Operation {
     apply_with(node, yaml, id, pb::RebootPolicy::CallerHandles).await
 }
 
 /// The change `id` of a report.
-pub fn change<'a>(r: &'a pb::CoverageReport, id: &str) -> &'a pb::Change {
+pub(crate) fn change<'a>(r: &'a pb::CoverageReport, id: &str) -> &'a pb::Change {
     r.changes
         .iter()
         .find(|c| c.id == id)
@@ -441,7 +441,7 @@ pub fn change<'a>(r: &'a pb::CoverageReport, id: &str) -> &'a pb::Change {
 }
 
 /// The agent's status.
-pub async fn status(node: &Node) -> pb::NodeStatus {
+pub(crate) async fn status(node: &Node) -> pb::NodeStatus {
     node.client()
         .await
         .get_status(pb::GetStatusRequest {})
@@ -451,7 +451,7 @@ pub async fn status(node: &Node) -> pb::NodeStatus {
 }
 
 /// Applies `yaml` as operation `id` and returns the gRPC error (the call must be refused).
-pub async fn apply_refused(node: &Node, yaml: &str, id: &str) -> tonic::Status {
+pub(crate) async fn apply_refused(node: &Node, yaml: &str, id: &str) -> tonic::Status {
     node.client()
         .await
         .apply(pb::ApplyRequest {
@@ -464,21 +464,21 @@ pub async fn apply_refused(node: &Node, yaml: &str, id: &str) -> tonic::Status {
 }
 
 /// Applies and returns the refusal's code and message.
-pub async fn refusal(node: &Node, yaml: &str) -> (tonic::Code, String) {
+pub(crate) async fn refusal(node: &Node, yaml: &str) -> (tonic::Code, String) {
     let e = apply_refused(node, yaml, "odd").await;
     (e.code(), e.message().to_string())
 }
 
 /// The ids of a status's drift entries.
-pub fn drift_ids(s: &pb::NodeStatus) -> Vec<String> {
+pub(crate) fn drift_ids(s: &pb::NodeStatus) -> Vec<String> {
     s.drift.iter().map(|d| d.id.clone()).collect()
 }
 
 /// The README's scenario A: a kubelet flag, a KubeletConfiguration field and a sysctl file.
-pub const SCENARIO_A: &str = include_str!("../../examples/specs/kubelet-and-sysctl.yaml");
+pub(crate) const SCENARIO_A: &str = include_str!("../../examples/specs/kubelet-and-sysctl.yaml");
 
 /// 20 files, a kubelet config change and a sysctl (the crash workload).
-pub fn workload() -> String {
+pub(crate) fn workload() -> String {
     let mut y = String::from("files:\n");
     for i in 0..20 {
         y.push_str(&format!(
@@ -495,12 +495,12 @@ pub fn workload() -> String {
 }
 
 /// The level of a disruption that must be there.
-pub fn level(d: &Option<pb::Disruption>) -> pb::DisruptionLevel {
+pub(crate) fn level(d: &Option<pb::Disruption>) -> pb::DisruptionLevel {
     pb::DisruptionLevel::try_from(d.as_ref().unwrap().level).unwrap()
 }
 
 /// Peak resident memory of a process, bytes (`VmHWM`).
-pub fn peak_rss(pid: u32) -> u64 {
+pub(crate) fn peak_rss(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: u64 = s
         .lines()

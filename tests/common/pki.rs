@@ -4,13 +4,13 @@ use std::path::Path;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 
-pub struct Ca {
+pub(crate) struct Ca {
     pub params: CertificateParams,
     pub key: KeyPair,
     pub pem: String,
 }
 
-pub fn ca(name: &str) -> Ca {
+pub(crate) fn ca(name: &str) -> Ca {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.distinguished_name.push(DnType::CommonName, name);
@@ -20,7 +20,7 @@ pub fn ca(name: &str) -> Ca {
 }
 
 /// A leaf certificate (cert PEM, key PEM) signed by `ca`.
-pub fn leaf(ca: &Ca, cn: &str, sans: Vec<SanType>) -> (String, String) {
+pub(crate) fn leaf(ca: &Ca, cn: &str, sans: Vec<SanType>) -> (String, String) {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name.push(DnType::CommonName, cn);
     params.subject_alt_names = sans;
@@ -30,7 +30,7 @@ pub fn leaf(ca: &Ca, cn: &str, sans: Vec<SanType>) -> (String, String) {
     (cert.pem(), key.serialize_pem())
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -38,7 +38,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn write(dir: &Path, name: &str, text: &str) -> String {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p.display().to_string()

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 /// Copies a directory tree, making every copy writable by its owner.
-pub fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();

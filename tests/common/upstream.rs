@@ -62,7 +62,7 @@ fn cleanup_machine_spec(spec: &mut Value) {
 
 /// The dotted objects that still differ after CAPI applies `resp` to `req`'s current
 /// objects; empty = CAPI sees the Machine (or MachineSet) fully covered.
-pub fn still_different(hook: &str, req: &Value, resp: &Value) -> Vec<String> {
+pub(crate) fn still_different(hook: &str, req: &Value, resp: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for (obj, key, at) in objects(hook) {
         let (Some(cur), Some(des)) = (req["current"].get(*obj), req["desired"].get(*obj)) else {
@@ -92,7 +92,7 @@ pub fn still_different(hook: &str, req: &Value, resp: &Value) -> Vec<String> {
 /// Asserts that an answer says what CAPI will conclude from it: a `Success` answer that
 /// names nothing uncovered leaves nothing different, one that names something uncovered
 /// (or asks for preservation) leaves a difference.
-pub fn check(hook: &str, req: &Value, resp: &Value) {
+pub(crate) fn check(hook: &str, req: &Value, resp: &Value) {
     if resp["status"] != "Success" {
         return;
     }

@@ -15,14 +15,14 @@
 //! (the agent's TOML), [`metrics`] and [`cli`] (the two front ends). Below it:
 //! `inplace_edge`, `inplace_node`, `inplace_formats`, `inplace_wire` (ARCHITECTURE.md).
 
-pub mod apply;
-pub mod bootloader;
+mod apply;
+mod bootloader;
 pub mod cli;
 pub mod config;
 pub mod kubernetes;
-pub mod metrics;
+mod metrics;
 pub mod plan;
 pub mod sections;
-pub mod server;
-pub mod spec;
-pub mod state;
+mod server;
+mod spec;
+mod state;

@@ -41,7 +41,7 @@ type Labels = Vec<(String, String)>;
 
 /// The agent's metrics and what has been counted so far.
 #[derive(Debug)]
-pub struct NodeMetrics {
+pub(crate) struct NodeMetrics {
     registry: Registry,
     build: Family<Labels, Gauge>,
     operations: Family<Labels, Counter>,
@@ -73,7 +73,7 @@ fn phase_label(p: i32) -> String {
 
 /// The NodeSpec section of a change id (`files[/etc/x]` → `files`, `kubelet.flags[x]` →
 /// `kubelet`, `kernelArgs` → `kernelArgs`): [`inplace_wire::ids::section_of`].
-pub fn section_of(id: &str) -> &str {
+pub(crate) fn section_of(id: &str) -> &str {
     inplace_wire::ids::section_of(id)
 }
 
@@ -100,7 +100,7 @@ fn build_info(facts: &pb::NodeFacts, version: &str) -> Family<Labels, Gauge> {
 impl NodeMetrics {
     /// The registry with every metric; `facts` and `version` fill `inplaced_build_info`,
     /// `recoveries` the journals found at start-up.
-    pub fn new(facts: &pb::NodeFacts, version: &str, recoveries: u64) -> NodeMetrics {
+    pub(crate) fn new(facts: &pb::NodeFacts, version: &str, recoveries: u64) -> NodeMetrics {
         let mut registry = Registry::with_prefix("inplaced");
         let m = NodeMetrics {
             build: build_info(facts, version),
@@ -190,13 +190,13 @@ impl NodeMetrics {
     }
 
     /// Records one coverage call's latency.
-    pub fn observe_coverage(&self, seconds: f64) {
+    pub(crate) fn observe_coverage(&self, seconds: f64) {
         self.coverage.observe(seconds);
     }
 
     /// Updates every gauge from `status` and counts newly settled operations of `history`
     /// (newest first).
-    pub fn refresh(&self, status: &pb::NodeStatus, history: &[pb::Operation]) {
+    pub(crate) fn refresh(&self, status: &pb::NodeStatus, history: &[pb::Operation]) {
         self.running.clear();
         if let Some(op) = &status.current_operation {
             self.running
@@ -248,7 +248,7 @@ impl NodeMetrics {
     }
 
     /// The OpenMetrics text of every metric.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         // Writing to a String does not fail.
         let _ = encode(&mut out, &self.registry);
@@ -273,7 +273,7 @@ fn now_seconds() -> i64 {
 /// # Errors
 /// [`TrustError`] naming the path: missing or untrusted directory, a symlink at `path`,
 /// I/O.
-pub fn write_textfile(
+pub(crate) fn write_textfile(
     root: &inplace_node::sysroot::Sysroot,
     path: &str,
     text: &str,

@@ -23,7 +23,7 @@ use inplace_wire::pb;
 use inplace_wire::yaml;
 
 /// Recursively sorts object keys.
-pub fn canonical(v: serde_json::Value) -> serde_json::Value {
+pub(crate) fn canonical(v: serde_json::Value) -> serde_json::Value {
     match v {
         serde_json::Value::Object(m) => {
             let sorted: BTreeMap<String, serde_json::Value> =
@@ -39,7 +39,7 @@ pub fn canonical(v: serde_json::Value) -> serde_json::Value {
 
 /// `sha256:<hex>` over the canonical JSON encoding of `v` (object keys sorted), so equal
 /// values hash equally whatever the order their maps were built in.
-pub fn hash_of(v: serde_json::Value) -> String {
+pub(crate) fn hash_of(v: serde_json::Value) -> String {
     let text = serde_json::to_string(&canonical(v)).unwrap_or_default();
     format!("sha256:{}", sha256_hex(text.as_bytes()))
 }
@@ -48,7 +48,7 @@ pub fn hash_of(v: serde_json::Value) -> String {
 /// items on their own with `items`, before merging. Errors name the field prefixed with
 /// `dropins[<name>].` (`dropins[10-x.yaml].sysctls[vm.x]`; a YAML syntax error is
 /// `dropins[<name>].spec`); a drop-in that has drop-ins of its own is refused.
-pub fn parse_dropin_with<T>(
+pub(crate) fn parse_dropin_with<T>(
     name: &str,
     content: &str,
     items: impl FnOnce(&pb::NodeSpec) -> Result<T, SpecError>,

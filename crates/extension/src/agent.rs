@@ -26,7 +26,7 @@ tokio::task_local! {
 
 /// An agent call named `rpc` (snake case, for the metrics), bounded by `t`; no answer in
 /// time is reported as `DEADLINE_EXCEEDED`.
-pub async fn call<T>(
+pub(crate) async fn call<T>(
     t: Duration,
     rpc: &'static str,
     f: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -45,7 +45,7 @@ pub async fn call<T>(
 
 /// What [`inspect`] found: the parts asked for.
 #[derive(Debug, Default)]
-pub struct View {
+pub(crate) struct View {
     /// The node's status (when asked).
     pub status: pb::NodeStatus,
     /// The operation history, newest first (when asked).
@@ -61,7 +61,7 @@ pub struct View {
 /// (if set) in one `Inspect` call, each bounded by `t`; against an agent without
 /// `Inspect`, from the older calls. `Err` is a failure of the call itself (the agent is
 /// unreachable, or refuses the message).
-pub async fn inspect(
+pub(crate) async fn inspect(
     c: &mut NodeAgentClient<Channel>,
     t: Duration,
     req: pb::InspectRequest,

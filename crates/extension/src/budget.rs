@@ -13,23 +13,23 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// Largest request body accepted, bytes (a KubeadmConfig holds at most 200 files of 10 KiB,
 /// and a request carries up to six objects).
-pub const MAX_BODY: usize = 16 << 20;
+pub(crate) const MAX_BODY: usize = 16 << 20;
 
 /// What a parsed request costs per JSON value, bytes: the typed request and the untyped
 /// objects it holds while the agent answers (measured: about 225 bytes per value for
 /// 98 000 values of `{}` and `0`, so 22 MB for one request of the largest count).
-pub const PARSED_BYTES_PER_VALUE: usize = 256;
+pub(crate) const PARSED_BYTES_PER_VALUE: usize = 256;
 
 /// Copies of the decoded file contents a hook holds at once: the translation's delta or
 /// the NodeSpec, the copy in the request to the agent, and its encoding.
-pub const DECODED_COPIES: u64 = 3;
+pub(crate) const DECODED_COPIES: u64 = 3;
 
 /// The most one request reserves for its parsed form, MiB: the value limit at
 /// [`PARSED_BYTES_PER_VALUE`], the strings of the largest body, and [`DECODED_COPIES`]
 /// of the most one bootstrap config's files decode to
 /// ([`crate::capi::translate::MAX_DECODED_CONFIG_BYTES`]); `server.max_parsed_mib` may
 /// not be lower.
-pub const MAX_PARSED_MIB: usize = (MAX_JSON_VALUES * PARSED_BYTES_PER_VALUE
+pub(crate) const MAX_PARSED_MIB: usize = (MAX_JSON_VALUES * PARSED_BYTES_PER_VALUE
     + MAX_BODY
     + DECODED_COPIES as usize * crate::capi::translate::MAX_DECODED_CONFIG_BYTES as usize)
     .div_ceil(1 << 20);
@@ -37,7 +37,7 @@ pub const MAX_PARSED_MIB: usize = (MAX_JSON_VALUES * PARSED_BYTES_PER_VALUE
 /// Most JSON values (objects, arrays, strings, numbers, booleans, nulls, keys not counted)
 /// in one request. The largest legitimate request, a KubeadmConfig of 200 files with a
 /// Machine and an InfraMachine, current and desired, holds a few thousand.
-pub const MAX_JSON_VALUES: usize = 100_000;
+pub(crate) const MAX_JSON_VALUES: usize = 100_000;
 
 /// What a string value was, for the map that holds it (`encoding`, `content`).
 #[derive(Debug, Clone, Copy)]
@@ -142,7 +142,7 @@ fn decoded_bound(len: usize, gzip: bool) -> u64 {
 
 /// DEFLATE's largest expansion (RFC 1951: a 258-byte match in as little as 2 bits, about
 /// 1032:1).
-pub const GZIP_MAX_RATIO: u64 = 1032;
+pub(crate) const GZIP_MAX_RATIO: u64 = 1032;
 
 impl<'de> Visitor<'de> for Count<'_> {
     type Value = ();
@@ -188,7 +188,7 @@ impl<'de> Visitor<'de> for Count<'_> {
 
 /// What [`check`] found in a body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Counted {
+pub(crate) struct Counted {
     /// JSON values.
     pub values: usize,
     /// At most how many bytes the `content` of its objects decode to (cloud-init
@@ -200,7 +200,7 @@ pub struct Counted {
 /// Counts the JSON values of `body`, stopping at the first over `max`, and bounds what
 /// its file contents decode to. Malformed JSON is not an error here: the typed parse
 /// that follows reports it with its JSON path.
-pub fn check(body: &[u8], max: usize) -> Result<Counted, String> {
+pub(crate) fn check(body: &[u8], max: usize) -> Result<Counted, String> {
     let (mut n, mut decoded) = (0, 0);
     let _malformed = (Count {
         n: &mut n,

@@ -8,7 +8,8 @@ use anyhow::Context;
 use clap::Parser;
 
 use crate::config::Config;
-use crate::{Endpoint, Extension, allowlist, serve, tls_config};
+use crate::extension::Extension;
+use crate::http::{Endpoint, allowlist, serve, serve_metrics, tls_config};
 use inplace_edge::tls::{Acceptor, Reloading};
 
 /// Cluster API Runtime Extension for in-place updates, backed by inplaced node agents.
@@ -64,7 +65,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("metrics.listen {}", config.metrics.listen))?;
             tracing::info!(listen = %l.local_addr()?, "serving metrics");
-            tokio::spawn(crate::serve_metrics(l));
+            tokio::spawn(serve_metrics(l));
         }
         let ext = Arc::new(Extension::new(config));
         serve(ext, listener, endpoint, inplace_edge::process::stop_requested()).await;

@@ -15,7 +15,7 @@ use inplace_wire::pb::node_agent_client::NodeAgentClient;
 
 /// The extension: configuration and agent resolver.
 #[derive(Debug)]
-pub struct Extension {
+pub(crate) struct Extension {
     pub(crate) config: Config,
     resolver: Box<dyn AgentResolver>,
     /// One mutual-TLS channel per agent, reused across hooks.
@@ -29,7 +29,7 @@ pub(crate) struct AgentError(pub(crate) String);
 impl Extension {
     /// An extension with the resolvers the config names (`resolver.static` first, then
     /// `resolver.template`).
-    pub fn new(config: Config) -> Extension {
+    pub(crate) fn new(config: Config) -> Extension {
         let mut chain: Vec<Box<dyn AgentResolver>> = Vec::new();
         if !config.resolver.fixed.is_empty() {
             chain.push(Box::new(StaticResolver(config.resolver.fixed.clone())));
@@ -42,11 +42,6 @@ impl Extension {
             resolver: Box::new(Chain(chain)),
             pool: std::sync::Arc::default(),
         }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &Config {
-        &self.config
     }
 
     /// The effective settings of a request; unknown setting names are logged (a typo in
@@ -63,8 +58,8 @@ impl Extension {
     }
 
     /// Closes the pool's idle channels every [`pool::PRUNE_EVERY`] until the extension
-    /// is dropped; [`crate::serve`] runs it.
-    pub fn prune_pool(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    /// is dropped; [`crate::http::serve`] runs it.
+    pub(crate) fn prune_pool(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         pool::Pool::prune_forever(std::sync::Arc::downgrade(&self.pool))
     }
 

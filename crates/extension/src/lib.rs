@@ -17,21 +17,13 @@
 //! agent calls.
 
 mod agent;
-pub mod budget;
+mod budget;
 pub mod capi;
 pub mod cli;
 pub mod config;
 mod extension;
 mod hooks;
 mod http;
-pub mod metrics;
-pub mod pool;
-pub mod resolve;
-
-pub use extension::Extension;
-pub use hooks::update_machine::{RETRY_ANNOTATION, operation_id};
-pub use http::route::DEADLINE_MARGIN;
-pub use http::{
-    BODY_READ_TIMEOUT, Endpoint, HEADER_READ_TIMEOUT, MAX_CONNECTION_LIFE, allowlist, serve,
-    serve_metrics, tls_config,
-};
+mod metrics;
+mod pool;
+mod resolve;

@@ -22,7 +22,7 @@ type Labels = Vec<(String, String)>;
 
 /// The extension's metrics.
 #[derive(Debug)]
-pub struct ExtensionMetrics {
+pub(crate) struct ExtensionMetrics {
     registry: Registry,
     hooks: Family<Labels, Counter>,
     latency: Family<Labels, Histogram>,
@@ -38,7 +38,7 @@ fn hist() -> Histogram {
 static METRICS: OnceLock<ExtensionMetrics> = OnceLock::new();
 
 /// The process's metrics (created on first use).
-pub fn get() -> &'static ExtensionMetrics {
+pub(crate) fn get() -> &'static ExtensionMetrics {
     METRICS.get_or_init(ExtensionMetrics::new)
 }
 
@@ -88,7 +88,7 @@ impl ExtensionMetrics {
 
     /// Records one answered hook call: `hook` is the hook's name, `answer` what it
     /// answered (the labels of the module's table; the hooks decide both).
-    pub fn hook(&self, hook: &str, answer: &str, seconds: f64) {
+    pub(crate) fn hook(&self, hook: &str, answer: &str, seconds: f64) {
         self.hooks
             .get_or_create(&vec![
                 ("hook".into(), hook.into()),
@@ -101,14 +101,14 @@ impl ExtensionMetrics {
     }
 
     /// Records a hook whose deadline passed.
-    pub fn deadline_missed(&self, hook: &str) {
+    pub(crate) fn deadline_missed(&self, hook: &str) {
         self.deadline_misses
             .get_or_create(&vec![("hook".into(), hook.into())])
             .inc();
     }
 
     /// Records one agent call's result (`ok` or a gRPC code).
-    pub fn agent_call(&self, result: Result<(), tonic::Code>) {
+    pub(crate) fn agent_call(&self, result: Result<(), tonic::Code>) {
         let r = match result {
             Ok(()) => "ok".to_string(),
             Err(c) => format!("{c:?}")
@@ -126,7 +126,7 @@ impl ExtensionMetrics {
     }
 
     /// Records one agent RPC `rpc` made while answering `hook`.
-    pub fn agent_rpc(&self, hook: &str, rpc: &str) {
+    pub(crate) fn agent_rpc(&self, hook: &str, rpc: &str) {
         self.agent_rpcs
             .get_or_create(&vec![
                 ("hook".into(), hook.into()),
@@ -136,7 +136,7 @@ impl ExtensionMetrics {
     }
 
     /// The OpenMetrics text.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
         out

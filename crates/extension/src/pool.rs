@@ -27,14 +27,14 @@ use inplace_edge::client::TlsIdentity;
 
 /// Most channels kept (one per agent; a management cluster's extension rarely talks to
 /// more nodes at once).
-pub const MAX_CHANNELS: usize = 1024;
+pub(crate) const MAX_CHANNELS: usize = 1024;
 /// A channel unused this long is closed.
-pub const IDLE: Duration = Duration::from_secs(120);
+pub(crate) const IDLE: Duration = Duration::from_secs(120);
 /// How often idle channels are looked for.
-pub const PRUNE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const PRUNE_EVERY: Duration = Duration::from_secs(5);
 /// What a channel is for: address, server name, identity digest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
+pub(crate) struct Key {
     addr: String,
     server_name: String,
     identity: [u8; 32],
@@ -42,7 +42,7 @@ pub struct Key {
 
 impl Key {
     /// The key of a connection to `addr` made with `id`.
-    pub fn new(addr: &str, id: &TlsIdentity) -> Key {
+    pub(crate) fn new(addr: &str, id: &TlsIdentity) -> Key {
         let mut h = Sha256::new();
         for part in [&id.ca, &id.cert, &id.key] {
             h.update((part.len() as u64).to_le_bytes());
@@ -58,13 +58,13 @@ impl Key {
 
 /// The pooled channels, each with the time it was last handed out.
 #[derive(Debug, Default)]
-pub struct Pool {
+pub(crate) struct Pool {
     entries: Mutex<HashMap<Key, (Channel, Instant)>>,
 }
 
 impl Pool {
     /// A clone of the channel for `key` when one is pooled and not idle past [`IDLE`].
-    pub fn get(&self, key: &Key) -> Option<Channel> {
+    pub(crate) fn get(&self, key: &Key) -> Option<Channel> {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         match e.get_mut(key) {
@@ -82,7 +82,7 @@ impl Pool {
 
     /// Pools `channel` for `key`, dropping idle entries and, at [`MAX_CHANNELS`], the
     /// least recently used one.
-    pub fn put(&self, key: Key, channel: Channel) {
+    pub(crate) fn put(&self, key: Key, channel: Channel) {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         e.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
@@ -102,14 +102,14 @@ impl Pool {
     /// of a tonic channel going ends its connection task). Run every [`PRUNE_EVERY`] by
     /// [`Pool::prune_forever`], so an idle channel closes within `IDLE + PRUNE_EVERY`
     /// also when no later hook comes.
-    pub fn prune(&self) {
+    pub(crate) fn prune(&self) {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         e.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
     }
 
     /// [`Pool::prune`] every [`PRUNE_EVERY`], for as long as the pool lives.
-    pub async fn prune_forever(pool: std::sync::Weak<Self>) {
+    pub(crate) async fn prune_forever(pool: std::sync::Weak<Self>) {
         loop {
             tokio::time::sleep(PRUNE_EVERY).await;
             match pool.upgrade() {
@@ -120,19 +120,15 @@ impl Pool {
     }
 
     /// Drops the channel for `key` (its connection failed): the next call connects anew.
-    pub fn evict(&self, key: &Key) {
+    pub(crate) fn evict(&self, key: &Key) {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         e.remove(key);
     }
 
-    /// Number of pooled channels.
-    pub fn len(&self) -> usize {
+    /// Number of pooled channels (tests check the bound).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// True when no channel is pooled.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 /// What the resolver may use of a Machine (from the hook request, already trimmed by CAPI
 /// to name, namespace, labels and annotations).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MachineRef {
+pub(crate) struct MachineRef {
     /// `metadata.name`.
     pub name: String,
     /// `metadata.namespace`.
@@ -25,7 +25,7 @@ pub struct MachineRef {
 
 impl MachineRef {
     /// Reads the metadata of a Machine object.
-    pub fn of(machine: &Value) -> MachineRef {
+    pub(crate) fn of(machine: &Value) -> MachineRef {
         let md = &machine["metadata"];
         let map = |v: &Value| -> BTreeMap<String, String> {
             v.as_object()
@@ -49,20 +49,20 @@ impl MachineRef {
     }
 
     /// `namespace/name`.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 }
 
 /// Finds the `host:port` of a Machine's agent API (mTLS gRPC).
-pub trait AgentResolver: Send + Sync + std::fmt::Debug {
+pub(crate) trait AgentResolver: Send + Sync + std::fmt::Debug {
     /// The address, or why there is none (names the Machine and the config key).
     fn resolve(&self, m: &MachineRef) -> Result<String, String>;
 }
 
 /// `resolver.static`: `namespace/name` → `host:port`.
 #[derive(Debug, Clone, Default)]
-pub struct StaticResolver(pub BTreeMap<String, String>);
+pub(crate) struct StaticResolver(pub BTreeMap<String, String>);
 
 impl AgentResolver for StaticResolver {
     fn resolve(&self, m: &MachineRef) -> Result<String, String> {
@@ -81,11 +81,15 @@ impl AgentResolver for StaticResolver {
 /// is harmless only because UpdateMachine first checks that the agent reports the
 /// Machine's node ([`expected_node_name`]), which comes from `{name}`/`{namespace}` only.
 #[derive(Debug, Clone)]
-pub struct TemplateResolver(pub String);
+pub(crate) struct TemplateResolver(pub String);
 
 /// Expands the placeholders of `template` for `m`; `extra` adds more (`{host}`). Errors
 /// name a missing annotation or label, or an unknown placeholder.
-pub fn expand(template: &str, m: &MachineRef, extra: &[(&str, &str)]) -> Result<String, String> {
+pub(crate) fn expand(
+    template: &str,
+    m: &MachineRef,
+    extra: &[(&str, &str)],
+) -> Result<String, String> {
     let mut out = String::new();
     let mut rest = template;
     while let Some(i) = rest.find('{') {
@@ -134,7 +138,7 @@ impl AgentResolver for TemplateResolver {
 /// anything: `template` (`resolver.node_name`, default `{name}`, over `{name}` and
 /// `{namespace}` only), or with `trust_node_ref` the request's `status.nodeRef.name` when
 /// it carries one; lower-cased as node names are.
-pub fn expected_node_name(
+pub(crate) fn expected_node_name(
     m: &MachineRef,
     template: Option<&str>,
     trust_node_ref: bool,
@@ -154,7 +158,7 @@ pub fn expected_node_name(
 
 /// Whether `template` takes anything from a Machine's annotations or labels, which anyone
 /// who may edit Machine objects can set.
-pub fn uses_metadata(template: &str) -> bool {
+pub(crate) fn uses_metadata(template: &str) -> bool {
     template.contains("{annotation:") || template.contains("{label:")
 }
 
@@ -187,7 +191,7 @@ fn template_host(template: &str) -> &str {
 ///
 /// `resolver.static` needs no check (the operator writes every `namespace/name`). The
 /// error states the three fixes.
-pub fn check_namespace_binding(
+pub(crate) fn check_namespace_binding(
     template: &str,
     server_name: &str,
     namespaces: &[String],
@@ -217,7 +221,7 @@ pub fn check_namespace_binding(
 /// non-empty, one `/`), the value `host:port` with a port of 1-65535 (IPv6 in brackets).
 /// A key of another form could never match a Machine (a `[resolver.static]` table written
 /// above other `[resolver]` keys swallows them as entries, silently).
-pub fn check_static_entry(key: &str, addr: &str) -> Result<(), String> {
+pub(crate) fn check_static_entry(key: &str, addr: &str) -> Result<(), String> {
     let ok_key = matches!(key.split_once('/'), Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/'));
     if !ok_key {
         return Err(format!(
@@ -253,7 +257,7 @@ fn namespace_label(text: &str) -> bool {
 
 /// Tries each resolver in order; the first address wins. Errors list every miss.
 #[derive(Debug, Default)]
-pub struct Chain(pub Vec<Box<dyn AgentResolver>>);
+pub(crate) struct Chain(pub Vec<Box<dyn AgentResolver>>);
 
 impl AgentResolver for Chain {
     fn resolve(&self, m: &MachineRef) -> Result<String, String> {
@@ -273,7 +277,7 @@ impl AgentResolver for Chain {
 }
 
 /// The host part of `host:port` (IPv6 in brackets kept without them).
-pub fn host_of(addr: &str) -> &str {
+pub(crate) fn host_of(addr: &str) -> &str {
     if let Some(rest) = addr.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }

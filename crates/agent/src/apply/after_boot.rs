@@ -171,7 +171,7 @@ impl Agent {
 
     /// Reboots for an operation waiting in `RebootRequired` (or asks again for one in
     /// `Rebooting` whose reboot has not happened). Refused while an operation runs.
-    pub fn reboot(&self, id: &str) -> Result<pb::Operation, super::AgentError> {
+    pub(crate) fn reboot(&self, id: &str) -> Result<pb::Operation, super::AgentError> {
         inplace_wire::names::validate_operation_id(id)
             .map_err(super::AgentError::InvalidRequest)?;
         self.check_available()?;

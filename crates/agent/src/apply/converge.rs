@@ -41,7 +41,7 @@ impl Agent {
     /// its owner and mode) and listed in `NodeStatus.problems`; a last applied version of
     /// it stays in effect and its file is left as it is (its mode is never "repaired"). Returns the operation started (or the existing one of that id), if
     /// any; every reason not to converge is logged and listed in the problems.
-    pub fn converge_node_d(self: &Arc<Self>) -> Option<pb::Operation> {
+    pub(crate) fn converge_node_d(self: &Arc<Self>) -> Option<pb::Operation> {
         // node.d and every directory above it: another user who could write there could
         // place or swap drop-ins, so none is used (the last applied ones stay in effect)
         match self.root.check_trusted_dir(DROPIN_DIR) {

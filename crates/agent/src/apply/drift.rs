@@ -11,7 +11,7 @@ impl Agent {
     /// Scans for drift now, records new detections (with the time first seen) in
     /// `drift.json`, and returns the drift list and the total count of detections. Drift is
     /// only reported: the agent never repairs it by itself.
-    pub fn scan_drift(&self) -> (Vec<pb::Drift>, u64) {
+    pub(crate) fn scan_drift(&self) -> (Vec<pb::Drift>, u64) {
         match self.state.load_record() {
             Ok(r) => self.scan_drift_with(&r),
             Err(_) => (Vec::new(), 0),
@@ -48,7 +48,7 @@ impl Agent {
     }
 
     /// Directories holding managed items, for the drift watcher (inotify).
-    pub fn watched_dirs(&self) -> Vec<String> {
+    pub(crate) fn watched_dirs(&self) -> Vec<String> {
         let Ok(r) = self.state.load_record() else {
             return Vec::new();
         };
@@ -68,7 +68,7 @@ impl Agent {
     }
 
     /// Managed items whose observed state differs from the applied record.
-    pub fn drift(&self, record: &AppliedRecord) -> Vec<pb::Drift> {
+    pub(crate) fn drift(&self, record: &AppliedRecord) -> Vec<pb::Drift> {
         plan::drift(&self.root, &self.config, record)
     }
 }

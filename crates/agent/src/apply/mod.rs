@@ -52,7 +52,7 @@ mod journal;
 mod machine;
 mod rollback;
 mod status;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -76,15 +76,14 @@ use inplace_wire::pb;
 use inplace_wire::pb::{Phase, RebootPolicy};
 use machine::Op;
 
-pub use crate::sections::kernel_args::missing_args;
-pub use inplace_wire::phase::{INTERRUPTED, is_interrupted, is_settled, is_terminal};
+pub(crate) use inplace_wire::phase::is_interrupted;
 
 /// Bytes (protobuf encoding) of the phases the newest settled operations keep in memory
 /// for watchers to replay. The running operation keeps every phase whatever its size; a
 /// settled operation beyond this budget is dropped from memory (oldest first) and read
 /// from `operations/<id>.json` when asked for, so the daemon's memory does not grow with
 /// its history or with the size of past operations.
-pub const REPLAY_BYTES: usize = 256 * 1024;
+pub(crate) const REPLAY_BYTES: usize = 256 * 1024;
 
 /// Agent errors; the server maps each to a gRPC status code.
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +144,7 @@ impl From<ObserveError> for AgentError {
 
 /// What the agent is built from.
 #[derive(Debug)]
-pub struct AgentParts {
+pub(crate) struct AgentParts {
     /// The node's root.
     pub root: PathBuf,
     /// State directory.
@@ -227,7 +226,7 @@ impl Inner {
 
 /// The node agent.
 #[derive(Debug)]
-pub struct Agent {
+pub(crate) struct Agent {
     root: Sysroot,
     state: StateDir,
     config: Config,
@@ -296,7 +295,7 @@ fn refuse_uncovered(plan: &Plan) -> Result<(), AgentError> {
 impl Agent {
     /// Opens the sysroot and state directory (locking it), detects node facts, and settles
     /// operations left unfinished by a previous run.
-    pub fn new(parts: AgentParts) -> Result<Arc<Agent>, AgentError> {
+    pub(crate) fn new(parts: AgentParts) -> Result<Arc<Agent>, AgentError> {
         let root = Sysroot::open(&parts.root).map_err(|e| AgentError::Internal(e.to_string()))?;
         let mut state = StateDir::open(&parts.state_dir)?;
         state.lock()?;
@@ -384,7 +383,7 @@ impl Agent {
     }
 
     /// The node's current boot id (`/proc/sys/kernel/random/boot_id` in the sysroot).
-    pub fn boot_id(&self) -> String {
+    pub(crate) fn boot_id(&self) -> String {
         self.root
             .read_string("/proc/sys/kernel/random/boot_id")
             .ok()
@@ -394,7 +393,7 @@ impl Agent {
     }
 
     /// Node facts detected at start.
-    pub fn facts(&self) -> &pb::NodeFacts {
+    pub(crate) fn facts(&self) -> &pb::NodeFacts {
         &self.facts
     }
 
@@ -475,17 +474,17 @@ impl Agent {
     }
 
     /// The agent config.
-    pub fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &Config {
         &self.config
     }
 
     /// The state directory's path (kept out of what callers who are not root see).
-    pub fn state_path(&self) -> &std::path::Path {
+    pub(crate) fn state_path(&self) -> &std::path::Path {
         self.state.path()
     }
 
     /// Coverage of `desired` under `policy` (no side effects).
-    pub fn coverage(
+    pub(crate) fn coverage(
         &self,
         desired: &pb::NodeSpec,
         policy: RebootPolicy,
@@ -496,7 +495,7 @@ impl Agent {
     /// [`Agent::coverage`], with `diff` the report's `diffs` of every file the plan
     /// writes or removes ([`crate::plan::diff`]); the caller has checked that it may
     /// see confidential content when `diff.show_content` is set.
-    pub fn coverage_with(
+    pub(crate) fn coverage_with(
         &self,
         desired: &pb::NodeSpec,
         policy: RebootPolicy,
@@ -559,7 +558,10 @@ impl Agent {
     }
 
     /// Starts an operation (see the module docs); returns its first state.
-    pub fn apply(self: &Arc<Self>, req: pb::ApplyRequest) -> Result<pb::Operation, AgentError> {
+    pub(crate) fn apply(
+        self: &Arc<Self>,
+        req: pb::ApplyRequest,
+    ) -> Result<pb::Operation, AgentError> {
         self.apply_leaving(req, Vec::new())
     }
 
@@ -772,7 +774,7 @@ impl Agent {
 
     /// One operation; INVALID_ARGUMENT for an id that is not one
     /// ([`validate_operation_id`]).
-    pub fn get_operation(&self, id: &str) -> Result<pb::Operation, AgentError> {
+    pub(crate) fn get_operation(&self, id: &str) -> Result<pb::Operation, AgentError> {
         validate_operation_id_field("id", id).map_err(AgentError::InvalidRequest)?;
         let inner = self.lock();
         self.get_operation_locked(&inner, id)?
@@ -781,7 +783,7 @@ impl Agent {
 
     /// Every state the operation went through in this run (or its last state, for one of an
     /// earlier run), and a receiver of the next ones while it is not settled.
-    pub fn watch(
+    pub(crate) fn watch(
         &self,
         id: &str,
     ) -> Result<
@@ -805,7 +807,7 @@ impl Agent {
 
     /// History, newest first: the operation files, with the running operation as it is
     /// now (its phases between Staging and the settled one are not written to disk).
-    pub fn list_operations(&self) -> Result<Vec<pb::Operation>, AgentError> {
+    pub(crate) fn list_operations(&self) -> Result<Vec<pb::Operation>, AgentError> {
         let mut ops = self.state.list_operations()?;
         let inner = self.lock();
         if let Some(now) = inner
@@ -823,32 +825,19 @@ impl Agent {
     }
 
     /// The node's preservation recommendation (from its facts, fixed at start-up).
-    pub fn preservation(&self) -> pb::Preservation {
+    pub(crate) fn preservation(&self) -> pb::Preservation {
         self.preservation.clone()
     }
 
     /// True while an operation runs.
-    pub fn is_busy(&self) -> bool {
+    pub(crate) fn is_busy(&self) -> bool {
         self.lock().running.is_some()
     }
 
     /// The sysroot.
-    pub fn root(&self) -> &Sysroot {
+    pub(crate) fn root(&self) -> &Sysroot {
         &self.root
     }
-}
-
-/// Checks an operation after a boot against the running command line: every argument
-/// the operation added (or staged) must be in `running`, and every argument it removed
-/// must be gone unless the next boot's configuration still holds it from another owner.
-/// Returns (missing, lingering).
-pub fn verify_after_boot(
-    op: &pb::Operation,
-    running: &str,
-    next_boot: &str,
-) -> (Vec<String>, Vec<String>) {
-    let a = plan::verify_after_boot(&op.changes, running, next_boot);
-    (a.missing, a.lingering)
 }
 
 #[cfg(test)]

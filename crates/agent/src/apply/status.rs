@@ -8,7 +8,7 @@ use inplace_wire::pb::Phase;
 
 impl Agent {
     /// Agent and node status.
-    pub fn status(&self) -> Result<pb::NodeStatus, AgentError> {
+    pub(crate) fn status(&self) -> Result<pb::NodeStatus, AgentError> {
         let record = self.state.load_record()?;
         let current = {
             let inner = self.lock();
@@ -64,7 +64,7 @@ impl Agent {
     /// path: one problem each) in `NodeStatus.problems`, logging it when it appears or
     /// changes: for conditions that come and go, such as the metrics textfile's directory
     /// (missing, or writable by others) or an untrusted certificate file.
-    pub fn set_problem(&self, about: &str, problem: Option<String>) {
+    pub(crate) fn set_problem(&self, about: &str, problem: Option<String>) {
         let mut live = self.live_problems.lock().unwrap_or_else(|p| p.into_inner());
         match problem {
             Some(msg) => {

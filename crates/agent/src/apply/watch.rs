@@ -14,7 +14,7 @@ use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 use super::Agent;
 
 /// Runs until `stop` is set. Blocks: start it on its own thread.
-pub fn run(agent: Arc<Agent>, interval: Duration, stop: Arc<AtomicBool>) {
+pub(crate) fn run(agent: Arc<Agent>, interval: Duration, stop: Arc<AtomicBool>) {
     let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 4096];
     while !stop.load(Ordering::Relaxed) {
         let Ok(fd) = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK) else {

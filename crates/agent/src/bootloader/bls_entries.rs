@@ -18,7 +18,7 @@ const THROUGH_GRUBENV: &str = "through $kernelopts in /boot/grub2/grubenv";
 /// Boot Loader Specification entries, with grubenv, `/etc/kernel/cmdline` and
 /// `GRUB_CMDLINE_LINUX` kept in agreement.
 #[derive(Debug)]
-pub struct Bls {
+pub(crate) struct Bls {
     entries_dir: String,
     kernel_entries: usize,
     pub(super) sources: Vec<Source>,

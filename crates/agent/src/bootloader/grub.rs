@@ -10,7 +10,7 @@ use inplace_node::sysroot::Sysroot;
 /// `GRUB_CMDLINE_LINUX` in `/etc/default/grub` or, when a `/etc/default/grub.d/*.cfg`
 /// reassigns it, in the last such file (where the setting takes effect).
 #[derive(Debug)]
-pub struct GrubDefault {
+pub(crate) struct GrubDefault {
     sources: Vec<Source>,
     /// `GRUB_CMDLINE_LINUX_DEFAULT` after every fragment, and the file that sets it last.
     default: Option<(String, Cmdline)>,

@@ -29,9 +29,9 @@ mod bls_entries;
 mod grub;
 mod ostree;
 
-pub use bls_entries::Bls;
-pub use grub::GrubDefault;
-pub use ostree::Ostree;
+pub(crate) use bls_entries::Bls;
+pub(crate) use grub::GrubDefault;
+pub(crate) use ostree::Ostree;
 
 /// New content for one boot configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,7 +194,7 @@ fn read_text(root: &Sysroot, path: &str) -> Result<Option<String>, NoBackend> {
 
 /// Directories that may hold BLS Type #1 entries: `/boot` (GRUB with BLS), then the ESP
 /// mount points systemd-boot uses (`/efi`, `/boot/efi`).
-pub const ENTRY_DIRS: &[&str] = &[
+pub(crate) const ENTRY_DIRS: &[&str] = &[
     "/boot/loader/entries",
     "/efi/loader/entries",
     "/boot/efi/loader/entries",
@@ -203,7 +203,7 @@ pub const ENTRY_DIRS: &[&str] = &[
 /// Detects the backend from the node's boot files (or uses the configured choice): on
 /// `auto`, an rpm-ostree host first, then BLS entries in each of [`ENTRY_DIRS`], then
 /// `/etc/default/grub`; each backend's probe is beside its format.
-pub fn detect(
+pub(crate) fn detect(
     root: &Sysroot,
     choice: BackendChoice,
 ) -> Result<Box<dyn KernelArgsBackend>, NoBackend> {

@@ -11,7 +11,7 @@ use inplace_node::sysroot::Sysroot;
 /// --delete-if-present=ARG`, which stages a new deployment; ostree's own entries are never
 /// edited by hand.
 #[derive(Debug)]
-pub struct Ostree {
+pub(crate) struct Ostree {
     entries_dir: String,
     sources: Vec<Source>,
 }

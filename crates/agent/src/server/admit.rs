@@ -45,23 +45,23 @@ use inplace_wire::limits::{self, Counts, WireLimits};
 /// measured 1.33 KiB per sysctl (a 199 000-sysctl spec peaked at 288 MiB over 23 MiB
 /// idle: the decoded request, the spec model, the plan, the report of one change per
 /// field and its 42 MB encoding), rounded up.
-pub const PLANNING_BYTES_PER_FIELD: u64 = 1536;
+pub(crate) const PLANNING_BYTES_PER_FIELD: u64 = 1536;
 
 /// Agent memory per byte of the message: the raw message, the decoded request, the spec
 /// model and the plan each hold the file contents (measured: a spec of 1000 files of
 /// 63 KiB, 62 MiB, peaked 317 MiB over idle).
-pub const PLANNING_BYTES_PER_BYTE: u64 = 5;
+pub(crate) const PLANNING_BYTES_PER_BYTE: u64 = 5;
 
 /// Message bytes being received at once, MiB (one largest message, `policy.max_spec_bytes`
 /// 64 MiB plus 1 MiB, fits).
-pub const RECEIVING_MIB: u64 = 65;
+pub(crate) const RECEIVING_MIB: u64 = 65;
 
 /// Longest a caller may take to send its request message (the bytes it reserved are held
 /// meanwhile).
-pub const MESSAGE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const MESSAGE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What planning a spec of `counts` in a message of `len` bytes reserves, bytes.
-pub fn planning_cost(counts: Counts, len: usize) -> u64 {
+pub(crate) fn planning_cost(counts: Counts, len: usize) -> u64 {
     (counts.elements as u64)
         .saturating_mul(PLANNING_BYTES_PER_FIELD)
         .saturating_add((len as u64).saturating_mul(PLANNING_BYTES_PER_BYTE))
@@ -81,7 +81,7 @@ fn method(path: &str) -> Option<(Role, bool)> {
 
 /// The budgets and settings of one agent (shared by its servers).
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     reader_gid: Option<u32>,
     max_message: usize,
     limits: WireLimits,
@@ -100,7 +100,7 @@ fn kib(bytes: u64, max: u32) -> u32 {
 impl Gate {
     /// A gate for messages up to `max_message` bytes, specs within `limits`, planning
     /// memory `planning_mib` (`policy.max_planning_mib`), readers of `reader_gid`.
-    pub fn new(
+    pub(crate) fn new(
         reader_gid: Option<u32>,
         max_message: usize,
         limits: WireLimits,
@@ -186,7 +186,7 @@ async fn acquire(s: &Arc<Semaphore>, kib: u32) -> Result<OwnedSemaphorePermit, S
 
 /// The tower layer of [`Admit`].
 #[derive(Debug, Clone)]
-pub struct AdmitLayer(pub Arc<Gate>);
+pub(crate) struct AdmitLayer(pub Arc<Gate>);
 
 impl<S> tower::Layer<S> for AdmitLayer {
     type Service = Admit<S>;
@@ -200,7 +200,7 @@ impl<S> tower::Layer<S> for AdmitLayer {
 
 /// Admits each `inplace.v1.NodeAgent` call through a [`Gate`] before `S` reads it.
 #[derive(Debug, Clone)]
-pub struct Admit<S> {
+pub(crate) struct Admit<S> {
     inner: S,
     gate: Arc<Gate>,
 }

@@ -16,13 +16,13 @@ use crate::apply::Agent;
 use crate::metrics::NodeMetrics;
 
 /// How often the textfile is refreshed (rewritten when its text changed).
-pub const TEXTFILE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const TEXTFILE_EVERY: Duration = Duration::from_secs(5);
 /// The textfile is rewritten at least this often, changed or not: its mtime is the
 /// agent's heartbeat for the `InplacedDown` alert (`deploy/alerts.yaml`).
-pub const TEXTFILE_HEARTBEAT: Duration = Duration::from_secs(60);
+pub(crate) const TEXTFILE_HEARTBEAT: Duration = Duration::from_secs(60);
 
 /// The current metrics text: status and history read, gauges refreshed.
-pub async fn collect(agent: &Arc<Agent>, metrics: &Arc<NodeMetrics>) -> String {
+pub(crate) async fn collect(agent: &Arc<Agent>, metrics: &Arc<NodeMetrics>) -> String {
     let (a, m) = (agent.clone(), metrics.clone());
     tokio::task::spawn_blocking(move || {
         if let (Ok(status), Ok(history)) = (a.status(), a.list_operations()) {
@@ -41,7 +41,7 @@ const TEXTFILE_KEY: &str = "metrics.textfile";
 /// whenever the metrics text changes, until `stop` turns true. A write that fails (its
 /// directory missing, or writable by another user than root) is a problem in
 /// `NodeStatus.problems` about `metrics.textfile`, cleared by the next write that succeeds.
-pub async fn textfile(
+pub(crate) async fn textfile(
     agent: Arc<Agent>,
     metrics: Arc<NodeMetrics>,
     path: String,
@@ -93,7 +93,7 @@ fn metrics_response(text: String) -> Response<Full<Bytes>> {
 /// Serves `GET /metrics` on `listen` until `stop`: plain HTTP on a loopback address,
 /// otherwise HTTPS requiring a client certificate that `[[api.tcp.clients]]` allows
 /// (any role). Errors name the config key.
-pub async fn serve(
+pub(crate) async fn serve(
     agent: Arc<Agent>,
     metrics: Arc<NodeMetrics>,
     listen: &str,

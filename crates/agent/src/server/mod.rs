@@ -5,8 +5,8 @@
 //! apply that is not fully covered `FAILED_PRECONDITION`, a concurrent operation `ABORTED`,
 //! an id reused with another spec `ALREADY_EXISTS`, an unknown operation `NOT_FOUND`.
 
-pub mod admit;
-pub mod metrics;
+pub(crate) mod admit;
+pub(crate) mod metrics;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -45,7 +45,7 @@ impl From<AgentError> for Status {
 }
 
 /// The host group of `api.socket_group` (name or gid), if configured and existing.
-pub fn resolve_group(spec: &str) -> anyhow::Result<Option<u32>> {
+pub(crate) fn resolve_group(spec: &str) -> anyhow::Result<Option<u32>> {
     if spec.is_empty() {
         return Ok(None);
     }
@@ -60,7 +60,7 @@ pub fn resolve_group(spec: &str) -> anyhow::Result<Option<u32>> {
 
 /// The tonic service.
 #[derive(Debug, Clone)]
-pub struct Service {
+pub(crate) struct Service {
     agent: Arc<Agent>,
     reader_gid: Option<u32>,
     /// Coverage calls that may plan at once (`policy.max_concurrent_coverage`).
@@ -71,7 +71,7 @@ pub struct Service {
 impl Service {
     /// Wraps an agent; members of `reader_gid` are readers on the Unix socket; coverage
     /// latency goes to `metrics`.
-    pub fn new(
+    pub(crate) fn new(
         agent: Arc<Agent>,
         reader_gid: Option<u32>,
         metrics: Arc<crate::metrics::NodeMetrics>,
@@ -93,7 +93,7 @@ impl Service {
     /// The caller's role from the Unix socket's peer credentials (`SO_PEERCRED`): uid 0
     /// (or the agent's own uid) is admin; a member of `api.socket_group` (primary or
     /// supplementary, per the host's group database) is a reader; anyone else is refused.
-    pub fn role_of<T>(&self, req: &Request<T>) -> Result<Role, Status> {
+    pub(crate) fn role_of<T>(&self, req: &Request<T>) -> Result<Role, Status> {
         role_in(req.extensions(), self.reader_gid)
     }
 
@@ -187,7 +187,7 @@ impl PlanningSlots {
 /// The caller's role from a request's extensions (the connection's [`tls::TlsPeer`] or
 /// Unix peer credentials); see [`Service::role_of`]. Also used before a request's body is
 /// read ([`admit`]).
-pub fn role_in(
+pub(crate) fn role_in(
     ext: &tonic::codegen::http::Extensions,
     reader_gid: Option<u32>,
 ) -> Result<Role, Status> {
@@ -506,16 +506,17 @@ impl NodeAgent for Service {
 
 /// Concurrent calls on one connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`): the
 /// extension makes a few calls per hook, `inplacectl` one.
-pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
+pub(crate) const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 /// Longest life of a connection; then it is closed gracefully (GOAWAY) and clients
 /// reconnect. Bounds connections held open by idle or forgotten clients.
-pub const MAX_CONNECTION_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+pub(crate) const MAX_CONNECTION_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 /// Grace after [`MAX_CONNECTION_AGE`] for calls in flight (a WatchOperation stream
 /// resumes on a new connection).
-pub const MAX_CONNECTION_AGE_GRACE: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+pub(crate) const MAX_CONNECTION_AGE_GRACE: std::time::Duration =
+    std::time::Duration::from_secs(5 * 60);
 /// HTTP/2 keepalive: a PING every 30 s, and a peer that does not answer within 10 s is
 /// disconnected.
-pub const KEEPALIVE: (std::time::Duration, std::time::Duration) = (
+pub(crate) const KEEPALIVE: (std::time::Duration, std::time::Duration) = (
     std::time::Duration::from_secs(30),
     std::time::Duration::from_secs(10),
 );
@@ -552,7 +553,7 @@ fn grpc_server(gate: &Arc<admit::Gate>) -> tonic::transport::Server<Layers> {
 /// socket file, creating its directory; mode 0600, or 0660 with `api.socket_group`) and, when
 /// `api.tcp.listen` is set, on TCP with mutual TLS; calls `ready` once every listener is
 /// bound, and stops when `stop` turns true.
-pub async fn serve(
+pub(crate) async fn serve(
     agent: Arc<Agent>,
     metrics: Arc<crate::metrics::NodeMetrics>,
     socket: &Path,

@@ -179,7 +179,7 @@ pub(super) const SEAL: &str = "inplaced-sealed";
 
 /// `body` behind a header line with its SHA-256 and length, so that a truncated, extended
 /// or altered file is told from a good one.
-pub fn seal(body: &[u8]) -> Vec<u8> {
+pub(crate) fn seal(body: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "{SEAL} sha256:{} len={}\n",
         inplace_node::digest::sha256_hex(body),
@@ -192,7 +192,7 @@ pub fn seal(body: &[u8]) -> Vec<u8> {
 
 /// The body of a sealed file when its header is intact and the body has the recorded
 /// length and SHA-256; else why not.
-pub fn unseal(bytes: &[u8]) -> Result<&[u8], String> {
+pub(super) fn unseal(bytes: &[u8]) -> Result<&[u8], String> {
     let nl = bytes
         .iter()
         .position(|b| *b == b'\n')

@@ -43,11 +43,10 @@ mod tests;
 use inplace_node::sysroot::{Durability, Sysroot, SysrootError};
 use inplace_wire::pb;
 
-pub use journal::{
+pub(crate) use journal::{
     Committed, EffectEntry, Intent, IntentEntry, JournalState, PreImage, Sealed, seal,
 };
-pub use operations::OperationHead;
-pub use record::{
+pub(crate) use record::{
     AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval,
 };
 
@@ -80,7 +79,7 @@ pub enum StateError {
 }
 
 /// `sha256:<hex>` of `bytes`.
-pub fn sha256_of(bytes: &[u8]) -> String {
+pub(crate) fn sha256_of(bytes: &[u8]) -> String {
     format!("sha256:{}", inplace_node::digest::sha256_hex(bytes))
 }
 
@@ -105,7 +104,7 @@ pub struct StateDir {
 }
 
 /// Backup name of a node path under `originals/`.
-pub fn backup_name(path: &str) -> String {
+pub(crate) fn backup_name(path: &str) -> String {
     inplace_node::digest::sha256_hex(path.as_bytes())
 }
 

@@ -15,12 +15,12 @@ use inplace_wire::pb;
 /// Machine annotation whose value is mixed into the operation id: after a failed update
 /// (which UpdateMachine keeps reporting for the same desired spec), an operator fixes the
 /// node and sets a new value to make the next UpdateMachine call start a new attempt.
-pub const RETRY_ANNOTATION: &str = "inplaced.io/retry";
+pub(crate) const RETRY_ANNOTATION: &str = "inplaced.io/retry";
 
 /// The operation id of an update: `capi-<namespace>-<name>-<16 hex of SHA-256 of the
 /// NodeSpec's protobuf encoding and the [`RETRY_ANNOTATION`] value>`, sanitised to
 /// `[A-Za-z0-9._-]` and at most 128 bytes.
-pub fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
+pub(crate) fn operation_id(m: &MachineRef, spec: &pb::NodeSpec) -> String {
     let mut h = Sha256::new();
     h.update(spec.encode_to_vec());
     if let Some(attempt) = m.annotations.get(RETRY_ANNOTATION) {

@@ -2,7 +2,7 @@
 //! connection and request limits, and the metrics listener. [`route`] routes a request to
 //! its hook ([`crate::hooks`]) within the hook's deadline.
 
-pub mod route;
+pub(crate) mod route;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,28 +25,28 @@ use inplace_edge::tls::{Acceptor, Reloading};
 /// certificate signed by `server.client_ca` is required (CAPI's managers present theirs
 /// when started with `--runtime-extension-client-cert-file` and
 /// `--runtime-extension-client-key-file`), ALPN `http/1.1`.
-pub fn tls_config(files: &[std::path::PathBuf]) -> anyhow::Result<rustls::ServerConfig> {
+pub(crate) fn tls_config(files: &[std::path::PathBuf]) -> anyhow::Result<rustls::ServerConfig> {
     inplace_edge::tls::mutual_tls_config("server", &files[0], &files[1], &files[2], b"http/1.1")
 }
 
 /// The `[[server.clients]]` allowlist of the config file `files[0]` (re-read when the
 /// file changes; see [`Reloading`]).
-pub fn allowlist(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<AllowedClient>> {
+pub(crate) fn allowlist(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<AllowedClient>> {
     Ok(Config::load(&files[0])?.server.clients)
 }
 
 /// Longest a client may take to send its request headers (hyper's header read timeout,
 /// also the idle time of a kept-alive connection between requests).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a client may take to send a request body.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest life of one connection (CAPI's Runtime SDK client opens new ones as needed).
-pub const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(5 * 60);
 
 /// What [`serve`] needs besides the extension: the TLS acceptor and the client allowlist,
 /// both reloaded when their files change.
 #[derive(Debug)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// TLS: server certificate and the CA of CAPI's client certificates.
     pub acceptor: Arc<Acceptor>,
     /// `[[server.clients]]`.
@@ -66,7 +66,7 @@ pub struct Endpoint {
 /// ([`inplace_edge::places`]; CAPI's managers are all admins). Requests are read and
 /// answered at most `server.max_requests` at a time, with at most `server.max_request_mib`
 /// of bodies and `server.max_parsed_mib` of parsed requests reserved ([`Budget`]).
-pub async fn serve(
+pub(crate) async fn serve(
     ext: Arc<Extension>,
     listener: tokio::net::TcpListener,
     endpoint: Endpoint,
@@ -162,7 +162,7 @@ async fn admit(
 }
 
 /// Serves `GET /metrics` (plain HTTP; [`metrics`]) on `listener`, forever.
-pub async fn serve_metrics(listener: tokio::net::TcpListener) {
+pub(crate) async fn serve_metrics(listener: tokio::net::TcpListener) {
     use inplace_edge::accept::{Backoff, Gate, accept};
     let gate = Gate::new(8);
     let mut backoff = Backoff::default();
@@ -214,7 +214,7 @@ fn json_response(status: StatusCode, v: &Value) -> Response<Full<Bytes>> {
 /// [`DECODED_COPIES`] of what its files decode to (bounded before anything is inflated,
 /// [`crate::budget::Counted::decoded`], and at most what one bootstrap config may decode
 /// to).
-pub fn parsed_cost(c: crate::budget::Counted, body: usize) -> u64 {
+pub(crate) fn parsed_cost(c: crate::budget::Counted, body: usize) -> u64 {
     let decoded = c
         .decoded
         .min(crate::capi::translate::MAX_DECODED_CONFIG_BYTES);
@@ -230,7 +230,7 @@ pub fn parsed_cost(c: crate::budget::Counted, body: usize) -> u64 {
 /// is parsed, the bytes its JSON values will take. The two byte budgets are taken in that
 /// order and only the second is waited for while the first is held, so a request that
 /// holds parsed bytes holds all it needs: no request waits on one that waits on it.
-pub struct Budget {
+pub(crate) struct Budget {
     places: Arc<tokio::sync::Semaphore>,
     kib: Arc<tokio::sync::Semaphore>,
     max_kib: u32,
@@ -239,7 +239,7 @@ pub struct Budget {
 }
 
 /// What one request holds until it is answered.
-pub struct Reserved {
+pub(crate) struct Reserved {
     _place: tokio::sync::OwnedSemaphorePermit,
     _kib: tokio::sync::OwnedSemaphorePermit,
     parsed: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -252,7 +252,7 @@ fn kib_of(mib: usize) -> u32 {
 impl Budget {
     /// A budget of `places` requests (at least 1), `mib` MiB of bodies (at least one
     /// [`MAX_BODY`]) and `parsed_mib` MiB of parsed requests (at least [`MAX_PARSED_MIB`]).
-    pub fn new(places: usize, mib: usize, parsed_mib: usize) -> Budget {
+    pub(crate) fn new(places: usize, mib: usize, parsed_mib: usize) -> Budget {
         let max_kib = kib_of(mib.max(MAX_BODY >> 20));
         let max_parsed_kib = kib_of(parsed_mib.max(MAX_PARSED_MIB));
         Budget {
@@ -266,7 +266,7 @@ impl Budget {
 
     /// Waits for `bytes` of parsed request ([`parsed_cost`], at most the whole parsed
     /// budget), held by `reserved` until it is dropped; false when the budget is closed.
-    pub async fn reserve_parsed(&self, reserved: &mut Reserved, bytes: u64) -> bool {
+    pub(crate) async fn reserve_parsed(&self, reserved: &mut Reserved, bytes: u64) -> bool {
         let kib = u32::try_from(bytes.div_ceil(1024).max(1))
             .unwrap_or(u32::MAX)
             .min(self.max_parsed_kib);
@@ -281,7 +281,7 @@ impl Budget {
 
     /// Waits for a place and for `body` bytes (rounded up to KiB, at most [`MAX_BODY`]);
     /// `None` when the budget is closed.
-    pub async fn reserve(&self, body: usize) -> Option<Reserved> {
+    pub(crate) async fn reserve(&self, body: usize) -> Option<Reserved> {
         let kib = u32::try_from(body.min(MAX_BODY).div_ceil(1024).max(1))
             .unwrap_or(u32::MAX)
             .min(self.max_kib);

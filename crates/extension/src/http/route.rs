@@ -21,7 +21,7 @@ use crate::metrics;
 
 /// Time kept back from a hook's deadline for the answer to reach CAPI (at most a quarter
 /// of the deadline).
-pub const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
+pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
 /// One answered request: the HTTP status, the JSON body, and what the hook answered.
 struct Reply {
@@ -55,7 +55,7 @@ impl Extension {
     /// which upstream's runtime client adds from the handler's `timeoutSeconds`) when
     /// present, else `server.handler_timeout_seconds`, less [`DEADLINE_MARGIN`] for the
     /// answer to travel back.
-    pub fn deadline(&self, query: Option<&str>) -> Duration {
+    pub(crate) fn deadline(&self, query: Option<&str>) -> Duration {
         let advertised =
             Duration::from_secs(self.config.server.handler_timeout_seconds.max(1) as u64);
         let asked = query
@@ -75,7 +75,7 @@ impl Extension {
     /// reason (CAPI retries). `values` is [`crate::budget::check`] of `body`, made once by
     /// the caller (which reserves memory by it) and not walked again here. Requests that
     /// name no hook (`GET /healthz`, unknown paths) are answered at once and not counted.
-    pub async fn handle(
+    pub(crate) async fn handle(
         &self,
         method: &str,
         path: &str,

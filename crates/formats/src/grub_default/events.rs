@@ -34,7 +34,7 @@ pub(super) enum Event {
 
 impl Event {
     /// The variable.
-    pub fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         match self {
             Event::Assign { name, .. } | Event::Unset { name, .. } => name,
         }

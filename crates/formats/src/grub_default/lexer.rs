@@ -75,7 +75,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// A lexer at the start of `s`.
-    pub fn new(s: &'a str) -> Lexer<'a> {
+    pub(super) fn new(s: &'a str) -> Lexer<'a> {
         Lexer {
             s,
             b: s.as_bytes(),
@@ -85,7 +85,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Every token of the fragment.
-    pub fn tokens(mut self) -> Result<Vec<Tok>, GrubError> {
+    pub(super) fn tokens(mut self) -> Result<Vec<Tok>, GrubError> {
         let mut out = Vec::new();
         while let Some(c) = self.peek(0) {
             match c {
