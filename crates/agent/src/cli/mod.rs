@@ -3,4 +3,4 @@
 //! with their full context chain and no backtrace ([`inplace_edge::process::exit`]).
 pub mod ctl;
 pub mod daemon;
-pub mod render;
+pub(crate) mod render;

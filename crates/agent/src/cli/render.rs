@@ -7,7 +7,7 @@ use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel, Phase};
 
 /// `PHASE_SUCCEEDED` → `Succeeded`.
-pub fn phase(p: i32) -> String {
+pub(crate) fn phase(p: i32) -> String {
     let name = Phase::try_from(p)
         .unwrap_or(Phase::Unspecified)
         .as_str_name();
@@ -28,7 +28,7 @@ fn title(s: &str) -> String {
 }
 
 /// `restart kubelet.service`, `reboot`, `none`.
-pub fn disruption(d: Option<&pb::Disruption>) -> String {
+pub(crate) fn disruption(d: Option<&pb::Disruption>) -> String {
     let Some(d) = d else { return "none".into() };
     let level = DisruptionLevel::try_from(d.level).unwrap_or(DisruptionLevel::Unspecified);
     let name = level
@@ -56,7 +56,7 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// Table of changes, every reason in full.
-pub fn changes(changes: &[pb::Change]) -> String {
+pub(crate) fn changes(changes: &[pb::Change]) -> String {
     changes_table(changes, |c| c.reason.as_str())
 }
 
@@ -113,7 +113,7 @@ fn changes_table<'a>(
 }
 
 /// Node facts in one line plus evidence.
-pub fn facts(f: &pb::NodeFacts, p: Option<&pb::Preservation>) -> String {
+pub(crate) fn facts(f: &pb::NodeFacts, p: Option<&pb::Preservation>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -151,7 +151,7 @@ pub fn facts(f: &pb::NodeFacts, p: Option<&pb::Preservation>) -> String {
 
 /// A coverage report: the kernel-argument backend's explanation once under the table,
 /// not in every kernelArgs row (`-o wide` keeps it there, see [`coverage_wide`]).
-pub fn coverage(r: &pb::CoverageReport) -> String {
+pub(crate) fn coverage(r: &pb::CoverageReport) -> String {
     let backend = r
         .facts
         .as_ref()
@@ -169,7 +169,7 @@ pub fn coverage(r: &pb::CoverageReport) -> String {
 }
 
 /// A coverage report with every reason in full (`-o wide`).
-pub fn coverage_wide(r: &pb::CoverageReport) -> String {
+pub(crate) fn coverage_wide(r: &pb::CoverageReport) -> String {
     let mut out = changes(&r.changes);
     out.push_str(&report_summary(r, true));
     out
@@ -202,7 +202,7 @@ fn report_summary(r: &pb::CoverageReport, backend: bool) -> String {
 /// The file diffs of a report or dry run: each file's header line (path, operation, the
 /// changes that edit it), then its unified diff, or its hashes and sizes when the content
 /// is withheld.
-pub fn diffs(diffs: &[pb::FileDiff]) -> String {
+pub(crate) fn diffs(diffs: &[pb::FileDiff]) -> String {
     let mut out = String::new();
     for d in diffs {
         let _ = writeln!(
@@ -238,7 +238,7 @@ pub fn diffs(diffs: &[pb::FileDiff]) -> String {
 }
 
 /// One operation.
-pub fn operation(op: &pb::Operation) -> String {
+pub(crate) fn operation(op: &pb::Operation) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "operation:       {}", esc(&op.id));
     let _ = writeln!(
@@ -264,7 +264,7 @@ pub fn operation(op: &pb::Operation) -> String {
 }
 
 /// Operation history.
-pub fn history(ops: &[pb::Operation]) -> String {
+pub(crate) fn history(ops: &[pb::Operation]) -> String {
     let mut out = String::new();
     if ops.is_empty() {
         out.push_str("no operations\n");
@@ -295,7 +295,7 @@ pub fn history(ops: &[pb::Operation]) -> String {
 }
 
 /// Status.
-pub fn status(s: &pb::NodeStatus) -> String {
+pub(crate) fn status(s: &pb::NodeStatus) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -368,7 +368,7 @@ pub fn status(s: &pb::NodeStatus) -> String {
 
 /// Unix seconds → `YYYY-MM-DDTHH:MM:SSZ` (UTC, proleptic Gregorian; Howard Hinnant's
 /// days-from-civil inverse).
-pub fn format_time(secs: i64) -> String {
+pub(crate) fn format_time(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let z = days + 719_468;
@@ -390,7 +390,7 @@ pub fn format_time(secs: i64) -> String {
 
 /// The error and its causes, one per line, without a backtrace; a gRPC status prints its
 /// code and message.
-pub fn error_chain(e: &anyhow::Error) -> String {
+pub(crate) fn error_chain(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
         let text = if let Some(s) = cause.downcast_ref::<tonic::Status>() {

@@ -33,7 +33,7 @@ use super::source;
 
 /// A failed download or check: the URL and what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     /// The agent config can not make a client (the CA bundle or the proxy).
     #[error("kubernetes.{key}: {message}")]
     Config {
@@ -83,7 +83,7 @@ pub enum FetchError {
 
 /// What a downloaded binary is checked against.
 #[derive(Debug, Clone)]
-pub enum Verification {
+pub(crate) enum Verification {
     /// Upstream's sigstore signature (and the `.sha256`).
     Signed {
         /// The Fulcio roots and intermediates.
@@ -99,7 +99,7 @@ pub enum Verification {
 
 impl Verification {
     /// From `[kubernetes]`: reads the trust anchor when signatures are required.
-    pub fn from_config(config: &KubernetesConfig) -> Result<Verification, FetchError> {
+    pub(crate) fn from_config(config: &KubernetesConfig) -> Result<Verification, FetchError> {
         if !config.verify_signatures {
             return Ok(Verification::ChecksumOnly);
         }
@@ -113,7 +113,7 @@ impl Verification {
 
 /// What the `url` source checks, for coverage reasons and operation actions: never more
 /// than [`super::signature`] verifies.
-pub fn describe(config: &KubernetesConfig) -> String {
+pub(crate) fn describe(config: &KubernetesConfig) -> String {
     if config.verify_signatures {
         format!(
             "each verified against a sigstore signature by {} (OIDC issuer {}, certificate chained to the Fulcio roots in {}; no transparency-log check) and its SHA-256",
@@ -127,7 +127,11 @@ pub fn describe(config: &KubernetesConfig) -> String {
 /// Before coverage promises an upgrade from the `url` source: the version is signed
 /// upstream (v1.26.0 on) and the trust anchor loads when signatures are required, and
 /// each binary's `.sha256` (and `.sig`, `.cert`) answers a `HEAD` (no side effects).
-pub fn preflight(client: &Client, config: &KubernetesConfig, to: Version) -> Result<(), String> {
+pub(crate) fn preflight(
+    client: &Client,
+    config: &KubernetesConfig,
+    to: Version,
+) -> Result<(), String> {
     if config.verify_signatures {
         if to < signature::FIRST_SIGNED {
             return Err(format!(
@@ -158,7 +162,7 @@ pub fn preflight(client: &Client, config: &KubernetesConfig, to: Version) -> Res
 /// Everything up to the last `@` before the path is cut, and a password written with an
 /// unencoded `/` (not valid in RFC 3986 user-info, but typed) is cut as well: the cut
 /// reaches the last `@` of the whole URL when the host part holds no `@`.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -171,17 +175,17 @@ pub fn redact_url(url: &str) -> String {
 
 /// An HTTP client built from `[kubernetes]`: `https` only, redirects included.
 #[derive(Debug)]
-pub struct Client {
+pub(crate) struct Client {
     agent: ureq::Agent,
     limit: u64,
 }
 
 /// The buffer a download streams through, in bytes.
-pub const STREAM_BUFFER: usize = 64 * 1024;
+pub(crate) const STREAM_BUFFER: usize = 64 * 1024;
 
 impl Client {
     /// A client with the config's CA bundle, proxy and timeout.
-    pub fn new(config: &KubernetesConfig) -> Result<Client, FetchError> {
+    pub(crate) fn new(config: &KubernetesConfig) -> Result<Client, FetchError> {
         let mut b = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(config.timeout_secs.max(1))))
             .http_status_as_error(false)
@@ -206,7 +210,7 @@ impl Client {
     }
 
     /// `HEAD url` answers 2xx: the file exists (no side effects).
-    pub fn exists(&self, url: &str) -> Result<(), FetchError> {
+    pub(crate) fn exists(&self, url: &str) -> Result<(), FetchError> {
         let resp = self.agent.head(url).call().map_err(|e| transport(url, e))?;
         let status = resp.status();
         if status.is_success() {
@@ -218,7 +222,7 @@ impl Client {
 
     /// The body of `GET url`, at most `limit` bytes (the small `.sha256`, `.sig`,
     /// `.cert` files; binaries go through [`Client::download`]).
-    pub fn get(&self, url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
+    pub(crate) fn get(&self, url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
         let mut resp = self.agent.get(url).call().map_err(|e| transport(url, e))?;
         let status = resp.status();
         if !status.is_success() {
@@ -233,7 +237,7 @@ impl Client {
 
     /// Streams the body of `GET url` into `out` through a [`STREAM_BUFFER`], hashing
     /// it; at most `kubernetes.max_download_bytes`. Returns the SHA-256 and the size.
-    pub fn download(
+    pub(crate) fn download(
         &self,
         url: &str,
         out: &mut dyn Write,
@@ -272,7 +276,7 @@ impl Client {
     /// Downloads the binary at `url` into `staging` as `name` and verifies it: the
     /// signature first when required (its certificate before the download), then the
     /// `.sha256`. Nothing is installed here.
-    pub fn fetch_verified(
+    pub(crate) fn fetch_verified(
         &self,
         url: &str,
         staging: &mut Staging,
@@ -331,7 +335,6 @@ impl Client {
             file,
             sha256: actual,
             size,
-            signed: signed.is_some(),
         })
     }
 }
@@ -365,15 +368,13 @@ fn staging_err(path: &str, message: String) -> FetchError {
 
 /// A verified binary in the staging directory, read back by the install.
 #[derive(Debug)]
-pub struct Staged {
+pub(crate) struct Staged {
     /// The staging file (0600), open for reading and writing.
     pub file: std::fs::File,
     /// Its SHA-256, hex.
     pub sha256: String,
     /// Its size in bytes.
     pub size: u64,
-    /// Its signature was verified (else only the mirror's `.sha256`).
-    pub signed: bool,
 }
 
 /// The root-only staging directory `<state dir>/kubernetes-staging` (0700, owned by the
@@ -381,18 +382,18 @@ pub struct Staged {
 /// descriptor, so no path is followed twice; what a crashed run left is removed when it
 /// is opened, and the files of this run when it is dropped.
 #[derive(Debug)]
-pub struct Staging {
+pub(crate) struct Staging {
     dir: OwnedFd,
     path: PathBuf,
     names: Vec<String>,
 }
 
 /// The staging directory's name under the state directory.
-pub const STAGING_DIR: &str = "kubernetes-staging";
+pub(crate) const STAGING_DIR: &str = "kubernetes-staging";
 
 impl Staging {
     /// Opens (creating) the staging directory under `state_dir`, emptied.
-    pub fn open(state_dir: &Path) -> Result<Staging, FetchError> {
+    pub(crate) fn open(state_dir: &Path) -> Result<Staging, FetchError> {
         let path = state_dir.join(STAGING_DIR);
         let shown = path.display().to_string();
         let err = |op: &str, e: rustix::io::Errno| staging_err(&shown, format!("{op}: {e}"));
@@ -422,11 +423,6 @@ impl Staging {
         Ok(staging)
     }
 
-    /// The directory's host path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     fn clear(&self) -> Result<(), FetchError> {
         let shown = self.path.display().to_string();
         let dup = rustix::io::dup(&self.dir).map_err(|e| staging_err(&shown, e.to_string()))?;
@@ -446,7 +442,7 @@ impl Staging {
 
     /// Creates the staging file `name` (0600, `O_EXCL|O_NOFOLLOW`), replacing one of
     /// this run; returns it and its path for messages.
-    pub fn create(&mut self, name: &str) -> Result<(std::fs::File, String), FetchError> {
+    pub(crate) fn create(&mut self, name: &str) -> Result<(std::fs::File, String), FetchError> {
         let shown = format!("{}/{name}", self.path.display());
         match rustix::fs::unlinkat(&self.dir, name, AtFlags::empty()) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => {}

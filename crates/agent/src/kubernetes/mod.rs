@@ -18,10 +18,10 @@
 //! [Kubernetes version skew policy]: https://kubernetes.io/releases/version-skew-policy/
 
 pub mod config;
-pub mod fetch;
-pub mod signature;
-pub mod source;
-pub mod upgrade;
+pub(crate) mod fetch;
+pub(crate) mod signature;
+pub(crate) mod source;
+pub(crate) mod upgrade;
 
 pub use config::{KubernetesConfig, SourceKind};
 

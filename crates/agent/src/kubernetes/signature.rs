@@ -72,13 +72,13 @@ use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 use super::Version;
 
 /// The identity that signs the release binaries (the SAN of their certificates).
-pub const DEFAULT_IDENTITY: &str = "krel-staging@k8s-releng-prod.iam.gserviceaccount.com";
+pub(crate) const DEFAULT_IDENTITY: &str = "krel-staging@k8s-releng-prod.iam.gserviceaccount.com";
 /// The OIDC issuer of that identity.
-pub const DEFAULT_ISSUER: &str = "https://accounts.google.com";
+pub(crate) const DEFAULT_ISSUER: &str = "https://accounts.google.com";
 /// The default path of the Fulcio root (and intermediate) PEM file.
-pub const DEFAULT_FULCIO_ROOTS: &str = "/etc/inplaced/sigstore/fulcio.pem";
+pub(crate) const DEFAULT_FULCIO_ROOTS: &str = "/etc/inplaced/sigstore/fulcio.pem";
 /// The first release whose binaries upstream signs.
-pub const FIRST_SIGNED: Version = Version {
+pub(crate) const FIRST_SIGNED: Version = Version {
     major: 1,
     minor: 26,
     patch: 0,
@@ -93,7 +93,7 @@ const EKU_CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03
 
 /// Why a binary's signature is not accepted; each names the file and the key to check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SignatureError {
+pub(crate) enum SignatureError {
     /// The trust anchor file can not be used.
     #[error("kubernetes.fulcio_roots: {path}: {message}")]
     TrustAnchor {
@@ -160,7 +160,7 @@ pub enum SignatureError {
 
 /// The trust anchor: the self-signed Fulcio roots and the intermediates of one PEM file.
 #[derive(Debug, Clone)]
-pub struct TrustRoot {
+pub(crate) struct TrustRoot {
     path: String,
     roots: Vec<CertificateDer<'static>>,
     intermediates: Vec<CertificateDer<'static>>,
@@ -169,7 +169,7 @@ pub struct TrustRoot {
 impl TrustRoot {
     /// Reads the PEM file at `path` (a host path): self-signed certificates are roots,
     /// the others intermediates. Errors name `kubernetes.fulcio_roots`.
-    pub fn load(path: &str) -> Result<TrustRoot, SignatureError> {
+    pub(crate) fn load(path: &str) -> Result<TrustRoot, SignatureError> {
         let bad = |message: String| SignatureError::TrustAnchor {
             path: path.to_string(),
             message,
@@ -203,14 +203,14 @@ impl TrustRoot {
 
 /// A certificate that passed [`verify_certificate`]: its key checks signatures.
 #[derive(Debug, Clone)]
-pub struct Signer {
+pub(crate) struct Signer {
     key: p256::ecdsa::VerifyingKey,
     identity: String,
 }
 
 /// Decodes a `.cert` file: PEM, or base64 of PEM (upstream's form). The first
 /// certificate is the leaf, any others are offered as intermediates.
-pub fn parse_cert_file(
+pub(crate) fn parse_cert_file(
     url: &str,
     text: &[u8],
 ) -> Result<Vec<CertificateDer<'static>>, SignatureError> {
@@ -233,7 +233,10 @@ pub fn parse_cert_file(
 }
 
 /// Decodes a `.sig` file: base64 of a DER ECDSA signature (upstream's form), or raw DER.
-pub fn parse_sig_file(url: &str, text: &[u8]) -> Result<p256::ecdsa::Signature, SignatureError> {
+pub(crate) fn parse_sig_file(
+    url: &str,
+    text: &[u8],
+) -> Result<p256::ecdsa::Signature, SignatureError> {
     let der = if text.first() == Some(&0x30) {
         text.to_vec()
     } else {
@@ -262,7 +265,7 @@ fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
 
 /// Checks the certificate chain `certs` (leaf first) against `root`, its identity and
 /// its OIDC issuer (see the module doc for exactly what is and is not checked).
-pub fn verify_certificate(
+pub(crate) fn verify_certificate(
     url: &str,
     certs: &[CertificateDer<'static>],
     root: &TrustRoot,
@@ -427,7 +430,7 @@ fn der_utf8(der: &[u8]) -> Option<String> {
 }
 
 /// Checks `sig` over the SHA-256 `digest` of the downloaded bytes with `signer`'s key.
-pub fn verify_digest(
+pub(crate) fn verify_digest(
     url: &str,
     signer: &Signer,
     sig: &p256::ecdsa::Signature,

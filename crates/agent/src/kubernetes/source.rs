@@ -11,7 +11,7 @@ use super::Version;
 use super::config::KubernetesConfig;
 
 /// The URL of `binary` of `version` from the `url` template.
-pub fn binary_url(config: &KubernetesConfig, version: Version, binary: &str) -> String {
+pub(crate) fn binary_url(config: &KubernetesConfig, version: Version, binary: &str) -> String {
     config
         .url
         .replace("{version}", &version.to_string())
@@ -20,48 +20,48 @@ pub fn binary_url(config: &KubernetesConfig, version: Version, binary: &str) -> 
 }
 
 /// The URL of the checksum file of a binary URL (the upstream layout's `.sha256`).
-pub fn checksum_url(binary_url: &str) -> String {
+pub(crate) fn checksum_url(binary_url: &str) -> String {
     format!("{binary_url}.sha256")
 }
 
 /// The URL of the sigstore signature of a binary URL (the upstream layout's `.sig`).
-pub fn signature_url(binary_url: &str) -> String {
+pub(crate) fn signature_url(binary_url: &str) -> String {
     format!("{binary_url}.sig")
 }
 
 /// The URL of the signing certificate of a binary URL (the upstream layout's `.cert`).
-pub fn certificate_url(binary_url: &str) -> String {
+pub(crate) fn certificate_url(binary_url: &str) -> String {
     format!("{binary_url}.cert")
 }
 
 /// The hex SHA-256 in a checksum file: upstream's hold just the hex; `sha256sum`'s form
 /// (`<hex>  <name>`) is accepted too. None when it holds no 64-digit hex.
-pub fn parse_checksum(text: &str) -> Option<String> {
+pub(crate) fn parse_checksum(text: &str) -> Option<String> {
     let word = text.split_whitespace().next()?;
     (word.len() == 64 && word.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| word.to_ascii_lowercase())
 }
 
 /// Argv of one command.
-pub type Argv = Vec<String>;
+pub(crate) type Argv = Vec<String>;
 
 fn argv(words: &[&str]) -> Argv {
     words.iter().map(|s| s.to_string()).collect()
 }
 
 /// The apt package spec of `pkg` at `version` (`kubeadm=1.35.2-1.1`).
-pub fn apt_spec(config: &KubernetesConfig, pkg: &str, version: Version) -> String {
+pub(crate) fn apt_spec(config: &KubernetesConfig, pkg: &str, version: Version) -> String {
     format!("{pkg}={}-{}", version.bare(), config.package_revision)
 }
 
 /// The dnf package spec of `pkg` at `version` (`kubeadm-1.35.2`).
-pub fn dnf_spec(pkg: &str, version: Version) -> String {
+pub(crate) fn dnf_spec(pkg: &str, version: Version) -> String {
     format!("{pkg}-{}", version.bare())
 }
 
 /// The apt commands that install `pkgs` at `version`, releasing and putting back the
 /// holds of those among them in `held`.
-pub fn apt_install(
+pub(crate) fn apt_install(
     config: &KubernetesConfig,
     pkgs: &[&str],
     version: Version,
@@ -94,7 +94,7 @@ pub fn apt_install(
 
 /// The dnf commands that install `pkgs` at `version`, deleting and putting back the
 /// versionlocks of those among them in `locked`.
-pub fn dnf_install(pkgs: &[&str], version: Version, locked: &[String]) -> Vec<Argv> {
+pub(crate) fn dnf_install(pkgs: &[&str], version: Version, locked: &[String]) -> Vec<Argv> {
     let locked: Vec<&str> = pkgs
         .iter()
         .copied()
@@ -114,12 +114,12 @@ pub fn dnf_install(pkgs: &[&str], version: Version, locked: &[String]) -> Vec<Ar
 }
 
 /// The packages `apt-mark showhold` lists.
-pub fn parse_holds(out: &str) -> Vec<String> {
+pub(crate) fn parse_holds(out: &str) -> Vec<String> {
     out.split_whitespace().map(str::to_string).collect()
 }
 
 /// The packages `dnf versionlock list` lists (`kubeadm-0:1.34.3-150500.1.1.*`).
-pub fn parse_versionlocks(out: &str, pkgs: &[&str]) -> Vec<String> {
+pub(crate) fn parse_versionlocks(out: &str, pkgs: &[&str]) -> Vec<String> {
     pkgs.iter()
         .filter(|p| {
             out.lines().any(|l| {

@@ -39,7 +39,7 @@ use inplace_node::system::{CommandRunner, ServiceManager};
 
 /// An upgrade the plan asks for (`Steps::kubernetes`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upgrade {
+pub(crate) struct Upgrade {
     /// The node's version (its kubelet's).
     pub from: Version,
     /// The target version.
@@ -54,7 +54,7 @@ pub struct Upgrade {
 /// (none for a package source, where the package manager fetches). The staging files
 /// are removed when this is dropped.
 #[derive(Debug, Default)]
-pub struct Fetched {
+pub(crate) struct Fetched {
     files: BTreeMap<String, Staged>,
     staging: Option<Staging>,
     described: String,
@@ -62,7 +62,7 @@ pub struct Fetched {
 
 /// How to undo one completed step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Restore {
+pub(crate) enum Restore {
     /// Write the file back (None: remove it).
     File(String, Option<(Vec<u8>, Entry)>),
     /// Write the file back from a copy kept on the node (the backup of a replaced
@@ -85,7 +85,7 @@ pub enum Restore {
 
 impl Restore {
     /// Undoes the step; the error names the file, command or unit.
-    pub fn undo(
+    pub(crate) fn undo(
         &self,
         root: &Sysroot,
         services: &dyn ServiceManager,
@@ -127,7 +127,7 @@ impl Restore {
 }
 
 /// What the steps act with.
-pub struct Host<'a> {
+pub(crate) struct Host<'a> {
     /// The node's root.
     pub root: &'a Sysroot,
     /// systemd.
@@ -149,7 +149,7 @@ impl std::fmt::Debug for Host<'_> {
 }
 
 /// Where the engine follows an upgrade: the phase message, the journal, the actions.
-pub trait Progress {
+pub(crate) trait Progress {
     /// A new step began: `upgrading kubeadm`, `kubeadm upgrade node`, `restarting kubelet`.
     fn step(&mut self, message: &str);
     /// A step completed (journaled and listed in the operation's actions).
@@ -159,7 +159,11 @@ pub trait Progress {
 /// Fetches and verifies every binary of `up.to` into the staging directory under
 /// `state_dir` (nothing on the node changes). For a package source nothing is fetched
 /// here. With `kubernetes.verify_signatures = false` each download logs a warning.
-pub fn fetch(up: &Upgrade, config: &KubernetesConfig, state_dir: &Path) -> Result<Fetched, String> {
+pub(crate) fn fetch(
+    up: &Upgrade,
+    config: &KubernetesConfig,
+    state_dir: &Path,
+) -> Result<Fetched, String> {
     let mut out = Fetched::default();
     if config.source != SourceKind::Url {
         return Ok(out);
@@ -188,7 +192,7 @@ pub fn fetch(up: &Upgrade, config: &KubernetesConfig, state_dir: &Path) -> Resul
 /// Runs the steps of `up` after [`fetch`]; every completed step pushes its [`Restore`]
 /// on `undo` (the kubelet's restart first, so that undoing in reverse restarts it last,
 /// with the restored files). The error names the failing step and its output's tail.
-pub fn run(
+pub(crate) fn run(
     up: &Upgrade,
     fetched: &Fetched,
     host: &Host<'_>,

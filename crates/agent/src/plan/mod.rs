@@ -17,7 +17,7 @@
 //! kernel argument the agent added removed); nothing the agent did not add is touched.
 
 pub mod diff;
-pub mod observe;
+pub(crate) mod observe;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -27,7 +27,7 @@ pub fn observe(
 
 /// [`observe`] with a runner for the read-only commands sections ask
 /// (`kubelet --version`).
-pub fn observe_with(
+pub(crate) fn observe_with(
     root: &Sysroot,
     state: &StateDir,
     config: &Config,

@@ -53,15 +53,15 @@
 //! [`crate::state::EffectEntry`] (a field of the journal's on-disk intent) and its line in
 //! [`journaled_undo`]. Record fields are [`crate::state::AppliedRecord`]'s.
 
-pub mod dropins;
-pub mod files;
-pub mod kernel_args;
-pub mod kit;
-pub mod kubelet;
-pub mod kubernetes;
+pub(crate) mod dropins;
+pub(crate) mod files;
+pub(crate) mod kernel_args;
+pub(crate) mod kit;
+pub(crate) mod kubelet;
+pub(crate) mod kubernetes;
 pub mod model;
-pub mod ntp;
-pub mod sysctls;
+pub(crate) mod ntp;
+pub(crate) mod sysctls;
 
 use crate::state::EffectEntry;
 use kit::Section;

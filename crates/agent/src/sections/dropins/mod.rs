@@ -2,7 +2,7 @@
 //! (`dropins[<name>]`). Written through the file machinery as the agent's own area: no
 //! disruption, no write policy, nothing to restore (a dropped one is deleted).
 
-pub mod spec;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -20,7 +20,7 @@ use inplace_wire::pb::DisruptionLevel;
 
 /// The `dropins` section.
 #[derive(Debug)]
-pub struct Dropins;
+pub(crate) struct Dropins;
 
 /// A recorded file of this section is marked `dropins[<name>]`.
 fn owns(item: Option<&str>) -> bool {

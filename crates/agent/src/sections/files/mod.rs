@@ -1,7 +1,7 @@
 //! The `files` section: whole files of the spec (`files[<path>]`), written through the
 //! file machinery ([`crate::sections::kit::file_items`]) with the path rules for their disruption.
 
-pub mod spec;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -16,7 +16,7 @@ use inplace_wire::pb;
 
 /// The `files` section.
 #[derive(Debug)]
-pub struct Files;
+pub(crate) struct Files;
 
 /// A recorded file of this section carries no marker.
 fn owns(item: Option<&str>) -> bool {

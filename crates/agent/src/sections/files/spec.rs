@@ -14,7 +14,7 @@ use inplace_wire::names::SpecError;
 use inplace_wire::pb;
 
 /// Default file mode when a spec gives none.
-pub const DEFAULT_FILE_MODE: u32 = 0o644;
+pub(crate) const DEFAULT_FILE_MODE: u32 = 0o644;
 
 /// Validates the wire `files` of one document, in order. Errors name the field
 /// (`files[2].path`, `files[0].mode`, `files[1].owner`); a path given twice is an error

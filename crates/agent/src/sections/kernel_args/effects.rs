@@ -9,7 +9,7 @@ use crate::state::EffectEntry;
 
 /// Runs a boot-configuration command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BootCommand {
+pub(crate) struct BootCommand {
     /// The command, argv.
     pub argv: Vec<String>,
     /// The command edits the kernel arguments itself (rpm-ostree), so they can only be

@@ -4,9 +4,9 @@
 //! added them. They take effect at the next boot, so they are verified after it in
 //! `/proc/cmdline`.
 
-pub mod effects;
-pub mod observe;
-pub mod spec;
+pub(crate) mod effects;
+pub(crate) mod observe;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -28,7 +28,7 @@ use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
 /// The `kernelArgs` section.
 #[derive(Debug)]
-pub struct KernelArgs;
+pub(crate) struct KernelArgs;
 
 /// Kernel-argument changes of one key (compared with `-`/`_` equivalence).
 struct KeyChange {
@@ -126,7 +126,7 @@ fn running_drift(view: &DriftView<'_>) -> Vec<pb::Drift> {
 
 /// Args of `wanted` missing from `cmdline` (exact matches, duplicates counted; an
 /// argument that does not parse is skipped).
-pub fn missing_args(wanted: &[String], cmdline: &str) -> Vec<String> {
+pub(crate) fn missing_args(wanted: &[String], cmdline: &str) -> Vec<String> {
     split(&parse_all(wanted), Cmdline::parse(cmdline).args())
         .1
         .iter()

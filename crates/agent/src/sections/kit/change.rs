@@ -5,7 +5,7 @@ use inplace_wire::pb;
 use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
 /// A disruption of `level` for `units` (sorted, without repeats).
-pub fn disruption(level: DisruptionLevel, units: &[&str]) -> pb::Disruption {
+pub(crate) fn disruption(level: DisruptionLevel, units: &[&str]) -> pb::Disruption {
     let mut u: Vec<String> = units.iter().map(|s| s.to_string()).collect();
     u.sort();
     u.dedup();

@@ -80,7 +80,7 @@ pub struct DroppedFile {
 /// Observes what the machinery needs whatever the sections: the node's accounts, and
 /// every file of the record with its saved original (a file that left the spec is
 /// reverted from it).
-pub fn observe(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
+pub(crate) fn observe(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
     let root = node.root;
     obs.accounts = Accounts::parse(
         &root
@@ -102,7 +102,7 @@ pub fn observe(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveErr
 }
 
 /// Observes `path` into `obs.files` unless it is there already.
-pub fn observe_into(
+pub(crate) fn observe_into(
     node: &NodeView<'_>,
     obs: &mut Observed,
     path: &str,
@@ -115,7 +115,7 @@ pub fn observe_into(
 }
 
 /// `sha256:<hex> mode=<octal> uid=<n> gid=<n>`, the summary of a file.
-pub fn summary_of(sha_hex: &str, mode: u32, uid: u32, gid: u32) -> String {
+pub(crate) fn summary_of(sha_hex: &str, mode: u32, uid: u32, gid: u32) -> String {
     format!("sha256:{sha_hex} mode={mode:04o} uid={uid} gid={gid}")
 }
 
@@ -136,7 +136,7 @@ fn summary_of_obs(obs: &FileObs) -> String {
 /// `systemctl daemon-reload` and a try-restart of the unit; `/etc/default/kubelet` and
 /// `/etc/sysconfig/kubelet` (read by the kubeadm drop-in) a kubelet restart; files under
 /// `/etc/containerd` a containerd restart. Returns (level, unit, reason).
-pub fn builtin_disruption(
+pub(crate) fn builtin_disruption(
     path: &str,
     kubelet_unit: &str,
 ) -> Option<(DisruptionLevel, String, String)> {
@@ -206,7 +206,7 @@ pub fn builtin_disruption(
 /// Disruption of a file change: the first matching rule of the agent config, else the
 /// built-in rules ([`builtin_disruption`]), else none. sysctl.d files are applied live
 /// separately (the `sysctls` section).
-pub fn file_disruption(config: &Config, path: &str) -> (pb::Disruption, String) {
+pub(crate) fn file_disruption(config: &Config, path: &str) -> (pb::Disruption, String) {
     if let Some(rule) = config.disruption_for(path) {
         let units: Vec<&str> = rule.units.iter().map(String::as_str).collect();
         return (
@@ -231,7 +231,7 @@ pub fn file_disruption(config: &Config, path: &str) -> (pb::Disruption, String) 
 
 /// Plans every file item (in order), then the revert of every recorded file no item
 /// names any more; `dropped` says how a recorded file's section reverts it.
-pub fn plan_files(
+pub(crate) fn plan_files(
     items: &[FileItem<'_>],
     input: &Input<'_>,
     out: &mut Output,
@@ -657,7 +657,7 @@ impl Revert<'_> {
 
 /// Drift of the recorded files whose marker `owns` accepts: content, mode or owner no
 /// longer what the agent wrote.
-pub fn drift(view: &DriftView<'_>, owns: impl Fn(Option<&str>) -> bool) -> Vec<pb::Drift> {
+pub(crate) fn drift(view: &DriftView<'_>, owns: impl Fn(Option<&str>) -> bool) -> Vec<pb::Drift> {
     let mut out = Vec::new();
     for (path, m) in &view.record.files {
         if !owns(m.item.as_deref()) {
@@ -691,7 +691,7 @@ pub fn drift(view: &DriftView<'_>, owns: impl Fn(Option<&str>) -> bool) -> Vec<p
 }
 
 /// The recorded files whose marker `owns` accepts (watched for drift).
-pub fn watched(view: &DriftView<'_>, owns: impl Fn(Option<&str>) -> bool) -> Vec<String> {
+pub(crate) fn watched(view: &DriftView<'_>, owns: impl Fn(Option<&str>) -> bool) -> Vec<String> {
     view.record
         .files
         .iter()

@@ -4,11 +4,11 @@
 //! through the engine with their undo and journal entry ([`effect`]), the shared
 //! observation primitives ([`observe`]) and the whole-file machinery ([`file_items`]).
 
-pub mod change;
-pub mod effect;
-pub mod file_items;
-pub mod observe;
-pub mod steps;
+pub(crate) mod change;
+pub(crate) mod effect;
+pub(crate) mod file_items;
+pub(crate) mod observe;
+pub(crate) mod steps;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -163,7 +163,10 @@ pub struct Boot<'a> {
 /// Reads the node after a boot: the running kernel command line (`/proc/cmdline`; unknown
 /// when it can not be read or is empty) and the next boot's command line as the boot
 /// loader's configuration holds it (empty without a backend): owned, for a [`Boot`].
-pub fn read_boot(root: &Sysroot, config: &Config) -> Result<(String, String), observe::Unknown> {
+pub(crate) fn read_boot(
+    root: &Sysroot,
+    config: &Config,
+) -> Result<(String, String), observe::Unknown> {
     let running = observe::observe_running(root, "/proc/cmdline")?;
     let next_boot = crate::bootloader::detect(root, config.kernel_args.backend)
         .map(|b| b.next_boot().render())

@@ -11,7 +11,7 @@ use inplace_node::sysroot::{Entry, Kind, Sysroot, SysrootError};
 
 /// Largest file the agent reads or writes as a managed file (64 MiB): a node agent must
 /// not copy a disk image into memory because a spec named it.
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// A file as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,11 +94,11 @@ impl std::fmt::Display for Unknown {
 }
 
 /// A running-state value as observed: the value, or why it is not known.
-pub type Observation<T> = Result<T, Unknown>;
+pub(crate) type Observation<T> = Result<T, Unknown>;
 
 /// Reads a running-state text file that is never empty on a live node (`/proc/cmdline`,
 /// a `/proc/sys` value): absent, unreadable, or empty (only whitespace) is [`Unknown`].
-pub fn observe_running(root: &Sysroot, path: &str) -> Observation<String> {
+pub(crate) fn observe_running(root: &Sysroot, path: &str) -> Observation<String> {
     let unknown = |why: String| Unknown {
         source: path.to_string(),
         why,
@@ -126,7 +126,7 @@ pub enum ObserveError {
 
 /// Observes one file path (never following symlinks, never reading more than
 /// [`MAX_FILE_BYTES`]).
-pub fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, SysrootError> {
+pub(crate) fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, SysrootError> {
     use inplace_node::sysroot::Probe;
     Ok(match root.probe(path, MAX_FILE_BYTES)? {
         Probe::Absent => FileObs::Absent,
@@ -153,7 +153,7 @@ pub fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, SysrootError>
 }
 
 /// Observes a text configuration file.
-pub fn observe_text(root: &Sysroot, path: &str) -> Result<TextObs, SysrootError> {
+pub(crate) fn observe_text(root: &Sysroot, path: &str) -> Result<TextObs, SysrootError> {
     Ok(match observe_file(root, path)? {
         FileObs::Absent => TextObs::Absent,
         FileObs::Conflict(c) => TextObs::Problem(c),

@@ -71,7 +71,7 @@ pub struct Steps {
 }
 
 /// Mode and owner a [`Write`] gives the file: the existing file's own when `keep_meta`.
-pub fn resolve_keep(w: &Write, existing: Option<Entry>) -> (u32, u32, u32) {
+pub(crate) fn resolve_keep(w: &Write, existing: Option<Entry>) -> (u32, u32, u32) {
     match existing {
         Some(e) if w.keep_meta => (e.mode, e.uid, e.gid),
         _ => (w.mode, w.uid, w.gid),

@@ -8,7 +8,7 @@ use crate::sections::kit::effect::{Effect, EffectError, Node, Report, Stage};
 
 /// Restarts the kubelet's `unit` as stop, remove the checkpoint `files`, start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResetCheckpoints {
+pub(crate) struct ResetCheckpoints {
     /// The kubelet's unit (`[kubelet] unit`).
     pub unit: String,
     /// The checkpoint files (node paths) to remove while it is stopped.
@@ -42,7 +42,7 @@ impl Effect for ResetCheckpoints {
 /// operation is rolled back, the units restarted with the restored files and the kubelet
 /// checked again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthGate;
+pub(crate) struct HealthGate;
 
 impl Effect for HealthGate {
     fn stage(&self) -> Stage {

@@ -7,9 +7,9 @@
 //! covered (the kubelet lets a flag win over its config file), nor one that a later
 //! `KUBELET_EXTRA_ARGS` shadows.
 
-pub mod effects;
-pub mod observe;
-pub mod spec;
+pub(crate) mod effects;
+pub(crate) mod observe;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -37,7 +37,7 @@ use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
 /// The `kubelet` section.
 #[derive(Debug)]
-pub struct Kubelet;
+pub(crate) struct Kubelet;
 
 /// Reason of a change that resets the kubelet's CPU or memory manager.
 const RESET_REASON: &str = "changes the CPU, memory or topology manager: drain the node first; the kubelet is stopped, its manager checkpoint (/var/lib/kubelet/cpu_manager_state or memory_manager_state) removed, and started again, as the kubelet requires";
@@ -45,7 +45,7 @@ const RESET_REASON: &str = "changes the CPU, memory or topology manager: drain t
 /// Change id of a KubeletConfiguration leaf: `kubelet.config.a.b`, with a segment that
 /// holds `.`, `[` or `"` quoted (`kubelet.config.evictionHard["memory.available"]`), so ids
 /// stay unique.
-pub fn config_id(path: &[String]) -> String {
+pub(crate) fn config_id(path: &[String]) -> String {
     ChangeId::KubeletConfig(path.to_vec()).to_string()
 }
 

@@ -11,7 +11,7 @@ use inplace_wire::pb;
 use inplace_wire::structs::struct_to_json;
 
 /// A partial KubeletConfiguration: a JSON object.
-pub type KubeletConfig = serde_json::Map<String, serde_json::Value>;
+pub(crate) type KubeletConfig = serde_json::Map<String, serde_json::Value>;
 
 /// The validated `kubelet` section.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -10,7 +10,7 @@ use crate::sections::kit::effect::{Effect, EffectError, Node, Report, Stage, Und
 
 /// Upgrades the node's Kubernetes version ([`Upgrade`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpgradeKubernetes(pub Upgrade);
+pub(crate) struct UpgradeKubernetes(pub Upgrade);
 
 /// Follows the upgrade's steps into the operation: message, journal, actions.
 struct Follow<'a>(&'a mut dyn Report);

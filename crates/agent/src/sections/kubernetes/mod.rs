@@ -17,9 +17,9 @@
 //! effect, [`effects::UpgradeKubernetes`], which the engine runs before every other
 //! section's steps ([`crate::kubernetes::upgrade`]).
 
-pub mod effects;
-pub mod observe;
-pub mod spec;
+pub(crate) mod effects;
+pub(crate) mod observe;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -39,10 +39,10 @@ use inplace_wire::{k8s_version::Step, k8s_version::Version};
 
 /// The `kubernetes` section.
 #[derive(Debug)]
-pub struct Kubernetes;
+pub(crate) struct Kubernetes;
 
 /// The change id.
-pub const ID: &str = inplace_wire::ids::KUBERNETES_VERSION;
+pub(crate) const ID: &str = inplace_wire::ids::KUBERNETES_VERSION;
 
 /// The static Pod manifests' directory, without a trailing `/`.
 pub(super) fn manifests_dir(config: &Config) -> String {

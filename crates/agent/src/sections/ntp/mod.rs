@@ -3,8 +3,8 @@
 //! agent's drop-in; either file goes through the file machinery, with a restart of the
 //! daemon's unit. The domain rules are in [`inplace_formats::ntp`].
 
-pub mod observe;
-pub mod spec;
+pub(crate) mod observe;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +26,7 @@ use spec::NtpSpec;
 
 /// The `ntp` section.
 #[derive(Debug)]
-pub struct Ntp;
+pub(crate) struct Ntp;
 
 /// A recorded file of this section is marked `ntp`.
 fn owns(item: Option<&str>) -> bool {

@@ -8,7 +8,7 @@ use inplace_formats::ntp::Daemon;
 /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked for
 /// ([`inplace_formats::ntp::detect`]); None when the spec does not manage `ntp`. Its
 /// file is observed with the other files ([`Observed::files`]).
-pub type NtpObs = Option<Result<Daemon, String>>;
+pub(crate) type NtpObs = Option<Result<Daemon, String>>;
 
 /// Reads the daemon and its file when the spec manages `ntp`.
 pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {

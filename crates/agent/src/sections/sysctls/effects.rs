@@ -9,7 +9,7 @@ use inplace_node::sysroot::Sysroot;
 
 /// Writes `value` to the live kernel parameter `key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetSysctl {
+pub(crate) struct SetSysctl {
     /// The key (`vm.swappiness`).
     pub key: String,
     /// The value, in the form the kernel shows.
@@ -69,7 +69,7 @@ impl Effect for SetSysctl {
 /// Writes the value before back to a live kernel parameter: the undo of [`SetSysctl`],
 /// after a failed run and after a crash (from the journal's [`EffectEntry::Sysctl`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestoreSysctl {
+pub(crate) struct RestoreSysctl {
     /// The key.
     pub key: String,
     /// The value before, without its newline.

@@ -4,9 +4,9 @@
 //! `files` item) take effect live too, as systemd-sysctl would apply them at boot. The
 //! sysctl.d rules are in [`inplace_formats::sysctl`].
 
-pub mod effects;
-pub mod observe;
-pub mod spec;
+pub(crate) mod effects;
+pub(crate) mod observe;
+pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
 
@@ -31,7 +31,7 @@ use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 
 /// The `sysctls` section.
 #[derive(Debug)]
-pub struct Sysctls;
+pub(crate) struct Sysctls;
 
 /// Why `key` = `value` can not be managed: no such parameter, read-only, the drop-in
 /// unusable, or a sysctl.d file applied after the drop-in at boot that sets it too.

@@ -40,7 +40,7 @@ pub struct SysctlObs {
 }
 
 /// Reads the live value of `key` (None: no such kernel parameter).
-pub fn read_live(root: &Sysroot, key: &str) -> Result<Option<SysctlLive>, SysrootError> {
+pub(crate) fn read_live(root: &Sysroot, key: &str) -> Result<Option<SysctlLive>, SysrootError> {
     let p = sysctl_path(key);
     if inplace_node::sysroot::components(&p).is_err() {
         return Ok(None);
