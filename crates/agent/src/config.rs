@@ -333,7 +333,7 @@ pub struct PolicyConfig {
     pub max_spec_bytes: u64,
     /// Most fields in one spec, counted on the raw gRPC message before it is decoded:
     /// every list entry, map entry and KubeletConfiguration value (see
-    /// `src/server/limits.rs`).
+    /// `inplace_wire::limits`).
     pub max_spec_elements: usize,
     /// Coverage calls (`GetCoverage`, and the planning of `Apply`) that run at once; more
     /// wait. Planning reads the node and is CPU-bound: more than the node's cores only
@@ -341,7 +341,7 @@ pub struct PolicyConfig {
     pub max_concurrent_coverage: usize,
     /// Agent memory the calls that carry a spec may reserve at once, MiB (default 384,
     /// the unit's `MemoryHigh`): before its message is decoded a call reserves what its
-    /// fields and bytes will cost (`src/server/admit.rs`) and waits while the agent is
+    /// fields and bytes will cost (`server::admit`) and waits while the agent is
     /// full. With the idle daemon, the messages being received and one running
     /// operation it keeps the agent under the unit's `MemoryMax=768M`.
     pub max_planning_mib: u64,

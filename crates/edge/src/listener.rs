@@ -142,7 +142,7 @@ pub struct ClientEntry {
 pub struct TcpConfig {
     /// Most authenticated connections open at once (default 64): a connection takes a
     /// place only after its TLS handshake, once its certificate is on the allowlist
-    /// (`src/server/places.rs`). With every place taken, a new one waits up to 5 s, then
+    /// (`inplace_edge::places`). With every place taken, a new one waits up to 5 s, then
     /// is closed. A handful of management-cluster clients need a few each.
     pub max_connections: usize,
     /// Of `max_connections`, places only admins may take (default 16): readers hold at
@@ -159,7 +159,7 @@ pub struct TcpConfig {
     /// Most TLS handshakes pending at once (default 256). Before its handshake a
     /// connection holds no place; when the budget is full a new handshake drops the
     /// oldest of the source holding the most, sources with a handshake older than 1 s
-    /// first (`src/server/handshakes.rs`). The ClientHello
+    /// first (`inplace_edge::handshakes`). The ClientHello
     /// must come within 5 s, the handshake end within 10 s.
     pub handshake_budget: usize,
     /// Most TLS handshakes older than 1 s pending from one source, an IPv4 address or an

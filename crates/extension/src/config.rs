@@ -66,14 +66,14 @@ pub struct ServerConfig {
     pub clients: Vec<AllowedClient>,
     /// Most authenticated connections open at once (default 64): a connection takes a
     /// place only after its TLS handshake, once its certificate is on `server.clients`
-    /// (`src/server/places.rs`); with every place taken a new one waits up to 5 s, then is
+    /// (`inplace_edge::places`); with every place taken a new one waits up to 5 s, then is
     /// closed.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// Most TLS handshakes pending at once (default 256). Before its handshake a
     /// connection holds no place; when the budget is full a new handshake drops the
     /// oldest of the source holding the most, sources with a handshake older than 1 s
-    /// first (`src/server/handshakes.rs`). The ClientHello
+    /// first (`inplace_edge::handshakes`). The ClientHello
     /// must come within 5 s, the handshake end within 10 s.
     #[serde(default = "default_handshake_budget")]
     pub handshake_budget: usize,

@@ -2,18 +2,19 @@
 //! `pb::Drift.id` and the coverage report, and that the extension and the metrics read
 //! back.
 //!
-//! Grammar (what the agent's sections write, `crates/agent/src/sections/*.rs`):
+//! Grammar (what the agent's sections write, each in its folder
+//! `crates/agent/src/sections/<section>/`, through [`ChangeId`]'s `Display`):
 //!
 //! ```text
-//! change-id = "files[" path "]"              ; files.rs, file_items.rs (a written file)
-//!           | "dropins[" name "]"            ; dropins.rs (a node.d drop-in)
-//!           | "kubelet.flags[" flag "]"      ; kubelet.rs (a kubeadm-flags.env flag)
-//!           | "kubelet.config" *segment      ; kubelet.rs config_id (a KubeletConfiguration leaf)
-//!           | "sysctls[" key "]"             ; sysctls.rs
-//!           | "kernelArgs[" key "]"          ; kernel_args.rs (one argument)
-//!           | "kernelArgs"                   ; kernel_args.rs (the staged boot as a whole)
-//!           | "ntp"                          ; ntp.rs
-//!           | "kubernetes.version"           ; kubernetes.rs
+//! change-id = "files[" path "]"              ; files/, kit/file_items.rs (a written file)
+//!           | "dropins[" name "]"            ; dropins/ (a node.d drop-in)
+//!           | "kubelet.flags[" flag "]"      ; kubelet/ (a kubeadm-flags.env flag)
+//!           | "kubelet.config" *segment      ; kubelet/ config_id (a KubeletConfiguration leaf)
+//!           | "sysctls[" key "]"             ; sysctls/
+//!           | "kernelArgs[" key "]"          ; kernel_args/ (one argument)
+//!           | "kernelArgs"                   ; kernel_args/ (the staged boot as a whole)
+//!           | "ntp"                          ; ntp/
+//!           | "kubernetes.version"           ; kubernetes/
 //! segment   = "." bare | "[" json-string "]"
 //! bare      = 1*(any character but . [ ] ")
 //! ```

@@ -37,7 +37,7 @@ use super::{CONTROL_PLANE_COMPONENTS, Version, source, tail};
 use inplace_node::sysroot::{Durability, Entry, Sysroot};
 use inplace_node::system::{CommandRunner, ServiceManager};
 
-/// An upgrade the plan asks for (`Steps::kubernetes`).
+/// An upgrade the plan asks for (the kubernetes section's effect, `sections::kubernetes::effects`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Upgrade {
     /// The node's version (its kubelet's).

@@ -115,7 +115,7 @@ pub(crate) async fn serve(
         .await
         .with_context(|| format!("metrics.listen: binding {addr}"))?;
     tracing::info!(address = %addr, tls = acceptor.is_some(), "serving metrics");
-    // as the API (src/server/handshakes.rs): 16 pending handshakes, 4 per source, then
+    // as the API (inplace_edge::handshakes): 16 pending handshakes, 4 per source, then
     // 8 places for scrapers on the allowlist (descriptors: the handshakes, the places and
     // as many refused at once); on loopback 8 places before accept
     let handshakes = super::handshakes::Handshakes::new(16, 4);
