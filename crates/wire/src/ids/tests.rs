@@ -145,3 +145,41 @@ proptest! {
         prop_assert_eq!(section_of(&s), old_section_of(&s));
     }
 }
+
+/// Every variant of [`ChangeId`] is among [`forms`], so its `parse` arm is tested (the
+/// compiler forces `Display` and `section()` arms, not `parse`). The match below has no
+/// wildcard: a new variant does not compile until it is named there; name it in `ALL`
+/// too, and the test fails until `forms` holds a text of it that parses.
+#[test]
+fn every_variant_has_a_form_that_parses() {
+    fn variant(id: &ChangeId) -> &'static str {
+        match id {
+            ChangeId::File(_) => "File",
+            ChangeId::DropIn(_) => "DropIn",
+            ChangeId::KubeletFlag(_) => "KubeletFlag",
+            ChangeId::KubeletConfig(_) => "KubeletConfig",
+            ChangeId::Sysctl(_) => "Sysctl",
+            ChangeId::KernelArg(_) => "KernelArg",
+            ChangeId::KernelArgs => "KernelArgs",
+            ChangeId::Ntp => "Ntp",
+            ChangeId::KubernetesVersion => "KubernetesVersion",
+        }
+    }
+    const ALL: [&str; 9] = [
+        "File",
+        "DropIn",
+        "KubeletFlag",
+        "KubeletConfig",
+        "Sysctl",
+        "KernelArg",
+        "KernelArgs",
+        "Ntp",
+        "KubernetesVersion",
+    ];
+    let listed: std::collections::BTreeSet<&str> =
+        forms().iter().map(|(_, id)| variant(id)).collect();
+    for v in ALL {
+        assert!(listed.contains(v), "ChangeId::{v} has no form in forms()");
+    }
+    assert_eq!(listed.len(), ALL.len());
+}
