@@ -7,6 +7,12 @@
 //! `PHASE=`, `ITEM=`), so `journalctl -u inplaced OPERATION=my-op` finds an operation's
 //! lines. Elsewhere a `tracing_subscriber::fmt` layer prints lines on stderr, with colours
 //! only on a terminal.
+//!
+//! Targets keep the program's name as their root, as before the code was split into
+//! crates: an event of `inplace_agent::server` is logged with the target
+//! `inplaced::server`, one of `inplace_node::sysroot` with `inplaced::node::sysroot`
+//! ([`log_target`]), and a `--log` filter names them that way (`inplaced=debug`,
+//! `inplaced::server=trace`; [`filter_directives`] turns it into the crates' paths).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -136,7 +142,7 @@ impl<S: tracing::Subscriber> Layer<S> for JournalLayer {
             &log::Record::builder()
                 .args(format_args!("{message}"))
                 .level(level)
-                .target(meta.target())
+                .target(&log_target(meta.target()))
                 .file(meta.file())
                 .line(meta.line())
                 .module_path(meta.module_path())
@@ -196,10 +202,97 @@ fn debug_quoted(text: &str) -> bool {
     !escaped
 }
 
+/// The library crates whose events are logged under the program's `inplaced` root, and
+/// the path each takes there (the agent's own modules sit at the root, as before the
+/// workspace split).
+const CRATES: [(&str, &str); 6] = [
+    ("inplace_agent", "inplaced"),
+    ("inplace_extension", "inplaced::extension"),
+    ("inplace_node", "inplaced::node"),
+    ("inplace_edge", "inplaced::edge"),
+    ("inplace_formats", "inplaced::formats"),
+    ("inplace_wire", "inplaced::wire"),
+];
+
+/// The target an event is logged with: a module path of one of the project's crates
+/// (`inplace_agent::server`) under the program's root as [`CRATES`] says
+/// (`inplaced::server`); any other target (a dependency's) unchanged.
+pub fn log_target(target: &str) -> Cow<'_, str> {
+    for (krate, shown) in CRATES {
+        if let Some(rest) = target.strip_prefix(krate)
+            && (rest.is_empty() || rest.starts_with("::"))
+        {
+            return Cow::Owned(format!("{shown}{rest}"));
+        }
+    }
+    Cow::Borrowed(target)
+}
+
+/// A `--log` filter (`EnvFilter` directives, comma-separated) with every target written
+/// as the logs show it ([`log_target`]: `inplaced`, `inplaced::server`,
+/// `inplaced::node::sysroot`) turned into the crates' module paths the filter matches:
+/// `inplaced` alone names every crate of [`CRATES`]; `inplaced::<path>` the crate whose
+/// shown root is the longest prefix of it (`inplaced::node::sysroot` →
+/// `inplace_node::sysroot`, `inplaced::apply` → `inplace_agent::apply`). Directives
+/// without such a target (`info`, `h2=warn`) are kept as they are.
+pub fn filter_directives(filter: &str) -> String {
+    let mut out = Vec::new();
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let end = directive.find(['[', '=']).unwrap_or(directive.len());
+        let (target, rest) = directive.split_at(end);
+        if target == "inplaced" {
+            out.extend(CRATES.iter().map(|(krate, _)| format!("{krate}{rest}")));
+            continue;
+        }
+        let mapped = CRATES
+            .iter()
+            .filter(|(_, shown)| *shown != "inplaced")
+            .find_map(|(krate, shown)| {
+                let tail = target.strip_prefix(shown)?;
+                (tail.is_empty() || tail.starts_with("::")).then(|| format!("{krate}{tail}"))
+            })
+            .or_else(|| {
+                let tail = target.strip_prefix("inplaced::")?;
+                Some(format!("inplace_agent::{tail}"))
+            });
+        out.push(match mapped {
+            Some(t) => format!("{t}{rest}"),
+            None => directive.to_string(),
+        });
+    }
+    out.join(",")
+}
+
+/// The stderr line format: time, level, the target as [`log_target`] shows it, then the
+/// fields ([`escaped_fields`]), as `tracing_subscriber`'s full format writes them.
+#[derive(Debug, Clone, Copy)]
+struct Line;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Line
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        use tracing_subscriber::fmt::time::FormatTime;
+        tracing_subscriber::fmt::time::SystemTime.format_time(&mut w)?;
+        let meta = event.metadata();
+        write!(w, " {:>5} {}: ", meta.level(), log_target(meta.target()))?;
+        ctx.field_format().format_fields(w.by_ref(), event)?;
+        writeln!(w)
+    }
+}
+
 /// Installs the global subscriber: journald when stderr is the journal, stderr lines
 /// otherwise. `filter` is an `EnvFilter` directive (`info`, `inplaced=debug`).
 pub fn init(filter: &str) {
-    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_new(filter_directives(filter)).unwrap_or_else(|_| EnvFilter::new("info"));
     let journal = if systemd_journal_logger::connected_to_journal() {
         systemd_journal_logger::JournalLog::new()
             .ok()
@@ -211,6 +304,7 @@ pub fn init(filter: &str) {
     };
     let fmt = journal.is_none().then(|| {
         tracing_subscriber::fmt::layer()
+            .event_format(Line)
             .fmt_fields(escaped_fields())
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -224,7 +318,59 @@ pub fn init(filter: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::Fields;
+    use super::{Fields, filter_directives, log_target};
+
+    #[test]
+    fn targets_keep_the_programs_root() {
+        for (target, shown) in [
+            ("inplace_agent::server", "inplaced::server"),
+            ("inplace_agent", "inplaced"),
+            ("inplace_node::sysroot", "inplaced::node::sysroot"),
+            ("inplace_edge::tls", "inplaced::edge::tls"),
+            (
+                "inplace_extension::http::route",
+                "inplaced::extension::http::route",
+            ),
+            ("inplace_agentx::y", "inplace_agentx::y"),
+            ("h2::proto", "h2::proto"),
+        ] {
+            assert_eq!(log_target(target), shown, "{target}");
+        }
+    }
+
+    #[test]
+    fn filters_name_targets_as_the_logs_show_them() {
+        assert_eq!(
+            filter_directives("inplaced=debug"),
+            "inplace_agent=debug,inplace_extension=debug,inplace_node=debug,inplace_edge=debug,inplace_formats=debug,inplace_wire=debug"
+        );
+        assert_eq!(filter_directives("info"), "info");
+        assert_eq!(
+            filter_directives("warn, inplaced::server=trace,h2=off"),
+            "warn,inplace_agent::server=trace,h2=off"
+        );
+        assert_eq!(
+            filter_directives("inplaced::node::sysroot[op]=debug"),
+            "inplace_node::sysroot[op]=debug"
+        );
+        assert_eq!(
+            filter_directives("inplaced::extension=info"),
+            "inplace_extension=info"
+        );
+        // what the logs show, given back as a filter, selects the same target
+        for target in [
+            "inplace_edge::tls",
+            "inplace_agent::apply::engine",
+            "inplace_wire",
+        ] {
+            let shown = log_target(target);
+            assert_eq!(
+                filter_directives(&format!("{shown}=debug")),
+                format!("{target}=debug")
+            );
+        }
+    }
+
     use super::{debug_quoted, escape_controls, escape_controls_in_lines, field_value};
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::Layer;
