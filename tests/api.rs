@@ -217,3 +217,43 @@ async fn ready_is_sent_only_once_the_socket_listens() {
     let _ = child.wait();
     node.stop();
 }
+
+/// Each binary names itself and says what it is in `--help` and `--version` (the man
+/// pages are made from the same text): not the description of the library crate it is
+/// built from.
+#[test]
+fn each_binary_says_what_it_is() {
+    for (bin, about) in [
+        (
+            env!("CARGO_BIN_EXE_inplaced"),
+            "On-node in-place update agent for Cluster API managed bare-metal Kubernetes nodes",
+        ),
+        (
+            env!("CARGO_BIN_EXE_inplacectl"),
+            "Local client of the inplaced node agent: coverage, apply, status, history, reboot",
+        ),
+        (
+            env!("CARGO_BIN_EXE_inplace-extension"),
+            "Cluster API Runtime Extension that answers the in-place update hooks from node coverage",
+        ),
+    ] {
+        let help = std::process::Command::new(bin)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        assert_eq!(help.lines().next(), Some(about), "{bin}: {help}");
+        let version = std::process::Command::new(bin)
+            .arg("--version")
+            .output()
+            .unwrap();
+        let name = std::path::Path::new(bin)
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        assert_eq!(
+            String::from_utf8_lossy(&version.stdout).trim(),
+            format!("{name} {}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+}

@@ -14,7 +14,11 @@ use inplace_edge::tls::{Acceptor, Reloading};
 
 /// Cluster API Runtime Extension for in-place updates, backed by inplaced node agents.
 #[derive(Debug, Parser)]
-#[command(name = "inplace-extension", version, about)]
+#[command(
+    name = "inplace-extension",
+    version,
+    about = "Cluster API Runtime Extension that answers the in-place update hooks from node coverage"
+)]
 pub struct Args {
     /// Configuration (TOML): server certificate, agent client identity, resolver, policy.
     #[arg(

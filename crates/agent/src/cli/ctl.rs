@@ -57,7 +57,11 @@ impl DiffArgs {
 
 /// Local client of the inplaced node agent.
 #[derive(Debug, Parser)]
-#[command(name = "inplacectl", version, about)]
+#[command(
+    name = "inplacectl",
+    version,
+    about = "Local client of the inplaced node agent: coverage, apply, status, history, reboot"
+)]
 pub struct Args {
     /// The agent's Unix socket.
     #[arg(

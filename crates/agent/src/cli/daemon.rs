@@ -26,7 +26,11 @@ pub enum ServiceManagerKind {
 
 /// On-node in-place update agent for Cluster API managed nodes.
 #[derive(Debug, Parser)]
-#[command(name = "inplaced", version, about)]
+#[command(
+    name = "inplaced",
+    version,
+    about = "On-node in-place update agent for Cluster API managed bare-metal Kubernetes nodes"
+)]
 pub struct Args {
     /// The node's root file system (sysroot); every host path is read and written under it.
     #[arg(long, default_value = "/", env = "INPLACED_ROOT")]
