@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::capi::{Extension, Pki, fixture, one_agent, ops, poll_update, update_request};
+use common::capi::{
+    Extension, Pki, fixture, fully_covered_then_updated, one_agent, ops, poll_update,
+    update_request,
+};
 use common::pki::free_port;
 use common::*;
 use serde_json::{Value, json};
@@ -420,18 +423,7 @@ async fn unchanged_provisioned_file_outside_policy() {
             .unwrap()
             .push(entry.clone());
     }
-    let resp = ext.can_update_machine(&req).await;
-    let patch = ops(&resp, "bootstrapConfigPatch");
-    let out = inplace_extension::capi::patch::apply(
-        &req["current"]["bootstrapConfig"],
-        patch.as_array().unwrap(),
-    )
-    .unwrap();
-    assert_eq!(
-        out["spec"], req["desired"]["bootstrapConfig"]["spec"],
-        "fully covered: {resp}"
-    );
-    let seen = poll_update(&ext, &update_request(&req)).await;
+    let (_, seen) = fully_covered_then_updated(&ext, &req).await;
     assert_eq!(seen.last().unwrap()["status"], "Success", "{seen:?}");
     assert_eq!(
         node.read("/var/lib/kubelet/kubeadm-flags.env")

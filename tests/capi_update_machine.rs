@@ -4,7 +4,10 @@
 //! converging, and a rendered node.d drop-in surviving an unrelated update.
 
 mod common;
-use common::capi::{Extension, Pki, fixture, one_agent, ops, poll_update, update_request};
+use common::capi::{
+    Extension, Pki, fixture, fully_covered_then_updated, one_agent, ops, poll_update,
+    update_request,
+};
 use common::*;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -295,18 +298,7 @@ async fn rendered_dropin_survives_an_unrelated_update() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "7");
-    let resp = ext.can_update_machine(&req).await;
-    let patch = ops(&resp, "bootstrapConfigPatch");
-    let out = inplace_extension::capi::patch::apply(
-        &req["current"]["bootstrapConfig"],
-        patch.as_array().unwrap(),
-    )
-    .unwrap();
-    assert_eq!(
-        out["spec"], req["desired"]["bootstrapConfig"]["spec"],
-        "fully covered: {resp}"
-    );
-    let seen = poll_update(&ext, &update_request(&req)).await;
+    let (resp, seen) = fully_covered_then_updated(&ext, &req).await;
     let done = seen.last().unwrap();
     assert_eq!(done["status"], "Success", "{seen:?}");
     assert!(

@@ -425,3 +425,26 @@ pub(crate) async fn poll_update(ext: &Extension, req: &Value) -> Vec<Value> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Asks CanUpdateMachine about `req`, checks that its bootstrap patch turns the current
+/// bootstrap config into the desired one (the change is fully covered), then calls
+/// UpdateMachine until it ends; returns the CanUpdateMachine response and every
+/// UpdateMachine response.
+pub(crate) async fn fully_covered_then_updated(
+    ext: &Extension,
+    req: &Value,
+) -> (Value, Vec<Value>) {
+    let resp = ext.can_update_machine(req).await;
+    let patch = ops(&resp, "bootstrapConfigPatch");
+    let out = inplace_extension::capi::patch::apply(
+        &req["current"]["bootstrapConfig"],
+        patch.as_array().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        out["spec"], req["desired"]["bootstrapConfig"]["spec"],
+        "fully covered: {resp}"
+    );
+    let seen = poll_update(ext, &update_request(req)).await;
+    (resp, seen)
+}

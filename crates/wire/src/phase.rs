@@ -142,24 +142,25 @@ pub fn allowed(from: Phase, to: Phase) -> bool {
             .any(|(f, tos)| *f == from && tos.contains(&to))
 }
 
+/// Every phase, in the order of the enum (for tables and their tests).
+pub const ALL: &[Phase] = &[
+    Phase::Unspecified,
+    Phase::Validating,
+    Phase::Staging,
+    Phase::Committing,
+    Phase::Acting,
+    Phase::Verifying,
+    Phase::RebootRequired,
+    Phase::Rebooting,
+    Phase::VerifyingAfterBoot,
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::RolledBack,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const ALL: &[Phase] = &[
-        Phase::Unspecified,
-        Phase::Validating,
-        Phase::Staging,
-        Phase::Committing,
-        Phase::Acting,
-        Phase::Verifying,
-        Phase::RebootRequired,
-        Phase::Rebooting,
-        Phase::VerifyingAfterBoot,
-        Phase::Succeeded,
-        Phase::Failed,
-        Phase::RolledBack,
-    ];
 
     #[test]
     fn the_table_of_transitions() {

@@ -3,20 +3,7 @@
 
 use super::*;
 
-const ALL: &[Phase] = &[
-    Phase::Unspecified,
-    Phase::Validating,
-    Phase::Staging,
-    Phase::Committing,
-    Phase::Acting,
-    Phase::Verifying,
-    Phase::RebootRequired,
-    Phase::Rebooting,
-    Phase::VerifyingAfterBoot,
-    Phase::Succeeded,
-    Phase::Failed,
-    Phase::RolledBack,
-];
+use inplace_wire::phase::ALL;
 
 fn at(seconds: i64) -> pbjson_types::Timestamp {
     pbjson_types::Timestamp { seconds, nanos: 0 }
