@@ -298,7 +298,7 @@ async fn rendered_dropin_survives_an_unrelated_update() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(node.read("/proc/sys/vm/swappiness").trim(), "7");
-    let (resp, seen) = fully_covered_then_updated(&ext, &req).await;
+    let (_, seen) = fully_covered_then_updated(&ext, &req).await;
     let done = seen.last().unwrap();
     assert_eq!(done["status"], "Success", "{seen:?}");
     assert!(
