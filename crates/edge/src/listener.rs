@@ -4,20 +4,12 @@
 
 use serde::Deserialize;
 
-/// What a caller may do: readers see (coverage, status, operations, watch), admins also
-/// change (apply, reboot).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
-    /// Read-only calls.
-    Reader,
-    /// Every call.
-    Admin,
-}
-
-/// A role of a remote client.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+/// What a caller may do, as an allowlist entry grants it (`role = "reader"` or
+/// `"admin"`) and as a connection carries it: readers see (coverage, status, operations,
+/// watch), admins also change (apply, reboot). Ordered: `Reader < Admin`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, PartialOrd, Ord, Default)]
 #[serde(rename_all = "kebab-case")]
-pub enum ClientRole {
+pub enum Role {
     /// Coverage, status, operations, watch.
     #[default]
     Reader,
@@ -133,7 +125,7 @@ pub struct ClientEntry {
     #[serde(default, rename = "match")]
     pub kind: Option<IdentityKind>,
     /// Its role.
-    pub role: ClientRole,
+    pub role: Role,
 }
 
 /// The remote API over TCP with mutual TLS.
@@ -179,7 +171,7 @@ pub struct TcpConfig {
     /// Plain TCP without TLS, allowed only on a loopback address (local testing).
     pub insecure_loopback: bool,
     /// Role of plain loopback callers.
-    pub insecure_loopback_role: ClientRole,
+    pub insecure_loopback_role: Role,
 }
 
 impl Default for TcpConfig {
@@ -197,7 +189,7 @@ impl Default for TcpConfig {
             client_ca: String::new(),
             clients: Vec::new(),
             insecure_loopback: false,
-            insecure_loopback_role: ClientRole::default(),
+            insecure_loopback_role: Role::default(),
         }
     }
 }

@@ -413,10 +413,7 @@ pub fn role_for(cfg: &TcpConfig, names: &CertNames) -> Option<Role> {
     cfg.clients
         .iter()
         .find(|c| names.matches(&c.identity, c.kind))
-        .map(|c| match c.role {
-            crate::listener::ClientRole::Admin => Role::Admin,
-            crate::listener::ClientRole::Reader => Role::Reader,
-        })
+        .map(|c| c.role)
 }
 
 /// How long a client has, from its connection, to send its ClientHello (one packet, sent
@@ -583,13 +580,6 @@ pub fn incoming(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-fn role_of(r: crate::listener::ClientRole) -> Role {
-    match r {
-        crate::listener::ClientRole::Admin => Role::Admin,
-        crate::listener::ClientRole::Reader => Role::Reader,
-    }
-}
-
 /// One accepted connection made ready: handshake, allowlist, place; None when refused
 /// (reported).
 async fn connect(
@@ -605,7 +595,7 @@ async fn connect(
         let peer = TlsPeer {
             remote: Some(remote),
             identities: vec![],
-            role: Some(role_of(cfg.insecure_loopback_role)),
+            role: Some(cfg.insecure_loopback_role),
             calls: None,
         };
         return Some(Conn {
