@@ -491,20 +491,27 @@ async fn a_missing_or_open_textfile_directory_is_a_status_problem() {
     node.stop();
 }
 
-/// A TLS key another user could write is not used: the remote API is not served, the
-/// status names the key file with its mode, and the local socket keeps serving.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_untrusted_tls_key_is_not_used_and_the_socket_serves() {
+/// A node whose config serves `[api.tcp]` on a free loopback port with a server
+/// certificate and key (`server.crt`, `server.key`) from `server_ca` and a clients CA
+/// `client_ca` (`clients.crt`), all written in the node's temporary directory; not started.
+struct TlsNode {
+    server_ca: common::pki::Ca,
+    client_ca: common::pki::Ca,
+    cert: String,
+    key: String,
+    port: u16,
+}
+
+fn tls_node() -> (Node, TlsNode) {
     use common::pki::{ca, leaf, write};
-    let mut node = Node::new("ubuntu-2404-grub");
+    let node = Node::new("ubuntu-2404-grub");
     let d = node.dir.path().to_path_buf();
     let server_ca = ca("server CA");
-    let (cert, key) = leaf(&server_ca, "node-1", vec![]);
+    let (cert_pem, key_pem) = leaf(&server_ca, "node-1", vec![]);
     let client_ca = ca("clients CA");
-    let cert = write(&d, "server.crt", &cert);
-    let key = write(&d, "server.key", &key);
+    let cert = write(&d, "server.crt", &cert_pem);
+    let key = write(&d, "server.key", &key_pem);
     let cca = write(&d, "clients.crt", &client_ca.pem);
-    chmod(Path::new(&key), 0o666);
     let port = free_port();
     std::fs::write(
         &node.config,
@@ -513,6 +520,25 @@ async fn an_untrusted_tls_key_is_not_used_and_the_socket_serves() {
         ),
     )
     .unwrap();
+    (
+        node,
+        TlsNode {
+            server_ca,
+            client_ca,
+            cert,
+            key,
+            port,
+        },
+    )
+}
+
+/// A TLS key another user could write is not used: the remote API is not served, the
+/// status names the key file with its mode, and the local socket keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_tls_key_is_not_used_and_the_socket_serves() {
+    let (mut node, tls) = tls_node();
+    let (key, port) = (tls.key.clone(), tls.port);
+    chmod(Path::new(&key), 0o666);
     node.start();
     let p = problem_where(&node, |p| p.contains("api.tcp.listen")).await;
     assert!(
@@ -532,23 +558,12 @@ async fn an_untrusted_tls_key_is_not_used_and_the_socket_serves() {
 /// are (the rule holds at every reload, not only at start-up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_to_an_untrusted_key_is_not_loaded() {
-    use common::pki::{ca, leaf, write};
-    let mut node = Node::new("ubuntu-2404-grub");
+    use common::pki::{leaf, write};
+    let (mut node, tls) = tls_node();
     let d = node.dir.path().to_path_buf();
-    let server_ca = ca("server CA");
-    let (cert_pem, key_pem) = leaf(&server_ca, "node-1", vec![]);
-    let client_ca = ca("clients CA");
-    let cert = write(&d, "server.crt", &cert_pem);
-    let key = write(&d, "server.key", &key_pem);
-    let cca = write(&d, "clients.crt", &client_ca.pem);
-    let port = free_port();
-    std::fs::write(
-        &node.config,
-        format!(
-            "[api.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = \"{cert}\"\nkey = \"{key}\"\nclient_ca = \"{cca}\"\n"
-        ),
-    )
-    .unwrap();
+    let (server_ca, cert, key, port) =
+        (&tls.server_ca, tls.cert.clone(), tls.key.clone(), tls.port);
+    let client_ca = &tls.client_ca;
     node.log_file = Some(d.join("agent.log"));
     node.start();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -558,13 +573,13 @@ async fn a_rotation_to_an_untrusted_key_is_not_loaded() {
     }
     // the rotation: a new pair, the key left world-writable (or a group-writable cert)
     for (path, mode, what) in [(&key, 0o666, "api.tcp.key"), (&cert, 0o664, "api.tcp.cert")] {
-        let (c2, k2) = leaf(&server_ca, "node-1", vec![]);
+        let (c2, k2) = leaf(server_ca, "node-1", vec![]);
         std::thread::sleep(std::time::Duration::from_millis(20));
         write(&d, "server.crt", &c2);
         write(&d, "server.key", &k2);
         chmod(Path::new(path), mode);
         // a handshake (its ClientHello) makes the acceptor look at the files
-        let client = leaf(&client_ca, "someone", vec![]);
+        let client = leaf(client_ca, "someone", vec![]);
         let _ = inplace_edge::client::connect_tls(
             &format!("127.0.0.1:{port}"),
             &inplace_edge::client::TlsIdentity {
