@@ -169,13 +169,28 @@ pub(crate) fn machine_info(v: &Value) -> MachineInfo {
     }
 }
 
-/// A client from a kubeconfig's text.
+/// Each request's bound: a hook answers within its deadline (default 10 s) even when an
+/// API server hangs.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// A client of `cfg` without kube's own retry layer (it retries a 429 for seconds inside
+/// one request: an Eviction blocked by a budget must come back at once, to be named in the
+/// answer and tried again at the next poll) and with [`REQUEST_TIMEOUT`].
+fn client_of(mut cfg: kube::Config) -> Result<kube::Client, String> {
+    cfg.default_retry = false;
+    cfg.connect_timeout = Some(REQUEST_TIMEOUT);
+    cfg.read_timeout = Some(REQUEST_TIMEOUT);
+    cfg.write_timeout = Some(REQUEST_TIMEOUT);
+    kube::Client::try_from(cfg).map_err(|e| format!("client: {e}"))
+}
+
+/// A client from a kubeconfig's text ([`client_of`]).
 async fn client_from_kubeconfig(text: &str) -> Result<kube::Client, String> {
     let kc = Kubeconfig::from_yaml(text).map_err(|e| format!("kubeconfig: {e}"))?;
     let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| format!("kubeconfig: {e}"))?;
-    kube::Client::try_from(cfg).map_err(|e| format!("client: {e}"))
+    client_of(cfg)
 }
 
 impl Kube {
@@ -207,7 +222,7 @@ impl Kube {
                                 "in-cluster config: {e} (outside a Pod, set cluster.kubeconfig)"
                             )
                         })?;
-                        kube::Client::try_from(cfg).map_err(|e| format!("in-cluster client: {e}"))
+                        client_of(cfg).map_err(|e| format!("in-cluster {e}"))
                     }
                 }
             })
