@@ -169,7 +169,7 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
     machine(&c, 600, json!([])).await;
     // two replicas on the node, one elsewhere; the budget allows one disruption at a time
     kubelet::replicated(&c, "web", &[NODE, NODE, "other"], 2).await;
-    let uid = kubelet::rs_uid(&c, "web").await;
+    let uid = kubelet::rs_uid(&c, "web").await.unwrap();
     kubelet::pod(&c, "fluentd-x7k2p", NODE, json!({"metadata": {"ownerReferences": [{
         "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "fluentd", "uid": "d1", "controller": true}]}}))
     .await;
@@ -337,4 +337,265 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
         "timing: control plane + setup {setup:?}, whole test {took:?}, {} UpdateMachine calls",
         seen.len()
     );
+}
+
+/// Polls UpdateMachine on `ext` until it ends, playing the kubelet between polls (Pods
+/// evicted from the node terminate and move to `other`; after the agent's reboot, the
+/// node comes back with [`BOOT_2`] and the kubelet reports it). Returns every message and
+/// the last answer.
+async fn drive(
+    c: &Cluster,
+    ext: &Extension,
+    node: &mut Node_,
+    req: &Value,
+    secs: u64,
+) -> (Vec<String>, Value) {
+    let uid = kubelet::rs_uid(c, "web").await;
+    let mut seen = Vec::new();
+    let mut rebooted = false;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let r = ext.update_machine(req).await;
+        seen.push(r["message"].as_str().unwrap_or("").to_string());
+        if r["status"] == "Failure" || r["retryAfterSeconds"] == 0 {
+            return (seen, r);
+        }
+        if !rebooted && node.actions().iter().any(|a| a.starts_with("reboot")) {
+            reboot(node);
+            kubelet::node_status(c, NODE, true, BOOT_2).await;
+            rebooted = true;
+        }
+        if let Some(uid) = &uid {
+            play_kubelet(c, uid).await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never done: {seen:#?}\n{}",
+            ext.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Node an administrator cordoned before the update stays cordoned after it; the
+/// extension's state annotations are removed and an Event says why it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
+async fn an_administrators_cordon_survives_the_update() {
+    let c = Cluster::start().await;
+    machine(&c, 600, json!([])).await;
+    kubelet::replicated(&c, "web", &[NODE, "other"], 1).await;
+    kubelet::wait_budget(&c, "web", |a| a == 1).await;
+    let nodes: Api<Node> = Api::all(c.admin().await);
+    let p = json!({"spec": {"unschedulable": true}});
+    nodes
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+
+    let pki = Pki::new();
+    let mut node = common::Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(
+        &pki,
+        &[(&format!("{NS}/{MACHINE}"), &addr)],
+        &cluster_toml(&c, ""),
+    );
+    let (seen, done) = drive(&c, &ext, &mut node, &reboot_request(), 60).await;
+    assert_eq!(done["status"], "Success", "{seen:#?}");
+    assert!(
+        node.actions().iter().any(|a| a.starts_with("reboot")),
+        "a reboot-level change"
+    );
+    let n = node_obj(&c).await;
+    assert!(unschedulable(&n), "the administrator's cordon stays");
+    assert!(
+        inplaced_annotations(&n).is_empty(),
+        "{:?}",
+        inplaced_annotations(&n)
+    );
+    assert_eq!(
+        kubelet::pods_on(&c, NODE).await,
+        Vec::<String>::new(),
+        "drained anyway"
+    );
+    let nev = events(&c, "default", "Node", NODE).await;
+    let r = reasons(&nev);
+    assert!(
+        r.contains(&"LeftCordoned") && !r.contains(&"Uncordoned"),
+        "{nev:#?}"
+    );
+    assert!(
+        nev.iter().any(|(r, m)| r == "Cordoned"
+            && m.contains("was cordoned already (not by inplace-extension)")),
+        "{nev:#?}"
+    );
+}
+
+/// A budget that never allows the eviction: after the Machine's
+/// spec.deletion.nodeDrainTimeoutSeconds, UpdateMachine answers Failure naming the Pod
+/// and the budget; nothing was applied on the node, which stays cordoned with the state;
+/// the Machine's phase is Failed and a Warning Event says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
+async fn a_drain_that_can_not_finish_fails_after_its_deadline_naming_pod_and_budget() {
+    let c = Cluster::start().await;
+    machine(&c, 3, json!([])).await;
+    kubelet::replicated(&c, "web", &[NODE, "other"], 2).await;
+    kubelet::wait_budget(&c, "web", |a| a == 0).await;
+
+    let pki = Pki::new();
+    let mut node = common::Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    // the config's default (600 s) is not the deadline: the Machine's own is
+    let ext = Extension::start(
+        &pki,
+        &[(&format!("{NS}/{MACHINE}"), &addr)],
+        &cluster_toml(&c, ""),
+    );
+    let t0 = Instant::now();
+    let (seen, failed) = drive(&c, &ext, &mut node, &reboot_request(), 30).await;
+    let took = t0.elapsed();
+    assert_eq!(failed["status"], "Failure", "{seen:#?}");
+    let msg = failed["message"].as_str().unwrap();
+    assert!(msg.starts_with("drain of Node edge-1-cp-7xk2p did not finish within 3 s: 1 Pod left (default/web-0); blocked: default/web-0: The disruption budget web needs 2 healthy pods and has 2 currently"), "{msg}");
+    assert!(took >= Duration::from_secs(3), "{took:?}");
+    assert!(
+        seen[..seen.len() - 1]
+            .iter()
+            .all(|m| m.starts_with("draining Node")),
+        "{seen:#?}"
+    );
+    // nothing applied on the node
+    assert!(node.actions().is_empty(), "{:?}", node.actions());
+    assert!(node.operations().await.is_empty());
+    // the Node is left cordoned with the state; the Failure repeats
+    let n = node_obj(&c).await;
+    assert!(unschedulable(&n));
+    assert!(
+        inplaced_annotations(&n)
+            .iter()
+            .any(|a| a.starts_with("inplaced.io/drain-operation=capi-site-a-")),
+        "{:?}",
+        inplaced_annotations(&n)
+    );
+    let again = ext.update_machine(&reboot_request()).await;
+    assert_eq!(again["status"], "Failure", "{again}");
+    let ann = machine_annotations(&c).await;
+    assert_eq!(ann["inplaced.io/phase"], "Failed", "{ann}");
+    let mev = events(&c, NS, "Machine", MACHINE).await;
+    let failed_ev: Vec<_> = mev.iter().filter(|(r, _)| r == "UpdateFailed").collect();
+    assert_eq!(failed_ev.len(), 1, "{mev:#?}");
+    assert!(
+        failed_ev[0].1.contains("The disruption budget web")
+            && failed_ev[0].1.contains("left cordoned"),
+        "{mev:#?}"
+    );
+    eprintln!("timing: the 3 s drain deadline answered Failure after {took:?}");
+}
+
+/// The extension killed mid-drain: a second replica (another process, same config)
+/// continues the same drain from the Node's annotations (same start, no second cordon)
+/// and finishes the update, uncordoning the first one's cordon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
+async fn a_second_replica_continues_the_drain_of_a_killed_one() {
+    let c = Cluster::start().await;
+    machine(&c, 600, json!([])).await;
+    kubelet::replicated(&c, "web", &[NODE, NODE, "other"], 2).await;
+    kubelet::wait_budget(&c, "web", |a| a == 1).await;
+
+    let pki = Pki::new();
+    let mut node = common::Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let agents = [(format!("{NS}/{MACHINE}"), addr.clone())];
+    let agents: Vec<(&str, &str)> = agents
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let first = Extension::start(&pki, &agents, &cluster_toml(&c, ""));
+    let req = reboot_request();
+    let r = first.update_machine(&req).await;
+    let msg = r["message"].as_str().unwrap();
+    assert!(
+        msg.contains("blocked: default/web-1: The disruption budget web"),
+        "{msg}"
+    );
+    let started = inplaced_annotations(&node_obj(&c).await);
+    assert!(
+        started
+            .iter()
+            .any(|a| a.starts_with("inplaced.io/drain-started=")),
+        "{started:?}"
+    );
+    drop(first); // killed (SIGKILL) mid-drain
+
+    let second = Extension::start(&pki, &agents, &cluster_toml(&c, ""));
+    let uid = kubelet::rs_uid(&c, "web").await.unwrap();
+    play_kubelet(&c, &uid).await;
+    let r = second.update_machine(&req).await;
+    assert!(
+        r["message"].as_str().unwrap().starts_with("draining Node"),
+        "{r}"
+    );
+    let now = inplaced_annotations(&node_obj(&c).await);
+    assert_eq!(now, started, "the same drain, continued");
+    let (seen, done) = drive(&c, &second, &mut node, &req, 60).await;
+    assert_eq!(done["status"], "Success", "{seen:#?}");
+    let n = node_obj(&c).await;
+    assert!(
+        !unschedulable(&n),
+        "the first replica's cordon is released by the second"
+    );
+    let nev = events(&c, "default", "Node", NODE).await;
+    assert_eq!(
+        reasons(&nev).iter().filter(|r| **r == "Cordoned").count(),
+        1,
+        "{nev:#?}"
+    );
+    assert!(reasons(&nev).contains(&"Uncordoned"), "{nev:#?}");
+}
+
+/// No static entry and no template: the agent is found at the Machine's
+/// status.addresses (InternalIP preferred over Hostname), its TLS name checked
+/// (agent.server_name `{host}`: the agent's certificate names 127.0.0.1), and its node
+/// checked to be the Machine's before the update is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
+async fn the_agent_is_found_at_the_machines_status_addresses() {
+    let c = Cluster::start().await;
+    let pki = Pki::new();
+    let mut node = common::Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
+    machine(
+        &c,
+        600,
+        json!([{"type": "Hostname", "address": "localhost"}, {"type": "InternalIP", "address": "127.0.0.1"}]),
+    )
+    .await;
+    node.start();
+    let ext = Extension::start_resolving(
+        &pki,
+        &[],
+        &cluster_toml(&c, &format!("agent_port = {port}\n")),
+        "debug",
+        ("", ""),
+    );
+    let req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
+    let can = ext.can_update_machine(&req).await;
+    assert_eq!(can["status"], "Success", "{can}\n{}", ext.log());
+    let (seen, done) = drive(&c, &ext, &mut node, &update_request(&req), 30).await;
+    assert_eq!(done["status"], "Success", "{seen:#?}");
+    assert_eq!(
+        node.read("/etc/sysctl.d/90-tuning.conf"),
+        "vm.max_map_count = 262144\n"
+    );
+    assert!(ext.log().contains("127.0.0.1"), "{}", ext.log());
+    // a restart-level change: no drain, the Node never cordoned
+    let nev = events(&c, "default", "Node", NODE).await;
+    assert!(!reasons(&nev).contains(&"Cordoned"), "{nev:#?}");
 }

@@ -124,10 +124,13 @@ pub(crate) async fn replica(c: &Cluster, app: &str, uid: &str, name: &str, node:
     .await;
 }
 
-/// The uid of ReplicaSet `app`.
-pub(crate) async fn rs_uid(c: &Cluster, app: &str) -> String {
+/// The uid of ReplicaSet `app`, if there is one.
+pub(crate) async fn rs_uid(c: &Cluster, app: &str) -> Option<String> {
     let rs: Api<DynamicObject> = Api::namespaced_with(c.admin().await, "default", &rs_resource());
-    rs.get(app).await.unwrap().metadata.uid.unwrap()
+    rs.get_opt(app)
+        .await
+        .unwrap()
+        .map(|r| r.metadata.uid.unwrap())
 }
 
 /// Waits (20 s at most) until budget `name`'s `status.disruptionsAllowed` satisfies

@@ -119,7 +119,7 @@ impl Extension {
 
     /// `m` with its `status.addresses` and what the management cluster has of it, when a
     /// `[cluster]` table is configured; `Err` is the message to wait with.
-    async fn machine_in_cluster(
+    pub(crate) async fn machine_in_cluster(
         &self,
         m: &MachineRef,
     ) -> Result<(MachineRef, Option<MachineInfo>), String> {
