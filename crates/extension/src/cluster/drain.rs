@@ -155,6 +155,16 @@ pub(crate) fn eviction_version<'a>(served: impl IntoIterator<Item = &'a str>) ->
     }
 }
 
+/// The `retryAfterSeconds` while a budget blocks the drain, `elapsed` seconds after it
+/// started: the configured interval `base`, doubled every `4 × base` seconds up to
+/// `8 × base` (30 s: 30, 60, 120, then 240 s), so a long-blocked drain does not poll the
+/// API server at full rate; the deadline still ends it.
+pub(crate) fn backoff(base: i32, elapsed: i64) -> i32 {
+    let base = base.max(1);
+    let steps = (elapsed.max(0) / (4 * i64::from(base))).min(3) as u32;
+    base.saturating_mul(1 << steps)
+}
+
 /// The progress of a drain, for the answer and the Events.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Progress {
@@ -304,6 +314,15 @@ mod tests {
             eviction_body("v1beta1", "ns", "p")["apiVersion"],
             "policy/v1beta1"
         );
+    }
+
+    #[test]
+    fn blocked_drains_back_off() {
+        assert_eq!(
+            [0, 119, 120, 240, 360, 10_000].map(|e| backoff(30, e)),
+            [30, 30, 60, 120, 240, 240]
+        );
+        assert_eq!(backoff(0, 5), 2);
     }
 
     #[test]

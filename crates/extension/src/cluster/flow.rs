@@ -45,6 +45,9 @@ pub(crate) enum Step {
     Go,
     /// Not yet: the message for the `Success` with `retryAfterSeconds`.
     Wait(String),
+    /// A budget (or a Pod the rules refuse) blocks the drain: the message, and the
+    /// seconds since the drain started ([`drain::backoff`]).
+    Blocked(String, i64),
     /// Can not finish: the message for `Failure`.
     Fail(String),
 }
@@ -221,9 +224,12 @@ impl Kube {
             false,
         )
         .await;
-        Step::Wait(format!(
-            "draining Node {name} ({elapsed} s of {timeout} s): {summary}"
-        ))
+        let msg = format!("draining Node {name} ({elapsed} s of {timeout} s): {summary}");
+        if progress.blocked.is_empty() {
+            Step::Wait(msg)
+        } else {
+            Step::Blocked(msg, elapsed)
+        }
     }
 
     /// One pass over the Node's Pods: evicts what [`drain::classify`] says to.

@@ -12,6 +12,7 @@ use crate::agent::{View, call, inspect};
 use crate::capi;
 use crate::capi::types::{MachineObjects, Status, UpdateMachineResponse};
 use crate::cluster::MachineInfo;
+use crate::cluster::drain;
 use crate::cluster::events::Phase as KPhase;
 use crate::cluster::flow::{Step, Target};
 use crate::config::Effective;
@@ -187,6 +188,10 @@ impl Extension {
                         match k.drain(t).await {
                             Step::Go => {}
                             Step::Wait(msg) => return waiting(eff, msg),
+                            Step::Blocked(msg, elapsed) => {
+                                let after = drain::backoff(eff.retry_after_seconds, elapsed);
+                                return UpdateMachineResponse::new(Status::Success, msg, after);
+                            }
                             Step::Fail(msg) => {
                                 k.failed(t, &msg).await;
                                 return UpdateMachineResponse::new(Status::Failure, msg, 0);
@@ -461,7 +466,7 @@ async fn after_answer(
     if resp.retry_after_seconds == 0 {
         return match k.finish(t, reboots(op), version).await {
             Step::Go => resp,
-            Step::Wait(msg) => waiting(eff, msg),
+            Step::Wait(msg) | Step::Blocked(msg, _) => waiting(eff, msg),
             Step::Fail(msg) => UpdateMachineResponse::new(Status::Failure, msg, 0),
         };
     }
