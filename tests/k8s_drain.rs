@@ -131,7 +131,13 @@ async fn events(c: &Cluster, ns: &str, kind: &str, name: &str) -> Vec<(String, S
         "involvedObject.kind={kind},involvedObject.name={name}"
     ));
     let mut v: Vec<Event> = api.list(&lp).await.unwrap().items;
-    v.sort_by_key(|e| e.first_timestamp.as_ref().map(|t| t.0));
+    // in the order written (etcd's revisions; the timestamps have seconds only)
+    v.sort_by_key(|e| {
+        e.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|r| r.parse::<u64>().ok())
+    });
     v.into_iter()
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
@@ -317,12 +323,20 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
         "Cordoned",
         "Draining",
         "Drained",
+        "Applying",
         "Rebooting",
         "NodeReady",
         "Uncordoned",
     ] {
         assert!(mr.contains(&want), "Machine Events lack {want}: {mev:#?}");
     }
+    let at = |r: &str| mr.iter().position(|x| *x == r).unwrap();
+    assert!(
+        at("Drained") < at("Applying")
+            && at("Applying") < at("Rebooting")
+            && at("Rebooting") < at("NodeReady"),
+        "{mev:#?}"
+    );
     assert!(
         mev.iter()
             .any(|(r, m)| r == "Draining" && m.contains("The disruption budget web")),

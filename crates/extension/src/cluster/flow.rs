@@ -296,14 +296,16 @@ impl Kube {
         }
     }
 
-    /// Step 2: the phase while the agent works (Applying, Rebooting), reported once.
-    pub(crate) async fn progress(&self, t: &Target, p: Phase, msg: &str) {
+    /// Step 2: the phase while the agent works (Applying, Rebooting), reported once (the
+    /// Event's name is the step's, so a report again creates nothing).
+    pub(crate) async fn progress(&self, t: &Target, p: Phase) {
         if self.phase(t, p).await {
-            let reason = match p {
-                Phase::Rebooting => "Rebooting",
-                _ => "Applying",
+            let (reason, what) = match p {
+                Phase::Rebooting => ("Rebooting", "the node reboots to finish"),
+                _ => ("Applying", "the node agent applies"),
             };
-            self.report(t, None, reason, msg, false).await;
+            let msg = format!("{what} in-place update {}", t.op);
+            self.report(t, None, reason, &msg, false).await;
         }
     }
 

@@ -199,6 +199,7 @@ impl Extension {
                         }
                     }
                     coverage = Some(cov);
+                    k.progress(t, KPhase::Applying).await;
                 }
                 match self.start(&mut c, eff, spec, coverage, &sid).await {
                     Ok(op) => op,
@@ -474,13 +475,12 @@ async fn after_answer(
         Phase::try_from(op.phase),
         Ok(Phase::RebootRequired | Phase::Rebooting | Phase::VerifyingAfterBoot)
     );
-    let (p, what) = if rebooting {
-        (KPhase::Rebooting, "rebooting the node")
+    let p = if rebooting {
+        KPhase::Rebooting
     } else {
-        (KPhase::Applying, "applying the change")
+        KPhase::Applying
     };
-    k.progress(t, p, &format!("{what}: in-place update {}", t.op))
-        .await;
+    k.progress(t, p).await;
     resp
 }
 
