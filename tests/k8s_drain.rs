@@ -12,7 +12,8 @@
 //! - a drain that can not finish answers Failure naming the Pod and the budget after the
 //!   Machine's nodeDrainTimeoutSeconds, and the node is not touched;
 //! - the extension killed mid-drain: a second replica continues the same drain;
-//! - the agent's address comes from the Machine's status.addresses.
+//! - the agent's address comes from the Machine's status.addresses; the workload
+//!   cluster's client follows its kubeconfig Secret's rotation.
 
 mod common;
 #[path = "k8s/harness.rs"]
@@ -612,4 +613,40 @@ async fn the_agent_is_found_at_the_machines_status_addresses() {
     // a restart-level change: no drain, the Node never cordoned
     let nev = events(&c, "default", "Node", NODE).await;
     assert!(!reasons(&nev).contains(&"Cordoned"), "{nev:#?}");
+
+    // the kubeconfig Secret rotates: the cached workload client is rebuilt from it (a
+    // revoked token is refused at once), and again when it is fixed
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(c.admin().await, NS);
+    let good = std::fs::read_to_string(&c.ext_kubeconfig).unwrap();
+    let rotate = |text: String| {
+        let secrets = secrets.clone();
+        async move {
+            let p = json!({"stringData": {"value": text}});
+            secrets
+                .patch(
+                    "edge-1-kubeconfig",
+                    &PatchParams::default(),
+                    &Patch::Merge(&p),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    rotate(good.replace(harness::EXTENSION_TOKEN, "revoked-token")).await;
+    let upd = update_request(&req);
+    let r = ext.update_machine(&upd).await;
+    let msg = r["message"].as_str().unwrap();
+    assert!(
+        r["retryAfterSeconds"] != 0
+            && msg.starts_with("waiting for the workload cluster: workload cluster edge-1: ")
+            && msg.contains("Unauthorized"),
+        "{r}"
+    );
+    rotate(good).await;
+    let r = ext.update_machine(&upd).await;
+    assert_eq!(
+        (r["status"].as_str(), r["retryAfterSeconds"].as_i64()),
+        (Some("Success"), Some(0)),
+        "{r}"
+    );
 }
