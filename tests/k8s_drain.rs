@@ -90,11 +90,17 @@ fn reboot_request() -> Value {
 /// argument and boot id [`BOOT_2`], the agent starts again (the kubelet reports the new
 /// boot id later: [`kubelet::node_status`]).
 fn reboot(node: &mut Node_) {
+    reboot_into(node, " isolcpus=2-7");
+}
+
+/// [`reboot`] with `extra` appended to the kernel command line ("" for a boot that did
+/// not take the new argument).
+fn reboot_into(node: &mut Node_, extra: &str) {
     node.stop();
     let cmdline = node.read("/proc/cmdline");
     std::fs::write(
         node.path("/proc/cmdline"),
-        format!("{} isolcpus=2-7\n", cmdline.trim()),
+        format!("{}{extra}\n", cmdline.trim()),
     )
     .unwrap();
     std::fs::write(
@@ -365,6 +371,18 @@ async fn drive(
     req: &Value,
     secs: u64,
 ) -> (Vec<String>, Value) {
+    drive_booting(c, ext, node, req, secs, " isolcpus=2-7").await
+}
+
+/// [`drive`], the reboot adding `extra` to the kernel command line.
+async fn drive_booting(
+    c: &Cluster,
+    ext: &Extension,
+    node: &mut Node_,
+    req: &Value,
+    secs: u64,
+    extra: &str,
+) -> (Vec<String>, Value) {
     let uid = kubelet::rs_uid(c, "web").await;
     let mut seen = Vec::new();
     let mut rebooted = false;
@@ -376,7 +394,7 @@ async fn drive(
             return (seen, r);
         }
         if !rebooted && node.actions().iter().any(|a| a.starts_with("reboot")) {
-            reboot(node);
+            reboot_into(node, extra);
             kubelet::node_status(c, NODE, true, BOOT_2).await;
             rebooted = true;
         }
@@ -649,4 +667,52 @@ async fn the_agent_is_found_at_the_machines_status_addresses() {
         (Some("Success"), Some(0)),
         "{r}"
     );
+}
+
+/// The node change fails (the boot did not take the new kernel argument): UpdateMachine
+/// answers Failure with the agent's cause; the drained Node is left cordoned with the
+/// state annotations, the Machine's phase is Failed, and a Warning Event on the Machine
+/// and the Node says so and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
+async fn a_failed_update_leaves_the_node_cordoned_and_says_so() {
+    let c = Cluster::start().await;
+    machine(&c, 600, json!([])).await;
+    let pki = Pki::new();
+    let mut node = common::Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = Extension::start(
+        &pki,
+        &[(&format!("{NS}/{MACHINE}"), &addr)],
+        &cluster_toml(&c, ""),
+    );
+    let (seen, failed) = drive_booting(&c, &ext, &mut node, &reboot_request(), 60, "").await;
+    assert_eq!(failed["status"], "Failure", "{seen:#?}");
+    let msg = failed["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("in-place update Failed: booted (boot id 22222222-")
+            && msg.contains("lacks isolcpus=2-7"),
+        "{msg}"
+    );
+    let n = node_obj(&c).await;
+    assert!(unschedulable(&n), "left cordoned");
+    assert!(
+        inplaced_annotations(&n)
+            .iter()
+            .any(|a| a == "inplaced.io/cordoned-by-extension=true"),
+        "{:?}",
+        inplaced_annotations(&n)
+    );
+    assert_eq!(machine_annotations(&c).await["inplaced.io/phase"], "Failed");
+    for (ns, kind, name) in [(NS, "Machine", MACHINE), ("default", "Node", NODE)] {
+        let ev = events(&c, ns, kind, name).await;
+        let f: Vec<_> = ev.iter().filter(|(r, _)| r == "UpdateFailed").collect();
+        assert_eq!(f.len(), 1, "{kind}: {ev:#?}");
+        assert!(
+            f[0].1.contains("isolcpus=2-7") && f[0].1.contains("is left cordoned"),
+            "{ev:#?}"
+        );
+        assert!(!reasons(&ev).contains(&"Uncordoned"), "{ev:#?}");
+    }
 }
