@@ -202,8 +202,9 @@ impl ResolverConfig {
     /// no metadata, `static` entries are `namespace/name` = `host:port`
     /// ([`super::resolve::check_static_entry`]), `template` binds the Machine's namespace
     /// ([`super::resolve::check_namespace_binding`]), and one of them is given. The error
-    /// is the key and the message.
-    fn check(&self, server_name: &str) -> Result<(), (&'static str, String)> {
+    /// is the key and the message. With `from_machine` (a `[cluster]` table) neither is
+    /// needed: the address comes from the Machine's `status.addresses`.
+    fn check(&self, server_name: &str, from_machine: bool) -> Result<(), (&'static str, String)> {
         if let Some(t) = &self.node_name
             && (t.contains("{annotation:") || t.contains("{label:"))
         {
@@ -219,10 +220,10 @@ impl ResolverConfig {
             super::resolve::check_namespace_binding(t, server_name, &self.namespaces)
                 .map_err(|e| ("resolver.template", e))?;
         }
-        if self.template.is_none() && self.fixed.is_empty() {
+        if self.template.is_none() && self.fixed.is_empty() && !from_machine {
             return Err((
                 "resolver",
-                "give resolver.template (e.g. \"{name}.{namespace}.nodes.example.com:7443\") or resolver.static entries".into(),
+                "give a [cluster] table (addresses from the Machine's status), resolver.template (e.g. \"{name}.{namespace}.nodes.example.com:7443\") or resolver.static entries".into(),
             ));
         }
         Ok(())
@@ -377,6 +378,94 @@ pub struct Config {
     /// Prometheus metrics.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// The Kubernetes side (drain, Node readiness, Events, Machine addresses); absent: the
+    /// extension talks to agents only and never drains.
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// `[cluster]`: how the extension reaches the management cluster and each workload
+/// cluster, and how it drains (README "Draining and the cluster side").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// A kubeconfig file for the management cluster; absent: the in-cluster config (the
+    /// Pod's ServiceAccount token and `KUBERNETES_SERVICE_HOST`).
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The drain deadline, seconds, when the Machine sets no
+    /// `spec.deletion.nodeDrainTimeoutSeconds` (v1beta2) / `spec.nodeDrainTimeout`
+    /// (v1beta1) above 0. Default 600.
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout_seconds: u64,
+    /// Whether Pods with `emptyDir` volumes are evicted (their data is lost): CAPI's
+    /// Machine drain does (`DeleteEmptyDirData: true`), `kubectl drain` only with
+    /// `--delete-emptydir-data`. Default true; false: such a Pod blocks the drain.
+    #[serde(default = "default_true")]
+    pub evict_local_storage: bool,
+    /// Which `status.addresses` of the Machine the agent is reached at, in order of
+    /// preference (`InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS`, `ExternalDNS`),
+    /// used when `resolver.static` and `resolver.template` give none.
+    #[serde(default = "default_address_types")]
+    pub address_types: Vec<String>,
+    /// The agents' TCP port, with an address from `status.addresses`. Default 9443.
+    #[serde(default = "default_agent_port")]
+    pub agent_port: u16,
+    /// The suffix of the workload cluster's kubeconfig Secret (`<cluster><suffix>`, key
+    /// `value`, in the Machine's namespace): CAPI's own is `-kubeconfig`.
+    #[serde(default = "default_kubeconfig_suffix")]
+    pub workload_kubeconfig_secret_suffix: String,
+}
+
+fn default_drain_timeout() -> u64 {
+    600
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_address_types() -> Vec<String> {
+    ["InternalIP", "ExternalIP", "Hostname"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn default_agent_port() -> u16 {
+    9443
+}
+
+fn default_kubeconfig_suffix() -> String {
+    "-kubeconfig".into()
+}
+
+impl ClusterConfig {
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        const KNOWN: [&str; 5] = [
+            "InternalIP",
+            "ExternalIP",
+            "Hostname",
+            "InternalDNS",
+            "ExternalDNS",
+        ];
+        if let Some(t) = self
+            .address_types
+            .iter()
+            .find(|t| !KNOWN.contains(&t.as_str()))
+        {
+            return Err((
+                "cluster.address_types",
+                format!("{t:?} is not a Machine address type; use some of {KNOWN:?}"),
+            ));
+        }
+        if self.drain_timeout_seconds == 0 {
+            return Err((
+                "cluster.drain_timeout_seconds",
+                "must be above 0 (a drain without a deadline could block an update forever)".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Config {
@@ -410,7 +499,11 @@ impl Config {
         self.check_update()?;
         self.check_server_limits()?;
         self.check_clients()?;
-        self.resolver.check(&self.agent.server_name)
+        if let Some(c) = &self.cluster {
+            c.check()?;
+        }
+        self.resolver
+            .check(&self.agent.server_name, self.cluster.is_some())
     }
 
     /// The update section's choices: preservation mode, reboot policy, availability,
@@ -761,7 +854,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            e.to_string().contains("resolver: give resolver.template"),
+            e.to_string().contains("resolver: give a [cluster] table"),
             "{e}"
         );
         let e =

@@ -20,6 +20,8 @@ pub(crate) struct Extension {
     resolver: Box<dyn AgentResolver>,
     /// One mutual-TLS channel per agent, reused across hooks.
     pub(crate) pool: std::sync::Arc<pool::Pool>,
+    /// The Kubernetes side (`[cluster]`): drain, Node readiness, Events, addresses.
+    pub(crate) kube: Option<crate::cluster::Kube>,
 }
 
 /// Why an agent could not be asked.
@@ -37,7 +39,14 @@ impl Extension {
         if let Some(t) = &config.resolver.template {
             chain.push(Box::new(TemplateResolver(t.clone())));
         }
+        if let Some(c) = &config.cluster {
+            chain.push(Box::new(resolve::AddressResolver {
+                types: c.address_types.clone(),
+                port: c.agent_port,
+            }));
+        }
         Extension {
+            kube: config.cluster.clone().map(crate::cluster::Kube::new),
             config,
             resolver: Box::new(Chain(chain)),
             pool: std::sync::Arc::default(),
@@ -109,13 +118,17 @@ impl Extension {
     /// from Machine annotations or labels (`resolver.template`), which a Machine editor
     /// can point at any agent, and a desired spec carries file contents. Otherwise the
     /// address is the operator's (static map, or a template over name and namespace) and
-    /// UpdateMachine checks the node in its first round trip.
+    /// UpdateMachine checks the node in its first round trip. With `[cluster]` the
+    /// address may come from the Machine's `status.addresses`: checked first too.
     pub(crate) fn check_node_first(&self) -> bool {
-        self.config
-            .resolver
-            .template
-            .as_deref()
-            .is_some_and(resolve::uses_metadata)
+        // an address from the Machine's status.addresses is not the operator's either
+        self.config.cluster.is_some()
+            || self
+                .config
+                .resolver
+                .template
+                .as_deref()
+                .is_some_and(resolve::uses_metadata)
     }
 
     /// `Failure` text for a Machine whose namespace `resolver.namespaces` does not list.

@@ -14,12 +14,14 @@
 //! agent's operations (`hooks::driver`); `http` serves HTTPS and routes a request to its
 //! hook within its deadline (`http::route`); `extension` is the [`Extension`] the hooks
 //! share (configuration, resolver, agent channels); `agent` makes the bounded, counted
-//! agent calls.
+//! agent calls; `cluster` is the Kubernetes side (clients, drain, Node readiness, Events,
+//! the Machine's addresses).
 
 mod agent;
 mod budget;
 pub mod capi;
 pub mod cli;
+mod cluster;
 pub mod config;
 mod extension;
 mod hooks;

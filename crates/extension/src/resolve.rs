@@ -21,6 +21,9 @@ pub(crate) struct MachineRef {
     /// `status.nodeRef.name`, when the request carries it (CAPI trims hook objects to
     /// metadata and spec today, so usually absent).
     pub node_ref: Option<String>,
+    /// `status.addresses` as (type, address), read from the management cluster when a
+    /// `[cluster]` table is configured ([`AddressResolver`]); empty otherwise.
+    pub addresses: Vec<(String, String)>,
 }
 
 impl MachineRef {
@@ -45,6 +48,7 @@ impl MachineRef {
                 .as_str()
                 .filter(|n| !n.is_empty())
                 .map(str::to_string),
+            addresses: Vec::new(),
         }
     }
 
@@ -276,6 +280,53 @@ impl AgentResolver for Chain {
     }
 }
 
+/// The Machine's `status.addresses` (`[cluster] address_types`, in order of preference;
+/// `[cluster] agent_port`): the first address of the first type the Machine has. The
+/// infrastructure provider writes them (Machine status; editable only with the status
+/// subresource), and the agent is still checked to be the Machine's node, with its TLS
+/// name from `agent.server_name`, before anything is sent.
+#[derive(Debug, Clone)]
+pub(crate) struct AddressResolver {
+    /// Address types in order of preference (`InternalIP`, `ExternalIP`, `Hostname`).
+    pub types: Vec<String>,
+    /// The agents' port.
+    pub port: u16,
+}
+
+impl AgentResolver for AddressResolver {
+    fn resolve(&self, m: &MachineRef) -> Result<String, String> {
+        pick_address(&m.addresses, &self.types, self.port).ok_or_else(|| {
+            format!(
+                "Machine {} has no status.addresses of a type in cluster.address_types {:?} (it has {:?})",
+                m.key(),
+                self.types,
+                m.addresses.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>()
+            )
+        })
+    }
+}
+
+/// `host:port` of the first address whose type comes first in `types` (IPv6 in
+/// brackets).
+pub(crate) fn pick_address(
+    addrs: &[(String, String)],
+    types: &[String],
+    port: u16,
+) -> Option<String> {
+    types.iter().find_map(|t| {
+        addrs
+            .iter()
+            .find(|(at, a)| at == t && !a.is_empty())
+            .map(|(_, a)| {
+                if a.contains(':') {
+                    format!("[{a}]:{port}")
+                } else {
+                    format!("{a}:{port}")
+                }
+            })
+    })
+}
+
 /// The host part of `host:port` (IPv6 in brackets kept without them).
 pub(crate) fn host_of(addr: &str) -> &str {
     if let Some(rest) = addr.strip_prefix('[') {
@@ -287,6 +338,43 @@ pub(crate) fn host_of(addr: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_by_preference() {
+        let a = |t: &str, v: &str| (t.to_string(), v.to_string());
+        let addrs = vec![
+            a("Hostname", "node-7"),
+            a("ExternalIP", "203.0.113.7"),
+            a("InternalIP", "10.0.0.7"),
+            a("InternalIP", "fd00::7"),
+        ];
+        let pref = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let types = pref(&["InternalIP", "ExternalIP", "Hostname"]);
+        assert_eq!(
+            pick_address(&addrs, &types, 9443).as_deref(),
+            Some("10.0.0.7:9443")
+        );
+        assert_eq!(
+            pick_address(&addrs[..2], &types, 9443).as_deref(),
+            Some("203.0.113.7:9443")
+        );
+        assert_eq!(
+            pick_address(&addrs[3..], &types, 1).as_deref(),
+            Some("[fd00::7]:1")
+        );
+        assert_eq!(pick_address(&addrs[..1], &pref(&["InternalIP"]), 1), None);
+        let m = MachineRef {
+            name: "m".into(),
+            namespace: "ns".into(),
+            addresses: addrs[..1].to_vec(),
+            ..Default::default()
+        };
+        let r = AddressResolver {
+            types: pref(&["InternalIP"]),
+            port: 1,
+        };
+        assert!(r.resolve(&m).unwrap_err().contains("it has [\"Hostname\"]"));
+    }
 
     #[test]
     fn template_placeholders() {

@@ -93,6 +93,9 @@ impl Extension {
         desired: &MachineObjects,
         diff: &capi::translate::Analysis,
     ) -> Result<NodeCoverage, AgentError> {
+        // with [cluster], the agent's address may come from the Machine's status.addresses
+        let (m, _) = self.machine_in_cluster(m).await.map_err(AgentError)?;
+        let m = &m;
         let (addr, mut c, key) = self.agent(m, eff).await?;
         let unreachable = |s: tonic::Status| {
             self.pool.evict(&key);

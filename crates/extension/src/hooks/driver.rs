@@ -11,6 +11,10 @@ use super::{refuses_spec, status_only};
 use crate::agent::{View, call, inspect};
 use crate::capi;
 use crate::capi::types::{MachineObjects, Status, UpdateMachineResponse};
+use crate::cluster::MachineInfo;
+use crate::cluster::drain;
+use crate::cluster::events::Phase as KPhase;
+use crate::cluster::flow::{Step, Target};
 use crate::config::Effective;
 use crate::extension::{AgentError, Extension};
 use crate::resolve::MachineRef;
@@ -94,7 +98,10 @@ fn waiting(eff: &Effective, msg: String) -> UpdateMachineResponse {
 
 impl Extension {
     /// Drives the update of `desired` (whose bootstrap config's NodeSpec is `base`,
-    /// [`capi::desired_node_spec`]) on the node: (the answer, the operation id).
+    /// [`capi::desired_node_spec`]) on the node: (the answer, the operation id). With a
+    /// `[cluster]` table the Machine is read from the management cluster first (its
+    /// addresses, Node and drain timeout) and the cluster steps of [`crate::cluster::flow`]
+    /// wrap the agent's operation.
     pub(crate) async fn drive(
         &self,
         m: &MachineRef,
@@ -103,8 +110,33 @@ impl Extension {
         base: pb::NodeSpec,
     ) -> (UpdateMachineResponse, String) {
         let mut id = operation_id(m, &base);
-        let resp = self.drive_spec(m, eff, desired, base, &mut id).await;
+        let (m, info) = match self.machine_in_cluster(m).await {
+            Ok(x) => x,
+            Err(e) => return (waiting(eff, e), id),
+        };
+        let resp = self.drive_spec(&m, eff, desired, base, &mut id, info).await;
         (resp, id)
+    }
+
+    /// `m` with its `status.addresses` and what the management cluster has of it, when a
+    /// `[cluster]` table is configured; `Err` is the message to wait with.
+    pub(crate) async fn machine_in_cluster(
+        &self,
+        m: &MachineRef,
+    ) -> Result<(MachineRef, Option<MachineInfo>), String> {
+        let Some(k) = &self.kube else {
+            return Ok((m.clone(), None));
+        };
+        let info = k
+            .machine(&m.namespace, &m.name)
+            .await
+            .map_err(|e| format!("waiting for the management cluster: {e}"))?;
+        let mut m = m.clone();
+        m.addresses = info.addresses.clone();
+        if m.node_ref.is_none() {
+            m.node_ref = info.node.clone();
+        }
+        Ok((m, Some(info)))
     }
 
     /// [`Extension::drive`], setting `id` to the operation id of the spec applied.
@@ -115,6 +147,7 @@ impl Extension {
         desired: &MachineObjects,
         base: pb::NodeSpec,
         id: &mut String,
+        info: Option<MachineInfo>,
     ) -> UpdateMachineResponse {
         let guess = capi::with_version(base, desired, true);
         let (mut c, view) = match self.inspect_update(m, eff, &guess).await {
@@ -132,20 +165,53 @@ impl Extension {
         }
         *id = operation_id(m, &spec);
         let id = id.as_str();
+        let kt = self.kube.as_ref().zip(info.map(|info| Target {
+            ns: m.namespace.clone(),
+            name: m.name.clone(),
+            info,
+            op: id.to_string(),
+        }));
         let target = spec.kubernetes.as_ref().map(|k| k.version.clone());
         let (start, newest) = choose_attempt(id, history, status);
         let op = match (start, newest) {
             (None, Some(op)) => op,
             (start, _) => {
                 let sid = start.unwrap_or_else(|| id.to_string());
-                let coverage = view.coverage.clone().filter(|_| as_guessed);
+                let mut coverage = view.coverage.clone().filter(|_| as_guessed);
+                if let Some((k, t)) = &kt {
+                    // the change's disruption decides the drain
+                    let cov = match coverage.take() {
+                        Some(cov) => cov,
+                        None => coverage_of(&mut c, eff, &spec).await,
+                    };
+                    if needs_drain(&cov) {
+                        match k.drain(t).await {
+                            Step::Go => {}
+                            Step::Wait(msg) => return waiting(eff, msg),
+                            Step::Blocked(msg, elapsed) => {
+                                let after = drain::backoff(eff.retry_after_seconds, elapsed);
+                                return UpdateMachineResponse::new(Status::Success, msg, after);
+                            }
+                            Step::Fail(msg) => {
+                                k.failed(t, &msg).await;
+                                return UpdateMachineResponse::new(Status::Failure, msg, 0);
+                            }
+                        }
+                    }
+                    coverage = Some(cov);
+                    k.progress(t, KPhase::Applying).await;
+                }
                 match self.start(&mut c, eff, spec, coverage, &sid).await {
                     Ok(op) => op,
                     Err(r) => return r,
                 }
             }
         };
-        self.answer(&mut c, eff, &op, target, status).await
+        let resp = self.answer(&mut c, eff, &op, target.clone(), status).await;
+        match kt {
+            Some((k, t)) => after_answer(k, &t, eff, &op, target.as_deref(), resp).await,
+            None => resp,
+        }
     }
 
     /// One round trip to the Machine's agent: the history of this update (its id or
@@ -301,15 +367,8 @@ impl Extension {
         let wait = |msg: String| waiting(eff, msg);
         let fail = |msg: String| UpdateMachineResponse::new(Status::Failure, msg, 0);
         let coverage = match coverage {
-            Some(c) => c,
-            None => {
-                let req = pb::GetCoverageRequest {
-                    diff: None,
-                    desired: Some(spec.clone()),
-                    reboot_policy: eff.reboot_policy as i32,
-                };
-                call(eff.agent_timeout, "get_coverage", c.get_coverage(req)).await
-            }
+            Some(cov) => cov,
+            None => coverage_of(c, eff, &spec).await,
         };
         let report = match coverage {
             Ok(r) => r,
@@ -353,6 +412,76 @@ impl Extension {
             Err(s) => Err(wait(format!("apply: {}", s.message()))),
         }
     }
+}
+
+/// The node's coverage of `spec` under the effective reboot policy.
+async fn coverage_of(
+    c: &mut NodeAgentClient<Channel>,
+    eff: &Effective,
+    spec: &pb::NodeSpec,
+) -> Result<pb::CoverageReport, tonic::Status> {
+    let req = pb::GetCoverageRequest {
+        diff: None,
+        desired: Some(spec.clone()),
+        reboot_policy: eff.reboot_policy as i32,
+    };
+    call(eff.agent_timeout, "get_coverage", c.get_coverage(req)).await
+}
+
+/// Whether the change disrupts the node's workloads (its coverage's highest disruption
+/// is `drain` or `reboot`, or it needs a reboot): the Node is drained before it starts.
+/// A coverage error drains nothing (the start answers it).
+pub(crate) fn needs_drain(cov: &Result<pb::CoverageReport, tonic::Status>) -> bool {
+    cov.as_ref().is_ok_and(|r| {
+        r.reboot_required
+            || r.max_disruption
+                .as_ref()
+                .is_some_and(|d| d.level >= pb::DisruptionLevel::Drain as i32)
+    })
+}
+
+/// Whether operation `op` reboots the node (a change of disruption `reboot`).
+fn reboots(op: &pb::Operation) -> bool {
+    op.changes.iter().any(|c| {
+        c.disruption
+            .as_ref()
+            .is_some_and(|d| d.level == pb::DisruptionLevel::Reboot as i32)
+    })
+}
+
+/// The cluster steps after the agent's answer `resp` about `op`: a failure is reported
+/// (phase, Event); done waits for the Node to be back and releases it
+/// ([`crate::cluster::Kube::finish`]); otherwise the phase follows the operation.
+async fn after_answer(
+    k: &crate::cluster::Kube,
+    t: &Target,
+    eff: &Effective,
+    op: &pb::Operation,
+    version: Option<&str>,
+    resp: UpdateMachineResponse,
+) -> UpdateMachineResponse {
+    if resp.status == Status::Failure {
+        k.failed(t, &resp.message).await;
+        return resp;
+    }
+    if resp.retry_after_seconds == 0 {
+        return match k.finish(t, reboots(op), version).await {
+            Step::Go => resp,
+            Step::Wait(msg) | Step::Blocked(msg, _) => waiting(eff, msg),
+            Step::Fail(msg) => UpdateMachineResponse::new(Status::Failure, msg, 0),
+        };
+    }
+    let rebooting = matches!(
+        Phase::try_from(op.phase),
+        Ok(Phase::RebootRequired | Phase::Rebooting | Phase::VerifyingAfterBoot)
+    );
+    let p = if rebooting {
+        KPhase::Rebooting
+    } else {
+        KPhase::Applying
+    };
+    k.progress(t, p).await;
+    resp
 }
 
 /// What a succeeded operation changed on the node: its actions without the bookkeeping

@@ -1,0 +1,393 @@
+//! The cluster steps around the agent's operation, each idempotent and resumable from the
+//! state in the API (the Node's annotations, [`super::node`]; the Machine's phase,
+//! [`super::events`]), so any replica answering any poll continues where the last one
+//! stopped:
+//!
+//! 1. [`Kube::drain`], before a change whose disruption is `drain` or `reboot` is
+//!    started: cordon (recording whether the Node was cordoned already), evict the Pods
+//!    [`super::drain::classify`] says to, until none is left, or fail after the deadline
+//!    naming the Pods left and the budgets blocking them;
+//! 2. [`Kube::progress`], while the agent works: the phase (Applying, Rebooting);
+//! 3. [`Kube::finish`], when the agent reports the operation done: wait until the Node is
+//!    back ([`super::node::back`]), then uncordon if this extension cordoned, remove the
+//!    state;
+//! 4. [`Kube::failed`]: the phase Failed and a Warning Event naming the cause and the
+//!    state the Node is left in (cordoned, with the state annotations, when it was
+//!    drained: nothing is scheduled on a node whose change failed).
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::client::Body;
+
+use super::drain::{self, Evicted, PodAction, Progress};
+use super::events::{self, Phase, Subject};
+use super::node;
+use super::{Kube, MachineInfo, Workload};
+
+/// The Machine an update is for, as the management cluster has it, and the update's
+/// operation id (the drain's owner).
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// The Machine's namespace.
+    pub ns: String,
+    /// The Machine's name.
+    pub name: String,
+    /// What the Machine object says.
+    pub info: MachineInfo,
+    /// The update's operation id ([`crate::hooks::update_machine::operation_id`]).
+    pub op: String,
+}
+
+/// What a step answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Done: go on.
+    Go,
+    /// Not yet: the message for the `Success` with `retryAfterSeconds`.
+    Wait(String),
+    /// A budget (or a Pod the rules refuse) blocks the drain: the message, and the
+    /// seconds since the drain started ([`drain::backoff`]).
+    Blocked(String, i64),
+    /// Can not finish: the message for `Failure`.
+    Fail(String),
+}
+
+impl Target {
+    fn machine_subject(&self) -> Subject {
+        Subject {
+            kind: "Machine",
+            api_version: "cluster.x-k8s.io/v1beta2",
+            namespace: Some(self.ns.clone()),
+            name: self.name.clone(),
+            uid: self.info.uid.clone(),
+        }
+    }
+}
+
+fn node_subject(n: &Node) -> Subject {
+    Subject {
+        kind: "Node",
+        api_version: "v1",
+        namespace: None,
+        name: n.metadata.name.clone().unwrap_or_default(),
+        uid: n.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
+fn conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+impl Kube {
+    /// An Event on the Machine and, when given, the Node.
+    async fn report(
+        &self,
+        t: &Target,
+        wl: Option<(&Workload, &Node)>,
+        reason: &str,
+        msg: &str,
+        warning: bool,
+    ) {
+        if let Ok(m) = self.management().await {
+            events::emit(&m, &t.machine_subject(), &t.op, reason, msg, warning).await;
+        }
+        if let Some((w, n)) = wl {
+            events::emit(&w.client, &node_subject(n), &t.op, reason, msg, warning).await;
+        }
+    }
+
+    /// Sets the Machine's phase; true when it changed (the caller reports the step).
+    async fn phase(&self, t: &Target, p: Phase) -> bool {
+        let m = match self.management().await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(machine = %t.name, error = %e, "no management cluster client");
+                return false;
+            }
+        };
+        match events::set_phase(&m, &t.ns, &t.name, &t.info.annotations, &t.op, p).await {
+            Ok(changed) => changed,
+            Err(e) => {
+                tracing::warn!(machine = %t.name, error = %e, "could not set the phase annotation");
+                false
+            }
+        }
+    }
+
+    /// The workload cluster's client and the Machine's Node; `Err` is the answer.
+    async fn node_of(&self, t: &Target) -> Result<Option<(Workload, Node)>, Step> {
+        let Some(name) = &t.info.node else {
+            return Ok(None);
+        };
+        let wl = self
+            .workload(&t.ns, &t.info.cluster)
+            .await
+            .map_err(|e| Step::Wait(format!("waiting for the workload cluster: {e}")))?;
+        let n = Api::<Node>::all(wl.client.clone())
+            .get(name)
+            .await
+            .map_err(|e| Step::Wait(format!("waiting for Node {name}: {e}")))?;
+        Ok(Some((wl, n)))
+    }
+
+    /// Step 1: cordon and drain the Machine's Node for `t.op`. A Machine without
+    /// `status.nodeRef` has no Node to drain: `Fail`, nothing is changed.
+    pub(crate) async fn drain(&self, t: &Target) -> Step {
+        let (wl, n) = match self.node_of(t).await {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                return Step::Fail(format!(
+                    "Machine {}/{} has no status.nodeRef: its Node can not be drained, nothing was changed",
+                    t.ns, t.name
+                ));
+            }
+            Err(s) => return s,
+        };
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let nodes: Api<Node> = Api::all(wl.client.clone());
+        let state = match node::drain_state(&n, &t.op) {
+            Some(s) => s,
+            None => {
+                let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                let p = node::cordon_patch(&n, &t.op, &now);
+                match nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if conflict(&e) => {
+                        return Step::Wait(format!(
+                            "Node {name} changed while cordoning it; trying again"
+                        ));
+                    }
+                    Err(e) => return Step::Wait(format!("cordoning Node {name}: {e}")),
+                }
+                let ours = !node::unschedulable(&n);
+                self.phase(t, Phase::Draining).await;
+                let msg = if ours {
+                    format!("cordoned Node {name} for in-place update {}", t.op)
+                } else {
+                    format!(
+                        "Node {name} was cordoned already (not by inplace-extension): it stays cordoned after in-place update {}",
+                        t.op
+                    )
+                };
+                self.report(t, Some((&wl, &n)), "Cordoned", &msg, false)
+                    .await;
+                node::DrainState {
+                    started: now,
+                    cordoned_by_us: ours,
+                    boot_id: node::boot_id(&n),
+                }
+            }
+        };
+        let progress = match self.evict_pods(&wl, &name).await {
+            Ok(p) => p,
+            Err(e) => return Step::Wait(format!("draining Node {name}: {e}")),
+        };
+        if progress.done() {
+            self.report(
+                t,
+                Some((&wl, &n)),
+                "Drained",
+                &format!("drained Node {name}"),
+                false,
+            )
+            .await;
+            return Step::Go;
+        }
+        let timeout = t
+            .info
+            .drain_timeout
+            .unwrap_or(self.cfg.drain_timeout_seconds);
+        let elapsed = state
+            .started
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .map(|s| {
+                k8s_openapi::jiff::Timestamp::now()
+                    .duration_since(s)
+                    .as_secs()
+            })
+            .unwrap_or(0);
+        let summary = progress.summary();
+        if elapsed >= timeout as i64 {
+            let msg = format!(
+                "drain of Node {name} did not finish within {timeout} s: {summary} (the Node stays cordoned; nothing was changed on it)"
+            );
+            return Step::Fail(msg);
+        }
+        self.report(
+            t,
+            Some((&wl, &n)),
+            "Draining",
+            &format!("draining Node {name}: {summary}"),
+            false,
+        )
+        .await;
+        let msg = format!("draining Node {name} ({elapsed} s of {timeout} s): {summary}");
+        if progress.blocked.is_empty() {
+            Step::Wait(msg)
+        } else {
+            Step::Blocked(msg, elapsed)
+        }
+    }
+
+    /// One pass over the Node's Pods: evicts what [`drain::classify`] says to.
+    async fn evict_pods(&self, wl: &Workload, node: &str) -> Result<Progress, String> {
+        let pods: Api<Pod> = Api::all(wl.client.clone());
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = pods
+            .list(&lp)
+            .await
+            .map_err(|e| format!("listing Pods: {e}"))?;
+        let mut p = Progress::default();
+        for pod in &list.items {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let key = format!("{ns}/{name}");
+            match drain::classify(pod, self.cfg.evict_local_storage) {
+                PodAction::Skip(why) => {
+                    tracing::debug!(pod = %key, why, "not evicted");
+                }
+                PodAction::Wait(_) => p.left.push(key),
+                PodAction::Refuse(why) => {
+                    p.blocked.push(format!("{key}: {why}"));
+                    p.left.push(key);
+                }
+                PodAction::Evict => match self.evict(wl, &ns, &name).await {
+                    Evicted::Gone => {}
+                    Evicted::Yes => {
+                        p.evicted += 1;
+                        p.left.push(key);
+                    }
+                    Evicted::Blocked(why) | Evicted::Error(why) => {
+                        p.blocked.push(format!("{key}: {why}"));
+                        p.left.push(key);
+                    }
+                },
+            }
+        }
+        p.left.sort();
+        Ok(p)
+    }
+
+    /// Posts the Eviction of Pod `ns/name` (`policy/<wl.eviction>`).
+    async fn evict(&self, wl: &Workload, ns: &str, name: &str) -> Evicted {
+        let body = drain::eviction_body(wl.eviction, ns, name);
+        let req = http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string().into_bytes()));
+        let req = match req {
+            Ok(r) => r,
+            Err(e) => return Evicted::Error(e.to_string()),
+        };
+        match wl.client.send(req).await {
+            Ok(resp) => {
+                let code = resp.status().as_u16();
+                let text = match resp.into_body().collect_bytes().await {
+                    Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                    Err(e) => e.to_string(),
+                };
+                let out = drain::eviction_outcome(code, &text);
+                tracing::info!(pod = %format!("{ns}/{name}"), outcome = ?out, "eviction");
+                out
+            }
+            Err(e) => Evicted::Error(e.to_string()),
+        }
+    }
+
+    /// Step 2: the phase while the agent works (Applying, Rebooting), reported once (the
+    /// Event's name is the step's, so a report again creates nothing).
+    pub(crate) async fn progress(&self, t: &Target, p: Phase) {
+        if self.phase(t, p).await {
+            let (reason, what) = match p {
+                Phase::Rebooting => ("Rebooting", "the node reboots to finish"),
+                _ => ("Applying", "the node agent applies"),
+            };
+            let msg = format!("{what} in-place update {}", t.op);
+            self.report(t, None, reason, &msg, false).await;
+        }
+    }
+
+    /// Step 3: the Node is back (Ready; a new boot id when `rebooted`; kubelet `version`
+    /// when given), then the release (uncordon only an own cordon). A Machine without a
+    /// Node: `Go`.
+    pub(crate) async fn finish(&self, t: &Target, rebooted: bool, version: Option<&str>) -> Step {
+        let (wl, n) = match self.node_of(t).await {
+            Ok(Some(x)) => x,
+            Ok(None) => return Step::Go,
+            Err(s) => return s,
+        };
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let state = node::drain_state(&n, &t.op);
+        let before = state
+            .as_ref()
+            .filter(|_| rebooted)
+            .map(|s| s.boot_id.as_str());
+        if let Err(why) = node::back(&n, before, version) {
+            self.phase(t, Phase::WaitingForNode).await;
+            return Step::Wait(format!("Node {name}: {why}"));
+        }
+        if let Some(p) = node::release_patch(&n) {
+            let nodes: Api<Node> = Api::all(wl.client.clone());
+            match nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if conflict(&e) => {
+                    return Step::Wait(format!(
+                        "Node {name} changed while uncordoning it; trying again"
+                    ));
+                }
+                Err(e) => return Step::Wait(format!("uncordoning Node {name}: {e}")),
+            }
+        }
+        if self.phase(t, Phase::Done).await {
+            self.report(
+                t,
+                Some((&wl, &n)),
+                "NodeReady",
+                &format!("Node {name} is Ready after in-place update {}", t.op),
+                false,
+            )
+            .await;
+            let (reason, msg) = match &state {
+                Some(s) if s.cordoned_by_us => ("Uncordoned", format!("uncordoned Node {name}")),
+                Some(_) => (
+                    "LeftCordoned",
+                    format!(
+                        "Node {name} stays cordoned: it was cordoned before the update, not by inplace-extension"
+                    ),
+                ),
+                None => return Step::Go,
+            };
+            self.report(t, Some((&wl, &n)), reason, &msg, false).await;
+        }
+        Step::Go
+    }
+
+    /// Step 4: the phase Failed and a Warning Event with `cause` and the Node's state.
+    pub(crate) async fn failed(&self, t: &Target, cause: &str) {
+        if !self.phase(t, Phase::Failed).await {
+            return;
+        }
+        let node = self.node_of(t).await.ok().flatten();
+        let left = match &node {
+            Some((_, n)) if node::drain_state(n, &t.op).is_some() => format!(
+                "; Node {} is left cordoned with the drain annotations (uncordon it after fixing the node, or set a new value of the Machine annotation inplaced.io/retry)",
+                n.metadata.name.as_deref().unwrap_or("")
+            ),
+            _ => String::new(),
+        };
+        let msg = format!("in-place update {} failed: {cause}{left}", t.op);
+        self.report(
+            t,
+            node.as_ref().map(|(w, n)| (w, n)),
+            "UpdateFailed",
+            &msg,
+            true,
+        )
+        .await;
+    }
+}

@@ -1,0 +1,295 @@
+//! The Node side of an update, pure: the drain state recorded in the Node's annotations
+//! (so another replica, or this one restarted, continues the same drain), the cordon and
+//! uncordon patches, and when the Node counts as back (`Ready`, a new boot id after a
+//! reboot, the target kubelet version).
+//!
+//! Annotations on the Node, all removed when the update ends:
+//! - [`OPERATION`]: the in-place operation id the Node is drained for;
+//! - [`DRAIN_STARTED`]: when that drain started (RFC 3339), the start of its deadline;
+//! - [`CORDONED`]: `"true"` when this extension set `spec.unschedulable` (a Node already
+//!   cordoned, by an administrator, is never uncordoned by it);
+//! - [`BOOT_ID`]: `status.nodeInfo.bootID` when the drain started, to see the reboot.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use serde_json::{Value, json};
+
+/// The operation id the Node is drained for.
+pub(crate) const OPERATION: &str = "inplaced.io/drain-operation";
+/// When the drain started (RFC 3339, UTC).
+pub(crate) const DRAIN_STARTED: &str = "inplaced.io/drain-started";
+/// `"true"`: this extension cordoned the Node and uncordons it.
+pub(crate) const CORDONED: &str = "inplaced.io/cordoned-by-extension";
+/// The Node's boot id when the drain started.
+pub(crate) const BOOT_ID: &str = "inplaced.io/boot-id-before";
+
+/// The drain state an earlier call recorded on the Node, when it is for `op`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DrainState {
+    /// When the drain started (RFC 3339).
+    pub started: String,
+    /// Whether this extension cordoned the Node.
+    pub cordoned_by_us: bool,
+    /// The boot id when the drain started ("" if the Node reported none).
+    pub boot_id: String,
+}
+
+fn annotations(n: &Node) -> BTreeMap<String, String> {
+    n.metadata.annotations.clone().unwrap_or_default()
+}
+
+/// Whether the Node is cordoned (`spec.unschedulable`).
+pub(crate) fn unschedulable(n: &Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
+/// `status.nodeInfo.bootID` ("" when absent).
+pub(crate) fn boot_id(n: &Node) -> String {
+    n.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.clone())
+        .unwrap_or_default()
+}
+
+/// The drain state recorded for operation `op`, if any.
+pub(crate) fn drain_state(n: &Node, op: &str) -> Option<DrainState> {
+    let a = annotations(n);
+    (a.get(OPERATION).map(String::as_str) == Some(op)).then(|| DrainState {
+        started: a.get(DRAIN_STARTED).cloned().unwrap_or_default(),
+        cordoned_by_us: a.get(CORDONED).map(String::as_str) == Some("true"),
+        boot_id: a.get(BOOT_ID).cloned().unwrap_or_default(),
+    })
+}
+
+/// The merge patch that starts the drain for `op` at `now`: cordons the Node unless it
+/// is cordoned already, and records the state. A state of an earlier operation (a retry
+/// after a failed update) is replaced, keeping its claim on a cordon it set. The
+/// `resourceVersion` makes two replicas' patches conflict instead of both succeeding.
+pub(crate) fn cordon_patch(n: &Node, op: &str, now: &str) -> Value {
+    let a = annotations(n);
+    let ours_before = a.get(CORDONED).map(String::as_str) == Some("true");
+    let cordon = !unschedulable(n);
+    let mut ann = serde_json::Map::new();
+    ann.insert(OPERATION.into(), json!(op));
+    ann.insert(DRAIN_STARTED.into(), json!(now));
+    ann.insert(BOOT_ID.into(), json!(boot_id(n)));
+    ann.insert(
+        CORDONED.into(),
+        if cordon || ours_before {
+            json!("true")
+        } else {
+            Value::Null
+        },
+    );
+    let mut p = json!({
+        "metadata": {
+            "resourceVersion": n.metadata.resource_version,
+            "annotations": ann,
+        }
+    });
+    if cordon {
+        p["spec"] = json!({"unschedulable": true});
+    }
+    p
+}
+
+/// The merge patch that ends the update on the Node: uncordons it when this extension
+/// cordoned it, and removes the state. `None` when there is nothing to remove.
+pub(crate) fn release_patch(n: &Node) -> Option<Value> {
+    let a = annotations(n);
+    if ![OPERATION, DRAIN_STARTED, CORDONED, BOOT_ID]
+        .iter()
+        .any(|k| a.contains_key(*k))
+    {
+        return None;
+    }
+    let ours = a.get(CORDONED).map(String::as_str) == Some("true");
+    let mut p = json!({
+        "metadata": {
+            "resourceVersion": n.metadata.resource_version,
+            "annotations": {OPERATION: null, DRAIN_STARTED: null, CORDONED: null, BOOT_ID: null},
+        }
+    });
+    if ours {
+        p["spec"] = json!({"unschedulable": null});
+    }
+    Some(p)
+}
+
+/// What the Node lacks to count as back after the update, or `Ok`: the `Ready`
+/// condition `True`; a boot id other than `boot_before` when the update rebooted
+/// (`Some`); `status.nodeInfo.kubeletVersion` equal to `kubelet` when the update set a
+/// version (compared as Kubernetes versions: `v1.34.2` = `1.34.2`).
+pub(crate) fn back(
+    n: &Node,
+    boot_before: Option<&str>,
+    kubelet: Option<&str>,
+) -> Result<(), String> {
+    let st = n.status.as_ref();
+    let ready = st
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready");
+    match ready {
+        Some(c) if c.status == "True" => {}
+        Some(c) => {
+            return Err(format!(
+                "waiting for the Node to be Ready (Ready is {}{})",
+                c.status,
+                c.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ));
+        }
+        None => return Err("waiting for the Node to report a Ready condition".into()),
+    }
+    let now = boot_id(n);
+    if let Some(before) = boot_before.filter(|b| !b.is_empty())
+        && now == before
+    {
+        return Err(format!(
+            "waiting for the Node to report a new boot id after the reboot (still {now})"
+        ));
+    }
+    if let Some(want) = kubelet {
+        let have = st
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.kubelet_version.as_str())
+            .unwrap_or("");
+        if want.trim_start_matches('v') != have.trim_start_matches('v') {
+            return Err(format!(
+                "waiting for the Node's kubelet to report {want} (it reports {have:?})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
+
+    fn node(unsched: bool, ann: &[(&str, &str)], ready: &str, boot: &str, kubelet: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some("n".into());
+        n.metadata.resource_version = Some("7".into());
+        n.metadata.annotations = Some(
+            ann.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        n.spec = Some(NodeSpec {
+            unschedulable: unsched.then_some(true),
+            ..Default::default()
+        });
+        n.status = Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                ..Default::default()
+            }]),
+            node_info: Some(NodeSystemInfo {
+                boot_id: boot.into(),
+                kubelet_version: kubelet.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        n
+    }
+
+    #[test]
+    fn cordons_only_a_schedulable_node_and_records_it() {
+        let p = cordon_patch(&node(false, &[], "True", "b1", "v1.20.2"), "op1", "T");
+        assert_eq!(p["spec"]["unschedulable"], true);
+        assert_eq!(p["metadata"]["annotations"][CORDONED], "true");
+        assert_eq!(p["metadata"]["annotations"][OPERATION], "op1");
+        assert_eq!(p["metadata"]["annotations"][BOOT_ID], "b1");
+        assert_eq!(p["metadata"]["resourceVersion"], "7");
+        // an administrator's cordon: recorded as not ours
+        let p = cordon_patch(&node(true, &[], "True", "b1", ""), "op1", "T");
+        assert!(p.get("spec").is_none());
+        assert_eq!(p["metadata"]["annotations"][CORDONED], Value::Null);
+        // a retry keeps the claim on our own earlier cordon
+        let n = node(
+            true,
+            &[(OPERATION, "op0"), (CORDONED, "true")],
+            "True",
+            "b",
+            "",
+        );
+        assert_eq!(
+            cordon_patch(&n, "op1", "T")["metadata"]["annotations"][CORDONED],
+            "true"
+        );
+        assert_eq!(drain_state(&n, "op1"), None);
+        assert!(drain_state(&n, "op0").unwrap().cordoned_by_us);
+    }
+
+    #[test]
+    fn uncordons_only_its_own_cordon() {
+        let ours = node(
+            true,
+            &[(OPERATION, "op"), (CORDONED, "true")],
+            "True",
+            "",
+            "",
+        );
+        let p = release_patch(&ours).unwrap();
+        assert_eq!(p["spec"]["unschedulable"], Value::Null);
+        assert!(p["spec"].as_object().unwrap().contains_key("unschedulable"));
+        let admins = node(true, &[(OPERATION, "op")], "True", "", "");
+        let p = release_patch(&admins).unwrap();
+        assert!(p.get("spec").is_none(), "{p}");
+        assert_eq!(p["metadata"]["annotations"][OPERATION], Value::Null);
+        assert_eq!(release_patch(&node(true, &[], "True", "", "")), None);
+    }
+
+    #[test]
+    fn back_needs_ready_new_boot_and_version() {
+        assert_eq!(
+            back(
+                &node(false, &[], "True", "b2", "v1.34.2"),
+                Some("b1"),
+                Some("v1.34.2")
+            ),
+            Ok(())
+        );
+        assert!(
+            back(&node(false, &[], "False", "b2", ""), None, None)
+                .unwrap_err()
+                .contains("Ready is False")
+        );
+        assert!(
+            back(&node(false, &[], "True", "b1", ""), Some("b1"), None)
+                .unwrap_err()
+                .contains("new boot id")
+        );
+        assert_eq!(
+            back(&node(false, &[], "True", "b1", ""), None, None),
+            Ok(())
+        );
+        assert!(
+            back(
+                &node(false, &[], "True", "b2", "v1.33.0"),
+                Some("b1"),
+                Some("1.34.2")
+            )
+            .unwrap_err()
+            .contains("1.34.2")
+        );
+        assert_eq!(
+            back(
+                &node(false, &[], "True", "b", "v1.34.2"),
+                None,
+                Some("1.34.2")
+            ),
+            Ok(())
+        );
+    }
+}
