@@ -28,10 +28,12 @@ use inplace_node::sysroot::{Sysroot, SysrootError};
 mod bls_entries;
 mod grub;
 mod ostree;
+pub(crate) mod trial;
 
 pub(crate) use bls_entries::Bls;
 pub(crate) use grub::GrubDefault;
 pub(crate) use ostree::Ostree;
+pub(crate) use trial::{PendingTrial, TrialMeta, TrialPlan};
 
 /// New content for one boot configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +168,27 @@ pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
     /// For backends that edit through a tool rather than files (rpm-ostree), the command
     /// that removes `remove` and appends `append`; `None` for file backends.
     fn command_edit(&self, _remove: &[Arg], _append: &[Arg]) -> Option<Vec<String>> {
+        None
+    }
+
+    /// How this node boots the change once, as a trial ([`trial`]), with the default
+    /// left alone; the error says why it can not (no one-shot mechanism, a boot
+    /// configuration that does not honour it), and the change is then made the default
+    /// directly.
+    fn trial(
+        &self,
+        _remove: &[Arg],
+        _append: &[Arg],
+        _meta: TrialMeta,
+    ) -> Result<TrialPlan, String> {
+        Err(format!(
+            "the {} backend has no one-shot boot mechanism",
+            self.name()
+        ))
+    }
+
+    /// The trial pending on the node (its artefact exists), if any.
+    fn pending_trial(&self) -> Option<PendingTrial> {
         None
     }
 
