@@ -295,3 +295,105 @@ async fn rhel8_trial_entry_has_its_own_options_and_grubenv_waits_for_the_commit(
     );
     assert!(!exists(&node, "/boot/loader/entries/inplaced-trial.conf"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_trial_boot_reboots_back_and_then_rolls_back() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    // the kubelet's health endpoint never answers: the trial boot is not healthy in time
+    std::fs::write(
+        &node.config,
+        "[kubelet]\nhealthz_url = \"http://127.0.0.1:1/healthz\"\nhealth_timeout_secs = 1\n",
+    )
+    .unwrap();
+    grub_trial_staged(&mut node).await;
+    let reboots = |node: &Node| {
+        node.actions()
+            .iter()
+            .filter(|a| a.starts_with("reboot"))
+            .count()
+    };
+    let before = reboots(&node);
+    boot_into(
+        &mut node,
+        &format!("{UBUNTU_PROC} inplaced.e2e=1 panic=10 systemd.watchdog_sec=60"),
+        "77777777-7777-7777-7777-777777777777",
+    );
+    let op = node.settle("trial").await;
+    assert_eq!(op.phase, Phase::Rebooting as i32, "{op:?}");
+    assert!(
+        op.message
+            .contains("trial boot not healthy within the deadline"),
+        "{}",
+        op.message
+    );
+    assert_eq!(
+        reboots(&node),
+        before + 1,
+        "the agent reboots back: {:?}",
+        node.actions()
+    );
+    assert!(
+        exists(&node, SCRIPT),
+        "nothing is reverted before the old default runs"
+    );
+    boot_into(
+        &mut node,
+        UBUNTU_PROC,
+        "88888888-8888-8888-8888-888888888888",
+    );
+    let op = node.settle("trial").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
+    assert!(
+        op.message.contains("fallback: the agent rebooted back (trial boot not healthy within the deadline (boot id 77777777-7777-7777-7777-777777777777)"),
+        "{}",
+        op.message
+    );
+    assert!(!exists(&node, SCRIPT));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bls_with_grub_boots_the_trial_entry_with_grub2_reboot() {
+    let mut node = Node::new("fedora-41-bls");
+    // GRUB reads the entries (blscfg): its grub.cfg beside them
+    std::fs::create_dir_all(node.path("/boot/grub2")).unwrap();
+    std::fs::copy(
+        fixture("rhel8-grubenv").join("boot/grub2/grub.cfg"),
+        node.path("/boot/grub2/grub.cfg"),
+    )
+    .unwrap();
+    node.start();
+    let op = apply(&node, "kernelArgs: [inplaced.e2e=1]\n", "f41").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    let acts = node.actions();
+    assert!(
+        acts.iter().any(|a| a == "run grub2-reboot inplaced-trial"),
+        "{acts:?}"
+    );
+    assert!(
+        !acts
+            .iter()
+            .any(|a| a.starts_with("wrote /boot/loader/entries/6")),
+        "{acts:?}"
+    );
+    let trial = node.read("/boot/loader/entries/inplaced-trial.conf");
+    assert!(trial.contains("\nversion 0~inplaced.trial\n"), "{trial}");
+    let r = coverage(&node, "kernelArgs: [inplaced.e2e=1]\n").await;
+    // the re-plan while the trial is pending: still to be committed, and no drift
+    assert!(r.changes.iter().all(|c| c.covered), "{r:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpm_ostree_says_it_is_covered_without_a_trial() {
+    let mut node = Node::new("fedora-41-bls");
+    std::fs::create_dir_all(node.path("/run")).unwrap();
+    std::fs::write(node.path("/run/ostree-booted"), "").unwrap();
+    node.start();
+    let r = coverage(&node, "kernelArgs: [inplaced.e2e=1]\n").await;
+    let c = &r.changes[0];
+    assert!(c.covered, "{c:?}");
+    assert!(
+        c.reason.contains("covered without a trial boot (made the default before the reboot): rpm-ostree has no one-shot boot of a deployment"),
+        "{}",
+        c.reason
+    );
+}

@@ -216,6 +216,9 @@ if vm_boot; then
     scenario 4b kernel-args-reboot s4_after_reboot
     scenario 3b sysctl-after-reboot s3_after_reboot
     scenario 4c kernel-args-drop-reboot s4_drop
+    scenario 4d kernel-args-ordinary-reboot-keeps-it s4_ordinary_reboot
+    scenario 4e kernel-args-trial-panics s4_panic
+    scenario 4f kernel-args-trial-hangs-watchdog s4_hang
     if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
         save_journal
         gx_bg 'systemctl poweroff'
