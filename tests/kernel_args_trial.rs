@@ -397,3 +397,25 @@ async fn rpm_ostree_says_it_is_covered_without_a_trial() {
         c.reason
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_trial_no_longer_wanted_is_dropped_before_it_boots() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let before = grub_trial_staged(&mut node).await;
+    // the same spec again renews it, with nothing else
+    let op = apply(&node, "kernelArgs: [inplaced.e2e=1]\n", "again").await;
+    assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
+    assert!(exists(&node, SCRIPT));
+    // the argument dropped before the reboot: the trial entry and the one-shot go, no reboot
+    let op = apply(&node, "{}", "drop").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert!(!exists(&node, SCRIPT), "{:?}", op.actions);
+    assert!(
+        op.actions
+            .iter()
+            .any(|a| a == "ran grub-editenv /boot/grub/grubenv unset next_entry"),
+        "{:?}",
+        op.actions
+    );
+    assert_eq!(node.read("/etc/default/grub"), before);
+}

@@ -155,12 +155,16 @@ impl KernelArgsBackend for Bls {
         })
     }
     fn pending_trial(&self) -> Option<PendingTrial> {
-        let meta = TrialMeta::parse(self.trial.entry.as_deref()?)?;
+        let text = self.trial.entry.as_deref()?;
+        let meta = TrialMeta::parse(text)?;
+        let (set, clear) = self.one_shot();
         Some(PendingTrial {
             path: self.trial_path(),
             meta,
-            cleanup: vec![self.one_shot().1],
+            cleanup: vec![clear],
             one_shot_pending: self.trial.one_shot,
+            set_one_shot: set,
+            fingerprint: trial::fingerprint(text),
         })
     }
 }

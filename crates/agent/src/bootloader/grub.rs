@@ -138,12 +138,15 @@ impl KernelArgsBackend for GrubDefault {
         })
     }
     fn pending_trial(&self) -> Option<PendingTrial> {
-        let meta = TrialMeta::parse(self.trial_script.as_deref()?)?;
+        let text = self.trial_script.as_deref()?;
+        let meta = TrialMeta::parse(text)?;
         Some(PendingTrial {
             path: trial::GRUB_SCRIPT.into(),
             meta,
             cleanup: vec![self.regenerate.clone(), self.clear_next_entry()],
             one_shot_pending: Some(self.next_entry.as_deref() == Some(trial::TRIAL_ID)),
+            set_one_shot: vec![self.reboot_tool().to_string(), trial::TRIAL_ID.to_string()],
+            fingerprint: trial::fingerprint(text),
         })
     }
 }

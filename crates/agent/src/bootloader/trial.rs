@@ -137,6 +137,18 @@ pub struct PendingTrial {
     /// Whether the boot loader's one-shot is still set (None: not known): set after a
     /// boot means the trial entry was not booted at all.
     pub one_shot_pending: Option<bool>,
+    /// The command that sets the one-shot (the undo of clearing it).
+    pub set_one_shot: Vec<String>,
+    /// `sha256:<hex>` of the artefact as read.
+    pub fingerprint: String,
+}
+
+/// `sha256:<hex>` of an artefact's text.
+pub(crate) fn fingerprint(text: &str) -> String {
+    format!(
+        "sha256:{}",
+        inplace_node::digest::sha256_hex(text.as_bytes())
+    )
 }
 
 /// `cmdline` with the trial's safety arguments appended: `panic=10` unless the last

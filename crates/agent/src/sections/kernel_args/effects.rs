@@ -79,3 +79,26 @@ impl Effect for BootCommand {
         Ok(())
     }
 }
+
+/// The steps that drop a pending trial a new plan supersedes without a trial of its own
+/// (the change it carried is no longer wanted, or is made directly): its artefact
+/// removed, the regeneration, the one-shot cleared (undone by setting it again).
+pub(crate) fn drop_trial_steps(
+    steps: &mut crate::sections::kit::steps::Steps,
+    t: &crate::bootloader::PendingTrial,
+) {
+    steps.removes.push(crate::sections::kit::steps::Remove {
+        path: t.path.clone(),
+        expect: t.fingerprint.clone(),
+        dirs: Vec::new(),
+    });
+    let n = t.cleanup.len();
+    for (i, argv) in t.cleanup.iter().enumerate() {
+        let last = i + 1 == n;
+        steps.effect(BootCommand {
+            argv: argv.clone(),
+            edits_args: false,
+            undo: last.then(|| t.set_one_shot.clone()),
+        });
+    }
+}

@@ -360,6 +360,13 @@ fn key_reason(
     reason
 }
 
+/// Whether a pending trial carries what `desired` no longer wants: an argument it
+/// appends that is not desired, or one it removes that is desired again.
+fn trial_is_stale(meta: &crate::bootloader::TrialMeta, desired: &[Arg]) -> bool {
+    let wanted = |a: &Arg| desired.iter().any(|d| d.matches_exactly(a));
+    meta.append_args().iter().any(|a| !wanted(a)) || meta.remove_args().iter().any(wanted)
+}
+
 /// The coverage note of a trial: how the change boots once, or why it can not.
 fn trial_note(trial: &Result<crate::bootloader::TrialPlan, String>) -> String {
     match trial {
@@ -656,7 +663,17 @@ impl KernelArgs {
             Some(t) if problem.is_none() && changed && any_reboot => {
                 effects::trial_steps(&mut out.steps, t)
             }
-            _ => self.edit_steps(&mut out.steps, backend, &args, &problem, edits, any_reboot),
+            _ => {
+                // a pending trial this plan does not renew is dropped: its one-shot must
+                // not boot what is no longer wanted
+                if problem.is_none()
+                    && let Some(p) = backend.pending_trial()
+                    && trial_is_stale(&p.meta, desired)
+                {
+                    effects::drop_trial_steps(&mut out.steps, &p);
+                }
+                self.edit_steps(&mut out.steps, backend, &args, &problem, edits, any_reboot)
+            }
         }
         if by_key.is_empty() {
             self.staged_only(input, out, &args, &lingering);
