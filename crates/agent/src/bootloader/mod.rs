@@ -19,6 +19,11 @@
 //!   `options $kernelopts ...` (RHEL 8) get the value edited in `/boot/grub2/grubenv`
 //!   instead. `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX`, when present, are kept in
 //!   agreement so a kernel installed later boots with the same arguments.
+//!
+//! A reboot-level change is first booted once as a trial ([`trial`]: the mechanism per
+//! boot loader, with its documentation): [`KernelArgsBackend::trial`] stages the trial
+//! entry and its one-shot, [`KernelArgsBackend::pending_trial`] finds it after the boot,
+//! and the edits above are made only once the trial boot is healthy.
 
 use crate::config::BackendChoice;
 use inplace_formats::cmdline::{Arg, Cmdline};
