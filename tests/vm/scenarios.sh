@@ -398,7 +398,7 @@ s4_hang() {
     out=$(ctl reboot vm-kargs-hang 2>&1) || fail "Reboot RPC: $out"
     vm_wait_exit || { fail "the guest did not reboot"; return 1; }
     local bid=$boot_id
-    vm_no_reboot=0 BOOT_TIMEOUT=600 vm_boot || { fail "no boot came up after the hang"; return 1; }
+    vm_no_reboot=0 BOOT_TIMEOUT=900 vm_boot || { fail "no boot came up after the hang"; return 1; }
     timing "hang trial: reboot until the old default boots (watchdog reset)" $((SECONDS - t0))
     [ "$boot_id" != "$bid" ] || fail "same boot id"
     expect "serial: the trial boot, then the fallback boot" "$(grep -c 'Linux version' "$serial")" '^2$'
