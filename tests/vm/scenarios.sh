@@ -376,7 +376,7 @@ s4_panic() {
     expect "evidence: the arguments" "$j" 'the trial of init=/bin/false'
 }
 
-# 4f. A hang in the trial boot, caught by the hardware watchdog systemd arms for it
+# 6b. A hang in the trial boot, caught by the hardware watchdog systemd arms for it
 # (systemd.watchdog_sec=60 on the trial entry, QEMU's i6300esb with a reset action). The
 # hang is a stand-in (tests/vm/guest/vm-hang.service stops PID 1 when the command line has
 # inplaced.vm_hang=1). QEMU resets in place (no -no-reboot) so the 6300ESB reports the
