@@ -68,6 +68,8 @@ fn section<'a>(text: &'a str, path: &str) -> &'a str {
 
 fn started(fixture: &str) -> Node {
     let mut node = Node::new(fixture);
+    // the edit of the default itself (trials: tests/kernel_args_trial.rs)
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
     node.log_file = Some(node.dir.path().join("agent.log"));
     node.start();
     node

@@ -421,6 +421,8 @@ fn rewrite(node: &Node, path: &str, from: &str, to: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grub_mixed_quoting_and_bom_survive_apply_and_drop() {
     let mut node = Node::new("ubuntu-2404-grub");
+    // the edit of the default itself (trials: tests/kernel_args_trial.rs)
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
     let orig = node.read("/etc/default/grub");
     // sh does not skip a byte-order mark: before a comment line without shell syntax it
     // is only a "command not found"; before the fixture's own first line (with a `(`) it
@@ -457,6 +459,8 @@ async fn grub_mixed_quoting_and_bom_survive_apply_and_drop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bls_options_over_two_crlf_lines_survive_apply_and_drop() {
     let mut node = Node::new("fedora-41-bls");
+    // the edit of the default itself (trials: tests/kernel_args_trial.rs)
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
     let entry = "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.15.9-201.fc41.x86_64.conf";
     let t = node.read(entry).replace('\n', "\r\n");
     let t = t.replacen(" no_timer_check ", "  \r\noptions    no_timer_check ", 1);
@@ -494,6 +498,8 @@ async fn bls_options_over_two_crlf_lines_survive_apply_and_drop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rhel8_rescue_entry_reading_kernelopts_is_named_and_grubenv_restored() {
     let mut node = Node::new("rhel8-grubenv");
+    // the edit of the default itself (trials: tests/kernel_args_trial.rs)
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
     let env = std::fs::read(node.path("/boot/grub2/grubenv")).unwrap();
     node.start();
     let r = coverage(&node, "kernelArgs: [isolcpus=2-7]\n").await;
@@ -527,6 +533,8 @@ async fn rhel8_rescue_entry_reading_kernelopts_is_named_and_grubenv_restored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flags_env_continuation_line_survives_apply_and_drop() {
     let mut node = Node::new("ubuntu-2404-grub");
+    // the edit of the default itself (trials: tests/kernel_args_trial.rs)
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
     let p = "/var/lib/kubelet/kubeadm-flags.env";
     let t = rewrite(&node, p, "--max-pods=110 ", "--max-pods=110 \\\n  ");
     node.start();
@@ -561,6 +569,8 @@ async fn flags_env_continuation_line_survives_apply_and_drop() {
 async fn grub_without_the_variable_gets_it_and_loses_it_again() {
     for final_newline in [true, false] {
         let mut node = Node::new("ubuntu-2404-grub");
+        // the edit of the default itself (trials: tests/kernel_args_trial.rs)
+        std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
         let orig = node.read("/etc/default/grub");
         let line = orig
             .lines()
@@ -598,6 +608,8 @@ async fn grub_without_the_variable_gets_it_and_loses_it_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flags_env_without_the_variable_gets_it_and_loses_it_again() {
     let mut node = Node::new("ubuntu-2404-grub");
+    // the edit of the default itself (trials: tests/kernel_args_trial.rs)
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
     let p = "/var/lib/kubelet/kubeadm-flags.env";
     let hand = "# kubeadm wrote no flags on this node\r\nOTHER='x y'";
     std::fs::write(node.path(p), hand).unwrap();

@@ -6,6 +6,12 @@
 mod common;
 
 use common::*;
+
+/// The change made the default before the reboot (`trial = false`): what these tests
+/// check is the edit of the default itself; tests/kernel_args_trial.rs covers trials.
+fn direct(node: &Node) {
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
+}
 use inplace_wire::pb;
 use inplace_wire::pb::{DisruptionLevel, Phase, RebootPolicy};
 
@@ -34,6 +40,7 @@ const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_value_is_one_edit_removing_old_adding_new() {
     let mut node = Node::new("fedora-41-bls");
+    direct(&node);
     node.start();
     apply(&node, "kernelArgs: [hugepages=32]\n", "one").await;
     let r = coverage(&node, "kernelArgs: [hugepages=4]\n").await;
@@ -66,6 +73,7 @@ async fn changed_value_is_one_edit_removing_old_adding_new() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quoted_value_is_written_read_back_and_removed_exactly() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     let grub_before = node.read("/etc/default/grub");
     node.start();
     let yaml = "kernelArgs:\n- 'dyndbg=\"file drivers/base/firmware_loader/main.c +fmp\"'\n";
@@ -96,6 +104,7 @@ async fn quoted_value_is_written_read_back_and_removed_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bare_flag_verified_after_boot_and_never_rebooted_again() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let op = apply(&node, "kernelArgs: [nosmt]\n", "nosmt").await;
     assert_eq!(op.phase, Phase::RebootRequired as i32);
@@ -121,6 +130,7 @@ async fn bare_flag_verified_after_boot_and_never_rebooted_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_arg_after_boot_fails_naming_it_without_another_reboot() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let op = apply_with(
         &node,
@@ -164,6 +174,7 @@ async fn missing_arg_after_boot_fails_naming_it_without_another_reboot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn positional_pairs_keep_their_order() {
     let mut node = Node::new("fedora-41-bls");
+    direct(&node);
     node.start();
     let yaml = "kernelArgs: [hugepagesz=1G, hugepages=16, hugepagesz=2M, hugepages=512]\n";
     apply(&node, yaml, "pairs").await;
@@ -182,6 +193,7 @@ async fn positional_pairs_keep_their_order() {
 async fn duplicates_keys_only_the_managed_one_goes() {
     // fedora already has console=tty1 console=ttyS0,115200n8; the agent adds a third
     let mut node = Node::new("fedora-41-bls");
+    direct(&node);
     let entry = "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-6.15.9-201.fc41.x86_64.conf";
     let before = node.read(entry);
     node.start();
@@ -193,6 +205,7 @@ async fn duplicates_keys_only_the_managed_one_goes() {
     // systemd-boot already has console=tty0 console=ttyS1,115200n8: managing one of them
     // claims nothing, and dropping it removes nothing
     let mut node = Node::new("systemd-boot");
+    direct(&node);
     let entry =
         "/boot/efi/loader/entries/382841d297f903a743992847508b8eae-6.12.48+deb13-amd64.conf";
     let before = node.read(entry);
@@ -207,6 +220,7 @@ async fn duplicates_keys_only_the_managed_one_goes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installer_args_are_never_touched_and_absent_removals_are_no_ops() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     let grub = node.read("/etc/default/grub").replace(
         "GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt\"",
         "GRUB_CMDLINE_LINUX=\"intel_iommu=on iommu=pt crashkernel=1G-4G:192M,4G-64G:256M\"",
@@ -240,6 +254,7 @@ async fn installer_args_are_never_touched_and_absent_removals_are_no_ops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grub_d_overrides_are_named_and_edits_go_where_they_take_effect() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let r = coverage(&node, "kernelArgs: [nosmt]\n").await;
     let c = &r.changes[0];
@@ -254,6 +269,7 @@ async fn grub_d_overrides_are_named_and_edits_go_where_they_take_effect() {
 
     // a grub.d file that reassigns GRUB_CMDLINE_LINUX literally: the edit goes there
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     std::fs::write(
         node.path("/etc/default/grub.d/70-cmdline.cfg"),
         "GRUB_CMDLINE_LINUX=\"iommu=pt\"\n",
@@ -272,6 +288,7 @@ async fn grub_d_overrides_are_named_and_edits_go_where_they_take_effect() {
 
     // one that appends to itself can not be edited faithfully: not covered, named
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     std::fs::write(
         node.path("/etc/default/grub.d/70-cmdline.cfg"),
         "GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX nosmt\"\n",
@@ -292,6 +309,7 @@ async fn grub_d_overrides_are_named_and_edits_go_where_they_take_effect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rhel8_kernelopts_change_keeps_grubenv_at_1024_bytes() {
     let mut node = Node::new("rhel8-grubenv");
+    direct(&node);
     node.start();
     let op = apply(&node, "kernelArgs: [intel_iommu=on]\n", "iommu").await;
     assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
@@ -314,7 +332,11 @@ async fn rhel8_kernelopts_change_keeps_grubenv_at_1024_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_and_reboot_policies() {
     let mut node = Node::new("ubuntu-2404-grub");
-    std::fs::write(&node.config, "[kernel_args]\nmax_length = 220\n").unwrap();
+    std::fs::write(
+        &node.config,
+        "[kernel_args]\nmax_length = 220\ntrial = false\n",
+    )
+    .unwrap();
     node.start();
     let r = coverage(
         &node,
@@ -342,6 +364,7 @@ async fn limits_and_reboot_policies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpm_ostree_hosts_change_args_through_rpm_ostree_kargs() {
     let mut node = Node::new("fedora-41-bls");
+    direct(&node);
     // make it an ostree host: /run/ostree-booted and /boot/loader -> loader.1
     std::fs::create_dir_all(node.path("/run")).unwrap();
     std::fs::write(node.path("/run/ostree-booted"), "").unwrap();
@@ -372,6 +395,7 @@ async fn rpm_ostree_hosts_change_args_through_rpm_ostree_kargs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staged_removal_is_not_lost_by_a_later_operation() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let op = apply(&node, "kernelArgs: [nosmt]\n", "add").await;
     assert_eq!(op.phase, Phase::RebootRequired as i32);
@@ -427,6 +451,7 @@ async fn staged_removal_is_not_lost_by_a_later_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_roll_back_after_update_grub_regenerates_from_the_restored_files() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let before = std::fs::read(node.path("/etc/default/grub")).unwrap();
     let yaml = "files:\n- path: /etc/default/grub.d/99-x.cfg\n  content: \"GRUB_CMDLINE_LINUX=\\\"quiet\\\"\\n\"\nkernelArgs: [isolcpus=2-7]\n";
@@ -461,6 +486,7 @@ async fn a_roll_back_after_update_grub_regenerates_from_the_restored_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_update_grub_is_rolled_back_and_regenerated_at_start() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     let before = std::fs::read(node.path("/etc/default/grub")).unwrap();
     node.die_at("act", "kernelArgs: [isolcpus=2-7]\n").await;
     assert_ne!(
@@ -494,6 +520,7 @@ async fn a_crash_after_update_grub_is_rolled_back_and_regenerated_at_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_args_on_grub_default_file() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let yaml = include_str!("../examples/specs/kernel-args.yaml");
     let r = coverage(&node, yaml).await;
@@ -546,6 +573,7 @@ async fn kernel_args_on_grub_default_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_args_on_bls_entries() {
     let mut node = Node::new("fedora-41-bls");
+    direct(&node);
     let rescue = "/boot/loader/entries/60427531c86a90c5034f2e849abe07c5-0-rescue.conf";
     let rescue_before = node.read(rescue);
     node.start();
@@ -587,6 +615,7 @@ async fn kernel_args_on_rhel8_kernelopts_and_systemd_boot() {
     // RHEL 8: default entries say `options $kernelopts $tuned_params`; the value lives in
     // grubenv, which must stay exactly 1024 bytes; the older entry has literal options.
     let mut node = Node::new("rhel8-grubenv");
+    direct(&node);
     let entries = "/boot/loader/entries/9f729ae13c6cc2d5038fc425ba3fcd7e";
     let new_entry = node.read(&format!("{entries}-4.18.0-553.58.1.el8_10.x86_64.conf"));
     node.start();
@@ -612,6 +641,7 @@ async fn kernel_args_on_rhel8_kernelopts_and_systemd_boot() {
 
     // systemd-boot: entries on the ESP, found from the system
     let mut node = Node::new("systemd-boot");
+    direct(&node);
     node.start();
     let r = coverage(&node, "kernelArgs: [isolcpus=2-7]\n").await;
     assert!(r.fully_covered, "{r:#?}");
@@ -650,6 +680,7 @@ async fn an_unevaluable_grub_cmdline_linux_default_makes_kernel_args_not_covered
         "GRUB_CMDLINE_LINUX_DEFAULT=\"$X\"\n",
     ] {
         let mut node = Node::new("ubuntu-2404-grub");
+        direct(&node);
         std::fs::write(node.path("/etc/default/grub.d/60-hugepages.cfg"), d).unwrap();
         node.start();
         let r = coverage(&node, "kernelArgs: [transparent_hugepage=never]\n").await;
@@ -665,6 +696,7 @@ async fn an_unevaluable_grub_cmdline_linux_default_makes_kernel_args_not_covered
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kernel_arg_overridden_by_grub_cmdline_linux_default_is_not_covered() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     std::fs::write(
         node.path("/etc/default/grub.d/60-hugepages.cfg"),
         "GRUB_CMDLINE_LINUX_DEFAULT=\"transparent_hugepage=always\"\n",

@@ -5,6 +5,12 @@
 
 mod common;
 use common::*;
+
+/// The change made the default before the reboot (`trial = false`): what these tests
+/// check is the edit of the default itself; tests/kernel_args_trial.rs covers trials.
+fn direct(node: &Node) {
+    std::fs::write(&node.config, "[kernel_args]\ntrial = false\n").unwrap();
+}
 use inplace_wire::pb::Phase;
 
 const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
@@ -44,6 +50,7 @@ fn grub_files(node: &Node) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_superseded_operations_argument_is_verified_after_the_boot() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let op1 = apply(&node, "kernelArgs: [a=1]\n", "op1").await;
     assert_eq!(op1.phase, Phase::RebootRequired as i32, "{}", op1.message);
@@ -74,6 +81,7 @@ async fn an_argument_kept_from_an_earlier_operation_is_verified_after_the_boot()
         ("b c", Ok(())),
     ] {
         let mut node = Node::new("ubuntu-2404-grub");
+        direct(&node);
         node.start();
         apply(&node, "kernelArgs: [a, b]\n", "v1").await;
         let v2 = apply(&node, "kernelArgs: [b, c]\n", "v2").await;
@@ -119,6 +127,7 @@ async fn an_argument_already_in_the_effective_command_line_is_not_written_again(
         "[intel_iommu=on, console=tty1]",
     ] {
         let mut node = Node::new("ubuntu-2404-grub");
+        direct(&node);
         let before = grub_files(&node);
         node.start();
         let yaml = format!("kernelArgs: {args}\n");
@@ -147,6 +156,7 @@ async fn an_argument_already_in_the_effective_command_line_is_not_written_again(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_argument_of_an_overridden_assignment_is_added() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     let r = common::coverage(&node, "kernelArgs: [quiet]\n").await;
     assert_eq!(r.changes.len(), 1, "{:#?}", r.changes);
@@ -160,6 +170,7 @@ async fn an_argument_of_an_overridden_assignment_is_added() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_sensitive_huge_page_arguments_keep_a_working_order() {
     let mut node = Node::new("ubuntu-2404-grub");
+    direct(&node);
     node.start();
     for args in ["[hugepages=32]", "[default_hugepagesz=2M]"] {
         let r = common::coverage(&node, &format!("kernelArgs: {args}\n")).await;
@@ -194,6 +205,7 @@ async fn order_sensitive_huge_page_arguments_keep_a_working_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bls_huge_pages_are_read_in_the_kernels_order() {
     let mut node = Node::new("fedora-41-bls");
+    direct(&node);
     for f in [
         "/etc/kernel/cmdline",
         "/etc/default/grub",

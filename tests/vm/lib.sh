@@ -81,8 +81,15 @@ vm_boot() {
         fw=(-drive "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd"
             -drive "if=pflash,format=raw,unit=1,file=$work/OVMF_VARS_4M.fd")
     fi
+    # -no-reboot: a guest reboot (or a watchdog reset) ends QEMU, so the test sees it and
+    # starts the next boot; vm_no_reboot=0 lets the machine reset in place instead (the
+    # watchdog scenario: the i6300esb then reports the reset to the next boot)
+    local reboot=(-no-reboot)
+    [ "${vm_no_reboot:-1}" = 1 ] || reboot=()
+    # the hardware watchdog a trial boot arms (systemd.watchdog_sec=): Intel 6300ESB
     qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 1024 "${fw[@]}" \
-        -display none -vga none -monitor none -serial "file:$serial" -no-reboot \
+        -display none -vga none -monitor none -serial "file:$serial" "${reboot[@]}" \
+        -device i6300esb -watchdog-action reset \
         -drive "file=$disk,format=raw,if=virtio,cache=writeback" \
         -nic "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:$port-:9443" \
         -virtfs "local,path=$share,mount_tag=vmshare,security_model=none,id=vmshare" \

@@ -211,11 +211,15 @@ if vm_boot; then
     scenario 3a sysctl-live s3_sysctl
     scenario 5 crash-under-systemd s5_crash
     scenario 6 watchdog s6_watchdog
+    # the hardware watchdog of a trial boot (needs nothing before it; INPLACED_VM_ONLY=6)
+    scenario 6b kernel-args-trial-hangs-watchdog s4_hang
     scenario 4a kernel-args-staged s4_kargs
     scenario 7 upgrade-without-restart s7_upgrade
     scenario 4b kernel-args-reboot s4_after_reboot
     scenario 3b sysctl-after-reboot s3_after_reboot
     scenario 4c kernel-args-drop-reboot s4_drop
+    scenario 4d kernel-args-ordinary-reboot-keeps-it s4_ordinary_reboot
+    scenario 4e kernel-args-trial-panics s4_panic
     if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
         save_journal
         gx_bg 'systemctl poweroff'

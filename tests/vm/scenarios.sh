@@ -242,32 +242,54 @@ s6_watchdog() {
     wait_serving 120 || fail "agent not serving after removing the drop-in"
 }
 
-# 4. Kernel arguments through a real reboot.
+# 4. Kernel arguments through a real reboot, each change booted once as a trial (issue 26):
+# the old command line stays GRUB's default until the trial boot is healthy.
 s4_kargs() {
     cmdline_boot1=$(gx 'cat /proc/cmdline')
     kargs=(inplaced.e2e=1 'inplaced.note="two words"')
     local out
     out=$(ctl apply -f "$(spec kargs-1)" --id vm-kargs-1 --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
     expect "RebootRequired" "$(op_phase vm-kargs-1)" '^PHASE_REBOOT_REQUIRED$'
-    expect "GRUB_CMDLINE_LINUX" "$(gx 'grep ^GRUB_CMDLINE_LINUX= /etc/default/grub')" 'inplaced\.e2e=1.*two words'
-    expect "update-grub ran: grub.cfg" "$(gx 'grep -c "inplaced.e2e=1" /boot/grub/grub.cfg')" '^[1-9]'
+    expect "coverage: a trial boot" "$(ctl -o json get vm-kargs-1)" 'trial boot: /etc/grub.d/99_inplaced_trial'
+    expect "the default untouched: /etc/default/grub" "$(gx 'grep -c inplaced.e2e /etc/default/grub')" '^0$'
+    expect "the trial script, executable" "$(gx 'stat -c %A /etc/grub.d/99_inplaced_trial')" '^-rwxr-xr-x$'
+    expect "grub.cfg: the trial entry with the arguments, panic= and the watchdog" \
+        "$(gx "awk '/inplaced-trial/,/^}/' /boot/grub/grub.cfg | grep -E '^[[:space:]]*linux[[:space:]]'")" \
+        'inplaced\.e2e=1 .*two words.*panic=10 systemd\.watchdog_sec=60'
+    expect "grub.cfg: the first (default) entry is the old command line" \
+        "$(gx "grep -m1 -E '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg | grep -c inplaced")" '^0$'
+    expect "grub.cfg honours next_entry (00_header)" "$(gx 'grep -c "set default=\"\${next_entry}\"" /boot/grub/grub.cfg')" '^1$'
+    expect "grubenv next_entry (grub-reboot)" "$(gx 'grub-editenv list')" '^next_entry=inplaced-trial$'
     gx 'grep -q inplaced.e2e /proc/cmdline' && fail "/proc/cmdline already has the argument"
     return 0
 }
+# the service manager's own property (systemctl show without a unit)
+manager_prop() { gx "systemctl show -P $1"; }
 s4_after_reboot() {
-    local boot_before=$boot_id out
+    local boot_before=$boot_id out t0
     save_journal
+    t0=$SECONDS
     out=$(ctl reboot vm-kargs-1 2>&1) || fail "Reboot RPC: $out"
     vm_wait_exit || { fail "the guest did not reboot (QEMU still running)"; return 1; }
     vm_boot || { fail "boot after the reboot"; return 1; }
     [ "$boot_id" != "$boot_before" ] || fail "same boot id"
     wait_serving 180 || { fail "agent not serving after the reboot"; return 1; }
-    expect "Succeeded after boot" "$(wait_phase vm-kargs-1 'PHASE_SUCCEEDED|PHASE_FAILED' 180)" '^PHASE_SUCCEEDED$' ||
+    expect "Succeeded after the trial boot" "$(wait_phase vm-kargs-1 'PHASE_SUCCEEDED|PHASE_FAILED|PHASE_ROLLED_BACK' 180)" '^PHASE_SUCCEEDED$' ||
         say "operation: $(ctl -o json get vm-kargs-1)"
+    timing "trial round trip (reboot, trial boot, commit)" $((SECONDS - t0))
+    expect "message: committed as the default" "$(ctl -o json get vm-kargs-1)" "trial boot \(boot id $boot_id\) healthy.*committed as the default"
     cmdline_boot2=$(gx 'cat /proc/cmdline')
     say "/proc/cmdline: $cmdline_boot2"
     expect "/proc/cmdline has inplaced.e2e=1" "$cmdline_boot2" '(^| )inplaced\.e2e=1( |$)'
     expect "/proc/cmdline has the quoted value" "$cmdline_boot2" 'inplaced\.note="two words"|"inplaced\.note=two words"'
+    expect "the trial boot's panic= and watchdog" "$cmdline_boot2" 'panic=10 systemd\.watchdog_sec=60'
+    expect "systemd armed the hardware watchdog for the trial boot" "$(manager_prop RuntimeWatchdogUSec)" '^1min$|^60000000$'
+    expect "the i6300esb is the watchdog" "$(gx 'cat /sys/class/watchdog/watchdog0/identity 2>&1')" 'i6300ESB'
+    expect "committed: GRUB_CMDLINE_LINUX" "$(gx 'grep ^GRUB_CMDLINE_LINUX= /etc/default/grub')" 'inplaced\.e2e=1.*two words'
+    expect "committed: the default entry" "$(gx "grep -m1 -E '^[[:space:]]*linux[[:space:]]' /boot/grub/grub.cfg")" 'inplaced\.e2e=1'
+    expect "the trial script is gone" "$(gx 'ls /etc/grub.d/99_inplaced_trial 2>&1')" 'No such file'
+    expect "no trial entry left in grub.cfg" "$(gx 'grep -c inplaced-trial /boot/grub/grub.cfg')" '^0$'
+    expect "next_entry consumed" "$(gx 'grub-editenv list | grep -c next_entry')" '^0$'
 }
 s4_drop() {
     kargs=(inplaced.e2e=1)
@@ -279,15 +301,110 @@ s4_drop() {
     vm_wait_exit || { fail "the guest did not reboot"; return 1; }
     vm_boot || { fail "boot 3"; return 1; }
     wait_serving 180 || { fail "agent not serving after boot 3"; return 1; }
-    expect "Succeeded after boot" "$(wait_phase vm-kargs-2 'PHASE_SUCCEEDED|PHASE_FAILED' 180)" '^PHASE_SUCCEEDED$'
+    expect "Succeeded after boot" "$(wait_phase vm-kargs-2 'PHASE_SUCCEEDED|PHASE_FAILED|PHASE_ROLLED_BACK' 180)" '^PHASE_SUCCEEDED$'
     local now
     now=$(gx 'cat /proc/cmdline')
     say "/proc/cmdline: $now"
-    # nothing else changed: boot 1's command line plus inplaced.e2e=1, in kernel words
+    # the trial boot: boot 1's command line plus inplaced.e2e=1 and the trial's safety
     local diff
     diff=$(python3 tests/vm/cmdline-diff.py "$cmdline_boot1" "$now")
-    expect "only inplaced.e2e=1 added to boot 1's command line" "$diff" '^added \[inplaced\.e2e=1\] removed \[\]$'
+    expect "trial boot: inplaced.e2e=1 and the trial's panic=/watchdog added to boot 1's" "$diff" '^added \[inplaced\.e2e=1 panic=10 systemd\.watchdog_sec=60\] removed \[\]$'
     expect "vm.swappiness still 13" "$(gx 'cat /proc/sys/vm/swappiness')" '^13$'
+}
+# 4d. The committed default survives an ordinary reboot (no trial, no agent involved).
+s4_ordinary_reboot() {
+    local boot_before=$boot_id
+    save_journal
+    gx_bg 'systemctl reboot'
+    vm_wait_exit || { fail "the guest did not reboot"; return 1; }
+    vm_boot || { fail "boot after the ordinary reboot"; return 1; }
+    [ "$boot_id" != "$boot_before" ] || fail "same boot id"
+    wait_serving 180 || { fail "agent not serving"; return 1; }
+    local now
+    now=$(gx 'cat /proc/cmdline')
+    say "/proc/cmdline: $now"
+    expect "only inplaced.e2e=1 added to boot 1's command line (no trial arguments)" \
+        "$(python3 tests/vm/cmdline-diff.py "$cmdline_boot1" "$now")" '^added \[inplaced\.e2e=1\] removed \[\]$'
+    expect "systemd's hardware watchdog off again" "$(manager_prop RuntimeWatchdogUSec)" '^(0|infinity)$'
+    expect "operation still Succeeded" "$(op_phase vm-kargs-2)" '^PHASE_SUCCEEDED$'
+}
+
+# trial_failed_common OP BEFORE_CMDLINE GRUB_SUM: the agent's verdict once the old default
+# booted again: RolledBack with the evidence, the staged configuration gone
+trial_failed_common() {
+    wait_serving 180 || { fail "agent not serving after the fallback boot"; return 1; }
+    expect "RolledBack" "$(wait_phase "$1" 'PHASE_SUCCEEDED|PHASE_FAILED|PHASE_ROLLED_BACK' 180)" '^PHASE_ROLLED_BACK$'
+    local j
+    j=$(ctl -o json get "$1")
+    echo "$j" >"$logdir/$1.json"
+    expect "evidence: the boot id" "$j" "boot id $boot_id"
+    expect "the old command line runs" "$(gx 'cat /proc/cmdline')" "^$(sed 's/[.[\*^$()+?{|]/\\&/g' <<<"$2")\$"
+    expect "evidence: the command line the kernel had" "$j" "/proc/cmdline: $(sed 's/[.[\*^$()+?{|]/\\&/g' <<<"$2")"
+    expect "staged config gone: the trial script" "$(gx 'ls /etc/grub.d/99_inplaced_trial 2>&1')" 'No such file'
+    expect "staged config gone: no trial entry in grub.cfg" "$(gx 'grep -c inplaced-trial /boot/grub/grub.cfg')" '^0$'
+    expect "the default never changed" "$(gx 'sha256sum /etc/default/grub')" "^$3"
+    expect "no next_entry left" "$(gx 'grub-editenv list | grep -c next_entry')" '^0$'
+}
+
+# 4e. A kernel argument that panics the trial boot (init= naming a program that exits):
+# the kernel's panic=10 reboots, QEMU ends (-no-reboot); started again, GRUB boots the old
+# default without anyone touching the disk, and the agent rolls the operation back.
+s4_panic() {
+    local before grub_sum out t0
+    before=$(gx 'cat /proc/cmdline')
+    grub_sum=$(gx 'sha256sum /etc/default/grub' | cut -d' ' -f1)
+    local keep=("${kargs[@]}")
+    kargs+=(init=/bin/false)
+    out=$(ctl apply -f "$(spec kargs-panic)" --id vm-kargs-panic --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
+    kargs=("${keep[@]}")
+    expect "RebootRequired" "$(op_phase vm-kargs-panic)" '^PHASE_REBOOT_REQUIRED$'
+    save_journal
+    t0=$SECONDS
+    out=$(ctl reboot vm-kargs-panic 2>&1) || fail "Reboot RPC: $out"
+    vm_wait_exit || { fail "the guest did not reboot"; return 1; }
+    if vm_boot; then fail "the trial boot with init=/bin/false came up"; return 1; fi
+    timing "panic trial: reboot until QEMU ends" $((SECONDS - t0))
+    expect "serial: the trial kernel had init=/bin/false and panic=10" "$(cat "$serial")" 'Command line:.*init=/bin/false.*panic=10'
+    expect "serial: it panicked" "$(cat "$serial")" 'Kernel panic - not syncing'
+    qemu_pid=
+    vm_boot || { fail "the old default did not boot"; return 1; }
+    timing "panic trial: reboot until the old default boots" $((SECONDS - t0))
+    trial_failed_common vm-kargs-panic "$before" "$grub_sum"
+    local j
+    j=$(ctl -o json get vm-kargs-panic)
+    expect "evidence: the fallback" "$j" 'fallback: the trial boot never reached the agent: a kernel panic'
+    expect "evidence: the arguments" "$j" 'the trial of init=/bin/false'
+}
+
+# 6b. A hang in the trial boot, caught by the hardware watchdog systemd arms for it
+# (systemd.watchdog_sec=60 on the trial entry, QEMU's i6300esb with a reset action). The
+# hang is a stand-in (tests/vm/guest/vm-hang.service stops PID 1 when the command line has
+# inplaced.vm_hang=1). QEMU resets in place (no -no-reboot) so the 6300ESB reports the
+# reset to the next boot, where the agent reads it.
+s4_hang() {
+    local before grub_sum out t0
+    cp tests/vm/guest/vm-hang.service "$share/vm-hang.service"
+    gx 'install -m 0644 /mnt/vm/vm-hang.service /etc/systemd/system/vm-hang.service && systemctl enable vm-hang.service' >/dev/null ||
+        { fail "installing the hang stand-in"; return 1; }
+    before=$(gx 'cat /proc/cmdline')
+    grub_sum=$(gx 'sha256sum /etc/default/grub' | cut -d' ' -f1)
+    local keep=("${kargs[@]}")
+    kargs+=(inplaced.vm_hang=1)
+    out=$(ctl apply -f "$(spec kargs-hang)" --id vm-kargs-hang --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
+    kargs=("${keep[@]}")
+    expect "RebootRequired" "$(op_phase vm-kargs-hang)" '^PHASE_REBOOT_REQUIRED$'
+    save_journal
+    t0=$SECONDS
+    out=$(ctl reboot vm-kargs-hang 2>&1) || fail "Reboot RPC: $out"
+    vm_wait_exit || { fail "the guest did not reboot"; return 1; }
+    local bid=$boot_id
+    vm_no_reboot=0 BOOT_TIMEOUT=900 vm_boot || { fail "no boot came up after the hang"; return 1; }
+    timing "hang trial: reboot until the old default boots (watchdog reset)" $((SECONDS - t0))
+    [ "$boot_id" != "$bid" ] || fail "same boot id"
+    expect "serial: the trial boot, then the fallback boot" "$(grep -c 'Linux version' "$serial")" '^2$'
+    expect "serial: the trial kernel had the hang argument and the watchdog" "$(cat "$serial")" 'Command line:.*inplaced\.vm_hang=1.*systemd\.watchdog_sec=60'
+    trial_failed_common vm-kargs-hang "$before" "$grub_sum"
+    expect "evidence: the watchdog fired" "$(ctl -o json get vm-kargs-hang)" 'fallback: the hardware watchdog reset the hung trial boot'
 }
 
 # 7. A newer package installed while the agent is idle with a pending reboot.
@@ -327,23 +444,32 @@ s9_uefi_install() {
     expect "the entry on the ESP" "$(gx 'ls /boot/efi/loader/entries')" '\.conf$'
 }
 s9_uefi_kargs() {
-    local before out entry
+    local before out entry entry_sum
     before=$(gx 'cat /proc/cmdline')
     entry=$(gx 'ls /boot/efi/loader/entries/*.conf')
+    entry_sum=$(gx "sha256sum $entry" | cut -d' ' -f1)
     kargs=(inplaced.e2e=1 'inplaced.note="two words"')
     out=$(ctl apply -f "$(spec uefi-kargs)" --id vm-uefi-kargs --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
     expect "RebootRequired" "$(op_phase vm-uefi-kargs)" '^PHASE_REBOOT_REQUIRED$'
-    expect "entry options" "$(gx "grep ^options $entry")" 'inplaced\.e2e=1.*inplaced\.note="two words"'
-    expect "/etc/kernel/cmdline in agreement" "$(gx 'cat /etc/kernel/cmdline')" 'inplaced\.e2e=1'
+    expect "coverage: a systemd-boot trial" "$(ctl -o json get vm-uefi-kargs)" 'bootctl set-oneshot'
+    expect "the default entry untouched" "$(gx "sha256sum $entry")" "^$entry_sum"
+    expect "the trial entry on the ESP" "$(gx 'grep ^options /boot/efi/loader/entries/inplaced-trial.conf')" 'inplaced\.e2e=1.*inplaced\.note="two words".*panic=10 systemd\.watchdog_sec=60'
+    expect "LoaderEntryOneShot (bootctl set-oneshot)" "$(gx 'tail -c +5 /sys/firmware/efi/efivars/LoaderEntryOneShot-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | tr -d "\0"')" '^inplaced-trial\.conf$'
     save_journal
+    local t0=$SECONDS
     out=$(ctl reboot vm-uefi-kargs 2>&1) || fail "Reboot RPC: $out"
     vm_wait_exit || { fail "the guest did not reboot"; return 1; }
     vm_boot || { fail "boot after the reboot"; return 1; }
     wait_serving 180 || { fail "agent not serving after the reboot"; return 1; }
-    expect "Succeeded after boot" "$(wait_phase vm-uefi-kargs 'PHASE_SUCCEEDED|PHASE_FAILED' 180)" '^PHASE_SUCCEEDED$' ||
+    expect "Succeeded after the trial boot" "$(wait_phase vm-uefi-kargs 'PHASE_SUCCEEDED|PHASE_FAILED|PHASE_ROLLED_BACK' 180)" '^PHASE_SUCCEEDED$' ||
         say "operation: $(ctl -o json get vm-uefi-kargs)"
+    timing "uefi trial round trip" $((SECONDS - t0))
     local now
     now=$(gx 'cat /proc/cmdline')
     say "/proc/cmdline: $now"
-    expect "only the two arguments added" "$(python3 tests/vm/cmdline-diff.py "$before" "$now")" '^added \[inplaced\.e2e=1 inplaced\.note=two words\] removed \[\]$'
+    expect "the trial entry booted once: the two arguments, panic= and the watchdog" "$(python3 tests/vm/cmdline-diff.py "$before" "$now")" '^added \[inplaced\.e2e=1 inplaced\.note=two words panic=10 systemd\.watchdog_sec=60\] removed \[\]$'
+    expect "committed: the entry's options" "$(gx "grep ^options $entry")" 'inplaced\.e2e=1.*inplaced\.note="two words"'
+    expect "committed: /etc/kernel/cmdline in agreement" "$(gx 'cat /etc/kernel/cmdline')" 'inplaced\.e2e=1'
+    expect "the trial entry is gone" "$(gx 'ls /boot/efi/loader/entries/ | grep -c inplaced-trial')" '^0$'
+    expect "the one-shot is consumed" "$(gx 'ls /sys/firmware/efi/efivars/ | grep -c LoaderEntryOneShot')" '^0$'
 }

@@ -138,6 +138,9 @@ pub struct KernelArgsConfig {
     /// Longest kernel command line the platform accepts, in bytes (the kernel's
     /// `COMMAND_LINE_SIZE`: 2048 on x86-64, longer on arm64).
     pub max_length: usize,
+    /// Boot a reboot-level change once as a trial, made the default only after a healthy
+    /// boot (`crate::bootloader::trial`); `false` makes it the default before the reboot.
+    pub trial: bool,
 }
 
 impl Default for KernelArgsConfig {
@@ -145,6 +148,7 @@ impl Default for KernelArgsConfig {
         KernelArgsConfig {
             backend: BackendChoice::Auto,
             max_length: 2048,
+            trial: true,
         }
     }
 }

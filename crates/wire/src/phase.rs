@@ -6,7 +6,7 @@
 //! ```text
 //! Validating → Staging → Committing → Acting → Verifying ─┬→ Succeeded
 //!                                                         ├→ RebootRequired ⇄ Rebooting
-//!                                                         │        └──────────┴→ VerifyingAfterBoot → Succeeded | Failed
+//!                                                         │        └──────────┴→ VerifyingAfterBoot → Succeeded | Failed | RolledBack (a failed trial boot)
 //!                                                         └→ Failed | RolledBack
 //! ```
 //!
@@ -117,7 +117,9 @@ pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
     ),
     (
         Phase::VerifyingAfterBoot,
-        &[Phase::Succeeded, Phase::Failed],
+        // a failed trial boot: the node is back on its old command line and the staged
+        // configuration is reverted (issue 26)
+        &[Phase::Succeeded, Phase::Failed, Phase::RolledBack],
     ),
 ];
 
@@ -180,6 +182,7 @@ mod tests {
         ok(Phase::Rebooting, Phase::VerifyingAfterBoot);
         ok(Phase::VerifyingAfterBoot, Phase::Succeeded);
         ok(Phase::VerifyingAfterBoot, Phase::Failed);
+        ok(Phase::VerifyingAfterBoot, Phase::RolledBack);
         // failures
         // in flight: Unspecified (an unknown number read back) up to Verifying, and
         // VerifyingAfterBoot

@@ -7,6 +7,7 @@
 
 use super::machine::{AtStart, IllegalTransition, Next, Op};
 use super::{Agent, now};
+use crate::bootloader::{KernelArgsBackend, PendingTrial};
 use crate::plan;
 use inplace_wire::pb;
 use inplace_wire::phase;
@@ -86,6 +87,9 @@ impl Agent {
     /// whole applied set of kernel arguments, whatever operation staged them. True once
     /// settled (the caller saves it).
     fn after_boot(&self, op: &mut Op, boot_id: &str) -> bool {
+        if let Some((backend, trial)) = self.pending_trial() {
+            return self.end_trial(op, boot_id, backend.as_ref(), &trial);
+        }
         let next = op.state().booted(boot_id);
         if !enter_now(op, next, format!("booted (boot id {boot_id}); verifying")) {
             return false;
@@ -206,5 +210,232 @@ impl Agent {
             return Err(super::AgentError::Internal(e.to_string()));
         }
         Ok(op.into_wire())
+    }
+}
+
+/// The action that records a trial boot which was not healthy in time (the agent then
+/// reboots into the old default); the rollback after that boot names it as the fallback.
+const HEALTH_DEADLINE: &str = "trial boot not healthy within the deadline";
+
+/// `WDIOF_CARDRESET` in a watchdog's `bootstatus`: the last reboot was the watchdog's
+/// (linux/watchdog.h).
+const WDIOF_CARDRESET: u64 = 0x20;
+
+impl Agent {
+    /// The kernel-argument trial pending on the node (its artefact exists), with the
+    /// backend that found it.
+    fn pending_trial(&self) -> Option<(Box<dyn KernelArgsBackend>, PendingTrial)> {
+        let backend =
+            crate::bootloader::detect(&self.root, self.config.kernel_args.backend).ok()?;
+        let trial = backend.pending_trial()?;
+        Some((backend, trial))
+    }
+
+    /// The end of a trial boot, at the first start after a boot: the trial's command line
+    /// runs and the node is healthy → committed as the default, `Succeeded`; it runs but
+    /// the kubelet is not healthy within its timeout → the agent reboots into the old
+    /// default (the one-shot is consumed); the old command line runs → the trial failed
+    /// (panic, watchdog, the agent's reboot, or the boot loader did not boot it): the
+    /// staged configuration is reverted and the operation ends `RolledBack` with the
+    /// evidence. True once the operation changed (the caller saves it).
+    fn end_trial(
+        &self,
+        op: &mut Op,
+        boot_id: &str,
+        backend: &dyn KernelArgsBackend,
+        trial: &PendingTrial,
+    ) -> bool {
+        let running = self
+            .root
+            .read_string("/proc/cmdline")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let running = running.trim();
+        let shows = matches!(self.verify_boot(op.wire()), Ok(f) if f.missing.is_empty() && f.lingering.is_empty());
+        if shows && !running.is_empty() {
+            let health = self.with_node(|n| n.kubelet_health());
+            if let Err(why) = health {
+                return self.trial_unhealthy(op, boot_id, &why);
+            }
+            let next = op.state().booted(boot_id);
+            if !enter_now(
+                op,
+                next,
+                format!(
+                    "trial boot (boot id {boot_id}) healthy; committing its command line as the default"
+                ),
+            ) {
+                return false;
+            }
+            let (ok, message) = match self.commit_trial(backend, trial) {
+                Ok(done) => (
+                    true,
+                    format!(
+                        "trial boot (boot id {boot_id}) healthy: /proc/cmdline shows {} and the kubelet is healthy; committed as the default ({})",
+                        trial.meta.append.join(" "),
+                        done.join("; ")
+                    ),
+                ),
+                Err(e) => (
+                    false,
+                    format!(
+                        "trial boot (boot id {boot_id}) healthy, but making it the default failed: {e}; the next boot uses the old default; re-apply"
+                    ),
+                ),
+            };
+            let next = op.state().boot_verified(ok);
+            enter_now(op, next, message);
+            return true;
+        }
+        let fallback = self.fallback_fired(op, trial);
+        let next = op.state().booted(boot_id);
+        if !enter_now(
+            op,
+            next,
+            format!("booted (boot id {boot_id}) on the old command line; reverting the trial"),
+        ) {
+            return false;
+        }
+        let reverted = self.revert_trial(trial).and_then(|mut done| {
+            done.push(self.restore_record(trial)?);
+            Ok(done)
+        });
+        let what = if trial.meta.remove.is_empty() {
+            trial.meta.append.join(" ")
+        } else {
+            format!(
+                "{} (removing {})",
+                trial.meta.append.join(" "),
+                trial.meta.remove.join(" ")
+            )
+        };
+        let message = format!(
+            "kernel-argument trial failed, rolled back: the trial of {what} did not come up healthy and the node booted its old default command line (boot id {boot_id}, /proc/cmdline: {running}); fallback: {fallback}; the trial's command line was: {}; staged configuration reverted: {}",
+            trial.meta.cmdline,
+            match reverted {
+                Ok(done) => done.join("; "),
+                Err(e) => format!(
+                    "incompletely ({e}); remove {} and check the boot configuration",
+                    trial.path
+                ),
+            }
+        );
+        let next = op.state().trial_rolled_back();
+        enter_now(op, next, message);
+        true
+    }
+
+    /// The trial boot is not healthy within the kubelet's health timeout: recorded, then
+    /// a reboot into the old default. True (the operation changed, and is saved here
+    /// before the reboot).
+    fn trial_unhealthy(&self, op: &mut Op, boot_id: &str, why: &str) -> bool {
+        op.push_action(format!("{HEALTH_DEADLINE} (boot id {boot_id}): {why}"));
+        let next = op.state().rebooting(boot_id);
+        let message =
+            format!("{HEALTH_DEADLINE} (boot id {boot_id}: {why}); rebooting into the old default");
+        if !enter_now(op, next, message) {
+            return false;
+        }
+        if let Err(e) = self.state.save_operation(op.wire()) {
+            tracing::error!(operation = %op.id(), error = %e, "saving the operation before the trial's reboot back");
+        }
+        tracing::warn!(operation = %op.id(), "{HEALTH_DEADLINE}: rebooting into the old default");
+        if let Err(e) = self.rebooter.reboot(&format!(
+            "inplaced: trial of operation {} unhealthy",
+            op.id()
+        )) {
+            op.push_action(format!("the reboot back failed: {e}; reboot the node"));
+        }
+        true
+    }
+
+    /// Which fallback brought the node back: the agent's reboot after the health
+    /// deadline, the hardware watchdog (`bootstatus`), the boot loader not booting the
+    /// trial entry at all, or else a panic or reset before the agent ran.
+    fn fallback_fired(&self, op: &Op, trial: &PendingTrial) -> String {
+        if let Some(a) = op
+            .wire()
+            .actions
+            .iter()
+            .rev()
+            .find(|a| a.starts_with(HEALTH_DEADLINE))
+        {
+            return format!("the agent rebooted back ({a})");
+        }
+        let status = self
+            .root
+            .read_string("/sys/class/watchdog/watchdog0/bootstatus")
+            .ok()
+            .flatten()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        if status.is_some_and(|s| s & WDIOF_CARDRESET != 0) {
+            return "the hardware watchdog reset the hung trial boot (/sys/class/watchdog/watchdog0/bootstatus has WDIOF_CARDRESET)".into();
+        }
+        if trial.one_shot_pending == Some(true) {
+            return "none: the boot loader did not boot the trial entry (its one-shot is still set)".into();
+        }
+        "the trial boot never reached the agent: a kernel panic (the trial's panic= reboots into the old default) or a reset".into()
+    }
+
+    /// Makes the trial's change the default: the backend's edits of its sources, the
+    /// artefact removed, the regeneration. Returns what was done.
+    fn commit_trial(
+        &self,
+        backend: &dyn KernelArgsBackend,
+        trial: &PendingTrial,
+    ) -> Result<Vec<String>, String> {
+        let edits = backend.edit(&trial.meta.remove_args(), &trial.meta.append_args())?;
+        let mut done = Vec::new();
+        for e in edits {
+            let (mode, uid, gid) = match self.root.stat(&e.path).map_err(|x| x.to_string())? {
+                Some(m) => (m.mode, m.uid, m.gid),
+                None => (0o644, 0, 0),
+            };
+            self.root
+                .write_atomic(&e.path, &e.content, mode, uid, gid)
+                .map_err(|x| x.to_string())?;
+            done.push(format!("wrote {}", e.path));
+        }
+        done.extend(self.revert_trial(trial)?);
+        Ok(done)
+    }
+
+    /// The applied record and spec as before the trial: the kernel arguments the agent
+    /// owned then (its removals no longer pending), so nothing reports them as drift or
+    /// converges to them again.
+    fn restore_record(&self, trial: &PendingTrial) -> Result<String, String> {
+        let meta = &trial.meta;
+        let mut r = self.state.load_record().map_err(|e| e.to_string())?;
+        r.kernel_args = meta.previous.clone();
+        r.kernel_args_removed
+            .retain(|p| !meta.remove.contains(&p.arg));
+        r.kernel_args_staged_in.clear();
+        self.state.save_record(&r).map_err(|e| e.to_string())?;
+        if let Ok(Some(mut spec)) = self.state.load_applied_spec() {
+            spec.kernel_args = meta.previous.clone();
+            let bytes = prost::Message::encode_to_vec(&spec);
+            self.state
+                .save_applied_spec(&bytes)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(format!(
+            "the applied record's kernel arguments restored to [{}]",
+            meta.previous.join(" ")
+        ))
+    }
+
+    /// Removes the trial's artefact and runs its cleanup (regeneration, the one-shot
+    /// cleared). Returns what was done.
+    fn revert_trial(&self, trial: &PendingTrial) -> Result<Vec<String>, String> {
+        let mut done = Vec::new();
+        if self.root.remove(&trial.path).map_err(|e| e.to_string())? {
+            done.push(format!("removed {}", trial.path));
+        }
+        for argv in &trial.cleanup {
+            self.runner.run(argv).map_err(|e| e.to_string())?;
+            done.push(format!("ran {}", argv.join(" ")));
+        }
+        Ok(done)
     }
 }

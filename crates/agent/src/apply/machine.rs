@@ -26,6 +26,7 @@
 //! | [`OpState::rebooting`]           | Verifying, RebootRequired, Rebooting  | Rebooting (boot id awaited)      |
 //! | [`OpState::booted`]              | RebootRequired, Rebooting             | VerifyingAfterBoot (new boot id) |
 //! | [`OpState::boot_verified`]       | VerifyingAfterBoot                    | Succeeded or Failed              |
+//! | [`OpState::trial_rolled_back`]   | VerifyingAfterBoot                    | RolledBack (a failed trial boot) |
 //! | [`OpState::verified_without_id`] | Rebooting                             | Succeeded                        |
 //! | [`OpState::superseded`]          | RebootRequired, Rebooting             | Failed                           |
 //! | [`OpState::failed`]              | in flight                             | Failed or RolledBack             |
@@ -314,6 +315,12 @@ impl OpState {
         self.to(&[Phase::VerifyingAfterBoot], to)
     }
 
+    /// VerifyingAfterBoot → RolledBack: the trial boot of a kernel-argument change failed,
+    /// the node runs its old default command line and the staged configuration is reverted.
+    pub(crate) fn trial_rolled_back(&self) -> Result<Next, IllegalTransition> {
+        self.to(&[Phase::VerifyingAfterBoot], OpState::RolledBack)
+    }
+
     /// Rebooting → Succeeded on a node without a boot id: `/proc/cmdline` shows the
     /// changes.
     pub(crate) fn verified_without_id(&self) -> Result<Next, IllegalTransition> {
@@ -332,7 +339,8 @@ impl OpState {
     pub(crate) fn failed(&self, end: Phase) -> Result<Next, IllegalTransition> {
         let to = match end {
             Phase::Failed => OpState::Failed,
-            Phase::RolledBack => OpState::RolledBack,
+            // after a boot only a failed trial rolls back ([`OpState::trial_rolled_back`])
+            Phase::RolledBack if self.phase() != Phase::VerifyingAfterBoot => OpState::RolledBack,
             to => {
                 return Err(IllegalTransition {
                     from: self.phase(),

@@ -1,8 +1,12 @@
 //! The `bls` backend: Boot Loader Specification Type #1 entries, with grubenv's
-//! `kernelopts`, `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX` kept in agreement.
+//! `kernelopts`, `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX` kept in agreement. Trial
+//! boots: a trial entry `inplaced-trial.conf` beside the others, booted once with
+//! `grub2-reboot` (GRUB's blscfg) or `bootctl set-oneshot` (systemd-boot), see
+//! [`super::trial`].
 
+use super::trial::{self, PendingTrial, TrialMeta, TrialPlan, TrialWrite};
 use super::{KernelArgsBackend, NoBackend, Source, SourceFormat, read_text};
-use inplace_formats::cmdline::Cmdline;
+use inplace_formats::cmdline::{Arg, Cmdline};
 use inplace_formats::{bls, grub_default, grubenv};
 use inplace_node::sysroot::Sysroot;
 
@@ -27,6 +31,61 @@ pub(crate) struct Bls {
     boot_with: Vec<String>,
     /// The entries left alone (rescue entries with their own options).
     left_alone: Vec<String>,
+    /// What a trial boot needs.
+    trial: TrialBase,
+}
+
+/// The boot loader that reads the entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loader {
+    /// GRUB's blscfg (`/boot/grub2/grub.cfg` exists).
+    Grub,
+    /// systemd-boot (entries on the ESP, or no GRUB configuration).
+    SystemdBoot,
+}
+
+/// What the trial of a change needs from the node.
+#[derive(Debug, Clone)]
+struct TrialBase {
+    loader: Loader,
+    /// The newest kernel entry's text and options line (`$kernelopts` expanded).
+    newest: Option<(String, Cmdline)>,
+    /// The trial entry on the node, if one is.
+    entry: Option<String>,
+    /// Whether the one-shot is still set (None: not known).
+    one_shot: Option<bool>,
+}
+
+/// systemd-boot's one-shot entry, an EFI variable of the Boot Loader Interface's vendor
+/// GUID (<https://systemd.io/BOOT_LOADER_INTERFACE/>).
+const ONE_SHOT_EFIVAR: &str =
+    "/sys/firmware/efi/efivars/LoaderEntryOneShot-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
+
+impl Bls {
+    fn trial_path(&self) -> String {
+        format!("{}/{}.conf", self.entries_dir, trial::TRIAL_ID)
+    }
+
+    /// The command that sets the one-shot, and the one that clears it.
+    fn one_shot(&self) -> (Vec<String>, Vec<String>) {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let conf = format!("{}.conf", trial::TRIAL_ID);
+        match self.trial.loader {
+            Loader::Grub => (
+                v(&["grub2-reboot", trial::TRIAL_ID]),
+                v(&[
+                    "grub2-editenv",
+                    "/boot/grub2/grubenv",
+                    "unset",
+                    "next_entry",
+                ]),
+            ),
+            Loader::SystemdBoot => (
+                v(&["bootctl", "set-oneshot", &conf]),
+                v(&["bootctl", "set-oneshot", ""]),
+            ),
+        }
+    }
 }
 
 impl KernelArgsBackend for Bls {
@@ -57,6 +116,57 @@ impl KernelArgsBackend for Bls {
         }
         r
     }
+    fn trial(
+        &self,
+        remove: &[Arg],
+        append: &[Arg],
+        mut meta: TrialMeta,
+    ) -> Result<TrialPlan, String> {
+        let Some((text, options)) = &self.trial.newest else {
+            return Err("no kernel entry to copy for the trial entry".into());
+        };
+        let safe = trial::with_safety(&trial::changed(options, remove, append));
+        meta.cmdline = safe.render();
+        let path = self.trial_path();
+        let expect = match &self.trial.entry {
+            Some(t) => format!("sha256:{}", inplace_node::digest::sha256_hex(t.as_bytes())),
+            None => "absent".into(),
+        };
+        let (set, clear) = self.one_shot();
+        let how = match self.trial.loader {
+            Loader::Grub => format!(
+                "the trial entry {path} (a copy of the newest kernel's entry with its own options line, sorting last), `{}` boots it once through grubenv's next_entry",
+                set.join(" ")
+            ),
+            Loader::SystemdBoot => format!(
+                "the trial entry {path} (a copy of the newest kernel's entry, sorting last), `bootctl set-oneshot` boots it once through the LoaderEntryOneShot EFI variable, which systemd-boot removes as it reads it"
+            ),
+        };
+        Ok(TrialPlan {
+            writes: vec![TrialWrite {
+                path,
+                content: trial::bls_entry(&meta, text, &safe).into_bytes(),
+                mode: 0o644,
+                expect,
+            }],
+            commands: vec![set],
+            clear_one_shot: clear,
+            how,
+        })
+    }
+    fn pending_trial(&self) -> Option<PendingTrial> {
+        let text = self.trial.entry.as_deref()?;
+        let meta = TrialMeta::parse(text)?;
+        let (set, clear) = self.one_shot();
+        Some(PendingTrial {
+            path: self.trial_path(),
+            meta,
+            cleanup: vec![clear],
+            one_shot_pending: self.trial.one_shot,
+            set_one_shot: set,
+            fingerprint: trial::fingerprint(text),
+        })
+    }
 }
 
 impl Bls {
@@ -73,14 +183,19 @@ impl Bls {
         entries.reverse();
         let (mut sources, mut boot_with, grubenv_needed) = entry_sources(&entries);
         let mut problem = None;
+        let mut kernelopts = None;
         if grubenv_needed {
             match grubenv_source(root)? {
-                Ok(s) => sources.insert(0, s),
+                Ok(s) => {
+                    kernelopts = Some(s.cmdline.render());
+                    sources.insert(0, s)
+                }
                 Err(why) => problem = Some(why),
             }
         }
         sources.extend(agreement_sources(root)?);
         let left_alone = rescue_entries(&rescue, grubenv_needed, &mut boot_with);
+        let trial = trial_base(root, dir, &entries[0], kernelopts.as_deref())?;
         Ok(Some(Bls {
             entries_dir: dir.to_string(),
             kernel_entries: entries.len(),
@@ -88,8 +203,53 @@ impl Bls {
             problem,
             boot_with,
             left_alone,
+            trial,
         }))
     }
+}
+
+/// What a trial needs: the loader (GRUB when `/boot/grub2/grub.cfg` exists and the
+/// entries are in `/boot/loader/entries`), the newest entry with `$kernelopts` expanded,
+/// the trial entry on the node and whether its one-shot is still set.
+fn trial_base(
+    root: &Sysroot,
+    dir: &str,
+    newest: &KernelEntry,
+    kernelopts: Option<&str>,
+) -> Result<TrialBase, NoBackend> {
+    let err = |e: inplace_node::sysroot::SysrootError| NoBackend(e.to_string());
+    let grub =
+        dir == "/boot/loader/entries" && root.stat("/boot/grub2/grub.cfg").map_err(err)?.is_some();
+    let loader = if grub {
+        Loader::Grub
+    } else {
+        Loader::SystemdBoot
+    };
+    let (_, text, entry) = newest;
+    let raw = entry.options().unwrap_or_default();
+    let options = match kernelopts {
+        Some(k) => raw.replace("${kernelopts}", k).replace("$kernelopts", k),
+        None if raw.contains("$kernelopts") => String::new(),
+        None => raw,
+    };
+    let newest = (!options.is_empty() || kernelopts.is_none())
+        .then(|| (text.clone(), Cmdline::parse(&options)));
+    let entry = read_text(root, &format!("{dir}/{}.conf", trial::TRIAL_ID))?;
+    let one_shot = match loader {
+        Loader::Grub => root
+            .read("/boot/grub2/grubenv")
+            .ok()
+            .flatten()
+            .and_then(|b| inplace_formats::grubenv::get(&b, "next_entry").ok())
+            .map(|v| v.as_deref() == Some(trial::TRIAL_ID)),
+        Loader::SystemdBoot => root.stat(ONE_SHOT_EFIVAR).ok().map(|e| e.is_some()),
+    };
+    Ok(TrialBase {
+        loader,
+        newest,
+        entry,
+        one_shot,
+    })
 }
 
 /// The `*.conf` entries of `dir` in name order, split into kernel entries and rescue
@@ -103,7 +263,12 @@ fn read_entries(
     };
     let mut entries = Vec::new();
     let mut rescue = Vec::new();
-    for n in names.iter().filter(|n| n.ends_with(".conf")) {
+    // the trial entry is the trial's artefact, never a source ([`super::trial`])
+    let trial = format!("{}.conf", trial::TRIAL_ID);
+    for n in names
+        .iter()
+        .filter(|n| n.ends_with(".conf") && **n != trial)
+    {
         let path = format!("{dir}/{n}");
         let Some(text) = read_text(root, &path)? else {
             continue;

@@ -1,9 +1,11 @@
 //! The `grub` backend: `GRUB_CMDLINE_LINUX` in `/etc/default/grub` (or the
 //! `/etc/default/grub.d/*.cfg` fragment that assigns it last), regenerated with the
-//! distribution's `update-grub` or `grub2-mkconfig`.
+//! distribution's `update-grub` or `grub2-mkconfig`. Trial boots: a `/etc/grub.d` script
+//! emits the trial entry, booted once through `next_entry` ([`super::trial`]).
 
+use super::trial::{self, PendingTrial, TrialMeta, TrialPlan, TrialWrite};
 use super::{KernelArgsBackend, NoBackend, Source, SourceFormat, read_text};
-use inplace_formats::cmdline::Cmdline;
+use inplace_formats::cmdline::{Arg, Cmdline};
 use inplace_formats::grub_default;
 use inplace_node::sysroot::Sysroot;
 
@@ -17,6 +19,35 @@ pub(crate) struct GrubDefault {
     notes: Vec<String>,
     problem: Option<String>,
     regenerate: Vec<String>,
+    /// The generated `grub.cfg`: its path and text (None when absent).
+    grub_cfg: (String, Option<String>),
+    /// The trial script, when one is on the node: its text.
+    trial_script: Option<String>,
+    /// `next_entry` in grubenv (None: no grubenv or no value).
+    next_entry: Option<String>,
+}
+
+impl GrubDefault {
+    /// `grub-reboot` or `grub2-reboot` (the RPM family's name), like the regeneration.
+    fn reboot_tool(&self) -> &'static str {
+        if self.regenerate[0].starts_with("grub2") {
+            "grub2-reboot"
+        } else {
+            "grub-reboot"
+        }
+    }
+
+    /// The grubenv beside `grub.cfg`.
+    fn grubenv(&self) -> String {
+        let cfg = &self.grub_cfg.0;
+        format!("{}/grubenv", &cfg[..cfg.rfind('/').unwrap_or(0)])
+    }
+
+    /// `grub-editenv <grubenv> unset next_entry`.
+    fn clear_next_entry(&self) -> Vec<String> {
+        let tool = self.reboot_tool().replace("reboot", "editenv");
+        vec![tool, self.grubenv(), "unset".into(), "next_entry".into()]
+    }
 }
 
 impl KernelArgsBackend for GrubDefault {
@@ -58,6 +89,66 @@ impl KernelArgsBackend for GrubDefault {
     fn read_after(&self) -> Option<(String, Cmdline)> {
         self.default.clone()
     }
+    fn trial(
+        &self,
+        remove: &[Arg],
+        append: &[Arg],
+        mut meta: TrialMeta,
+    ) -> Result<TrialPlan, String> {
+        let (cfg_path, cfg) = &self.grub_cfg;
+        let Some(cfg) = cfg else {
+            return Err(format!(
+                "{cfg_path} does not exist, so whether GRUB boots a one-shot next_entry can not be told"
+            ));
+        };
+        if !trial::grub_cfg_honours_next_entry(cfg) {
+            return Err(format!(
+                "{cfg_path} does not boot grubenv's next_entry once (no `set default=\"${{next_entry}}\"` and `save_env next_entry` from 00_header)"
+            ));
+        }
+        let linux = trial::changed(&self.next_boot(), remove, append);
+        let effective = match &self.default {
+            Some((_, d)) => linux.apply(&[], d.args()),
+            None => linux.clone(),
+        };
+        let safe = trial::with_safety(&effective);
+        let safety = safe.args()[effective.args().len()..].to_vec();
+        meta.cmdline = safe.render();
+        let script = trial::grub_script(&meta, &linux, &safety);
+        let expect = match &self.trial_script {
+            Some(t) => format!("sha256:{}", inplace_node::digest::sha256_hex(t.as_bytes())),
+            None => "absent".into(),
+        };
+        let one_shot = vec![self.reboot_tool().to_string(), trial::TRIAL_ID.to_string()];
+        Ok(TrialPlan {
+            writes: vec![TrialWrite {
+                path: trial::GRUB_SCRIPT.into(),
+                content: script.into_bytes(),
+                mode: 0o755,
+                expect,
+            }],
+            commands: vec![self.regenerate.clone(), one_shot.clone()],
+            clear_one_shot: self.clear_next_entry(),
+            how: format!(
+                "{} emits the trial entry {}, `{}` boots it once through grubenv's next_entry, which {cfg_path} honours",
+                trial::GRUB_SCRIPT,
+                trial::TRIAL_ID,
+                one_shot.join(" ")
+            ),
+        })
+    }
+    fn pending_trial(&self) -> Option<PendingTrial> {
+        let text = self.trial_script.as_deref()?;
+        let meta = TrialMeta::parse(text)?;
+        Some(PendingTrial {
+            path: trial::GRUB_SCRIPT.into(),
+            meta,
+            cleanup: vec![self.regenerate.clone(), self.clear_next_entry()],
+            one_shot_pending: Some(self.next_entry.as_deref() == Some(trial::TRIAL_ID)),
+            set_one_shot: vec![self.reboot_tool().to_string(), trial::TRIAL_ID.to_string()],
+            fingerprint: trial::fingerprint(text),
+        })
+    }
 }
 
 impl GrubDefault {
@@ -84,6 +175,25 @@ impl GrubDefault {
         };
         let default = grub_cmdline_default(&fragments, &mut problem);
         let notes = notes(&fragments, &path);
+        let regenerate = regenerate_command(root);
+        let cfg_path = if regenerate[0].starts_with("grub2") {
+            "/boot/grub2/grub.cfg"
+        } else {
+            "/boot/grub/grub.cfg"
+        };
+        let grub_cfg = (cfg_path.to_string(), read_text(root, cfg_path)?);
+        let trial_script = read_text(root, trial::GRUB_SCRIPT)?;
+        let grubenv = cfg_path.replace("grub.cfg", "grubenv");
+        let next_entry = root
+            .read(&grubenv)
+            .ok()
+            .flatten()
+            .and_then(|b| {
+                inplace_formats::grubenv::get(&b, "next_entry")
+                    .ok()
+                    .flatten()
+            })
+            .filter(|v| !v.is_empty());
         Ok(GrubDefault {
             sources: vec![Source {
                 path,
@@ -95,7 +205,10 @@ impl GrubDefault {
             default,
             notes,
             problem,
-            regenerate: regenerate_command(root),
+            regenerate,
+            grub_cfg,
+            trial_script,
+            next_entry,
         })
     }
 }

@@ -19,6 +19,11 @@
 //!   `options $kernelopts ...` (RHEL 8) get the value edited in `/boot/grub2/grubenv`
 //!   instead. `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX`, when present, are kept in
 //!   agreement so a kernel installed later boots with the same arguments.
+//!
+//! A reboot-level change is first booted once as a trial ([`trial`]: the mechanism per
+//! boot loader, with its documentation): [`KernelArgsBackend::trial`] stages the trial
+//! entry and its one-shot, [`KernelArgsBackend::pending_trial`] finds it after the boot,
+//! and the edits above are made only once the trial boot is healthy.
 
 use crate::config::BackendChoice;
 use inplace_formats::cmdline::{Arg, Cmdline};
@@ -28,10 +33,12 @@ use inplace_node::sysroot::{Sysroot, SysrootError};
 mod bls_entries;
 mod grub;
 mod ostree;
+pub(crate) mod trial;
 
 pub(crate) use bls_entries::Bls;
 pub(crate) use grub::GrubDefault;
 pub(crate) use ostree::Ostree;
+pub(crate) use trial::{PendingTrial, TrialMeta, TrialPlan};
 
 /// New content for one boot configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +173,27 @@ pub trait KernelArgsBackend: std::fmt::Debug + Send + Sync {
     /// For backends that edit through a tool rather than files (rpm-ostree), the command
     /// that removes `remove` and appends `append`; `None` for file backends.
     fn command_edit(&self, _remove: &[Arg], _append: &[Arg]) -> Option<Vec<String>> {
+        None
+    }
+
+    /// How this node boots the change once, as a trial ([`trial`]), with the default
+    /// left alone; the error says why it can not (no one-shot mechanism, a boot
+    /// configuration that does not honour it), and the change is then made the default
+    /// directly.
+    fn trial(
+        &self,
+        _remove: &[Arg],
+        _append: &[Arg],
+        _meta: TrialMeta,
+    ) -> Result<TrialPlan, String> {
+        Err(format!(
+            "the {} backend has no one-shot boot mechanism",
+            self.name()
+        ))
+    }
+
+    /// The trial pending on the node (its artefact exists), if any.
+    fn pending_trial(&self) -> Option<PendingTrial> {
         None
     }
 

@@ -55,6 +55,17 @@ impl KernelArgsBackend for Ostree {
     fn edit(&self, _remove: &[Arg], _append: &[Arg]) -> Result<Vec<FileEdit>, String> {
         Ok(Vec::new())
     }
+    /// No trial: rpm-ostree has no one-shot boot of a deployment (`rpm-ostree kargs`
+    /// stages the new default deployment; the previous one stays bootable from the menu
+    /// and as `rpm-ostree rollback`'s target; greenboot, when installed, does the rest).
+    fn trial(
+        &self,
+        _remove: &[Arg],
+        _append: &[Arg],
+        _meta: super::TrialMeta,
+    ) -> Result<super::TrialPlan, String> {
+        Err("rpm-ostree has no one-shot boot of a deployment: rpm-ostree kargs stages the change as the new default deployment, the previous deployment stays bootable as rpm-ostree rollback's target (greenboot, when installed, falls back on its own)".into())
+    }
 }
 
 impl Ostree {

@@ -93,6 +93,7 @@ fn transitions(s: &OpState) -> Vec<(&'static str, Result<Next, IllegalTransition
         ("boot_verified", s.boot_verified(true)),
         ("boot_not_verified", s.boot_verified(false)),
         ("verified_without_id", s.verified_without_id()),
+        ("trial_rolled_back", s.trial_rolled_back()),
         ("superseded", s.superseded()),
         ("failed", s.failed(Phase::Failed)),
         ("rolled_back", s.failed(Phase::RolledBack)),

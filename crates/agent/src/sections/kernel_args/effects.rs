@@ -15,6 +15,48 @@ pub(crate) struct BootCommand {
     /// The command edits the kernel arguments itself (rpm-ostree), so they can only be
     /// verified after the boot, in `/proc/cmdline`.
     pub edits_args: bool,
+    /// The command that undoes it, when running it again does not (a one-shot boot is
+    /// cleared, not set again); None: run it again.
+    pub undo: Option<Vec<String>>,
+}
+
+/// The steps of a trial boot ([`crate::bootloader::trial`]): the artefact written, then
+/// its commands (regeneration, the one-shot, whose undo clears it), and the reboot. The
+/// boot configuration's default is not touched: the commit after a healthy boot is.
+pub(crate) fn trial_steps(
+    steps: &mut crate::sections::kit::steps::Steps,
+    t: crate::bootloader::TrialPlan,
+) {
+    for w in t.writes {
+        steps.writes.push(crate::sections::kit::steps::Write {
+            path: w.path,
+            content: w.content,
+            mode: w.mode,
+            uid: 0,
+            gid: 0,
+            keep_meta: false,
+            expect: w.expect,
+            save_original: None,
+            managed_file: false,
+        });
+    }
+    let n = t.commands.len();
+    for (i, argv) in t.commands.into_iter().enumerate() {
+        let last = i + 1 == n;
+        steps.effect(BootCommand {
+            argv,
+            // the arguments are verified after the boot only
+            edits_args: last,
+            undo: last.then(|| t.clear_one_shot.clone()),
+        });
+    }
+    steps.reboot = true;
+}
+
+impl BootCommand {
+    fn undo_argv(&self) -> &[String] {
+        self.undo.as_deref().unwrap_or(&self.argv)
+    }
 }
 
 impl Effect for BootCommand {
@@ -23,17 +65,40 @@ impl Effect for BootCommand {
     }
 
     fn journal_entry(&self, _node: &Node<'_>) -> Option<EffectEntry> {
-        Some(EffectEntry::Rerun(self.argv.clone()))
+        Some(EffectEntry::Rerun(self.undo_argv().to_vec()))
     }
 
     /// Reports its undo before it runs: a command that fails half-way may have written
     /// its output already, and running it again over restored inputs is harmless.
     fn apply(&self, node: &Node<'_>, report: &mut dyn Report) -> Result<(), EffectError> {
-        report.undo(UndoEntry::Rerun(self.argv.clone()));
+        report.undo(UndoEntry::Rerun(self.undo_argv().to_vec()));
         node.runner
             .run(&self.argv)
             .map_err(|e| EffectError::RolledBack(e.to_string()))?;
         report.action(format!("ran {}", self.argv.join(" ")));
         Ok(())
+    }
+}
+
+/// The steps that drop a pending trial a new plan supersedes without a trial of its own
+/// (the change it carried is no longer wanted, or is made directly): its artefact
+/// removed, the regeneration, the one-shot cleared (undone by setting it again).
+pub(crate) fn drop_trial_steps(
+    steps: &mut crate::sections::kit::steps::Steps,
+    t: &crate::bootloader::PendingTrial,
+) {
+    steps.removes.push(crate::sections::kit::steps::Remove {
+        path: t.path.clone(),
+        expect: t.fingerprint.clone(),
+        dirs: Vec::new(),
+    });
+    let n = t.cleanup.len();
+    for (i, argv) in t.cleanup.iter().enumerate() {
+        let last = i + 1 == n;
+        steps.effect(BootCommand {
+            argv: argv.clone(),
+            edits_args: false,
+            undo: last.then(|| t.set_one_shot.clone()),
+        });
     }
 }

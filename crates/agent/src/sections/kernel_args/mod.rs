@@ -331,6 +331,7 @@ fn key_reason(
     kc: &KeyChange,
     others: &[&Arg],
     needs_reboot: bool,
+    trial: &str,
 ) -> String {
     let mut reason = backend.reason();
     if !kc.appended.is_empty() {
@@ -352,7 +353,31 @@ fn key_reason(
     });
     reason.push_str("; ");
     reason.push_str(&backend.boot_entries());
+    if needs_reboot && !trial.is_empty() {
+        reason.push_str("; ");
+        reason.push_str(trial);
+    }
     reason
+}
+
+/// Whether a pending trial carries what `desired` no longer wants: an argument it
+/// appends that is not desired, or one it removes that is desired again.
+fn trial_is_stale(meta: &crate::bootloader::TrialMeta, desired: &[Arg]) -> bool {
+    let wanted = |a: &Arg| desired.iter().any(|d| d.matches_exactly(a));
+    meta.append_args().iter().any(|a| !wanted(a)) || meta.remove_args().iter().any(wanted)
+}
+
+/// The coverage note of a trial: how the change boots once, or why it can not.
+fn trial_note(trial: &Result<crate::bootloader::TrialPlan, String>) -> String {
+    match trial {
+        Ok(t) => format!(
+            "trial boot: {}; the old command line stays the default until the node is healthy after that boot (agent up, /proc/cmdline, the kubelet's health), then it is committed; a panic (panic=), a hang (the hardware watchdog systemd arms for that boot) or an unhealthy node lands on the old default and the operation ends RolledBack",
+            t.how
+        ),
+        Err(why) => {
+            format!("covered without a trial boot (made the default before the reboot): {why}")
+        }
+    }
 }
 
 /// The change of one key: its operation, the arguments before and after, and a reboot
@@ -395,6 +420,8 @@ fn key_change<'a>(
 struct Edit<'p> {
     problem: &'p Option<String>,
     edits: &'p Result<Vec<crate::bootloader::FileEdit>, String>,
+    /// The coverage note of the trial (empty when nothing is edited).
+    trial: String,
 }
 
 impl KernelArgs {
@@ -445,7 +472,7 @@ impl KernelArgs {
                         && !args.owned.iter().any(|o| o.matches_exactly(c))
                 })
                 .collect();
-            let reason = key_reason(backend, kc, &others, needs_reboot);
+            let reason = key_reason(backend, kc, &others, needs_reboot, &edit.trial);
             let covered = match (edit.problem, edit.edits, shadow) {
                 (Some(p), _, _) => Err(p.clone()),
                 (None, Err(e), _) => Err(e.clone()),
@@ -494,6 +521,7 @@ impl KernelArgs {
             steps.effect(BootCommand {
                 argv: cmd,
                 edits_args: true,
+                undo: None,
             });
             steps.reboot |= any_reboot;
         } else if let (None, Ok(edits)) = (problem, edits)
@@ -516,6 +544,7 @@ impl KernelArgs {
                 steps.effect(BootCommand {
                     argv: cmd,
                     edits_args: false,
+                    undo: None,
                 });
             }
             steps.reboot |= any_reboot;
@@ -596,9 +625,30 @@ impl KernelArgs {
         } else {
             Ok(Vec::new())
         };
+        let trial = match (&problem, &edits) {
+            (None, Ok(e))
+                if input.config.kernel_args.trial
+                    && !by_key.is_empty()
+                    && (!e.is_empty() || backend.command_edit(&[], &[]).is_some()) =>
+            {
+                let meta = crate::bootloader::TrialMeta {
+                    remove: args
+                        .to_remove
+                        .iter()
+                        .map(|a| a.as_str().to_string())
+                        .collect(),
+                    append: args.to_add.iter().map(|a| a.as_str().to_string()).collect(),
+                    previous: input.record.kernel_args.clone(),
+                    cmdline: String::new(),
+                };
+                Some(backend.trial(&args.to_remove, &args.to_add, meta))
+            }
+            _ => None,
+        };
         let edit = Edit {
             problem: &problem,
             edits: &edits,
+            trial: trial.as_ref().map(trial_note).unwrap_or_default(),
         };
         let any_reboot = self.key_changes(out, backend, &args, &by_key, edit);
         let problem = problem.or_else(|| {
@@ -607,7 +657,24 @@ impl KernelArgs {
                 .find(|c| c.id.starts_with("kernelArgs[") && !c.covered)
                 .map(|c| c.reason.clone())
         });
-        self.edit_steps(&mut out.steps, backend, &args, &problem, edits, any_reboot);
+        let changed = !args.to_remove.is_empty() || !args.to_add.is_empty();
+        match trial.and_then(Result::ok) {
+            // a reboot-level change boots once as a trial; the default waits for the commit
+            Some(t) if problem.is_none() && changed && any_reboot => {
+                effects::trial_steps(&mut out.steps, t)
+            }
+            _ => {
+                // a pending trial this plan does not renew is dropped: its one-shot must
+                // not boot what is no longer wanted
+                if problem.is_none()
+                    && let Some(p) = backend.pending_trial()
+                    && trial_is_stale(&p.meta, desired)
+                {
+                    effects::drop_trial_steps(&mut out.steps, &p);
+                }
+                self.edit_steps(&mut out.steps, backend, &args, &problem, edits, any_reboot)
+            }
+        }
         if by_key.is_empty() {
             self.staged_only(input, out, &args, &lingering);
         }
@@ -625,15 +692,26 @@ impl Section for KernelArgs {
         observe::read(node, obs)
     }
 
+    /// The backend's sources, and every trial artefact path (written only while a trial
+    /// is pending).
     fn reserved(&self, _config: &Config, obs: &Observed) -> Vec<(String, String)> {
-        match &obs.kernel_args.backend {
+        let owner = || "the kernelArgs section".to_string();
+        let mut out: Vec<(String, String)> = match &obs.kernel_args.backend {
             Ok(b) => b
                 .sources()
                 .iter()
-                .map(|s| (s.path.clone(), "the kernelArgs section".to_string()))
+                .map(|s| (s.path.clone(), owner()))
                 .collect(),
             Err(_) => Vec::new(),
+        };
+        out.push((crate::bootloader::trial::GRUB_SCRIPT.to_string(), owner()));
+        for d in crate::bootloader::ENTRY_DIRS {
+            out.push((
+                format!("{d}/{}.conf", crate::bootloader::trial::TRIAL_ID),
+                owner(),
+            ));
         }
+        out
     }
 
     fn diff(&self, input: &Input<'_>, out: &mut Output) {
@@ -720,6 +798,10 @@ impl Section for KernelArgs {
         let Ok(b) = crate::bootloader::detect(view.root, view.config.kernel_args.backend) else {
             return Vec::new();
         };
+        // a pending trial carries the arguments until its boot commits them
+        if b.pending_trial().is_some() {
+            return out;
+        }
         let missing = missing_args(&record.kernel_args, &b.next_boot().render());
         if !missing.is_empty() {
             out.push(pb::Drift {

@@ -187,6 +187,7 @@ fn a_boot_command_is_rerun_on_undo_and_journaled() {
     let cmd = BootCommand {
         argv: vec!["update-grub".into()],
         edits_args: false,
+        undo: None,
     };
     let rec = inplace_node::system::Recorder::default();
     assert_eq!(
