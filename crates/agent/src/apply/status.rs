@@ -51,6 +51,7 @@ impl Agent {
                         .cloned(),
                 );
                 p.extend(self.unknown_observations(&record));
+                p.extend(self.incomplete_rollback(ops.first().map(|o| (o.id.as_str(), o.phase))));
                 p
             },
             drift_detections,
@@ -60,6 +61,17 @@ impl Agent {
 }
 
 impl Agent {
+    /// The newest operation, when its rollback did not complete
+    /// ([`super::rollback::rollback_problem`]): listed until a later operation.
+    fn incomplete_rollback(&self, newest: Option<(&str, i32)>) -> Option<String> {
+        let (id, phase) = newest?;
+        if phase != Phase::Failed as i32 {
+            return None;
+        }
+        let op = self.state.get_operation(id).ok()??;
+        super::rollback::rollback_problem(&op)
+    }
+
     /// Sets (`Some`) or clears (`None`) the problem about `about` (a config key or a
     /// path: one problem each) in `NodeStatus.problems`, logging it when it appears or
     /// changes: for conditions that come and go, such as the metrics textfile's directory
