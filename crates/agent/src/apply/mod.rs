@@ -50,6 +50,7 @@ mod effects;
 mod engine;
 mod journal;
 mod machine;
+mod own_problems;
 mod rollback;
 mod status;
 pub(crate) mod watch;
