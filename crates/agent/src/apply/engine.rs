@@ -271,7 +271,7 @@ impl Agent {
             let created = self
                 .root
                 .write_atomic_with(&w.path, &w.content, mode, uid, gid, Durability::ContentOnly)
-                .map_err(|e| fail(format!("committing: {e}")))?;
+                .map_err(|e| fail(format!("committing: {}", self.why_not_written(&w.path, e))))?;
             dirs.insert(parent_of(&w.path));
             for d in &created {
                 run.undo.push(Undo::Dir(d.clone()));
@@ -310,7 +310,7 @@ impl Agent {
             if self
                 .root
                 .remove_deferred(&r.path)
-                .map_err(|e| fail(format!("committing: {e}")))?
+                .map_err(|e| fail(format!("committing: {}", self.why_not_written(&r.path, e))))?
             {
                 synced.insert(parent_of(&r.path));
                 run.undo.push(Undo::File(r.path.clone(), before));
@@ -510,6 +510,16 @@ impl Agent {
             run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),
         ))
+    }
+
+    /// A write or removal error of `path`, with what stops it when the node says
+    /// ([`inplace_node::sysroot::Sysroot::write_blocker`]: the attribute, the read-only
+    /// mount), not only `EPERM` or `EROFS`.
+    fn why_not_written(&self, path: &str, e: impl std::fmt::Display) -> String {
+        match self.root.write_blocker(path, 0) {
+            Ok(Some(why)) => format!("{e}: {why}"),
+            _ => e.to_string(),
+        }
     }
 
     /// The current content of `path` if it still has the fingerprint the plan saw.

@@ -18,6 +18,7 @@
 
 pub mod diff;
 pub(crate) mod observe;
+pub(crate) mod writable;
 
 use std::collections::{BTreeMap, BTreeSet};
 
