@@ -94,3 +94,38 @@ async fn a_crash_during_an_upgrade_is_settled_failed_naming_the_step() {
         s.problems
     );
 }
+
+/// A spec that upgrades Kubernetes and edits the kubelet's config.yaml (which `kubeadm
+/// upgrade node` rewrites first) is not covered, with the reason and the fix, instead of
+/// rolling back "changed since the plan" on every run; the fix works.
+#[tokio::test]
+async fn an_upgrade_with_an_edit_of_a_file_kubeadm_rewrites_is_not_covered() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    node.start();
+    let edit = "kubelet:\n  config:\n    shutdownGracePeriod: 30s\n";
+    let both = format!("{TO_135}{edit}");
+    let r = coverage(&node, &both).await;
+    assert!(!r.fully_covered);
+    assert!(change(&r, "kubernetes.version").covered);
+    let c = change(&r, "kubelet.config.shutdownGracePeriod");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "kubeadm upgrade node (the kubernetes.version upgrade to v1.35.2, which runs first) rewrites /var/lib/kubelet/config.yaml, so this change can not be planned against it in the same operation: apply kubernetes.version alone first, then this change"
+    );
+    let (code, _) = refusal(&node, &both).await;
+    assert_eq!(code, tonic::Code::FailedPrecondition);
+    // the fix the reason gives
+    let op = apply(&node, TO_135, "version").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    let op = apply(&node, &both, "then-config").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    assert!(
+        node.read("/var/lib/kubelet/config.yaml")
+            .contains("\nshutdownGracePeriod: 30s\n")
+    );
+}
