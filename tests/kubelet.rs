@@ -394,7 +394,7 @@ async fn unhealthy_kubelet_rolls_back_and_restarts_again() {
     assert_eq!(
         timeless,
         format!(
-            "kubelet health check failed: {unhealthy}; 2 step(s) undone, the node is as before; kubelet.service restarted; the kubelet is still unhealthy: {unhealthy}"
+            "kubelet health check failed: {unhealthy}; rolled back: 2 step(s) undone, 2 file(s) restored and read back, kubelet.service restarted (its state is not checked: the service manager does not report it); the kubelet is still unhealthy: {unhealthy}"
         ),
         "{}",
         op.message

@@ -19,6 +19,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 mod follow;
 mod trusted;
+mod writable;
 
 /// Errors of sysroot access; each names the node path.
 #[derive(Debug, thiserror::Error)]

@@ -20,8 +20,11 @@ impl Report for Follow<'_, '_> {
         let _ = self.agent.publish(self.run.op, same, message);
     }
 
-    fn progress(&mut self, marker: &str) {
-        let _ = self.agent.state.journal_progress(self.run.op.id(), marker);
+    fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) {
+        let _ = self
+            .agent
+            .state
+            .journal_progress(self.run.op.id(), &marker.text());
     }
 
     fn action(&mut self, text: String) {
@@ -32,6 +35,7 @@ impl Report for Follow<'_, '_> {
         self.run.undo.push(match undo {
             UndoEntry::Step(u) => Undo::Effect(u),
             UndoEntry::Rerun(argv) => Undo::Rerun(argv),
+            UndoEntry::Unit(t) => Undo::Unit(t),
         });
     }
 }

@@ -28,7 +28,8 @@ use super::{Agent, now};
 use crate::plan;
 use crate::plan::Plan;
 use crate::sections::kit::Options;
-use crate::sections::kit::effect::{Effect, Stage};
+use crate::sections::kit::effect::{Effect, Stage, UnitAction, UnitTouched};
+use crate::sections::kit::marker::Marker;
 use crate::sections::kit::observe::{FileObs, observe_file};
 use crate::sections::kit::steps::{Steps, resolve_keep};
 use crate::sections::model::NodeSpec;
@@ -189,7 +190,7 @@ impl Agent {
             .journal_intent(&intent, originals)
             .map_err(|e| staging(e.to_string()))?;
         self.state
-            .journal_progress(run.op.id(), "staged")
+            .journal_progress(run.op.id(), &Marker::Staged.text())
             .map_err(|e| staging(e.to_string()))?;
         let next = run.op.state().staged(Arc::new(intent));
         inplace_node::failpoint::hit("stage");
@@ -248,7 +249,9 @@ impl Agent {
         self.run_effects(run, &Stage::AfterFiles)?;
         // named after the live sysctls, the effects after the files
         inplace_node::failpoint::hit("sysctl");
-        let _ = self.state.journal_progress(run.op.id(), "written");
+        let _ = self
+            .state
+            .journal_progress(run.op.id(), &Marker::Written.text());
         Ok(Step::to(
             run.op.state().committed(),
             "running commands and unit actions",
@@ -268,7 +271,7 @@ impl Agent {
             let created = self
                 .root
                 .write_atomic_with(&w.path, &w.content, mode, uid, gid, Durability::ContentOnly)
-                .map_err(|e| fail(format!("committing: {e}")))?;
+                .map_err(|e| fail(format!("committing: {}", self.why_not_written(&w.path, e))))?;
             dirs.insert(parent_of(&w.path));
             for d in &created {
                 run.undo.push(Undo::Dir(d.clone()));
@@ -307,7 +310,7 @@ impl Agent {
             if self
                 .root
                 .remove_deferred(&r.path)
-                .map_err(|e| fail(format!("committing: {e}")))?
+                .map_err(|e| fail(format!("committing: {}", self.why_not_written(&r.path, e))))?
             {
                 synced.insert(parent_of(&r.path));
                 run.undo.push(Undo::File(r.path.clone(), before));
@@ -335,7 +338,9 @@ impl Agent {
     fn acting(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         self.act(run)
             .map_err(|e| Fail::rolled_back(format!("acting: {e}")))?;
-        let _ = self.state.journal_progress(run.op.id(), "acted");
+        let _ = self
+            .state
+            .journal_progress(run.op.id(), &Marker::Acted.text());
         inplace_node::failpoint::hit("act");
         let steps = &run.plan.steps;
         let gates = gates(steps)
@@ -363,24 +368,30 @@ impl Agent {
             return Ok(());
         }
         if steps.daemon_reload {
+            run.undo.push(Undo::DaemonReload);
             self.services.daemon_reload().map_err(|e| e.to_string())?;
             run.op.push_action("daemon-reload");
         }
+        let touch = |u: &str, a| Undo::Unit(UnitTouched::probe(&*self.services, u, a));
         for u in &steps.reloads {
+            run.undo.push(touch(u, UnitAction::Reload));
             self.services.reload(u).map_err(|e| e.to_string())?;
             run.op.push_action(format!("reloaded {u}"));
         }
         for u in &steps.try_restarts {
+            run.undo.push(touch(u, UnitAction::TryRestart));
             self.services.try_restart(u).map_err(|e| e.to_string())?;
             run.op.push_action(format!("try-restarted {u}"));
         }
         for u in &steps.restarts {
-            // an effect may restart the unit itself (stop, change, start)
+            // an effect may restart the unit itself (stop, change, start), and then
+            // reports the unit's state before itself
             let instead = Stage::Restart(u.clone());
             if steps.at(&instead).next().is_some() {
                 self.run_effects(run, &instead)
                     .map_err(|f| f.cause().to_string())?;
             } else {
+                run.undo.push(touch(u, UnitAction::Restart));
                 self.services.restart(u).map_err(|e| e.to_string())?;
                 run.op.push_action(format!("restarted {u}"));
             }
@@ -499,6 +510,16 @@ impl Agent {
             run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),
         ))
+    }
+
+    /// A write or removal error of `path`, with what stops it when the node says
+    /// ([`inplace_node::sysroot::Sysroot::write_blocker`]: the attribute, the read-only
+    /// mount), not only `EPERM` or `EROFS`.
+    fn why_not_written(&self, path: &str, e: impl std::fmt::Display) -> String {
+        match self.root.write_blocker(path, 0) {
+            Ok(Some(why)) => format!("{e}: {why}"),
+            _ => e.to_string(),
+        }
     }
 
     /// The current content of `path` if it still has the fingerprint the plan saw.

@@ -390,6 +390,7 @@ impl Agent {
                     let _ = self.with_node(|node| u.undo(node));
                 }
                 UndoEntry::Rerun(cmd) => rerun.push(cmd),
+                UndoEntry::Unit(_) => {}
             }
         }
         let step = match &j.progress {
@@ -418,9 +419,16 @@ impl Agent {
             let _ = self.restart_units(&intent.units);
         }
         // the phase says what happened (issue 20 §5): the journal's pre-images were put
-        // back, whatever the step reached
+        // back, whatever the step reached; RolledBack only when they undo everything
+        // the step reached (issue 27 §1)
+        let incomplete = super::rollback::after_crash(&step, &self.config);
+        done.problems.extend(incomplete.iter().cloned());
         Settled {
-            end: Phase::RolledBack,
+            end: if incomplete.is_some() {
+                Phase::Failed
+            } else {
+                Phase::RolledBack
+            },
             message: rolled_back_message(&step, &done, note),
             remove: true,
         }

@@ -180,6 +180,7 @@ impl OpState {
     }
 
     /// The intent, in the phases that carry it.
+    #[cfg(test)]
     pub(crate) fn intent(&self) -> Option<&Intent> {
         match self {
             OpState::Committing { intent }

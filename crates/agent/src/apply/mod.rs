@@ -50,6 +50,7 @@ mod effects;
 mod engine;
 mod journal;
 mod machine;
+mod own_problems;
 mod rollback;
 mod status;
 pub(crate) mod watch;
@@ -430,6 +431,7 @@ impl Agent {
             runner,
         )?;
         let mut p = plan::plan(desired, &obs, &record, &self.config, opts);
+        plan::writable::refuse_unwritable(&mut p, &self.root);
         p.report.facts = Some(self.facts.clone());
         p.report.preservation = Some(self.preservation.clone());
         Ok(p)

@@ -25,10 +25,12 @@ impl Agent {
             .find(|o| o.phase == Phase::RebootRequired as i32 || o.phase == Phase::Rebooting as i32)
             .map(|o| o.id.clone())
             .unwrap_or_default();
+        let (boot_id, kubernetes_version) = (self.boot_id(), self.kubernetes_version());
+        let unreadable = self.unreadable(&boot_id, &kubernetes_version);
         Ok(pb::NodeStatus {
             version: env!("CARGO_PKG_VERSION").to_string(),
             agent_uptime_seconds: self.started.elapsed().as_secs(),
-            boot_id: self.boot_id(),
+            boot_id,
             facts: Some(self.facts.clone()),
             applied_spec_hash: record.spec_hash.clone(),
             current_operation: current,
@@ -51,15 +53,28 @@ impl Agent {
                         .cloned(),
                 );
                 p.extend(self.unknown_observations(&record));
+                p.extend(unreadable);
+                p.extend(self.incomplete_rollback(ops.first().map(|o| (o.id.as_str(), o.phase))));
                 p
             },
             drift_detections,
-            kubernetes_version: self.kubernetes_version(),
+            kubernetes_version,
         })
     }
 }
 
 impl Agent {
+    /// The newest operation, when its rollback did not complete
+    /// ([`super::rollback::rollback_problem`]): listed until a later operation.
+    fn incomplete_rollback(&self, newest: Option<(&str, i32)>) -> Option<String> {
+        let (id, phase) = newest?;
+        if phase != Phase::Failed as i32 {
+            return None;
+        }
+        let op = self.state.get_operation(id).ok()??;
+        super::rollback::rollback_problem(&op)
+    }
+
     /// Sets (`Some`) or clears (`None`) the problem about `about` (a config key or a
     /// path: one problem each) in `NodeStatus.problems`, logging it when it appears or
     /// changes: for conditions that come and go, such as the metrics textfile's directory
@@ -143,7 +158,10 @@ impl Agent {
     /// The file `path` names once symlinks are followed ([`inplace_node::sysroot::Sysroot::resolve`]),
     /// with its stamp: a retargeted link gives another path or another file, a replaced
     /// or rewritten file another stamp. `None` when it is absent or can not be looked at.
-    fn stamps_following(&self, path: &str) -> Option<(String, inplace_node::sysroot::Stamp)> {
+    pub(super) fn stamps_following(
+        &self,
+        path: &str,
+    ) -> Option<(String, inplace_node::sysroot::Stamp)> {
         let real = self.root.resolve(path).ok()?;
         let stamp = self.root.stamp(&real).ok()??;
         Some((real, stamp))

@@ -169,8 +169,9 @@ fn operation_id(s: &str) -> Result<String, String> {
 }
 
 /// Runs `inplacectl`. Exit codes: 0 success; 1 error, or a watched operation that ended
-/// `Failed`/`RolledBack`; 2 invalid spec or request; 3 `coverage` of a spec that is not
-/// fully covered.
+/// `Failed`/`RolledBack`; 2 invalid spec or request; 3 a spec the agent would refuse
+/// (not fully covered, or refused by policy): `coverage`, `apply --dry-run` and `apply`
+/// alike ([`refused`]).
 pub fn main() -> ExitCode {
     let args = Args::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -186,8 +187,10 @@ pub fn main() -> ExitCode {
     match rt.block_on(run(args)) {
         Ok(code) => code,
         Err(e) => {
-            let code = match e.downcast_ref::<tonic::Status>().map(|s| s.code()) {
+            let status = e.downcast_ref::<tonic::Status>();
+            let code = match status.map(|s| s.code()) {
                 Some(tonic::Code::InvalidArgument) => 2,
+                _ if status.is_some_and(refused) => 3,
                 _ if e.downcast_ref::<inplace_wire::names::SpecError>().is_some() => 2,
                 _ => 1,
             };
@@ -195,6 +198,19 @@ pub fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// An `Apply` refused because the spec is not fully covered (FAILED_PRECONDITION "not
+/// covered") or a policy refuses a change (PERMISSION_DENIED "refused by policy"): exit
+/// code 3, as `coverage` and `apply --dry-run` of the same spec.
+fn refused(s: &tonic::Status) -> bool {
+    matches!(
+        (s.code(), s.message()),
+        (tonic::Code::FailedPrecondition, m) if m.starts_with("not covered")
+    ) || matches!(
+        (s.code(), s.message()),
+        (tonic::Code::PermissionDenied, m) if m.starts_with("refused by policy")
+    )
 }
 
 fn policy_of(p: Policy) -> RebootPolicy {
@@ -383,6 +399,10 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 return watch(&mut client, &op.id, json).await;
             }
             show(json, &op, render::operation)?;
+            // a dry run the agent answers Failed: the apply would be refused
+            if dry_run && op.phase == Phase::Failed as i32 {
+                return Ok(ExitCode::from(3));
+            }
         }
         Command::Watch { id } => return watch(&mut client, &id, json).await,
         Command::Get { id } => {

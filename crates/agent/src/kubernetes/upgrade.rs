@@ -81,9 +81,26 @@ pub(crate) enum Restore {
     Restart(String),
     /// Remove a directory the step created, if empty.
     Dir(String),
+    /// A step that can not be undone (`kubeadm upgrade node` on a control-plane node:
+    /// the static Pod manifests and etcd it upgraded): its undo fails with this text, so
+    /// the rollback is reported incomplete rather than complete.
+    Irreversible(String),
 }
 
 impl Restore {
+    /// What the undo does, for the operation's actions; never a file's content.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Restore::File(p, Some(_)) => format!("restored {p}"),
+            Restore::File(p, None) => format!("removed {p}"),
+            Restore::Copy { path, from, .. } => format!("restored {path} from {from}"),
+            Restore::Command(argv) => format!("ran {}", argv.join(" ")),
+            Restore::Restart(u) => format!("restarted {u}"),
+            Restore::Dir(d) => format!("removed directory {d} if empty"),
+            Restore::Irreversible(what) => format!("not undone: {what}"),
+        }
+    }
+
     /// Undoes the step; the error names the file, command or unit.
     pub(crate) fn undo(
         &self,
@@ -122,6 +139,7 @@ impl Restore {
                 .remove_dir_if_empty(d)
                 .map(|_| ())
                 .map_err(|e| format!("{d}: {e}")),
+            Restore::Irreversible(what) => Err(format!("not undone: {what}")),
         }
     }
 }
@@ -209,6 +227,12 @@ pub(crate) fn run(
     progress.step("kubeadm upgrade node");
     for f in &up.kubelet_files {
         undo.push(Restore::File(f.clone(), snapshot(host.root, f)?));
+    }
+    if up.control_plane {
+        undo.push(Restore::Irreversible(format!(
+            "kubeadm upgrade node upgraded the control-plane static Pods ({}) and etcd from the cluster's ClusterConfiguration; kubeadm keeps the manifests before in /etc/kubernetes/tmp/kubeadm-backup-manifests-*",
+            cfg.manifests_dir
+        )));
     }
     let argv = vec![kubeadm.clone(), "upgrade".into(), "node".into()];
     host.runner

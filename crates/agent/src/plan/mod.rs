@@ -18,6 +18,8 @@
 
 pub mod diff;
 pub(crate) mod observe;
+pub(crate) mod order;
+pub(crate) mod writable;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -104,11 +106,13 @@ pub fn plan_over(
         steps,
         next,
     } = out;
-    Plan {
+    let mut plan = Plan {
         report: report(changes, spec_hash),
         steps,
         record: next,
-    }
+    };
+    order::refuse_rewritten(&mut plan, config);
+    plan
 }
 
 /// The coverage report of the sections' changes: sorted by id, with the largest

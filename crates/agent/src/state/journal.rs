@@ -363,13 +363,14 @@ impl StateDir {
                 }),
             _ => None,
         };
-        let progress =
-            self.read_sealed(&format!("{base}/progress"), |b| {
-                match std::str::from_utf8(b) {
-                    Ok(p @ ("staged" | "written" | "acted")) => Ok(p.to_string()),
-                    _ => Err(format!("unknown step {:?}", String::from_utf8_lossy(b))),
-                }
-            });
+        let progress = self.read_sealed(&format!("{base}/progress"), |b| {
+            // any marker text that verifies: the apply layer interprets it
+            // (`Marker::parse`; one it does not know makes the recovery incomplete)
+            match std::str::from_utf8(b) {
+                Ok(p) if !p.is_empty() && !p.contains('\n') => Ok(p.to_string()),
+                _ => Err(format!("unknown step {:?}", String::from_utf8_lossy(b))),
+            }
+        });
         let committed = if self
             .io(self.dir.stat(&format!("{base}/committed")))?
             .is_some()

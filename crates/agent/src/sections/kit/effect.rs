@@ -85,8 +85,9 @@ impl Debug for Node<'_> {
 pub trait Report {
     /// A new step began: published as the operation's message, in the same phase.
     fn step(&mut self, message: &str);
-    /// The journal's progress marker (not fsynced; it words a rolled-back message).
-    fn progress(&mut self, marker: &str);
+    /// The journal's progress marker (not fsynced; recovery reads it back with
+    /// [`Marker::parse`](super::marker::Marker::parse)).
+    fn progress(&mut self, marker: &super::marker::Marker);
     /// A completed action, listed in the operation's actions.
     fn action(&mut self, text: String);
     /// A completed change and how to undo it: reported as soon as it is done, so that a
@@ -102,12 +103,66 @@ pub enum UndoEntry {
     /// A command run again once every other step is undone, so that what it generates
     /// (`grub.cfg`) follows the restored inputs; not counted as a step.
     Rerun(Vec<String>),
+    /// A unit the step stopped, restarted or reloaded: once every file is back it is put
+    /// into the state it had before ([`UnitTouched`]) and verified.
+    Unit(UnitTouched),
+}
+
+/// How a unit was acted on, and so how the rollback makes it read the restored files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitAction {
+    /// `systemctl reload`: reloaded again.
+    Reload,
+    /// `systemctl try-restart` (only if it was running): try-restarted again.
+    TryRestart,
+    /// Restarted, or stopped then started: restarted again when it was active before,
+    /// stopped when it was not.
+    Restart,
+}
+
+/// A unit an operation acted on, with its state before (`systemctl is-active`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitTouched {
+    /// The unit (`kubelet.service`).
+    pub unit: String,
+    /// What was done to it.
+    pub action: UnitAction,
+    /// Active before the operation acted on it: `None` when the service manager can not
+    /// tell (the recording stand-in), which the rollback treats as active.
+    pub active_before: Option<bool>,
+}
+
+impl UnitTouched {
+    /// Asks the service manager whether `unit` is active now (no wait), before `action`.
+    pub fn probe(services: &dyn ServiceManager, unit: &str, action: UnitAction) -> Self {
+        let active_before = match services.wait_active(unit, std::time::Duration::ZERO) {
+            Ok(true) => Some(true),
+            Ok(false) => None,
+            Err(_) => Some(false),
+        };
+        UnitTouched {
+            unit: unit.to_string(),
+            action,
+            active_before,
+        }
+    }
 }
 
 /// One completed change undone.
 pub trait Undo: Debug + Send + Sync {
     /// Puts it back; the error names what could not be (a path, a key, a unit).
     fn undo(&self, node: &Node<'_>) -> Result<(), String>;
+
+    /// What the undo did, for the operation's actions (`restored /var/lib/kubelet/cpu_manager_state`);
+    /// never a file's content.
+    fn describe(&self) -> String {
+        "undid an effect's step".into()
+    }
+
+    /// Whether a success wrote a file back and read it back equal ([`RestoreFile`]).
+    fn verified_file(&self) -> bool {
+        false
+    }
 }
 
 /// Why an effect failed, and so how the operation ends.
@@ -157,5 +212,51 @@ pub trait Effect: Debug + Send + Sync + Any {
     /// the last part of the operation's message (`the kubelet is healthy again`).
     fn recheck(&self, _node: &Node<'_>) -> Option<String> {
         None
+    }
+}
+
+/// A file an effect removed or rewrote, written back with its content, mode and owner
+/// (None: it was absent, removed again) and read back to verify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RestoreFile {
+    /// The node path.
+    pub path: String,
+    /// Its content and metadata before (None: absent).
+    pub before: Option<(Vec<u8>, inplace_node::sysroot::Entry)>,
+}
+
+impl Undo for RestoreFile {
+    fn verified_file(&self) -> bool {
+        self.before.is_some()
+    }
+
+    fn describe(&self) -> String {
+        match self.before {
+            Some(_) => format!("restored {}", self.path),
+            None => format!("removed {}", self.path),
+        }
+    }
+
+    fn undo(&self, node: &Node<'_>) -> Result<(), String> {
+        let p = &self.path;
+        match &self.before {
+            Some((content, e)) => {
+                node.root
+                    .write_atomic(p, content, e.mode, e.uid, e.gid)
+                    .map_err(|e| format!("{p}: {e}"))?;
+                match node.root.read(p) {
+                    Ok(Some(back)) if back == *content => Ok(()),
+                    Ok(_) => Err(format!("{p}: written back, but reading it back differs")),
+                    Err(e) => Err(format!(
+                        "{p}: written back, but reading it back failed: {e}"
+                    )),
+                }
+            }
+            None => node
+                .root
+                .remove(p)
+                .map(|_| ())
+                .map_err(|e| format!("{p}: {e}")),
+        }
     }
 }

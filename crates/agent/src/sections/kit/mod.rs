@@ -7,6 +7,7 @@
 pub(crate) mod change;
 pub(crate) mod effect;
 pub(crate) mod file_items;
+pub(crate) mod marker;
 pub(crate) mod observe;
 pub(crate) mod steps;
 #[cfg(test)]

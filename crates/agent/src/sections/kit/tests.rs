@@ -75,8 +75,8 @@ impl Report for Reported {
     fn step(&mut self, message: &str) {
         self.steps.push(message.into());
     }
-    fn progress(&mut self, marker: &str) {
-        self.progress.push(marker.into());
+    fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) {
+        self.progress.push(marker.text());
     }
     fn action(&mut self, text: String) {
         self.actions.push(text);

@@ -4,7 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use crate::sections::kit::effect::{Effect, EffectError, Node, Report, Stage};
+use crate::sections::kit::effect::{
+    Effect, EffectError, Node, Report, RestoreFile, Stage, UndoEntry, UnitAction, UnitTouched,
+};
+use crate::sections::kit::observe::{FileObs, observe_file};
 
 /// Restarts the kubelet's `unit` as stop, remove the checkpoint `files`, start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,15 +23,30 @@ impl Effect for ResetCheckpoints {
         Stage::Restart(self.unit.clone())
     }
 
-    /// Nothing to undo: a checkpoint the kubelet refuses is not worth restoring, and the
-    /// kubelet writes new ones when it starts.
+    /// Each step is undone on rollback: the unit's state before is kept
+    /// ([`UndoEntry::Unit`]: started again once the files are back) and each checkpoint
+    /// removed is kept in memory and written back ([`RestoreFile`]), so that a start that
+    /// fails leaves nothing the rollback can not put back.
     fn apply(&self, node: &Node<'_>, report: &mut dyn Report) -> Result<(), EffectError> {
         let u = &self.unit;
         let err = |e: String| EffectError::RolledBack(e);
+        report.undo(UndoEntry::Unit(UnitTouched::probe(
+            node.services,
+            u,
+            UnitAction::Restart,
+        )));
         node.services.stop(u).map_err(|e| err(e.to_string()))?;
         report.action(format!("stopped {u}"));
         for f in &self.files {
+            let before = match observe_file(node.root, f).map_err(|e| err(e.to_string()))? {
+                FileObs::File { content, entry } => Some((content, entry)),
+                _ => None,
+            };
             if node.root.remove(f).map_err(|e| err(e.to_string()))? {
+                report.undo(UndoEntry::Step(Box::new(RestoreFile {
+                    path: f.clone(),
+                    before,
+                })));
                 report.action(format!("removed {f}"));
             }
         }

@@ -345,7 +345,22 @@ fn the_checkpoint_reset_and_the_health_gate_act_on_the_kubelet() {
         ]
     );
     assert!(root.read_string(state).unwrap().is_none());
-    assert!(r.undo.is_empty());
+    // the unit's state before, then the removed checkpoint, each undone on rollback
+    use crate::sections::kit::effect::{UndoEntry, UnitAction, UnitTouched};
+    let [UndoEntry::Unit(touched), UndoEntry::Step(restore)] = &r.undo[..] else {
+        panic!("{:?}", r.undo)
+    };
+    assert_eq!(
+        touched,
+        &UnitTouched {
+            unit: "kubelet.service".into(),
+            action: UnitAction::Restart,
+            active_before: None,
+        }
+    );
+    assert_eq!(restore.describe(), format!("restored {state}"));
+    with_node(&root, &rec, |n| restore.undo(n)).unwrap();
+    assert_eq!(root.read_string(state).unwrap().as_deref(), Some("{}"));
 
     let mut r = Reported::default();
     with_node(&root, &rec, |n| HealthGate.apply(n, &mut r)).unwrap();

@@ -7,6 +7,7 @@
 use crate::kubernetes::upgrade;
 use crate::kubernetes::upgrade::{Host, Progress, Restore, Upgrade};
 use crate::sections::kit::effect::{Effect, EffectError, Node, Report, Stage, Undo, UndoEntry};
+use crate::sections::kit::marker::Marker;
 
 /// Upgrades the node's Kubernetes version ([`Upgrade`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +19,9 @@ struct Follow<'a>(&'a mut dyn Report);
 impl Progress for Follow<'_> {
     fn step(&mut self, message: &str) {
         self.0.step(message);
-        self.0.progress(&format!("kubernetes: {message}"));
+        self.0.progress(&Marker::Kubernetes(message.to_string()));
+        // a crash once a step began (the journal's marker says which)
+        inplace_node::failpoint::hit("kubernetes-step");
     }
 
     fn done(&mut self, action: String) {
@@ -56,7 +59,7 @@ impl Effect for UpgradeKubernetes {
         result.map_err(|e| {
             EffectError::RolledBack(format!("Kubernetes {} → {}: {e}", up.from, up.to))
         })?;
-        report.progress("kubernetes: upgraded");
+        report.progress(&Marker::Kubernetes("upgraded".into()));
         Ok(())
     }
 }
@@ -66,6 +69,10 @@ impl Effect for UpgradeKubernetes {
 struct UpgradeStep(Restore);
 
 impl Undo for UpgradeStep {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
     fn undo(&self, node: &Node<'_>) -> Result<(), String> {
         self.0.undo(node.root, node.services, node.runner)
     }

@@ -77,6 +77,10 @@ pub(crate) struct RestoreSysctl {
 }
 
 impl Undo for RestoreSysctl {
+    fn describe(&self) -> String {
+        format!("set sysctl {} back (live)", self.key)
+    }
+
     fn undo(&self, node: &Node<'_>) -> Result<(), String> {
         let (k, v) = (&self.key, &self.prior);
         node.root

@@ -416,6 +416,7 @@ pub fn raw_scalars<'p>(
     text: &str,
     paths: impl IntoIterator<Item = &'p [String]>,
 ) -> Vec<Option<String>> {
+    let text = split_bom(text).1;
     let root = parse_tree(text).ok();
     let mut keys = Keys::default();
     paths
@@ -646,6 +647,24 @@ pub(super) fn rerender(expected: &Value) -> Result<Edited, ConfigError> {
 /// when a path goes through an existing non-mapping value (e.g. a field of `clusterDNS`);
 /// [`ConfigError::Render`] if no rendering reads back as the edited value.
 pub fn edit(text: &str, edits: &[LeafEdit]) -> Result<Edited, ConfigError> {
+    // a UTF-8 byte-order mark (which go-yaml skips) is kept, and the rest edited as a
+    // file without one: the syntax tree's spans are the text's after the mark
+    let (bom, text) = split_bom(text);
+    let mut out = edit_text(text, edits)?;
+    out.text.insert_str(0, bom);
+    Ok(out)
+}
+
+/// The UTF-8 byte-order mark `text` starts with ("" when none), and the rest.
+fn split_bom(text: &str) -> (&str, &str) {
+    match text.strip_prefix('\u{feff}') {
+        Some(rest) => ("\u{feff}", rest),
+        None => ("", text),
+    }
+}
+
+/// [`edit`] of a text without a byte-order mark.
+fn edit_text(text: &str, edits: &[LeafEdit]) -> Result<Edited, ConfigError> {
     let root = parse_tree(text)?;
     let before = parse_root(&root)?;
     let mut expected = before.clone();

@@ -685,3 +685,33 @@ proptest! {
         }
     }
 }
+
+/// A file that starts with a UTF-8 byte-order mark is edited as the same file without
+/// it (an insertion, a replacement, a removal, a raw scalar), and keeps its BOM.
+#[test]
+fn a_byte_order_mark_is_kept_and_does_not_block_an_edit() {
+    let plain = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 110\nclusterDomain: cluster.local\n";
+    let bom = format!("\u{feff}{plain}");
+    let p = |s: &str| s.split('.').map(String::from).collect::<Vec<_>>();
+    let cases = [
+        vec![LeafEdit::Set(p("serializeImagePulls"), Value::Bool(false))],
+        vec![LeafEdit::Set(p("maxPods"), Value::from(250))],
+        vec![LeafEdit::Remove(p("clusterDomain"))],
+        vec![
+            LeafEdit::Set(p("systemReserved.cpu"), Value::from("500m")),
+            LeafEdit::Set(p("maxPods"), Value::from(250)),
+        ],
+    ];
+    for edits in cases {
+        let want = edit(plain, &edits).unwrap();
+        let got = edit(&bom, &edits).unwrap();
+        assert!(want.faithful, "{edits:?}");
+        assert!(got.faithful, "{edits:?}: {:?}", got.text);
+        assert_eq!(got.text, format!("\u{feff}{}", want.text), "{edits:?}");
+    }
+    assert_eq!(
+        raw_scalar(&bom, &p("clusterDomain")).as_deref(),
+        Some("cluster.local")
+    );
+    assert_eq!(parse(&bom).unwrap(), parse(plain).unwrap());
+}

@@ -1,0 +1,131 @@
+//! Honest phases of a Kubernetes upgrade that fails (issue 27 §1), black box: on a
+//! control-plane node `kubeadm upgrade node` changes what the agent can not undo (the
+//! static Pods and etcd), so a failure after it is an incomplete roll-back (`Failed`),
+//! never `RolledBack`; a crash in the middle of an upgrade is settled `Failed` at start-up
+//! with the step it reached, because the journal can not put the binaries back.
+
+mod common;
+
+use common::k8s::{Mirror, install_standins, url_config};
+use common::*;
+use inplace_wire::pb::Phase;
+
+const TO_135: &str = "kubernetes:\n  version: v1.35.2\n";
+
+fn manifest(component: &str, version: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {component}\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - {component}\n    image: registry.k8s.io/{component}:{version}\n    name: {component}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_failed_kubeadm_upgrade_node_on_a_control_plane_is_an_incomplete_roll_back() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    let dir = node.path("/etc/kubernetes/manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    for c in inplace_agent::kubernetes::CONTROL_PLANE_COMPONENTS {
+        std::fs::write(dir.join(format!("{c}.yaml")), manifest(c, "v1.34.3")).unwrap();
+    }
+    std::fs::create_dir_all(node.path("/etc/standin")).unwrap();
+    std::fs::write(node.path("/etc/standin/kubeadm-upgrade-fails"), "").unwrap();
+    let config_before = node.read("/var/lib/kubelet/config.yaml");
+    node.start();
+    let op = apply(&node, TO_135, "cp-fail").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
+    assert!(
+        op.message.contains(
+            "roll-back incomplete: not undone: kubeadm upgrade node upgraded the control-plane static Pods (/etc/kubernetes/manifests) and etcd"
+        ),
+        "{}",
+        op.message
+    );
+    // what could be undone was: the kubelet config kubeadm half-wrote, the kubeadm binary
+    assert_eq!(node.read("/var/lib/kubelet/config.yaml"), config_before);
+    assert!(
+        op.actions
+            .contains(&"rollback: restored /var/lib/kubelet/config.yaml".to_string()),
+        "{:?}",
+        op.actions
+    );
+    let s = status(&node).await;
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.starts_with("operation cp-fail: roll-back incomplete")),
+        "{:?}",
+        s.problems
+    );
+}
+
+#[tokio::test]
+async fn a_crash_during_an_upgrade_is_settled_failed_naming_the_step() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    node.die_at("kubernetes-step", TO_135).await;
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
+    assert!(
+        op.message.contains(
+            "roll-back incomplete: a Kubernetes upgrade had begun (last step: upgrading kubeadm to v1.35.2)"
+        ),
+        "{}",
+        op.message
+    );
+    assert!(
+        op.message
+            .contains("the previous binaries are kept in /var/lib/inplaced-kubernetes/previous"),
+        "{}",
+        op.message
+    );
+    let s = status(&node).await;
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.starts_with("operation crash: roll-back incomplete")),
+        "{:?}",
+        s.problems
+    );
+}
+
+/// A spec that upgrades Kubernetes and edits the kubelet's config.yaml (which `kubeadm
+/// upgrade node` rewrites first) is not covered, with the reason and the fix, instead of
+/// rolling back "changed since the plan" on every run; the fix works.
+#[tokio::test]
+async fn an_upgrade_with_an_edit_of_a_file_kubeadm_rewrites_is_not_covered() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    node.start();
+    let edit = "kubelet:\n  config:\n    shutdownGracePeriod: 30s\n";
+    let both = format!("{TO_135}{edit}");
+    let r = coverage(&node, &both).await;
+    assert!(!r.fully_covered);
+    assert!(change(&r, "kubernetes.version").covered);
+    let c = change(&r, "kubelet.config.shutdownGracePeriod");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "kubeadm upgrade node (the kubernetes.version upgrade to v1.35.2, which runs first) rewrites /var/lib/kubelet/config.yaml, so this change can not be planned against it in the same operation: apply kubernetes.version alone first, then this change"
+    );
+    let (code, _) = refusal(&node, &both).await;
+    assert_eq!(code, tonic::Code::FailedPrecondition);
+    // the fix the reason gives
+    let op = apply(&node, TO_135, "version").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    let op = apply(&node, &both, "then-config").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    assert!(
+        node.read("/var/lib/kubelet/config.yaml")
+            .contains("\nshutdownGracePeriod: 30s\n")
+    );
+}
