@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
+mod beneath;
 mod follow;
 mod trusted;
 
@@ -327,6 +328,21 @@ fn probe_name(dir: &OwnedFd, path: &str, name: &str, max_read: u64) -> Result<Op
     }))
 }
 
+/// The sorted names in the open directory `dir` (node path `path`), without `.` and `..`.
+fn names_in(dir: &OwnedFd, path: &str) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let d = rustix::fs::Dir::read_from(dir).map_err(|e| io_err(path, "readdir", e))?;
+    for ent in d {
+        let ent = ent.map_err(|e| io_err(path, "readdir", e))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// A node's root file system, opened once as a directory fd.
 #[derive(Debug)]
 pub struct Sysroot {
@@ -384,6 +400,11 @@ impl Sysroot {
     /// Opens the directory made of `parts` without following symlinks.
     /// Returns `Ok(None)` if a component is missing.
     fn open_dir(&self, parts: &[&str]) -> Result<Option<OwnedFd>> {
+        match beneath::open_dir(&self.root, parts) {
+            beneath::Beneath::Dir(fd) => return Ok(Some(fd)),
+            beneath::Beneath::Absent => return Ok(None),
+            beneath::Beneath::Walk => {}
+        }
         let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
         for (i, c) in parts.iter().enumerate() {
             match rustix::fs::openat(
@@ -495,6 +516,11 @@ impl Sysroot {
         parts: &[&str],
         parents: &[&str],
     ) -> Result<std::result::Result<OwnedFd, Probe>> {
+        match beneath::open_dir(&self.root, parents) {
+            beneath::Beneath::Dir(fd) => return Ok(Ok(fd)),
+            beneath::Beneath::Absent => return Ok(Err(Probe::Absent)),
+            beneath::Beneath::Walk => {}
+        }
         let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
         for (i, c) in parents.iter().enumerate() {
             match rustix::fs::openat(
@@ -669,17 +695,7 @@ impl Sysroot {
         let Some(dir) = self.open_dir(&parts)? else {
             return Ok(None);
         };
-        let mut names = Vec::new();
-        let d = rustix::fs::Dir::read_from(&dir).map_err(|e| io_err(path, "readdir", e))?;
-        for ent in d {
-            let ent = ent.map_err(|e| io_err(path, "readdir", e))?;
-            let name = ent.file_name().to_string_lossy().into_owned();
-            if name != "." && name != ".." {
-                names.push(name);
-            }
-        }
-        names.sort();
-        Ok(Some(names))
+        names_in(&dir, path).map(Some)
     }
 
     /// Opens the parent directory of `path`, creating missing directories with mode 0755
@@ -692,6 +708,9 @@ impl Sysroot {
                 path: path.to_string(),
             });
         };
+        if let beneath::Beneath::Dir(fd) = beneath::open_dir(&self.root, parents) {
+            return Ok((fd, name, Vec::new()));
+        }
         let mut created = Vec::new();
         let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
         for (i, c) in parents.iter().enumerate() {
