@@ -586,11 +586,14 @@ impl Sysroot {
 
     /// Reads a regular file without following symlinks; `Ok(None)` if absent.
     pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
-        let Some(mut f) = self.open_read(path)? else {
+        let Some((f, len)) = self.open_read_len(path)? else {
             return Ok(None);
         };
-        let mut buf = Vec::new();
-        f.read_to_end(&mut buf)
+        // sized from the fstat already made (std's read_to_end of a File asks again,
+        // statx and lseek); a file that grew since is still read whole
+        let mut buf = Vec::with_capacity(len as usize);
+        (&f).take(u64::MAX)
+            .read_to_end(&mut buf)
             .map_err(|e| io_err(path, "read", e))?;
         Ok(Some(buf))
     }
@@ -598,6 +601,11 @@ impl Sysroot {
     /// Opens a regular file for reading without following symlinks (a large file is
     /// then streamed, never held in memory); `Ok(None)` if absent.
     pub fn open_read(&self, path: &str) -> Result<Option<std::fs::File>> {
+        Ok(self.open_read_len(path)?.map(|(f, _)| f))
+    }
+
+    /// [`Sysroot::open_read`] with the file's size when it was opened (bytes).
+    fn open_read_len(&self, path: &str) -> Result<Option<(std::fs::File, u64)>> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Err(SysrootError::BadPath {
@@ -629,7 +637,7 @@ impl Sysroot {
         if kind_of(&st) != Kind::File {
             return Err(io_err(path, "read", io::Error::other("not a regular file")));
         }
-        Ok(Some(std::fs::File::from(fd)))
+        Ok(Some((std::fs::File::from(fd), st.st_size as u64)))
     }
 
     /// Reads a UTF-8 text file; `Ok(None)` if absent. Invalid UTF-8 is an I/O error.

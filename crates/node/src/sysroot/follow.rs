@@ -102,7 +102,10 @@ fn read_regular_text(fd: OwnedFd) -> Option<String> {
     if super::kind_of(&st) != super::Kind::File {
         return None;
     }
-    let mut text = String::new();
-    std::fs::File::from(fd).read_to_string(&mut text).ok()?;
-    Some(text)
+    let mut buf = Vec::with_capacity(st.st_size as usize);
+    std::fs::File::from(fd)
+        .take(u64::MAX)
+        .read_to_end(&mut buf)
+        .ok()?;
+    String::from_utf8(buf).ok()
 }
