@@ -87,6 +87,9 @@ fn pct(xs: &[Duration], p: f64) -> Duration {
 mod tree;
 use tree::copy_tree;
 
+#[path = "agent/coverage_full.rs"]
+mod coverage_full;
+
 fn example(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples")
@@ -722,6 +725,13 @@ async fn run(quick: bool, n: Counts) {
         }
         return;
     }
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "coverage") {
+        coverage_full::only(&mut rep, quick).await;
+        for l in &rep.tail {
+            println!("{l}");
+        }
+        return;
+    }
     note(format!(
         "binary {} quick={quick} nproc={}",
         daemon_binary(),
@@ -954,6 +964,16 @@ async fn run(quick: bool, n: Counts) {
         rss_after - rss_warm,
         "KiB",
     );
+
+    // ---- 1c (after 3: the memory figures count example calls only). Every section
+    // (examples/specs/full.yaml): daemon CPU per call against the empty call
+    coverage_full::coverage_full(
+        &mut rep,
+        &cov.socket.clone(),
+        cov.pid(),
+        if quick { 4 } else { 10 },
+    )
+    .await;
 
     // ---- 1b. 1000 files (990 identical, 10 changed) vs reading + hashing them
     let big = files_spec(1000, 10);

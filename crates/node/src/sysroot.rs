@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
+mod beneath;
 mod follow;
 mod trusted;
 mod writable;
@@ -328,6 +329,21 @@ fn probe_name(dir: &OwnedFd, path: &str, name: &str, max_read: u64) -> Result<Op
     }))
 }
 
+/// The sorted names in the open directory `dir` (node path `path`), without `.` and `..`.
+fn names_in(dir: &OwnedFd, path: &str) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let d = rustix::fs::Dir::read_from(dir).map_err(|e| io_err(path, "readdir", e))?;
+    for ent in d {
+        let ent = ent.map_err(|e| io_err(path, "readdir", e))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
 /// A node's root file system, opened once as a directory fd.
 #[derive(Debug)]
 pub struct Sysroot {
@@ -385,6 +401,11 @@ impl Sysroot {
     /// Opens the directory made of `parts` without following symlinks.
     /// Returns `Ok(None)` if a component is missing.
     fn open_dir(&self, parts: &[&str]) -> Result<Option<OwnedFd>> {
+        match beneath::open_dir(&self.root, parts) {
+            beneath::Beneath::Dir(fd) => return Ok(Some(fd)),
+            beneath::Beneath::Absent => return Ok(None),
+            beneath::Beneath::Walk => {}
+        }
         let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
         for (i, c) in parts.iter().enumerate() {
             match rustix::fs::openat(
@@ -496,6 +517,11 @@ impl Sysroot {
         parts: &[&str],
         parents: &[&str],
     ) -> Result<std::result::Result<OwnedFd, Probe>> {
+        match beneath::open_dir(&self.root, parents) {
+            beneath::Beneath::Dir(fd) => return Ok(Ok(fd)),
+            beneath::Beneath::Absent => return Ok(Err(Probe::Absent)),
+            beneath::Beneath::Walk => {}
+        }
         let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
         for (i, c) in parents.iter().enumerate() {
             match rustix::fs::openat(
@@ -561,11 +587,14 @@ impl Sysroot {
 
     /// Reads a regular file without following symlinks; `Ok(None)` if absent.
     pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
-        let Some(mut f) = self.open_read(path)? else {
+        let Some((f, len)) = self.open_read_len(path)? else {
             return Ok(None);
         };
-        let mut buf = Vec::new();
-        f.read_to_end(&mut buf)
+        // sized from the fstat already made (std's read_to_end of a File asks again,
+        // statx and lseek); a file that grew since is still read whole
+        let mut buf = Vec::with_capacity(len as usize);
+        (&f).take(u64::MAX)
+            .read_to_end(&mut buf)
             .map_err(|e| io_err(path, "read", e))?;
         Ok(Some(buf))
     }
@@ -573,6 +602,11 @@ impl Sysroot {
     /// Opens a regular file for reading without following symlinks (a large file is
     /// then streamed, never held in memory); `Ok(None)` if absent.
     pub fn open_read(&self, path: &str) -> Result<Option<std::fs::File>> {
+        Ok(self.open_read_len(path)?.map(|(f, _)| f))
+    }
+
+    /// [`Sysroot::open_read`] with the file's size when it was opened (bytes).
+    fn open_read_len(&self, path: &str) -> Result<Option<(std::fs::File, u64)>> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Err(SysrootError::BadPath {
@@ -604,7 +638,7 @@ impl Sysroot {
         if kind_of(&st) != Kind::File {
             return Err(io_err(path, "read", io::Error::other("not a regular file")));
         }
-        Ok(Some(std::fs::File::from(fd)))
+        Ok(Some((std::fs::File::from(fd), st.st_size as u64)))
     }
 
     /// Reads a UTF-8 text file; `Ok(None)` if absent. Invalid UTF-8 is an I/O error.
@@ -670,17 +704,7 @@ impl Sysroot {
         let Some(dir) = self.open_dir(&parts)? else {
             return Ok(None);
         };
-        let mut names = Vec::new();
-        let d = rustix::fs::Dir::read_from(&dir).map_err(|e| io_err(path, "readdir", e))?;
-        for ent in d {
-            let ent = ent.map_err(|e| io_err(path, "readdir", e))?;
-            let name = ent.file_name().to_string_lossy().into_owned();
-            if name != "." && name != ".." {
-                names.push(name);
-            }
-        }
-        names.sort();
-        Ok(Some(names))
+        names_in(&dir, path).map(Some)
     }
 
     /// Opens the parent directory of `path`, creating missing directories with mode 0755
@@ -693,6 +717,9 @@ impl Sysroot {
                 path: path.to_string(),
             });
         };
+        if let beneath::Beneath::Dir(fd) = beneath::open_dir(&self.root, parents) {
+            return Ok((fd, name, Vec::new()));
+        }
         let mut created = Vec::new();
         let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
         for (i, c) in parents.iter().enumerate() {

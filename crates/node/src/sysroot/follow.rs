@@ -3,7 +3,8 @@
 //! links are resolved as the kernel resolves them with the sysroot as `/`, never on the
 //! host. Never used for managed paths, which refuse symlinks.
 
-use std::io;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
 
 use super::{Result, Sysroot, components, io_err};
 
@@ -12,6 +13,17 @@ impl Sysroot {
     /// resolving them inside the sysroot (`/etc/os-release -> ../usr/lib/os-release`).
     /// At most 8 links are followed. Never used for managed paths.
     pub fn read_string_following(&self, path: &str) -> Result<Option<String>> {
+        components(path)?;
+        match super::beneath::open_following(&self.root, path, false) {
+            Ok(None) => return Ok(None),
+            Ok(Some(fd)) => {
+                if let Some(text) = read_regular_text(fd) {
+                    return Ok(Some(text));
+                }
+            }
+            Err(()) => {}
+        }
+        // not a regular UTF-8 file, or no openat2: the walk words the answer
         self.read_string(&self.resolve(path)?)
     }
 
@@ -19,7 +31,12 @@ impl Sysroot {
     /// ([`Sysroot::resolve`]: `/lib/sysctl.d` on a merged-/usr node, where `/lib ->
     /// usr/lib`); `Ok(None)` if it is absent. Never used for managed paths.
     pub fn list_dir_following(&self, path: &str) -> Result<Option<Vec<String>>> {
-        self.list_dir(&self.resolve(path)?)
+        components(path)?;
+        match super::beneath::open_following(&self.root, path, true) {
+            Ok(None) => Ok(None),
+            Ok(Some(dir)) => super::names_in(&dir, path).map(Some),
+            Err(()) => self.list_dir(&self.resolve(path)?),
+        }
     }
 
     /// The node path `path` names once every symlink on the way (a parent directory as
@@ -76,4 +93,19 @@ impl Sysroot {
         }
         Ok(format!("/{}", done.join("/")))
     }
+}
+
+/// The text of the opened `fd` when it is a regular UTF-8 file; None otherwise (the
+/// caller then takes the walk, which words the error exactly).
+fn read_regular_text(fd: OwnedFd) -> Option<String> {
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if super::kind_of(&st) != super::Kind::File {
+        return None;
+    }
+    let mut buf = Vec::with_capacity(st.st_size as usize);
+    std::fs::File::from(fd)
+        .take(u64::MAX)
+        .read_to_end(&mut buf)
+        .ok()?;
+    String::from_utf8(buf).ok()
 }

@@ -162,3 +162,76 @@ fn probe_tells_absent_parent_conflicts_and_unread_content() {
     ));
     assert!(s.probe("etc/file", 10).is_err());
 }
+
+/// Every answer of the sysroot is the same through `openat2` and through the
+/// per-component walk: symlinked parents (relative, absolute, pointing out of the
+/// sysroot), a file where a directory is needed, missing parents, a final symlink; and the
+/// following readers resolve links inside the sysroot, never on the host.
+#[test]
+fn openat2_and_the_walk_answer_alike() {
+    use std::os::unix::fs::symlink;
+    let (d, s) = tmp();
+    let r = d.path();
+    std::fs::create_dir_all(r.join("usr/lib/sysctl.d")).unwrap();
+    std::fs::create_dir_all(r.join("etc/kubernetes")).unwrap();
+    std::fs::write(r.join("usr/lib/sysctl.d/10-a.conf"), "a = 1\n").unwrap();
+    std::fs::write(r.join("etc/kubernetes/kubelet.conf"), "x").unwrap();
+    std::fs::write(r.join("etc/file"), "f").unwrap();
+    symlink("usr/lib", r.join("lib")).unwrap();
+    symlink("/usr/lib", r.join("abs")).unwrap();
+    symlink("../../../../../..", r.join("etc/up")).unwrap();
+    symlink("/etc/file", r.join("etc/link")).unwrap();
+    let paths = [
+        "/etc/kubernetes/kubelet.conf",
+        "/etc/kubernetes/none",
+        "/etc/none/x",
+        "/etc/file/x",
+        "/etc/link",
+        "/lib/sysctl.d/10-a.conf",
+        "/abs/sysctl.d/10-a.conf",
+        "/etc/up/etc/file",
+        "/etc/up/x",
+        "/lib/sysctl.d",
+        "/usr/lib/sysctl.d",
+    ];
+    let answers = |s: &Sysroot| -> Vec<String> {
+        let mut out = Vec::new();
+        for p in paths {
+            out.push(format!("{p} probe {:?}", s.probe(p, 100)));
+            out.push(format!("{p} stat {:?}", s.stat(p)));
+            out.push(format!("{p} read {:?}", s.read(p)));
+            out.push(format!("{p} list {:?}", s.list_dir(p)));
+            out.push(format!("{p} parents {:?}", s.parents(p)));
+            out.push(format!("{p} following {:?}", s.read_string_following(p)));
+            out.push(format!("{p} list following {:?}", s.list_dir_following(p)));
+        }
+        out
+    };
+    let fast = answers(&s);
+    beneath::set_available(false);
+    let walk = answers(&s);
+    beneath::set_available(true);
+    assert_eq!(fast, walk);
+    // the values themselves: links followed inside the sysroot only
+    assert_eq!(
+        s.read_string_following("/abs/sysctl.d/10-a.conf").unwrap(),
+        Some("a = 1\n".into())
+    );
+    assert_eq!(
+        s.read_string_following("/etc/up/etc/file").unwrap(),
+        Some("f".into())
+    );
+    assert_eq!(
+        s.list_dir_following("/lib/sysctl.d").unwrap(),
+        Some(vec!["10-a.conf".to_string()])
+    );
+    assert!(matches!(
+        s.stat("/lib/sysctl.d"),
+        Err(SysrootError::Symlink { .. })
+    ));
+    assert!(matches!(
+        s.write_atomic("/abs/x", b"x", 0o644, 0, 0),
+        Err(SysrootError::Symlink { .. })
+    ));
+    assert!(!r.join("usr/lib/x").exists());
+}
