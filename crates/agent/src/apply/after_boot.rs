@@ -86,6 +86,7 @@ impl Agent {
     /// whole applied set of kernel arguments, whatever operation staged them. True once
     /// settled (the caller saves it).
     fn after_boot(&self, op: &mut Op, boot_id: &str) -> bool {
+        self.reboot_finished(op, boot_id);
         let next = op.state().booted(boot_id);
         if !enter_now(op, next, format!("booted (boot id {boot_id}); verifying")) {
             return false;
@@ -196,7 +197,7 @@ impl Agent {
         let next = op.state().rebooting(&self.boot_id());
         self.publish(&mut op, next, "rebooting; verified after boot")
             .map_err(|e| super::AgentError::Internal(e.to_string()))?;
-        if let Err(e) = self.rebooter.reboot(&format!("inplaced operation {id}")) {
+        if let Err(e) = self.reboot_by_method(&mut op) {
             let next = op.state().reboot_required("");
             let _ = self.publish(
                 &mut op,

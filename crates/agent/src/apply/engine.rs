@@ -136,6 +136,8 @@ impl Agent {
         if inner.running.as_deref() == Some(op.id()) {
             inner.running = None;
         }
+        drop(inner);
+        self.try_settled(&op);
     }
 
     /// The state machine: enter a phase (persist and publish it), run its transition,
@@ -416,6 +418,8 @@ impl Agent {
         let needs_reboot = steps.reboot || check.steps.reboot;
         let final_phase = if needs_reboot {
             Phase::RebootRequired
+        } else if super::try_window::is_try(run.op.wire()) {
+            Phase::AwaitingConfirmation
         } else {
             Phase::Succeeded
         };
@@ -466,6 +470,12 @@ impl Agent {
     /// (Rebooting when the agent handles it) in the boot it was applied in.
     fn settle(&self, run: &mut Run<'_>, needs_reboot: bool) -> Step {
         let op = &run.op;
+        if !needs_reboot && super::try_window::is_try(op.wire()) {
+            return Step::to(
+                op.state().awaiting_confirmation(),
+                super::try_window::waiting_message(op.wire()),
+            );
+        }
         if !needs_reboot {
             return Step::to(
                 op.state().verified(),
@@ -491,10 +501,7 @@ impl Agent {
 
     /// Rebooting → (the reboot) | RebootRequired when the request fails.
     fn rebooting(&self, run: &mut Run<'_>) -> Option<Step> {
-        let e = self
-            .rebooter
-            .reboot(&format!("inplaced operation {}", run.op.id()))
-            .err()?;
+        let e = self.reboot_by_method(run.op).err()?;
         Some(Step::to(
             run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),
