@@ -193,11 +193,16 @@ impl Agent {
             op
         };
         let mut op = Op::read_back(op);
+        self.prepare_reboot(&mut op).map_err(|e| {
+            super::AgentError::Precondition(format!(
+                "the reboot for operation {id:?} was not requested: {e}"
+            ))
+        })?;
         op.push_action("requested reboot");
         let next = op.state().rebooting(&self.boot_id());
         self.publish(&mut op, next, "rebooting; verified after boot")
             .map_err(|e| super::AgentError::Internal(e.to_string()))?;
-        if let Err(e) = self.reboot_by_method(&mut op) {
+        if let Err(e) = self.request_reboot(&op) {
             let next = op.state().reboot_required("");
             let _ = self.publish(
                 &mut op,

@@ -486,7 +486,14 @@ impl Agent {
         let policy =
             RebootPolicy::try_from(op.wire().reboot_policy).unwrap_or(RebootPolicy::CallerHandles);
         if policy == RebootPolicy::AgentHandles {
-            let next = op.state().rebooting(boot_id);
+            let boot_id = boot_id.clone();
+            if let Err(e) = self.prepare_reboot(run.op) {
+                return Step::to(
+                    run.op.state().reboot_required(&boot_id),
+                    format!("changes staged; the reboot request failed ({e}): reboot the node"),
+                );
+            }
+            let next = run.op.state().rebooting(&boot_id);
             run.op.push_action("requested reboot");
             return Step::to(next, "rebooting to boot with the new kernel arguments");
         }
@@ -501,7 +508,7 @@ impl Agent {
 
     /// Rebooting → (the reboot) | RebootRequired when the request fails.
     fn rebooting(&self, run: &mut Run<'_>) -> Option<Step> {
-        let e = self.reboot_by_method(run.op).err()?;
+        let e = self.request_reboot(run.op).err()?;
         Some(Step::to(
             run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),

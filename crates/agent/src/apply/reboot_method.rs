@@ -201,23 +201,30 @@ impl Agent {
         Ok(edit_cmdline(&running, &found.lingering, &found.missing))
     }
 
-    /// Reboots for `op` (in Rebooting) by the method it asks, recording the report on it
-    /// (persisted before the request, so the boot after it can measure the time). An
-    /// error: the request failed (the operation goes back to RebootRequired).
-    pub(super) fn reboot_by_method(&self, op: &mut Op) -> Result<(), SystemError> {
+    /// Prepares the reboot of `op` before it enters Rebooting: decides the method it asks
+    /// (for kexec: the command line, and the kernel loaded), and records the report on
+    /// it, so that entering Rebooting persists it before the request
+    /// ([`Agent::request_reboot`]) and the boot after it can measure the time. An error:
+    /// no reboot can be requested (`kexec` asked where it is not permitted, or its load
+    /// failed); nothing is recorded but the action.
+    pub(super) fn prepare_reboot(&self, op: &mut Op) -> Result<(), SystemError> {
         let asked = match RebootMethod::try_from(op.wire().reboot_method)
             .unwrap_or(RebootMethod::Unspecified)
         {
             RebootMethod::Unspecified => self.config.reboot_method.to_pb(),
             m => m,
         };
-        let reason = format!("inplaced operation {}", op.id());
         let mut report = pb::RebootReport {
             requested: Some(now()),
             from_boot_id: self.boot_id(),
             ..Default::default()
         };
-        let decision = decide(asked, &self.kexec_facts());
+        let facts = if asked == RebootMethod::Full {
+            KexecFacts::default()
+        } else {
+            self.kexec_facts()
+        };
+        let decision = decide(asked, &facts);
         let decision = match decision {
             Decision::Kexec {
                 why,
@@ -277,8 +284,19 @@ impl Agent {
             format!("full reboot ({})", report.reason)
         });
         op.set_reboot(report);
-        self.save_reboot(op);
+        Ok(())
+    }
+
+    /// Requests the reboot [`Agent::prepare_reboot`] prepared for `op` (now in
+    /// Rebooting): `systemctl kexec` into the loaded kernel, or a full reboot.
+    pub(super) fn request_reboot(&self, op: &Op) -> Result<(), SystemError> {
+        let reason = format!("inplaced operation {}", op.id());
         let rebooter: &dyn Rebooter = self.rebooter.as_ref();
+        let kexec = op
+            .wire()
+            .reboot
+            .as_ref()
+            .is_some_and(|r| r.method == RebootMethod::Kexec as i32);
         if kexec {
             rebooter.kexec(&reason)
         } else {
@@ -290,21 +308,6 @@ impl Agent {
     fn reboot_refused(&self, op: &mut Op, e: SystemError) -> SystemError {
         op.push_action(format!("reboot not requested: {e}"));
         e
-    }
-
-    /// Persists `op` with its reboot report, and shows it to readers of this run.
-    fn save_reboot(&self, op: &Op) {
-        if let Err(e) = self.state.save_operation(op.wire()) {
-            tracing::error!(operation = %op.id(), error = %e, "persisting the reboot report");
-        }
-        let mut inner = self.lock();
-        if let Some(last) = inner
-            .live
-            .get_mut(op.id())
-            .and_then(|l| l.events.last_mut())
-        {
-            *last = op.wire().clone();
-        }
     }
 
     /// In the boot after the reboot (`boot_id`): the report gets the boot id and the time
