@@ -216,6 +216,7 @@ if vm_boot; then
     scenario 4b kernel-args-reboot s4_after_reboot
     scenario 3b sysctl-after-reboot s3_after_reboot
     scenario 4c kernel-args-drop-reboot s4_drop
+    scenario k kexec-vs-full-reboot sk_kexec
     if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
         save_journal
         gx_bg 'systemctl poweroff'
