@@ -97,7 +97,8 @@ pub struct KexecImage {
 /// kexec goes through kexec-tools and systemd rather than the raw syscalls: `kexec -s -l`
 /// is `kexec_file_load(2)` (the kernel reads and, under lockdown or with
 /// `CONFIG_KEXEC_SIG`, verifies the image itself; the older `kexec_load(2)` is what
-/// lockdown forbids), and `systemctl kexec` stops the units and unmounts the file systems
+/// lockdown forbids; run by PID 1 with `systemd-run`, as the agent's unit has no
+/// `CAP_SYS_BOOT`), and `systemctl kexec` stops the units and unmounts the file systems
 /// as `systemctl reboot` does before the kernel jumps (`reboot(LINUX_REBOOT_CMD_KEXEC)`
 /// straight from the agent would skip that orderly shutdown). See kexec(8),
 /// kexec_file_load(2) and systemctl(1) `kexec`.
@@ -228,8 +229,23 @@ impl Rebooter for Systemd {
         tracing::warn!(reason, "rebooting");
         run_command(&["systemctl".into(), "reboot".into()]).map(|_| ())
     }
+    /// Runs `kexec -s -l` as a transient unit of PID 1 (`systemd-run --wait --pipe`): the
+    /// agent's unit keeps `CAP_SYS_BOOT` out of its bounding set (its reboots go through
+    /// PID 1 too), and `kexec_file_load(2)` needs it.
     fn kexec_load(&self, image: &KexecImage) -> Result<(), SystemError> {
-        run_command(&kexec_load_argv(image)).map(|_| ())
+        let mut argv: Vec<String> = [
+            "systemd-run",
+            "--quiet",
+            "--wait",
+            "--pipe",
+            "--collect",
+            "--description=inplaced: kexec load",
+            "--",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend(kexec_load_argv(image));
+        run_command(&argv).map(|_| ())
     }
     fn kexec(&self, reason: &str) -> Result<(), SystemError> {
         tracing::warn!(reason, "rebooting with kexec");
