@@ -224,40 +224,21 @@ impl Agent {
         } else {
             self.kexec_facts()
         };
-        let decision = decide(asked, &facts);
-        let decision = match decision {
+        let decision = match decide(asked, &facts) {
             Decision::Kexec {
                 why,
                 kernel,
                 initrd,
-            } => match self.kexec_cmdline(op.wire()) {
-                Ok(cmdline) => {
-                    let image = KexecImage {
-                        kernel,
-                        initrd,
-                        cmdline,
-                    };
-                    match self.rebooter.kexec_load(&image) {
-                        Ok(()) => {
-                            report.method = RebootMethod::Kexec as i32;
-                            report.reason = why;
-                            report.kernel = image.kernel;
-                            report.initrd = image.initrd.unwrap_or_default();
-                            report.command_line = image.cmdline;
-                            None
-                        }
-                        Err(e) if asked == RebootMethod::Auto => Some(Decision::Full(format!(
-                            "reboot_method auto: the kexec load failed ({e})"
-                        ))),
-                        Err(e) => return Err(self.reboot_refused(op, e)),
-                    }
+            } => match self.load_kexec(op.wire(), asked, kernel, initrd) {
+                Ok(image) => {
+                    report.method = RebootMethod::Kexec as i32;
+                    report.reason = why;
+                    report.kernel = image.kernel;
+                    report.initrd = image.initrd.unwrap_or_default();
+                    report.command_line = image.cmdline;
+                    None
                 }
-                Err(e) if asked == RebootMethod::Auto => Some(Decision::Full(format!(
-                    "reboot_method auto: the new command line is unknown ({e})"
-                ))),
-                Err(e) => Some(Decision::Refused(format!(
-                    "reboot_method kexec, but the new command line is unknown ({e})"
-                ))),
+                Err(d) => Some(d),
             },
             other => Some(other),
         };
@@ -285,6 +266,36 @@ impl Agent {
         });
         op.set_reboot(report);
         Ok(())
+    }
+
+    /// Loads `kernel` and `initrd` with the command line of `op` for a kexec; the image
+    /// loaded, or what to do instead: a full reboot (`auto`) or nothing (`kexec`).
+    fn load_kexec(
+        &self,
+        op: &pb::Operation,
+        asked: RebootMethod,
+        kernel: String,
+        initrd: Option<String>,
+    ) -> Result<KexecImage, Decision> {
+        let instead = |what: &str, e: String| {
+            if asked == RebootMethod::Auto {
+                Decision::Full(format!("reboot_method auto: {what} ({e})"))
+            } else {
+                Decision::Refused(format!("reboot_method kexec, but {what} ({e})"))
+            }
+        };
+        let cmdline = self
+            .kexec_cmdline(op)
+            .map_err(|e| instead("the new command line is unknown", e))?;
+        let image = KexecImage {
+            kernel,
+            initrd,
+            cmdline,
+        };
+        self.rebooter
+            .kexec_load(&image)
+            .map_err(|e| instead("the kexec load failed", e.to_string()))?;
+        Ok(image)
     }
 
     /// Requests the reboot [`Agent::prepare_reboot`] prepared for `op` (now in
