@@ -541,6 +541,7 @@ async fn timed_apply(c: &mut NodeAgentClient<Channel>, spec: &pb::NodeSpec, id: 
         operation_id: id.into(),
         reboot_policy: 0,
         dry_run: false,
+        ..Default::default()
     };
     let t = Instant::now();
     // An Apply right after the previous operation's settled event can be refused ABORTED

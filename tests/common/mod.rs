@@ -420,6 +420,7 @@ pub(crate) async fn apply_with(
             operation_id: id.into(),
             reboot_policy: policy as i32,
             dry_run: false,
+            ..Default::default()
         })
         .await
         .unwrap_or_else(|e| panic!("apply {id}: {e:?}"))

@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 SUITE=bookworm
 BOOT=${1:-bios}
-PACKAGES=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,e2fsprogs,kmod,iproute2,procps
+PACKAGES=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,e2fsprogs,kmod,iproute2,procps,kexec-tools
 case "$BOOT" in
 bios) PACKAGES=$PACKAGES,grub-pc ;;
 uefi) PACKAGES=$PACKAGES,systemd-boot ;;
@@ -158,6 +158,9 @@ done
 mkdir -p /etc/systemd/system/serial-getty@ttyS0.service.d
 printf '[Service]\nExecStart=\nExecStart=-/sbin/agetty --autologin root --keep-baud 115200 %%I $TERM\n' \
     > /etc/systemd/system/serial-getty@ttyS0.service.d/autologin.conf
+# kexec-tools is there for `systemctl kexec` (the kexec scenario); its own kexec on every
+# reboot stays off, so a full reboot is a full reboot
+[ ! -f /etc/default/kexec ] || sed -i 's/^LOAD_KEXEC=.*/LOAD_KEXEC=false/' /etc/default/kexec
 # (on uefi the systemd-boot hook fails here: the boot loader is installed below)
 update-initramfs -u -k all >/dev/null 2>&1 || true
 EOF

@@ -220,6 +220,7 @@ if vm_boot; then
     scenario 4c kernel-args-drop-reboot s4_drop
     scenario 4d kernel-args-ordinary-reboot-keeps-it s4_ordinary_reboot
     scenario 4e kernel-args-trial-panics s4_panic
+    scenario k kexec-vs-full-reboot sk_kexec
     if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
         save_journal
         gx_bg 'systemctl poweroff'

@@ -473,3 +473,65 @@ s9_uefi_kargs() {
     expect "the trial entry is gone" "$(gx 'ls /boot/efi/loader/entries/ | grep -c inplaced-trial')" '^0$'
     expect "the one-shot is consumed" "$(gx 'ls /sys/firmware/efi/efivars/ | grep -c LoaderEntryOneShot')" '^0$'
 }
+
+# k. Fast reboots by policy (issue 26 item 3): a kernel argument reached through kexec
+# (the installed kernel and initrd loaded with the new command line, `systemctl kexec`:
+# no firmware, QEMU never resets), then one through a full reboot, each timed by the
+# agent's own report (RebootReport: from the reboot request to the agent's start in the
+# new boot, and the new kernel's age then) and by the host's clock (request to serving).
+# reboot_json ID FIELD: a field of the operation's reboot report
+reboot_json() {
+    ctl -o json get "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("reboot",{}).get(sys.argv[1],""))' "$2"
+}
+sk_kexec() {
+    local out boot_before=$boot_id t0 secs uptime
+    # kexec-tools is in the image (image.sh); its own kexec on every reboot is off
+    expect "kexec-tools installed" "$(gx 'command -v kexec')" '/kexec$'
+    expect "kexec permitted" "$(gx 'cat /proc/sys/kernel/kexec_load_disabled')" '^0$'
+    # 1. kexec
+    kargs+=(inplaced.kexec=1)
+    out=$(ctl apply -f "$(spec kexec-1)" --id vm-kexec --reboot-method kexec --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
+    expect "RebootRequired" "$(op_phase vm-kexec)" '^PHASE_REBOOT_REQUIRED$'
+    save_journal
+    rm -f "$share/ready"
+    t0=$SECONDS
+    out=$(ctl reboot vm-kexec 2>&1) || fail "Reboot RPC: $out"
+    while [ ! -f "$share/ready" ]; do
+        kill -0 "$qemu_pid" 2>/dev/null || { fail "QEMU exited: the kexec reset the machine"; return 1; }
+        [ $((SECONDS - t0)) -lt "${BOOT_TIMEOUT:-300}" ] || { fail "no ready marker after the kexec"; return 1; }
+        sleep 0.2
+    done
+    boot_id=$(cat "$share/ready")
+    [ "$boot_id" != "$boot_before" ] || fail "same boot id after the kexec"
+    wait_serving 180 || { fail "agent not serving after the kexec"; return 1; }
+    timing "kexec: request to serving (host clock)" $((SECONDS - t0))
+    expect "Succeeded after the kexec" "$(wait_phase vm-kexec 'PHASE_SUCCEEDED|PHASE_FAILED' 180)" '^PHASE_SUCCEEDED$' ||
+        say "operation: $(ctl -o json get vm-kexec)"
+    expect "/proc/cmdline has inplaced.kexec=1" "$(gx 'cat /proc/cmdline')" '(^| )inplaced\.kexec=1( |$)'
+    expect "method kexec" "$(reboot_json vm-kexec method)" '^REBOOT_METHOD_KEXEC$'
+    secs=$(reboot_json vm-kexec seconds) uptime=$(reboot_json vm-kexec kernelUptimeSeconds)
+    expect "kexec time reported" "$secs" '^[0-9.]+$'
+    timing "kexec: request to agent start (RebootReport.seconds)" "$secs"
+    timing "kexec: kernel age at agent start (RebootReport.kernel_uptime_seconds)" "$uptime"
+    kexec_secs=$secs
+    # 2. a full reboot in the same run
+    kargs+=(inplaced.full=1)
+    boot_before=$boot_id
+    out=$(ctl apply -f "$(spec kexec-2)" --id vm-full --reboot-method full --wait 2>&1) || fail "apply: $(tail -5 <<<"$out")"
+    expect "RebootRequired" "$(op_phase vm-full)" '^PHASE_REBOOT_REQUIRED$'
+    save_journal
+    t0=$SECONDS
+    out=$(ctl reboot vm-full 2>&1) || fail "Reboot RPC: $out"
+    vm_wait_exit || { fail "the guest did not reboot"; return 1; }
+    vm_boot || { fail "boot after the full reboot"; return 1; }
+    [ "$boot_id" != "$boot_before" ] || fail "same boot id"
+    wait_serving 180 || { fail "agent not serving after the full reboot"; return 1; }
+    timing "full: request to serving (host clock, QEMU restarted by the test)" $((SECONDS - t0))
+    expect "Succeeded after the full reboot" "$(wait_phase vm-full 'PHASE_SUCCEEDED|PHASE_FAILED' 180)" '^PHASE_SUCCEEDED$'
+    expect "/proc/cmdline has both arguments" "$(gx 'cat /proc/cmdline')" 'inplaced\.kexec=1.*inplaced\.full=1|inplaced\.full=1.*inplaced\.kexec=1'
+    expect "method full" "$(reboot_json vm-full method)" '^REBOOT_METHOD_FULL$'
+    secs=$(reboot_json vm-full seconds) uptime=$(reboot_json vm-full kernelUptimeSeconds)
+    timing "full: request to agent start (RebootReport.seconds)" "$secs"
+    timing "full: kernel age at agent start (RebootReport.kernel_uptime_seconds)" "$uptime"
+    say "reboot time, kexec vs full (agent's report): $kexec_secs s vs $secs s"
+}

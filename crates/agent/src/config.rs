@@ -2,6 +2,8 @@
 //! default).
 //!
 //! ```toml
+//! reboot_method = "full"    # full | kexec | auto (see RebootMethod)
+//!
 //! [kubelet]
 //! config_path = "/var/lib/kubelet/config.yaml"
 //! flags_path = "/var/lib/kubelet/kubeadm-flags.env"
@@ -407,10 +409,43 @@ impl PolicyConfig {
     }
 }
 
+/// How the agent reboots the node (`reboot_method`; a request's
+/// `ApplyRequest.reboot_method` wins). What runs is in `apply::reboot_method`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebootMethod {
+    /// `systemctl reboot`: firmware, boot loader, its default entry (the default: some
+    /// hardware does not come back from kexec: a NIC or GPU that needs its firmware's
+    /// reset, a BMC watchdog that expects POST).
+    #[default]
+    Full,
+    /// kexec of the installed kernel and initrd with the new command line (`kexec -s -l`,
+    /// `systemctl kexec`): no firmware, no boot loader; the next cold boot uses the boot
+    /// loader's default. A kexec that can not be loaded fails the reboot request.
+    Kexec,
+    /// kexec where the kernel permits it (`/proc/sys/kernel/kexec_load_disabled` 0,
+    /// `/sys/kernel/security/lockdown` none, the kernel image and `kexec` present, the
+    /// image loads), else a full reboot.
+    Auto,
+}
+
+impl RebootMethod {
+    /// The wire form.
+    pub fn to_pb(self) -> inplace_wire::pb::RebootMethod {
+        match self {
+            RebootMethod::Full => inplace_wire::pb::RebootMethod::Full,
+            RebootMethod::Kexec => inplace_wire::pb::RebootMethod::Kexec,
+            RebootMethod::Auto => inplace_wire::pb::RebootMethod::Auto,
+        }
+    }
+}
+
 /// The whole agent config.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// How the agent reboots for an operation (top-level `reboot_method`).
+    pub reboot_method: RebootMethod,
     /// Kubelet settings.
     pub kubelet: KubeletConfig,
     /// Sysctl settings.
@@ -561,6 +596,23 @@ mod tests {
             .refuses("/etc/inplaced/node.d/10-x.yaml")
             .unwrap();
         assert!(why.contains("\"/etc/inplaced\""), "{why}");
+    }
+
+    #[test]
+    fn reboot_method_is_full_unless_set() {
+        assert_eq!(Config::default().reboot_method, RebootMethod::Full);
+        for (text, m) in [
+            ("full", RebootMethod::Full),
+            ("kexec", RebootMethod::Kexec),
+            ("auto", RebootMethod::Auto),
+        ] {
+            let c = Config::parse(&format!("reboot_method = \"{text}\"\n"), "t").unwrap();
+            assert_eq!(c.reboot_method, m);
+        }
+        let e = Config::parse("reboot_method = \"warm\"\n", "/etc/inplaced/config.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reboot_method") && e.contains("kexec"), "{e}");
     }
 
     #[test]

@@ -215,6 +215,12 @@ mod tests {
         ) -> Result<Response<pb::Operation>, Status> {
             unimplemented()
         }
+        async fn confirm(
+            &self,
+            _: Request<pb::ConfirmRequest>,
+        ) -> Result<Response<pb::Operation>, Status> {
+            unimplemented()
+        }
         async fn get_status(
             &self,
             _: Request<pb::GetStatusRequest>,

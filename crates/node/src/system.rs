@@ -80,10 +80,53 @@ pub fn http_health(url: &str, timeout: std::time::Duration) -> Result<(), String
     })
 }
 
-/// Reboots the node.
+/// A kernel for a kexec reboot: paths as the host sees them (the agent passes node paths
+/// under its `--root`), and the whole command line the new kernel gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KexecImage {
+    /// The kernel image (`/boot/vmlinuz-6.1.0-28-amd64`).
+    pub kernel: String,
+    /// The initrd, when the kernel has one (`/boot/initrd.img-6.1.0-28-amd64`).
+    pub initrd: Option<String>,
+    /// The command line, as `/proc/cmdline` will show it.
+    pub cmdline: String,
+}
+
+/// Reboots the node: a full reboot, or a kexec into a loaded kernel.
+///
+/// kexec goes through kexec-tools and systemd rather than the raw syscalls: `kexec -s -l`
+/// is `kexec_file_load(2)` (the kernel reads and, under lockdown or with
+/// `CONFIG_KEXEC_SIG`, verifies the image itself; the older `kexec_load(2)` is what
+/// lockdown forbids; run by PID 1 with `systemd-run`, as the agent's unit has no
+/// `CAP_SYS_BOOT`), and `systemctl kexec` stops the units and unmounts the file systems
+/// as `systemctl reboot` does before the kernel jumps (`reboot(LINUX_REBOOT_CMD_KEXEC)`
+/// straight from the agent would skip that orderly shutdown). See kexec(8),
+/// kexec_file_load(2) and systemctl(1) `kexec`.
 pub trait Rebooter: Send + Sync + std::fmt::Debug {
     /// Requests a reboot; `reason` is logged by the system.
     fn reboot(&self, reason: &str) -> Result<(), SystemError>;
+    /// Loads `image` for the next kexec (`kexec -s -l KERNEL --initrd=INITRD
+    /// --command-line=CMDLINE`). Errors carry kexec's output (a refused signature, a
+    /// kernel built without `CONFIG_KEXEC_FILE`, `kexec_load_disabled`).
+    fn kexec_load(&self, image: &KexecImage) -> Result<(), SystemError>;
+    /// Reboots into the loaded kernel without firmware (`systemctl kexec`); `reason` is
+    /// logged.
+    fn kexec(&self, reason: &str) -> Result<(), SystemError>;
+}
+
+/// The argv of `kexec -s -l` for `image` (kexec-tools; `-s` is `kexec_file_load`).
+pub fn kexec_load_argv(image: &KexecImage) -> Vec<String> {
+    let mut argv = vec![
+        "kexec".to_string(),
+        "-s".into(),
+        "-l".into(),
+        image.kernel.clone(),
+    ];
+    if let Some(i) = &image.initrd {
+        argv.push(format!("--initrd={i}"));
+    }
+    argv.push(format!("--command-line={}", image.cmdline));
+    argv
 }
 
 /// Runs host commands such as `update-grub`.
@@ -185,6 +228,28 @@ impl Rebooter for Systemd {
     fn reboot(&self, reason: &str) -> Result<(), SystemError> {
         tracing::warn!(reason, "rebooting");
         run_command(&["systemctl".into(), "reboot".into()]).map(|_| ())
+    }
+    /// Runs `kexec -s -l` as a transient unit of PID 1 (`systemd-run --wait --pipe`): the
+    /// agent's unit keeps `CAP_SYS_BOOT` out of its bounding set (its reboots go through
+    /// PID 1 too), and `kexec_file_load(2)` needs it.
+    fn kexec_load(&self, image: &KexecImage) -> Result<(), SystemError> {
+        let mut argv: Vec<String> = [
+            "systemd-run",
+            "--quiet",
+            "--wait",
+            "--pipe",
+            "--collect",
+            "--description=inplaced: kexec load",
+            "--",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend(kexec_load_argv(image));
+        run_command(&argv).map(|_| ())
+    }
+    fn kexec(&self, reason: &str) -> Result<(), SystemError> {
+        tracing::warn!(reason, "rebooting with kexec");
+        run_command(&["systemctl".into(), "kexec".into()]).map(|_| ())
     }
 }
 
@@ -321,6 +386,17 @@ impl Rebooter for Recorder {
     fn reboot(&self, reason: &str) -> Result<(), SystemError> {
         self.record(format!("reboot {reason}"))
     }
+    /// Recorded as `kexec-load <kexec -s -l argv after "kexec">`; fails like any request
+    /// with `INPLACED_RECORD_FAIL="kexec-load"` (a kernel that refuses the image).
+    fn kexec_load(&self, image: &KexecImage) -> Result<(), SystemError> {
+        self.record(format!(
+            "kexec-load {}",
+            kexec_load_argv(image)[1..].join(" ")
+        ))
+    }
+    fn kexec(&self, reason: &str) -> Result<(), SystemError> {
+        self.record(format!("kexec {reason}"))
+    }
 }
 
 impl CommandRunner for Recorder {
@@ -359,6 +435,25 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(d.path().join("actions.log")).unwrap(),
             "restart kubelet.service\nrun update-grub\n"
+        );
+    }
+
+    #[test]
+    fn kexec_is_recorded_as_kexec_tools_would_be_called() {
+        let r = Recorder::default().failing(["kexec-load".to_string()]);
+        let image = KexecImage {
+            kernel: "/boot/vmlinuz-6.1.0-28-amd64".into(),
+            initrd: Some("/boot/initrd.img-6.1.0-28-amd64".into()),
+            cmdline: "root=UUID=1 ro quiet".into(),
+        };
+        assert!(r.kexec_load(&image).is_err());
+        r.kexec("op x").unwrap();
+        assert_eq!(
+            r.calls(),
+            vec![
+                "kexec-load -s -l /boot/vmlinuz-6.1.0-28-amd64 --initrd=/boot/initrd.img-6.1.0-28-amd64 --command-line=root=UUID=1 ro quiet",
+                "kexec op x"
+            ]
         );
     }
 

@@ -7,8 +7,17 @@
 //! Validating → Staging → Committing → Acting → Verifying ─┬→ Succeeded
 //!                                                         ├→ RebootRequired ⇄ Rebooting
 //!                                                         │        └──────────┴→ VerifyingAfterBoot → Succeeded | Failed | RolledBack (a failed trial boot)
+//!                                                         ├→ AwaitingConfirmation → Succeeded | RolledBack | Failed
 //!                                                         └→ Failed | RolledBack
 //! ```
+//!
+//! `AwaitingConfirmation` is a timed try's wait (`ApplyRequest.try_seconds`, after
+//! Talos's `apply-config --mode try`): applied and verified, committed, and reverted
+//! unless confirmed by its deadline. It is a phase of its own, not a `Succeeded` with a
+//! flag, because it is settled but not terminal, like `RebootRequired`: the operation's
+//! thread has ended, the agent's start must leave it waiting (never call it
+//! interrupted), and it still moves on: `Succeeded` (confirmed), `RolledBack` (not
+//! confirmed in time, reverted) or `Failed` (the revert failed).
 //!
 //! Any phase before the commit may also end `Failed` (staging fails, or an agent stop
 //! interrupts it before its journal is complete, or its journal does not verify) or
@@ -49,6 +58,7 @@ pub fn name(p: Phase) -> String {
         Phase::Succeeded => "Succeeded",
         Phase::Failed => "Failed",
         Phase::RolledBack => "RolledBack",
+        Phase::AwaitingConfirmation => "AwaitingConfirmation",
     }
     .to_string()
 }
@@ -62,6 +72,7 @@ pub fn is_settled(phase: i32) -> bool {
             | Phase::RolledBack
             | Phase::RebootRequired
             | Phase::Rebooting
+            | Phase::AwaitingConfirmation
     )
 }
 
@@ -96,6 +107,7 @@ pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
             Phase::RebootRequired,
             Phase::Rebooting,
             Phase::RolledBack,
+            Phase::AwaitingConfirmation,
         ],
     ),
     (
@@ -121,15 +133,22 @@ pub const TRANSITIONS: &[(Phase, &[Phase])] = &[
         // configuration is reverted (issue 26)
         &[Phase::Succeeded, Phase::Failed, Phase::RolledBack],
     ),
+    (
+        Phase::AwaitingConfirmation,
+        // confirmed; not confirmed in time and reverted; the revert failed
+        &[Phase::Succeeded, Phase::RolledBack, Phase::Failed],
+    ),
 ];
 
 /// The phases the journal of an interrupted operation settles it into at start, from
 /// whatever phase its file said: rolled forward past the commit point, the phase the
-/// journal recorded (`Succeeded` or `RebootRequired`); rolled back, `RolledBack`; an
+/// journal recorded (`Succeeded`, `RebootRequired`, or a timed try's
+/// `AwaitingConfirmation`); rolled back, `RolledBack`; an
 /// incomplete or damaged journal, `Failed`.
 pub const FROM_JOURNAL: &[Phase] = &[
     Phase::Succeeded,
     Phase::RebootRequired,
+    Phase::AwaitingConfirmation,
     Phase::Failed,
     Phase::RolledBack,
 ];
@@ -158,6 +177,7 @@ pub const ALL: &[Phase] = &[
     Phase::Succeeded,
     Phase::Failed,
     Phase::RolledBack,
+    Phase::AwaitingConfirmation,
 ];
 
 #[cfg(test)]
@@ -197,6 +217,14 @@ mod tests {
         no(Phase::Acting, Phase::RebootRequired);
         no(Phase::RebootRequired, Phase::Succeeded);
         no(Phase::RebootRequired, Phase::RolledBack);
+        // a timed try: waits, then confirmed, reverted, or its revert failed
+        ok(Phase::Verifying, Phase::AwaitingConfirmation);
+        ok(Phase::AwaitingConfirmation, Phase::Succeeded);
+        ok(Phase::AwaitingConfirmation, Phase::RolledBack);
+        ok(Phase::AwaitingConfirmation, Phase::Failed);
+        no(Phase::Acting, Phase::AwaitingConfirmation);
+        no(Phase::AwaitingConfirmation, Phase::RebootRequired);
+        no(Phase::AwaitingConfirmation, Phase::Verifying);
         // terminal phases go nowhere
         for f in [Phase::Succeeded, Phase::Failed, Phase::RolledBack] {
             for t in ALL {
@@ -216,8 +244,11 @@ mod tests {
             let leaves = ALL.iter().any(|t| allowed(*p, *t));
             assert_eq!(is_terminal(*p as i32), !leaves && *p != Phase::Unspecified);
             if is_settled(*p as i32) && !is_terminal(*p as i32) {
-                // settled but not terminal: waits for a reboot
-                assert!(matches!(p, Phase::RebootRequired | Phase::Rebooting));
+                // settled but not terminal: waits for a reboot or a confirmation
+                assert!(matches!(
+                    p,
+                    Phase::RebootRequired | Phase::Rebooting | Phase::AwaitingConfirmation
+                ));
             }
         }
     }

@@ -87,6 +87,7 @@ impl Agent {
     /// whole applied set of kernel arguments, whatever operation staged them. True once
     /// settled (the caller saves it).
     fn after_boot(&self, op: &mut Op, boot_id: &str) -> bool {
+        self.reboot_finished(op, boot_id);
         if let Some((backend, trial)) = self.pending_trial() {
             return self.end_trial(op, boot_id, backend.as_ref(), &trial);
         }
@@ -196,11 +197,16 @@ impl Agent {
             op
         };
         let mut op = Op::read_back(op);
+        self.prepare_reboot(&mut op).map_err(|e| {
+            super::AgentError::Precondition(format!(
+                "the reboot for operation {id:?} was not requested: {e}"
+            ))
+        })?;
         op.push_action("requested reboot");
         let next = op.state().rebooting(&self.boot_id());
         self.publish(&mut op, next, "rebooting; verified after boot")
             .map_err(|e| super::AgentError::Internal(e.to_string()))?;
-        if let Err(e) = self.rebooter.reboot(&format!("inplaced operation {id}")) {
+        if let Err(e) = self.request_reboot(&op) {
             let next = op.state().reboot_required("");
             let _ = self.publish(
                 &mut op,

@@ -94,6 +94,7 @@ impl Agent {
             operation_id: id.clone(),
             reboot_policy: RebootPolicy::CallerHandles as i32,
             dry_run: false,
+            ..Default::default()
         };
         match self.apply_leaving(req, leave) {
             Ok(op) => {

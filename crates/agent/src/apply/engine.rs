@@ -137,6 +137,8 @@ impl Agent {
         if inner.running.as_deref() == Some(op.id()) {
             inner.running = None;
         }
+        drop(inner);
+        self.try_settled(&op);
     }
 
     /// The state machine: enter a phase (persist and publish it), run its transition,
@@ -427,6 +429,8 @@ impl Agent {
         let needs_reboot = steps.reboot || check.steps.reboot;
         let final_phase = if needs_reboot {
             Phase::RebootRequired
+        } else if super::try_window::is_try(run.op.wire()) {
+            Phase::AwaitingConfirmation
         } else {
             Phase::Succeeded
         };
@@ -477,6 +481,12 @@ impl Agent {
     /// (Rebooting when the agent handles it) in the boot it was applied in.
     fn settle(&self, run: &mut Run<'_>, needs_reboot: bool) -> Step {
         let op = &run.op;
+        if !needs_reboot && super::try_window::is_try(op.wire()) {
+            return Step::to(
+                op.state().awaiting_confirmation(),
+                super::try_window::waiting_message(op.wire()),
+            );
+        }
         if !needs_reboot {
             return Step::to(
                 op.state().verified(),
@@ -487,7 +497,14 @@ impl Agent {
         let policy =
             RebootPolicy::try_from(op.wire().reboot_policy).unwrap_or(RebootPolicy::CallerHandles);
         if policy == RebootPolicy::AgentHandles {
-            let next = op.state().rebooting(boot_id);
+            let boot_id = boot_id.clone();
+            if let Err(e) = self.prepare_reboot(run.op) {
+                return Step::to(
+                    run.op.state().reboot_required(&boot_id),
+                    format!("changes staged; the reboot request failed ({e}): reboot the node"),
+                );
+            }
+            let next = run.op.state().rebooting(&boot_id);
             run.op.push_action("requested reboot");
             return Step::to(next, "rebooting to boot with the new kernel arguments");
         }
@@ -502,10 +519,7 @@ impl Agent {
 
     /// Rebooting → (the reboot) | RebootRequired when the request fails.
     fn rebooting(&self, run: &mut Run<'_>) -> Option<Step> {
-        let e = self
-            .rebooter
-            .reboot(&format!("inplaced operation {}", run.op.id()))
-            .err()?;
+        let e = self.request_reboot(run.op).err()?;
         Some(Step::to(
             run.op.state().reboot_required(&run.op.wire().boot_id),
             format!("changes staged; the reboot request failed ({e}): reboot the node"),

@@ -33,6 +33,9 @@
 //! | [`OpState::interrupted`]         | in flight (read back at start)        | Failed                           |
 //! | [`OpState::settled_by_journal`]  | any (its journal is the truth)        | one of [`phase::FROM_JOURNAL`]   |
 //! | [`OpState::stay`]                | in flight                             | the same (a new message)         |
+//! | [`OpState::awaiting_confirmation`] | Verifying (a timed try)             | AwaitingConfirmation             |
+//! | [`OpState::confirmed`]           | AwaitingConfirmation                  | Succeeded                        |
+//! | [`OpState::expired`]             | AwaitingConfirmation                  | RolledBack or Failed (reverting failed) |
 //!
 //! What the agent does at start with an operation read back is
 //! [`OpState::at_start`].
@@ -101,6 +104,9 @@ pub(crate) enum OpState {
     Failed,
     /// Ended with every completed step undone.
     RolledBack,
+    /// A timed try, committed, waiting for its confirmation until the deadline on its
+    /// wire form (`try_deadline`; see `apply::try_window`).
+    AwaitingConfirmation,
     /// Read back from `operations/` in a phase whose data lived only in memory (the agent
     /// stopped in the middle of it), or in an unknown phase (`Unspecified`): it can only
     /// be settled, as interrupted or from its journal.
@@ -158,6 +164,7 @@ impl OpState {
             OpState::Succeeded => Phase::Succeeded,
             OpState::Failed => Phase::Failed,
             OpState::RolledBack => Phase::RolledBack,
+            OpState::AwaitingConfirmation => Phase::AwaitingConfirmation,
             OpState::Stopped(p) => *p,
         }
     }
@@ -175,6 +182,7 @@ impl OpState {
             Phase::Succeeded => OpState::Succeeded,
             Phase::Failed => OpState::Failed,
             Phase::RolledBack => OpState::RolledBack,
+            Phase::AwaitingConfirmation => OpState::AwaitingConfirmation,
             p => OpState::Stopped(p),
         }
     }
@@ -375,10 +383,32 @@ impl OpState {
             Phase::RebootRequired => OpState::RebootRequired {
                 awaited: boot_id.to_string(),
             },
+            Phase::AwaitingConfirmation => OpState::AwaitingConfirmation,
             to => return Err(IllegalTransition { from, to }),
         };
         debug_assert!(phase::FROM_JOURNAL.contains(&to.phase()));
         Ok(Next { from, to })
+    }
+
+    /// Verifying → AwaitingConfirmation: a timed try is verified and committed.
+    pub(crate) fn awaiting_confirmation(&self) -> Result<Next, IllegalTransition> {
+        self.to(&[Phase::Verifying], OpState::AwaitingConfirmation)
+    }
+
+    /// AwaitingConfirmation → Succeeded: the try was confirmed in time.
+    pub(crate) fn confirmed(&self) -> Result<Next, IllegalTransition> {
+        self.to(&[Phase::AwaitingConfirmation], OpState::Succeeded)
+    }
+
+    /// AwaitingConfirmation → RolledBack (not confirmed in time; `reverted`) | Failed
+    /// (reverting it failed).
+    pub(crate) fn expired(&self, reverted: bool) -> Result<Next, IllegalTransition> {
+        let to = if reverted {
+            OpState::RolledBack
+        } else {
+            OpState::Failed
+        };
+        self.to(&[Phase::AwaitingConfirmation], to)
     }
 
     /// The same state again with a new message (a step of a long phase), while in flight.
@@ -444,6 +474,12 @@ impl Op {
     /// Appends an action.
     pub(crate) fn push_action(&mut self, action: impl Into<String>) {
         self.wire.actions.push(action.into());
+    }
+
+    /// Records the reboot asked for (`apply::reboot_method`): the method, why, and later
+    /// its time. Not a phase: the phase changes only with [`Op::enter`].
+    pub(crate) fn set_reboot(&mut self, report: pb::RebootReport) {
+        self.wire.reboot = Some(report);
     }
 
     /// Enters `next` at `at` with `message`: the only place an operation's phase changes.

@@ -51,8 +51,10 @@ mod engine;
 mod journal;
 mod machine;
 mod own_problems;
+mod reboot_method;
 mod rollback;
 mod status;
+mod try_window;
 pub(crate) mod watch;
 
 use std::collections::{HashMap, VecDeque};
@@ -104,6 +106,9 @@ pub enum AgentError {
     /// Another operation runs (ABORTED).
     #[error("operation {0:?} is running; wait for it to finish (inplacectl watch {0})")]
     Busy(String),
+    /// Another operation holds the node in another way (ABORTED): a timed try waits.
+    #[error("{0}")]
+    Aborted(String),
     /// Same id, different spec (ALREADY_EXISTS).
     #[error(
         "operation {id:?} already exists for spec {existing}, this request has spec {requested}; use a new operation id"
@@ -249,6 +254,8 @@ pub(crate) struct Agent {
     /// stamp: asked again only when either changes.
     kubelet_version: Mutex<Option<((String, inplace_node::sysroot::Stamp), String)>>,
     inner: Mutex<Inner>,
+    /// The timed tries waiting in this run ([`try_window`]).
+    tries: try_window::Tries,
 }
 
 fn now() -> pbjson_types::Timestamp {
@@ -274,6 +281,10 @@ struct Request {
     dry_run: bool,
     /// A dry run's diff view ([`pb::ApplyRequest::diff`]).
     diff: Option<pb::DiffOptions>,
+    /// The reboot method (the request's, else the config's).
+    method: pb::RebootMethod,
+    /// A timed try's window, seconds (0: not a try).
+    try_seconds: u32,
 }
 
 /// Refuses a plan that is not fully covered: PERMISSION_DENIED when the policy refuses
@@ -346,6 +357,7 @@ impl Agent {
             drift_lock: Mutex::new(()),
             kubelet_version: Mutex::new(None),
             inner: Mutex::new(Inner::default()),
+            tries: try_window::Tries::default(),
         });
         agent.recover_journals();
         // the state as the journals left it: the record a roll-forward installed
@@ -360,6 +372,7 @@ impl Agent {
         if let Err(e) = agent.recover() {
             agent.problem(format!("settling the operations of the previous run: {e}"));
         }
+        agent.resume_tries();
         Ok(agent)
     }
 
@@ -581,6 +594,7 @@ impl Agent {
             return self.dry_run(r);
         }
         self.check_available()?;
+        self.check_no_try_waits(&r.id)?;
         // claim the single operation slot, then plan without holding the lock
         if let Some(existing) = self.claim(&r)? {
             return Ok(existing);
@@ -594,6 +608,9 @@ impl Agent {
         };
         let plan = self.plan_for(&r.spec, r.opts.clone()).map_err(release)?;
         refuse_uncovered(&plan).map_err(release)?;
+        if r.try_seconds > 0 {
+            self.prepare_try(&r.id, &plan).map_err(release)?;
+        }
         self.supersede_waiting(&r.id);
         let t = now();
         let op = Op::new(pb::Operation {
@@ -608,6 +625,12 @@ impl Agent {
             actions: vec![],
             boot_id: self.boot_id(),
             dry_run: false,
+            reboot_method: r.method as i32,
+            try_seconds: r.try_seconds,
+            try_deadline: (r.try_seconds > 0).then(|| pbjson_types::Timestamp {
+                seconds: t.seconds + i64::from(r.try_seconds),
+                nanos: t.nanos,
+            }),
             ..Default::default()
         });
         // one journal line per change, so `journalctl OPERATION=<id> ITEM=<change id>`
@@ -658,7 +681,16 @@ impl Agent {
         }
         let mut opts = self.options(policy);
         opts.leave_files = leave;
+        try_window::check_try_seconds(req.try_seconds).map_err(AgentError::InvalidRequest)?;
+        let method = match pb::RebootMethod::try_from(req.reboot_method)
+            .unwrap_or(pb::RebootMethod::Unspecified)
+        {
+            pb::RebootMethod::Unspecified => self.config.reboot_method.to_pb(),
+            m => m,
+        };
         Ok(Request {
+            method,
+            try_seconds: req.try_seconds,
             id,
             hash: spec.hash(),
             spec_pb: prost::Message::encode_to_vec(&desired),
@@ -704,6 +736,9 @@ impl Agent {
             boot_id: self.boot_id(),
             dry_run: true,
             diffs,
+            reboot_method: r.method as i32,
+            try_seconds: r.try_seconds,
+            ..Default::default()
         })
     }
 

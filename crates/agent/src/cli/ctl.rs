@@ -33,6 +33,60 @@ pub enum Policy {
     Forbidden,
 }
 
+/// How the node reboots for an apply (`--reboot-method`; unset: the agent config's
+/// `reboot_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    /// `systemctl reboot`: firmware, boot loader, its default entry.
+    Full,
+    /// kexec into the installed kernel with the new command line: no firmware; the
+    /// next cold boot uses the boot loader's default.
+    Kexec,
+    /// kexec where the kernel permits it, else a full reboot.
+    Auto,
+}
+
+/// A try window: seconds (`90`), or a number with a unit, `s`, `m` or `h`, in
+/// descending order (`90s`, `5m`, `1h30m`); 1 s to 24 h.
+fn try_duration(s: &str) -> Result<u32, String> {
+    let bad = || {
+        format!(
+            "{s:?} is not a duration: give seconds (90) or a number with s, m or h (90s, 5m, 1h30m)"
+        )
+    };
+    let mut total: u64 = 0;
+    let mut num = String::new();
+    let mut last_unit = u64::MAX;
+    for c in s.trim().chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit = match c {
+            'h' => 3600,
+            'm' => 60,
+            's' => 1,
+            _ => return Err(bad()),
+        };
+        if num.is_empty() || unit >= last_unit {
+            return Err(bad());
+        }
+        total += num.parse::<u64>().map_err(|_| bad())? * unit;
+        last_unit = unit;
+        num.clear();
+    }
+    if !num.is_empty() {
+        if last_unit != u64::MAX {
+            return Err(bad());
+        }
+        total = num.parse().map_err(|_| bad())?;
+    }
+    if total == 0 || total > 86_400 {
+        return Err(format!("{s:?}: a try window is 1 s to 24 h"));
+    }
+    Ok(total as u32)
+}
+
 /// The diff view of `coverage` and `apply --dry-run`.
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub struct DiffArgs {
@@ -60,7 +114,7 @@ impl DiffArgs {
 #[command(
     name = "inplacectl",
     version,
-    about = "Local client of the inplaced node agent: coverage, apply, status, history, reboot"
+    about = "Local client of the inplaced node agent: coverage, apply, confirm, status, history, reboot"
 )]
 pub struct Args {
     /// The agent's Unix socket.
@@ -134,9 +188,28 @@ pub enum Command {
         /// Who reboots when a change needs it.
         #[arg(long, value_enum, default_value_t = Policy::Caller)]
         reboot_policy: Policy,
+        /// How the node reboots when a change needs it (default: the agent config's
+        /// reboot_method).
+        #[arg(long, value_enum)]
+        reboot_method: Option<Method>,
+        /// A timed try (as Talos's `apply-config --mode try`): apply, then revert to the
+        /// spec applied before unless `inplacectl confirm ID` comes within DURATION
+        /// (90, 90s, 5m, 1h30m; at most 24h), counted from the start of the operation.
+        /// Only for live changes (a spec that needs a reboot is refused); survives an
+        /// agent restart; other applies are refused while it waits.
+        #[arg(long = "try", value_name = "DURATION", value_parser = try_duration)]
+        try_window: Option<u32>,
         /// The diff view (--diff, --show-content).
         #[command(flatten)]
         diff: DiffArgs,
+    },
+    /// Confirms a timed try (apply --try) before its deadline: its changes stay.
+    /// Refused for an unknown operation, one that is not a try, and one whose deadline
+    /// passed (it is reverted).
+    Confirm {
+        /// Operation id of the try.
+        #[arg(value_parser = operation_id)]
+        id: String,
     },
     /// Follows an operation until it settles.
     Watch {
@@ -336,14 +409,29 @@ async fn coverage(
 
 /// `apply`: sends the request (refusing `--diff` without `--dry-run` before it is sent)
 /// and returns the operation the agent started.
-async fn apply(
-    client: &mut Client,
-    desired: Option<pb::NodeSpec>,
+/// What an apply asks beyond the spec.
+struct ApplyArgs<'a> {
     id: Option<String>,
     dry_run: bool,
     reboot_policy: Policy,
-    diff: &DiffArgs,
+    reboot_method: Option<Method>,
+    try_window: Option<u32>,
+    diff: &'a DiffArgs,
+}
+
+async fn apply(
+    client: &mut Client,
+    desired: Option<pb::NodeSpec>,
+    a: ApplyArgs<'_>,
 ) -> anyhow::Result<pb::Operation> {
+    let ApplyArgs {
+        id,
+        dry_run,
+        reboot_policy,
+        reboot_method,
+        try_window,
+        diff,
+    } = a;
     if diff.diff && !dry_run {
         return Err(inplace_wire::names::SpecError::new(
             "--diff",
@@ -359,6 +447,13 @@ async fn apply(
             reboot_policy: policy as i32,
             dry_run,
             diff: diff.options(),
+            reboot_method: match reboot_method {
+                None => pb::RebootMethod::Unspecified,
+                Some(Method::Full) => pb::RebootMethod::Full,
+                Some(Method::Kexec) => pb::RebootMethod::Kexec,
+                Some(Method::Auto) => pb::RebootMethod::Auto,
+            } as i32,
+            try_seconds: try_window.unwrap_or(0),
         })
         .await?
         .into_inner())
@@ -391,10 +486,20 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             wait,
             dry_run,
             reboot_policy,
+            reboot_method,
+            try_window,
             diff,
             ..
         } => {
-            let op = apply(&mut client, spec, id, dry_run, reboot_policy, &diff).await?;
+            let a = ApplyArgs {
+                id,
+                dry_run,
+                reboot_policy,
+                reboot_method,
+                try_window,
+                diff: &diff,
+            };
+            let op = apply(&mut client, spec, a).await?;
             if wait && !dry_run {
                 return watch(&mut client, &op.id, json).await;
             }
@@ -418,6 +523,13 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .await?
                 .into_inner();
             show(json, &h, |h| render::history(&h.operations))?;
+        }
+        Command::Confirm { id } => {
+            let op = client
+                .confirm(pb::ConfirmRequest { operation_id: id })
+                .await?
+                .into_inner();
+            show(json, &op, render::operation)?;
         }
         Command::Reboot { id } => {
             let op = client
@@ -459,7 +571,10 @@ async fn watch(client: &mut Client, id: &str, json: bool) -> anyhow::Result<Exit
     }
     Ok(
         match Phase::try_from(op.phase).unwrap_or(Phase::Unspecified) {
-            Phase::Succeeded | Phase::RebootRequired | Phase::Rebooting => ExitCode::SUCCESS,
+            Phase::Succeeded
+            | Phase::RebootRequired
+            | Phase::Rebooting
+            | Phase::AwaitingConfirmation => ExitCode::SUCCESS,
             _ => ExitCode::FAILURE,
         },
     )
@@ -467,7 +582,19 @@ async fn watch(client: &mut Client, id: &str, json: bool) -> anyhow::Result<Exit
 
 #[cfg(test)]
 mod tests {
-    use super::host_of;
+    use super::{host_of, try_duration};
+
+    #[test]
+    fn try_durations() {
+        assert_eq!(try_duration("90"), Ok(90));
+        assert_eq!(try_duration("90s"), Ok(90));
+        assert_eq!(try_duration("5m"), Ok(300));
+        assert_eq!(try_duration("1h30m"), Ok(5400));
+        assert_eq!(try_duration("24h"), Ok(86_400));
+        for bad in ["", "0", "0s", "25h", "5x", "m", "30s5m", "5m30", "-5"] {
+            assert!(try_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn host_of_an_address() {

@@ -249,6 +249,21 @@ pub(crate) fn operation(op: &pb::Operation) -> String {
     );
     let _ = writeln!(out, "message:         {}", esc(&op.message));
     let _ = writeln!(out, "spec:            {}", esc(&op.spec_hash));
+    if op.try_seconds > 0 {
+        let deadline = op
+            .try_deadline
+            .map(|t| format_time(t.seconds))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "try:             {} s, confirm by {deadline} (inplacectl confirm {})",
+            op.try_seconds,
+            esc(&op.id)
+        );
+    }
+    if let Some(r) = &op.reboot {
+        out.push_str(&reboot(r));
+    }
     if !op.changes.is_empty() {
         out.push('\n');
         out.push_str(&changes(&op.changes));
@@ -259,6 +274,30 @@ pub(crate) fn operation(op: &pb::Operation) -> String {
         for a in &op.actions {
             let _ = writeln!(out, "  - {}", esc(a));
         }
+    }
+    out
+}
+
+/// The reboot of an operation: the method that ran, why, and its time once booted.
+fn reboot(r: &pb::RebootReport) -> String {
+    let method = match pb::RebootMethod::try_from(r.method) {
+        Ok(pb::RebootMethod::Kexec) => "kexec",
+        Ok(pb::RebootMethod::Full) => "full",
+        _ => "unknown",
+    };
+    let mut out = format!("reboot:          {method} ({})\n", esc(&r.reason));
+    if !r.to_boot_id.is_empty() {
+        let _ = writeln!(
+            out,
+            "reboot time:     {:.1} s from the request to the agent's start ({:.1} s of it after the kernel started); boot id {} -> {}",
+            r.seconds,
+            r.kernel_uptime_seconds,
+            esc(&r.from_boot_id),
+            esc(&r.to_boot_id)
+        );
+    }
+    if !r.command_line.is_empty() {
+        let _ = writeln!(out, "kexec cmdline:   {}", esc(&r.command_line));
     }
     out
 }

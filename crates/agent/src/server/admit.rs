@@ -8,7 +8,7 @@
 //! layer on the gRPC servers, where the connection's peer identity is already known) and,
 //! for each call:
 //!
-//! 1. checks the caller's role ([`super::role_in`]): `Apply` and `Reboot` need the admin
+//! 1. checks the caller's role ([`super::role_in`]): `Apply`, `Reboot` and `Confirm` need the admin
 //!    role, the others the reader role; a refused caller gets `PERMISSION_DENIED` and not
 //!    a byte of its message is read;
 //! 2. reads the gRPC frame header (5 bytes: compression flag, length) and reserves the
@@ -73,7 +73,7 @@ fn method(path: &str) -> Option<(Role, bool)> {
     let m = path.strip_prefix("/inplace.v1.NodeAgent/")?;
     Some(match m {
         "Apply" => (Role::Admin, true),
-        "Reboot" => (Role::Admin, false),
+        "Reboot" | "Confirm" => (Role::Admin, false),
         "GetCoverage" | "Inspect" => (Role::Reader, true),
         _ => (Role::Reader, false),
     })
@@ -265,6 +265,10 @@ mod tests {
         );
         assert_eq!(
             method("/inplace.v1.NodeAgent/Reboot"),
+            Some((Role::Admin, false))
+        );
+        assert_eq!(
+            method("/inplace.v1.NodeAgent/Confirm"),
             Some((Role::Admin, false))
         );
         assert_eq!(

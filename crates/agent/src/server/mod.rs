@@ -34,7 +34,7 @@ impl From<AgentError> for Status {
             AgentError::NotCovered(_) | AgentError::Precondition(_) => {
                 Status::failed_precondition(msg)
             }
-            AgentError::Busy(_) => Status::aborted(msg),
+            AgentError::Busy(_) | AgentError::Aborted(_) => Status::aborted(msg),
             AgentError::PermissionDenied(_) => Status::permission_denied(msg),
             AgentError::AlreadyExists { .. } => Status::already_exists(msg),
             AgentError::NotFound(_) => Status::not_found(msg),
@@ -431,6 +431,19 @@ impl NodeAgent for Service {
         let id = req.into_inner().operation_id;
         shown
             .result(blocking(move || a.reboot(&id)).await)
+            .map(|op| Response::new(shown.operation(op)))
+    }
+
+    /// Confirms a timed try; the same authorization as `Apply` (admin).
+    async fn confirm(
+        &self,
+        req: Request<pb::ConfirmRequest>,
+    ) -> Result<Response<pb::Operation>, Status> {
+        let shown = self.authorize(&req, Role::Admin)?;
+        let a = self.agent.clone();
+        let id = req.into_inner().operation_id;
+        shown
+            .result(blocking(move || a.confirm(&id)).await)
             .map(|op| Response::new(shown.operation(op)))
     }
 

@@ -39,6 +39,7 @@ mod operations;
 mod record;
 #[cfg(test)]
 mod tests;
+mod tries;
 
 use inplace_node::sysroot::{Durability, Sysroot, SysrootError};
 use inplace_wire::pb;

@@ -399,6 +399,7 @@ impl Extension {
             reboot_policy: eff.reboot_policy as i32,
             dry_run: false,
             diff: None,
+            ..Default::default()
         };
         match call(eff.agent_timeout, "apply", c.apply(req)).await {
             Ok(op) => Ok(op),

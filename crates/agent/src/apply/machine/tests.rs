@@ -67,6 +67,7 @@ fn sample(p: Phase) -> OpState {
         Phase::Succeeded => OpState::Succeeded,
         Phase::Failed => OpState::Failed,
         Phase::RolledBack => OpState::RolledBack,
+        Phase::AwaitingConfirmation => OpState::AwaitingConfirmation,
         Phase::Unspecified => OpState::Stopped(Phase::Unspecified),
     }
 }
@@ -99,7 +100,42 @@ fn transitions(s: &OpState) -> Vec<(&'static str, Result<Next, IllegalTransition
         ("rolled_back", s.failed(Phase::RolledBack)),
         ("failed_into_succeeded", s.failed(Phase::Succeeded)),
         ("interrupted", s.interrupted()),
+        ("awaiting_confirmation", s.awaiting_confirmation()),
+        ("confirmed", s.confirmed()),
+        ("expired_reverted", s.expired(true)),
+        ("expired_revert_failed", s.expired(false)),
     ]
+}
+
+/// A timed try: Verifying → AwaitingConfirmation, then confirmed (Succeeded), or
+/// expired (RolledBack when reverted, Failed when the revert failed); read back at
+/// start it is left waiting, never interrupted.
+#[test]
+fn a_timed_try_waits_then_is_confirmed_or_expires() {
+    let waiting = |_: ()| {
+        let mut op = verifying();
+        go(
+            &mut op,
+            |s| s.awaiting_confirmation(),
+            "confirm within 60 s",
+        );
+        assert_eq!(op.wire().phase, Phase::AwaitingConfirmation as i32);
+        op
+    };
+    let mut op = waiting(());
+    assert_eq!(op.state().at_start("boot-b"), AtStart::Leave);
+    assert_eq!(OpState::of_wire(op.wire()), OpState::AwaitingConfirmation);
+    go(&mut op, |s| s.confirmed(), "confirmed");
+    assert_eq!(op.state(), &OpState::Succeeded);
+    let mut op = waiting(());
+    go(&mut op, |s| s.expired(true), "not confirmed");
+    assert_eq!(op.state(), &OpState::RolledBack);
+    let mut op = waiting(());
+    go(&mut op, |s| s.expired(false), "revert failed");
+    assert_eq!(op.state(), &OpState::Failed);
+    // only a waiting try is confirmed or expires
+    assert!(verifying().state().confirmed().is_err());
+    assert!(OpState::Succeeded.expired(true).is_err());
 }
 
 #[test]
