@@ -5,7 +5,9 @@
 //!   per subcommand (`inplacectl-apply.1.gz`, `inplacectl-validate.1.gz`, ...; gzip, as
 //!   Debian policy and RPM's brp-compress ship them);
 //! - `<dir>/completions/inplacectl.bash`, `inplaced.bash`, `_inplacectl` (zsh),
-//!   `inplacectl.fish`.
+//!   `inplacectl.fish`;
+//! - `<dir>/nodespec.schema.json`: the NodeSpec's JSON Schema
+//!   ([`inplace_wire::yaml::json_schema`]).
 //!
 //! `packaging/check.sh` runs it after the release build (into `target/assets`, where the
 //! package metadata in `Cargo.toml` picks the files up).
@@ -77,6 +79,13 @@ fn main() -> std::io::Result<()> {
     write("_inplacectl", Shell::Zsh, &mut ctl, "inplacectl")?;
     write("inplacectl.fish", Shell::Fish, &mut ctl, "inplacectl")?;
     write("inplaced.bash", Shell::Bash, &mut daemon, "inplaced")?;
-    println!("wrote man pages and completions to {}", dir.display());
+    // the NodeSpec's JSON Schema (docs/nodespec.schema.json is the same text; a test in
+    // tests/cli_validate.rs keeps them equal)
+    let schema = serde_json::to_string_pretty(&inplace_wire::yaml::json_schema())?;
+    std::fs::write(dir.join("nodespec.schema.json"), format!("{schema}\n"))?;
+    println!(
+        "wrote man pages, completions and nodespec.schema.json to {}",
+        dir.display()
+    );
     Ok(())
 }

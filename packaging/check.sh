@@ -157,6 +157,7 @@ expect "deb: unit under usr/lib/systemd/system/" "$deb_list" ' \./usr/lib/system
 expect "deb: tmpfiles.d entry" "$deb_list" ' \./usr/lib/tmpfiles\.d/inplaced\.conf$'
 expect "deb: etc/inplaced/config.toml" "$deb_list" '^-rw-r--r-- (root/root|0/0) .* \./etc/inplaced/config\.toml$'
 expect "deb: README" "$deb_list" ' \./usr/share/doc/inplaced/README\.md$'
+expect "deb: the NodeSpec JSON Schema" "$deb_list" ' \./usr/share/inplaced/nodespec\.schema\.json$'
 
 conffiles=$(dpkg-deb -I "$deb" conffiles 2>/dev/null || true)
 expect "deb: conffiles lists /etc/inplaced/config.toml" "$conffiles" '^/etc/inplaced/config\.toml$'

@@ -97,3 +97,25 @@ fn the_message_is_the_agents() {
     );
     node.stop();
 }
+
+#[test]
+fn the_shipped_json_schema_is_the_one_the_types_give() {
+    let shipped = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/nodespec.schema.json"),
+    )
+    .unwrap();
+    let generated = serde_json::to_string_pretty(&inplace_wire::yaml::json_schema()).unwrap();
+    assert_eq!(
+        shipped,
+        format!("{generated}\n"),
+        "docs/nodespec.schema.json is stale: cargo run --example gen-docs -- target/assets && cp target/assets/nodespec.schema.json docs/"
+    );
+    let v: serde_json::Value = serde_json::from_str(&shipped).unwrap();
+    // a misspelt section is refused, as the parser refuses it
+    assert_eq!(v["additionalProperties"], false);
+    assert_eq!(v["properties"]["kernelArgs"]["items"]["type"], "string");
+    assert_eq!(
+        v["$defs"]["YamlFile"]["properties"]["mode"]["pattern"],
+        "^[0-7]{3,4}$"
+    );
+}
