@@ -86,6 +86,12 @@ fn the_message_is_the_agents() {
     let spec = node.spec("bad.yaml", "kernelArgs: [isolcpus=2,4]\n");
     let agent = node.ctl(&["apply", "--dry-run", "-f", &spec]);
     assert_eq!(agent.status.code(), Some(2), "{}", common::err(&agent));
+    // no gRPC jargon: the agent's refusal reads as the client's own
+    assert!(
+        common::err(&agent).contains("inplacectl: error: invalid spec: kernelArgs[1]: "),
+        "{}",
+        common::err(&agent)
+    );
     let offline = validate(&["-f", &spec]);
     assert_eq!(offline.status.code(), Some(2));
     // the agent's text after its status code, the validator's after the file name

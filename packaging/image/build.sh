@@ -20,7 +20,8 @@
 #   /etc/nsswitch.conf           hosts: files dns (the resolver's templates use DNS)
 # Config: user 65532:65532 (numeric, so the kubelet can enforce runAsNonRoot), entrypoint
 # the binary, ports 9443 and 9090, OCI annotations and labels org.opencontainers.image.*
-# (version, source, revision, created, licenses) and io.inplaced.glibc-baseline.
+# (version, source, revision, created, licenses), io.inplaced.glibc-baseline and
+# io.inplaced.base.packages (each Debian package=version in the root).
 #
 # Packed with umoci (Debian package umoci): it writes an OCI image layout from a plain
 # directory and edits the config, with no daemon, no storage driver and no namespaces.
@@ -98,6 +99,7 @@ need=$(objdump -T "$bin" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sor
 # --- the Debian packages, cached by name_version_arch.deb
 mkdir -p "$CACHE/debs"
 debs=()
+pinned=()
 for p in "${PACKAGES[@]}"; do
     v=$(apt-cache policy "$p" | sed -n 's/^  Candidate: //p')
     [ -n "$v" ] && [ "$v" != "(none)" ] || die "apt knows no candidate for $p (apt-get update?)"
@@ -108,6 +110,7 @@ for p in "${PACKAGES[@]}"; do
         f=$(ls "$CACHE/debs/${p}_${v//:/%3a}_"*.deb | head -1)
     fi
     debs+=("$f")
+    pinned+=("$p=$v")
 done
 
 # --- the root file system
@@ -165,7 +168,7 @@ labels=(
     "org.opencontainers.image.revision=$revision"
     "org.opencontainers.image.created=$created"
     "org.opencontainers.image.licenses=Apache-2.0"
-    "org.opencontainers.image.base.name=debian:$(cut -d. -f1 /etc/debian_version 2>/dev/null || echo unknown) packages ${PACKAGES[*]}"
+    "io.inplaced.base.packages=${pinned[*]}"
     "io.inplaced.glibc-baseline=$GLIBC_BASELINE"
     "io.inplaced.glibc-required=$need"
 )

@@ -73,7 +73,7 @@ for k, v in sorted(c["config"]["Labels"].items()):
 PY
 )
 check "image config User is 65532:65532" '[ "$(head -1 <<<"$cfg")" = 65532:65532 ]' "$cfg"
-for l in org.opencontainers.image.version org.opencontainers.image.source org.opencontainers.image.revision io.inplaced.glibc-baseline; do
+for l in org.opencontainers.image.version org.opencontainers.image.source org.opencontainers.image.revision io.inplaced.glibc-baseline io.inplaced.base.packages; do
     check "label $l" 'grep -q "^$l=." <<<"$cfg"' "$cfg"
 done
 rootfs=$work/bundle/rootfs
