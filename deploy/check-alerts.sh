@@ -13,8 +13,10 @@ if ! command -v promtool >/dev/null; then
     apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 promtool check rules deploy/alerts.yaml
+# each alert fires on the first event after a start (the series start at 0), not without one
+promtool test rules deploy/alerts.test.yaml
 exported=$(grep -ohE '`(inplaced|inplace_extension)_[a-z_]+`' crates/agent/src/metrics.rs crates/extension/src/metrics.rs | tr -d '`' | sort -u)
-used=$(grep -oE '(inplaced|inplace_extension)_[a-z_]+' deploy/alerts.yaml | grep -v '^inplaced_prom' | sort -u)
+used=$(grep -ohE '(inplaced|inplace_extension)_[a-z_]+' deploy/alerts.yaml deploy/alerts.test.yaml | grep -v '^inplaced_prom' | sort -u)
 missing=0
 for m in $used; do
     if ! grep -qx "$m" <<<"$exported"; then
@@ -23,7 +25,12 @@ for m in $used; do
     fi
 done
 [ "$missing" = 0 ]
-echo "alerts: $(grep -c -- '- alert:' deploy/alerts.yaml) rules checked"
+echo "alerts: $(grep -c -- '- alert:' deploy/alerts.yaml) rules checked, $(grep -c -- '- eval_time:' deploy/alerts.test.yaml) rule test evaluations passed"
+
+# what the binaries export, as promtool check metrics reads it (the Prometheus text
+# format 0.0.4 and its lint): both /metrics endpoints (no Accept header, as curl) and
+# the agent's node_exporter textfile
+bash deploy/check-metrics.sh
 
 # deploy/extension.yaml's identity rules (README "Who can obtain CAPI's identity"):
 # deploy/check-extension.py, its mutations first (each must be reported)

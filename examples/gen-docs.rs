@@ -1,10 +1,13 @@
 //! Generates the man pages (`clap_mangen`) and shell completions (`clap_complete`) of the
 //! three binaries from their clap definitions, so they never disagree with `--help`:
 //!
-//! - `<dir>/man/inplaced.8.gz`, `inplacectl.1.gz`, `inplace-extension.8.gz` (gzip, as
+//! - `<dir>/man/inplaced.8.gz`, `inplacectl.1.gz`, `inplace-extension.8.gz` and one page
+//!   per subcommand (`inplacectl-apply.1.gz`, `inplacectl-validate.1.gz`, ...; gzip, as
 //!   Debian policy and RPM's brp-compress ship them);
 //! - `<dir>/completions/inplacectl.bash`, `inplaced.bash`, `_inplacectl` (zsh),
-//!   `inplacectl.fish`.
+//!   `inplacectl.fish`;
+//! - `<dir>/nodespec.schema.json`: the NodeSpec's JSON Schema
+//!   ([`inplace_wire::yaml::json_schema`]).
 //!
 //! `packaging/check.sh` runs it after the release build (into `target/assets`, where the
 //! package metadata in `Cargo.toml` picks the files up).
@@ -41,12 +44,29 @@ fn main() -> std::io::Result<()> {
         ),
     ];
     for (cmd, name, section) in pages {
-        let cmd = cmd.name(name);
+        let mut cmd = cmd.name(name);
+        // the global options reach the subcommands' pages too
+        cmd.build();
         let mut page = Vec::new();
         clap_mangen::Man::new(cmd.clone())
             .section(section)
             .render(&mut page)?;
         std::fs::write(man.join(format!("{name}.{section}.gz")), gzip(&page)?)?;
+        // one page per subcommand, `<name>-<sub>.<section>`: the main page's SUBCOMMANDS
+        // section names them so (clap_mangen)
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            // clap takes a &'static str name (no `string` feature); the program ends soon
+            let full: &'static str = format!("{name}-{}", sub.get_name()).leak();
+            let mut page = Vec::new();
+            clap_mangen::Man::new(
+                sub.clone()
+                    .name(full)
+                    .bin_name(format!("{name} {}", sub.get_name())),
+            )
+            .section(section)
+            .render(&mut page)?;
+            std::fs::write(man.join(format!("{full}.{section}.gz")), gzip(&page)?)?;
+        }
     }
     let mut ctl = inplace_agent::cli::ctl::Args::command().name("inplacectl");
     let mut daemon = inplace_agent::cli::daemon::Args::command().name("inplaced");
@@ -59,6 +79,13 @@ fn main() -> std::io::Result<()> {
     write("_inplacectl", Shell::Zsh, &mut ctl, "inplacectl")?;
     write("inplacectl.fish", Shell::Fish, &mut ctl, "inplacectl")?;
     write("inplaced.bash", Shell::Bash, &mut daemon, "inplaced")?;
-    println!("wrote man pages and completions to {}", dir.display());
+    // the NodeSpec's JSON Schema (docs/nodespec.schema.json is the same text; a test in
+    // tests/cli_validate.rs keeps them equal)
+    let schema = serde_json::to_string_pretty(&inplace_wire::yaml::json_schema())?;
+    std::fs::write(dir.join("nodespec.schema.json"), format!("{schema}\n"))?;
+    println!(
+        "wrote man pages, completions and nodespec.schema.json to {}",
+        dir.display()
+    );
     Ok(())
 }

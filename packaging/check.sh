@@ -157,6 +157,7 @@ expect "deb: unit under usr/lib/systemd/system/" "$deb_list" ' \./usr/lib/system
 expect "deb: tmpfiles.d entry" "$deb_list" ' \./usr/lib/tmpfiles\.d/inplaced\.conf$'
 expect "deb: etc/inplaced/config.toml" "$deb_list" '^-rw-r--r-- (root/root|0/0) .* \./etc/inplaced/config\.toml$'
 expect "deb: README" "$deb_list" ' \./usr/share/doc/inplaced/README\.md$'
+expect "deb: the NodeSpec JSON Schema" "$deb_list" ' \./usr/share/inplaced/nodespec\.schema\.json$'
 
 conffiles=$(dpkg-deb -I "$deb" conffiles 2>/dev/null || true)
 expect "deb: conffiles lists /etc/inplaced/config.toml" "$conffiles" '^/etc/inplaced/config\.toml$'
@@ -197,7 +198,11 @@ for f in usr/share/man/man8/inplaced.8.gz usr/share/man/man1/inplacectl.1.gz \
     usr/share/zsh/vendor-completions/_inplacectl usr/share/fish/vendor_completions.d/inplacectl.fish; do
     expect "deb: $f" "$deb_list" " \./${f//./\\.}\$"
 done
-for page in usr/share/man/man8/inplaced.8.gz usr/share/man/man1/inplacectl.1.gz; do
+# a page per subcommand, as the main page's SUBCOMMANDS section names them
+for sub in status coverage apply watch get history validate reboot; do
+    expect "deb: man page inplacectl-$sub(1)" "$deb_list" " \./usr/share/man/man1/inplacectl-$sub\.1\.gz\$"
+done
+for page in usr/share/man/man8/inplaced.8.gz usr/share/man/man1/inplacectl.1.gz usr/share/man/man1/inplacectl-validate.1.gz; do
     rendered=$(MANWIDTH=80 man -l "$tmp/deb/$page" 2>&1 | col -b 2>/dev/null || true)
     expect "deb: man -l renders $(basename "$page")" "$rendered" '^(SYNOPSIS|NAME)'
 done
@@ -211,6 +216,7 @@ for f in /usr/share/man/man8/inplaced.8.gz /usr/share/man/man1/inplacectl.1.gz \
     /usr/share/fish/vendor_completions.d/inplacectl.fish; do
     expect "rpm: $f" "$rpm_list" "^${f//./\\.}\$"
 done
+expect "rpm: man page inplacectl-validate(1)" "$rpm_list" '^/usr/share/man/man1/inplacectl-validate\.1\.gz$'
 for f in /usr/bin/inplaced /usr/bin/inplacectl /usr/lib/systemd/system/inplaced.service \
     /usr/lib/tmpfiles.d/inplaced.conf /etc/inplaced/config.toml \
     /etc/inplaced/sigstore/fulcio.pem /usr/share/doc/inplaced/README.md; do

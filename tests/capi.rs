@@ -665,6 +665,19 @@ async fn extension_metrics_count_hooks_answers_and_agent_calls() {
         (seen.len() - 1) as f64
     );
     assert!(value("inplace_extension_agent_calls_total{result=\"ok\"}") >= 3.0);
+    // the series alerts take increase() of are there at 0 before their first event
+    for hook in ["CanUpdateMachine", "CanUpdateMachineSet", "UpdateMachine"] {
+        let failures =
+            format!("inplace_extension_hook_calls_total{{hook=\"{hook}\",answer=\"failure\"}}");
+        assert_eq!(value(&failures), 0.0, "{body}");
+        let misses = format!("inplace_extension_deadline_misses_total{{hook=\"{hook}\"}}");
+        assert_eq!(value(&misses), 0.0, "{body}");
+    }
+    assert!(
+        body.contains("inplace_extension_build_info{version=\"0.1.0\"} 1"),
+        "{body}"
+    );
+    assert!(value("process_resident_memory_bytes") > 0.0, "{body}");
     // Agent RPCs per hook: CanUpdateMachine one Inspect; UpdateMachine one
     // Inspect per call and one Apply for the attempt it started. This node reports no
     // Kubernetes version (no kubelet binary), so the spec it applies is not the one

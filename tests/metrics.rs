@@ -9,10 +9,22 @@ use std::time::{Duration, Instant};
 use common::Node;
 use common::pki::free_port;
 
+/// Prometheus's `Accept` header (scrape.go, `scrapeAcceptHeader` with OpenMetrics on).
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// GET /metrics as Prometheus asks (OpenMetrics).
 fn scrape(addr: &str) -> (String, String) {
+    scrape_accepting(addr, PROMETHEUS_ACCEPT)
+}
+
+/// GET /metrics with `accept` as the `Accept` header.
+fn scrape_accepting(addr: &str, accept: &str) -> (String, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
+    s.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: {accept}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
@@ -53,6 +65,20 @@ fn metrics_follow_operations_over_http_and_the_textfile() {
         body.trim_end().ends_with("# EOF"),
         "OpenMetrics text ends with # EOF"
     );
+
+    // every final phase at 0 from the start, so increase() sees the first one
+    for phase in ["Succeeded", "Failed", "RolledBack"] {
+        let name = format!("inplaced_operations_total{{phase=\"{phase}\"}}");
+        assert_eq!(sample(&body, &name), Some(0.0), "{body}");
+    }
+    // curl and promtool get the text format 0.0.4: a counter's family carries _total
+    let (head, text) = scrape_accepting(&addr, "*/*");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(
+        text.contains("# TYPE inplaced_operations_total counter\n"),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
 
     let spec = node.spec("a.yaml", "kubelet:\n  flags:\n    max-pods: \"250\"\n");
     let o = node.ctl(&["apply", "-f", &spec, "--id", "flags", "--wait"]);
@@ -106,6 +132,12 @@ fn metrics_follow_operations_over_http_and_the_textfile() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // node_exporter's textfile collector reads the text format 0.0.4
+    let t = std::fs::read_to_string(&textfile).unwrap();
+    assert!(
+        t.contains("# TYPE inplaced_operations_total counter\n") && !t.contains("# EOF"),
+        "{t}"
+    );
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&textfile).unwrap().permissions(),
     );

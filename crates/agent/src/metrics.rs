@@ -7,7 +7,7 @@
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
 //! | `inplaced_build_info` | gauge (1) | `version`, `kernel_args_backend`, `platform` | what runs where |
-//! | `inplaced_operations_total` | counter | `phase` | operations that reached a final phase (`Succeeded`, `Failed`, `RolledBack`) since the daemon started |
+//! | `inplaced_operations_total` | counter | `phase` | operations that reached a final phase (`Succeeded`, `Failed`, `RolledBack`, each exported at 0 from the start) since the daemon started |
 //! | `inplaced_operation_running` | gauge | `phase` | 1 for the phase of the running operation, none when idle |
 //! | `inplaced_last_operation_end_timestamp_seconds` | gauge | | when the newest settled operation ended (Unix seconds) |
 //! | `inplaced_last_operation_result` | gauge (1) | `phase` | the newest settled operation's phase |
@@ -120,6 +120,18 @@ impl NodeMetrics {
             registry: Registry::default(),
         };
         m.recoveries.inc_by(recoveries);
+        // Every final phase at 0 from the start: a series that first appears at 1 gives
+        // `increase()` nothing to compare, and the first rollback after a start would
+        // not fire `InplacedOperationRolledBack` (deploy/alerts.yaml).
+        for phase in [
+            pb::Phase::Succeeded,
+            pb::Phase::Failed,
+            pb::Phase::RolledBack,
+        ] {
+            let _created = m
+                .operations
+                .get_or_create(&labels(&[("phase", &phase_label(phase as i32))]));
+        }
         m.register(&mut registry);
         NodeMetrics { registry, ..m }
     }
@@ -318,6 +330,11 @@ mod tests {
             managed_items: 4,
             ..Default::default()
         };
+        let fresh = m.encode();
+        for phase in ["Succeeded", "Failed", "RolledBack"] {
+            let line = format!("inplaced_operations_total{{phase=\"{phase}\"}} 0\n");
+            assert!(fresh.contains(&line), "{fresh}");
+        }
         m.refresh(&status, std::slice::from_ref(&op));
         m.refresh(&status, std::slice::from_ref(&op));
         let text = m.encode();

@@ -10,6 +10,7 @@
 pub mod accept;
 pub mod calls;
 pub mod client;
+pub mod exposition;
 pub mod handshakes;
 pub mod listener;
 pub mod logging;

@@ -9,12 +9,21 @@
 //! | `inplace_extension_agent_rpcs_total` | counter | `hook`, `rpc` (the agent RPC: `inspect`, `get_coverage`, `apply`, ...; one per call made while answering that hook) |
 //! | `inplace_extension_deadline_misses_total` | counter | `hook` (the hook's deadline passed; it answered the fallback) |
 //! | `inplace_extension_tls_handshakes_refused_total` | counter | `reason` (connections dropped before they were served; every reason exported at 0, [`inplace_edge::refusals::Reason`]) |
+//! | `inplace_extension_build_info` | gauge (1) | `version` |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | counter, gauges | | the process, read from `/proc/self` at each scrape (the names and meanings of client_golang's process collector) |
+//!
+//! Known label values are exported at 0 from the start ([`ExtensionMetrics::export_at_zero`]:
+//! `hook_calls_total{answer="failure"}` and `deadline_misses_total` for every hook), so the
+//! first failure after a start is an increase from 0 that `increase()` and `rate()` see.
 
 use std::sync::OnceLock;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -44,7 +53,14 @@ pub(crate) fn get() -> &'static ExtensionMetrics {
 
 impl ExtensionMetrics {
     fn new() -> ExtensionMetrics {
-        let mut registry = Registry::with_prefix("inplace_extension");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("inplace_extension");
+        let build = Family::<Labels, Gauge>::default();
+        build
+            .get_or_create(&vec![("version".into(), env!("CARGO_PKG_VERSION").into())])
+            .set(1);
+        registry.register("build_info", "What runs", build);
         let hooks = Family::<Labels, Counter>::default();
         let latency = Family::<Labels, Histogram>::new_with_constructor(hist as fn() -> Histogram);
         let agent_calls = Family::<Labels, Counter>::default();
@@ -77,12 +93,27 @@ impl ExtensionMetrics {
             inplace_edge::refusals::get().family(),
         );
         ExtensionMetrics {
-            registry,
+            registry: root,
             hooks,
             latency,
             agent_calls,
             agent_rpcs,
             deadline_misses,
+        }
+    }
+
+    /// Exports the series alerts take `increase()` or `rate()` of at 0 for each of
+    /// `hooks` (their metric labels): `hook_calls_total{hook, answer="failure"}` and
+    /// `deadline_misses_total{hook}`. Called once the metrics are served.
+    pub(crate) fn export_at_zero<'a>(&self, hooks: impl IntoIterator<Item = &'a str>) {
+        for hook in hooks {
+            let _created = self.hooks.get_or_create(&vec![
+                ("hook".into(), hook.into()),
+                ("answer".into(), "failure".into()),
+            ]);
+            let _created = self
+                .deadline_misses
+                .get_or_create(&vec![("hook".into(), hook.into())]);
         }
     }
 
@@ -143,6 +174,111 @@ impl ExtensionMetrics {
     }
 }
 
+/// The process metrics of client_golang's process collector, read from `/proc/self` at
+/// each scrape (nothing is exported when it can not be read).
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// What `/proc/self` says about this process.
+#[derive(Debug, Default, PartialEq)]
+struct ProcessStats {
+    cpu_seconds: f64,
+    resident_bytes: i64,
+    virtual_bytes: i64,
+    start_time_seconds: f64,
+    open_fds: i64,
+    max_fds: i64,
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ, fixed at 100 in the Linux
+/// ABI; proc(5)).
+const USER_HZ: f64 = 100.0;
+
+/// Parses `/proc/self/stat` (fields after the parenthesised command: utime 14, stime 15,
+/// starttime 22 in clock ticks, vsize 23 in bytes, rss 24 in pages of `page_size`) and
+/// `btime` (boot time, Unix seconds, from `/proc/stat`). None when malformed.
+fn parse_stat(stat: &str, btime: f64, page_size: i64) -> Option<ProcessStats> {
+    let after = &stat[stat.rfind(')')? + 2..];
+    // field 3 (state) is the first after the command
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let num = |n: usize| f.get(n - 3)?.parse::<f64>().ok();
+    Some(ProcessStats {
+        cpu_seconds: (num(14)? + num(15)?) / USER_HZ,
+        start_time_seconds: btime + num(22)? / USER_HZ,
+        virtual_bytes: num(23)? as i64,
+        resident_bytes: num(24)? as i64 * page_size,
+        ..ProcessStats::default()
+    })
+}
+
+/// The soft limit of "Max open files" in `/proc/self/limits` (-1 for unlimited).
+fn parse_max_fds(limits: &str) -> Option<i64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let soft = line["Max open files".len()..].split_whitespace().next()?;
+    Some(soft.parse().unwrap_or(-1))
+}
+
+fn read_process() -> Option<ProcessStats> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let btime = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())?;
+    // the page size: VmRSS (kB) of /proc/self/status over rss (pages) would be racy; x86_64
+    // and aarch64 Linux kernels as built by the distributions use 4 KiB pages
+    let mut p = parse_stat(&stat, btime, 4096)?;
+    p.open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as i64;
+    p.max_fds = parse_max_fds(&std::fs::read_to_string("/proc/self/limits").ok()?)?;
+    Some(p)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(p) = read_process() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(p.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        let gauges: [(&str, &str, f64); 5] = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                p.resident_bytes as f64,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                p.virtual_bytes as f64,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                p.open_fds as f64,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                p.max_fds as f64,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds",
+                p.start_time_seconds,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let g = ConstGauge::new(value);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +295,59 @@ mod tests {
         assert!(text.contains(
             "inplace_extension_hook_calls_total{hook=\"CanUpdateMachine\",answer=\"covered\"} 1"
         ));
+    }
+
+    #[test]
+    fn failures_and_deadline_misses_start_at_zero() {
+        let m = ExtensionMetrics::new();
+        m.export_at_zero(["CanUpdateMachine", "UpdateMachine"]);
+        let text = m.encode();
+        for line in [
+            "inplace_extension_hook_calls_total{hook=\"UpdateMachine\",answer=\"failure\"} 0\n",
+            "inplace_extension_deadline_misses_total{hook=\"CanUpdateMachine\"} 0\n",
+            "inplace_extension_build_info{version=\"0.1.0\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        m.deadline_missed("CanUpdateMachine");
+        assert!(
+            m.encode()
+                .contains("inplace_extension_deadline_misses_total{hook=\"CanUpdateMachine\"} 1\n")
+        );
+    }
+
+    #[test]
+    fn process_metrics_are_read_and_unprefixed() {
+        let text = ExtensionMetrics::new().encode();
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter\n"),
+            "{text}"
+        );
+        let rss = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .and_then(|v| v.parse::<f64>().ok());
+        assert!(rss.is_some_and(|b| b > 1e6), "{text}");
+    }
+
+    #[test]
+    fn proc_stat_fields() {
+        // proc(5): a command with a space and a parenthesis, utime 250, stime 50 ticks,
+        // starttime 1000 ticks after boot, vsize 8192 bytes, rss 3 pages
+        let stat = "42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0 1000 8192 3 18446744073709551615";
+        let p = parse_stat(stat, 1_700_000_000.0, 4096).unwrap();
+        assert_eq!(p.cpu_seconds, 3.0);
+        assert_eq!(p.start_time_seconds, 1_700_000_010.0);
+        assert_eq!(p.virtual_bytes, 8192);
+        assert_eq!(p.resident_bytes, 3 * 4096);
+        assert_eq!(parse_stat("42 (a", 0.0, 4096), None);
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\n";
+        assert_eq!(parse_max_fds(limits), Some(1024));
+        assert_eq!(
+            parse_max_fds(
+                "Max open files            unlimited            unlimited            files\n"
+            ),
+            Some(-1)
+        );
     }
 }

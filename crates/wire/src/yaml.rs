@@ -36,72 +36,130 @@ use serde_json::Value;
 use crate::names::SpecError;
 use crate::pb;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(
+    title = "inplaced NodeSpec",
+    description = "The desired node state inplaced manages (the file form of inplacectl apply -f, coverage -f, validate -f and /etc/inplaced/node.d drop-ins). Validate a file fully with `inplacectl validate -f FILE`: this schema checks the shape, the agent also checks the values."
+)]
 struct YamlSpec {
+    /// Files inplaced writes, each item a whole file.
     #[serde(default)]
     files: Vec<YamlFile>,
+    /// The kubelet's configuration (a partial KubeletConfiguration) and flags.
     #[serde(default)]
     kubelet: Option<YamlKubelet>,
+    /// Kernel arguments, in order, each one argument as the kernel tokenizes it. Quote an
+    /// argument with a comma in a flow list: ["console=ttyS1,115200n8"].
     #[serde(default)]
     kernel_args: Vec<String>,
+    /// sysctl keys (dotted) and their values, as scalars.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, SchemaScalar>")]
     sysctls: BTreeMap<String, Value>,
+    /// NTP servers.
     #[serde(default)]
     ntp: Option<YamlNtp>,
+    /// The Kubernetes version, upgraded in place with kubeadm.
     #[serde(default)]
     kubernetes: Option<YamlKubernetes>,
+    /// NodeSpec drop-ins kept in /etc/inplaced/node.d.
     #[serde(default)]
     dropins: Vec<YamlDropIn>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A YAML scalar (string, number or boolean), kept as written.
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum SchemaScalar {
+    /// A string.
+    String(String),
+    /// A number.
+    Number(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct YamlKubernetes {
+    /// A Kubernetes version, e.g. v1.35.2.
     #[serde(default)]
     version: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct YamlNtp {
+    /// Host names or addresses of NTP servers.
     #[serde(default)]
     servers: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct YamlDropIn {
+    /// The drop-in's file name in /etc/inplaced/node.d ([A-Za-z0-9._-], ending .yaml).
     #[serde(default)]
     name: String,
+    /// The drop-in: a NodeSpec in this form, without dropins.
     #[serde(default)]
     content: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct YamlFile {
+    /// Absolute path on the node.
     #[serde(default)]
     path: String,
+    /// The content as text (or contentBase64, not both).
     #[serde(default)]
     content: Option<String>,
+    /// The content, base64 (standard alphabet, padded).
     #[serde(default)]
     content_base64: Option<String>,
+    /// The mode as a quoted octal string ("0644"); an unquoted number is refused.
     #[serde(default)]
+    #[schemars(with = "Option<String>", regex(pattern = r"^[0-7]{3,4}$"))]
     mode: Option<Value>,
+    /// Owner: a user name or a numeric id.
     #[serde(default)]
+    #[schemars(with = "Option<SchemaScalar>")]
     owner: Option<Value>,
+    /// Group: a group name or a numeric id.
     #[serde(default)]
+    #[schemars(with = "Option<SchemaScalar>")]
     group: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct YamlKubelet {
+    /// A partial KubeletConfiguration (kubelet.config.k8s.io/v1beta1), camelCase keys.
     #[serde(default)]
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     config: Option<Value>,
+    /// kubelet flags without the leading --, and their values as scalars.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, SchemaScalar>")]
     flags: BTreeMap<String, Value>,
+}
+
+/// The JSON Schema (draft 2020-12) of the file form, derived from the types [`parse`]
+/// reads it with (schemars): the keys, their types and the `mode` pattern. Editors and CI
+/// linters use it (`docs/nodespec.schema.json`); the values' rules are the agent's
+/// (`inplacectl validate -f`).
+pub fn json_schema() -> serde_json::Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(YamlSpec)).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "$id".into(),
+            "https://inplaced.example.invalid/nodespec.schema.json".into(),
+        );
+    }
+    v
 }
 
 /// Parses an octal mode string ("0640", "1777", "644").

@@ -225,6 +225,13 @@ pub enum Command {
     },
     /// Operation history, newest first.
     History,
+    /// Checks a NodeSpec offline, without an agent: the agent's rules and messages
+    /// (exit 0 valid, 2 invalid). What only the node can tell is `coverage`'s.
+    Validate {
+        /// NodeSpec YAML file ("-" for standard input).
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+    },
     /// Reboots the node for an operation waiting in REBOOT_REQUIRED.
     Reboot {
         /// Operation id.
@@ -307,7 +314,7 @@ fn read_spec(file: &PathBuf) -> anyhow::Result<pb::NodeSpec> {
 
 /// Writes to standard output; a closed pipe (`inplacectl history | head`) ends the
 /// program quietly, as it does for coreutils.
-fn emit(text: &str) {
+pub(crate) fn emit(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
@@ -460,6 +467,9 @@ async fn apply(
 }
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Command::Validate { file } = &args.command {
+        return super::validate::run(file, args.output == Output::Json);
+    }
     // parse the spec before connecting, so a bad file is reported even with no agent
     let spec = match &args.command {
         Command::Coverage { file, .. } | Command::Apply { file, .. } => Some(read_spec(file)?),
@@ -531,6 +541,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .into_inner();
             show(json, &op, render::operation)?;
         }
+        // answered above, before connecting
+        Command::Validate { .. } => {}
         Command::Reboot { id } => {
             let op = client
                 .reboot(pb::RebootRequest { operation_id: id })

@@ -4,3 +4,4 @@
 pub mod ctl;
 pub mod daemon;
 pub(crate) mod render;
+pub(crate) mod validate;

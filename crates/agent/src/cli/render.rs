@@ -433,7 +433,16 @@ pub(crate) fn error_chain(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
         let text = if let Some(s) = cause.downcast_ref::<tonic::Status>() {
-            format!("{:?}: {}", s.code(), s.message())
+            // the agent's spec and request errors read as the client's own (`invalid
+            // spec: <field>: <fix>`, as `validate` prints them), not as a gRPC code
+            if s.code() == tonic::Code::InvalidArgument {
+                match s.message() {
+                    m if m.starts_with("invalid ") => m.to_string(),
+                    m => format!("invalid request: {m}"),
+                }
+            } else {
+                format!("{:?}: {}", s.code(), s.message())
+            }
         } else {
             cause.to_string()
         };

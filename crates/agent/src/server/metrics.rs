@@ -50,7 +50,8 @@ pub(crate) async fn textfile(
     let mut last = String::new();
     let mut written = std::time::Instant::now();
     loop {
-        let text = collect(&agent, &metrics).await;
+        // node_exporter's textfile collector reads the text format 0.0.4, not OpenMetrics
+        let text = inplace_edge::exposition::text_format(&collect(&agent, &metrics).await);
         // Rewritten when it changed, and at least every TEXTFILE_HEARTBEAT, so the file's
         // mtime (node_textfile_mtime_seconds) tells whether the agent is alive.
         if text != last || written.elapsed() >= TEXTFILE_HEARTBEAT {
@@ -79,13 +80,14 @@ pub(crate) async fn textfile(
     }
 }
 
-fn metrics_response(text: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(text)));
+/// The scrape's answer: OpenMetrics or the text format 0.0.4, as `accept` asks
+/// ([`inplace_edge::exposition::negotiate`]).
+fn metrics_response(text: String, accept: Option<&str>) -> Response<Full<Bytes>> {
+    let (body, content_type) = inplace_edge::exposition::negotiate(text, accept);
+    let mut r = Response::new(Full::new(Bytes::from(body)));
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        ),
+        hyper::header::HeaderValue::from_static(content_type),
     );
     r
 }
@@ -195,7 +197,11 @@ impl Scrape {
                     *r.status_mut() = StatusCode::NOT_FOUND;
                     return Ok::<_, Infallible>(r);
                 }
-                Ok(metrics_response(collect(&agent, &metrics).await))
+                let accept = req
+                    .headers()
+                    .get(hyper::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                Ok(metrics_response(collect(&agent, &metrics).await, accept))
             }
         });
         let http = hyper::server::conn::http1::Builder::new()

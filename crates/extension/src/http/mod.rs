@@ -163,6 +163,12 @@ async fn admit(
 
 /// Serves `GET /metrics` (plain HTTP; [`metrics`]) on `listener`, forever.
 pub(crate) async fn serve_metrics(listener: tokio::net::TcpListener) {
+    metrics::get().export_at_zero(
+        crate::hooks::Hook::ALL
+            .into_iter()
+            .filter(|h| *h != crate::hooks::Hook::Discovery)
+            .map(crate::hooks::Hook::label),
+    );
     use inplace_edge::accept::{Backoff, Gate, accept};
     let gate = Gate::new(8);
     let mut backoff = Backoff::default();
@@ -172,12 +178,16 @@ pub(crate) async fn serve_metrics(listener: tokio::net::TcpListener) {
             let _place = a.permit;
             let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
                 let mut r = if req.uri().path() == "/metrics" {
-                    let mut r = Response::new(Full::new(Bytes::from(metrics::get().encode())));
+                    let accept = req
+                        .headers()
+                        .get(hyper::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok());
+                    let (body, content_type) =
+                        inplace_edge::exposition::negotiate(metrics::get().encode(), accept);
+                    let mut r = Response::new(Full::new(Bytes::from(body)));
                     r.headers_mut().insert(
                         hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static(
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        ),
+                        hyper::header::HeaderValue::from_static(content_type),
                     );
                     r
                 } else {

@@ -10,9 +10,32 @@ pub(crate) fn from_pb(p: &[String]) -> Result<Vec<String>, SpecError> {
     let mut out = Vec::with_capacity(p.len());
     for (i, a) in p.iter().enumerate() {
         validate_kernel_arg(&format!("kernelArgs[{i}]"), a)?;
+        if let Some(prev) = i.checked_sub(1).and_then(|j| p.get(j)) {
+            split_at_comma(i, prev, a)?;
+        }
         out.push(a.clone());
     }
     Ok(out)
+}
+
+/// Refuses an item that is the rest of the item before it, split at a comma by YAML:
+/// in a flow sequence `[console=ttyS1,115200n8]` a comma separates items (YAML 1.2
+/// §7.4), so the list arrives as `console=ttyS1` and `115200n8`. The rest of a
+/// `key=value` argument split that way starts with a digit and has no `=` (`115200n8`,
+/// `isolcpus=2,4` → `4`, `nohz_full=1-3,5` → `5`); no kernel parameter name starts with a
+/// digit, and init's runlevel arguments (`1`, `3`) are not for a node managed in place.
+/// (`modprobe.blacklist=a,b` splits into a word that can not be told from a flag.)
+fn split_at_comma(i: usize, prev: &str, arg: &str) -> Result<(), SpecError> {
+    if !prev.contains('=') || arg.contains('=') || !arg.starts_with(|c: char| c.is_ascii_digit()) {
+        return Ok(());
+    }
+    Err(SpecError::new(
+        format!("kernelArgs[{i}]"),
+        format!(
+            "{arg:?} looks like the rest of kernelArgs[{}] {prev:?}, split at a comma: in a YAML flow list [a,b] every comma separates items. Quote the argument (kernelArgs: [\"{prev},{arg}\"]) or write the list one item per line (- {prev},{arg})",
+            i - 1
+        ),
+    ))
 }
 
 /// Merges the arguments of a source found under `prefix` into `spec`: the spec's own
@@ -61,4 +84,44 @@ fn validate_kernel_arg(field: &str, arg: &str) -> Result<(), SpecError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_pb;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_rest_of_an_argument_split_at_a_comma_is_refused() {
+        for (list, at) in [
+            (&["console=ttyS1", "115200n8"][..], "kernelArgs[1]"),
+            (&["quiet", "isolcpus=2", "4"][..], "kernelArgs[2]"),
+        ] {
+            let e = from_pb(&args(list)).unwrap_err();
+            assert_eq!(e.field, at);
+            assert!(e.message.contains("Quote the argument"), "{}", e.message);
+        }
+        let e = from_pb(&args(&["console=ttyS1", "115200n8"])).unwrap_err();
+        assert!(
+            e.message
+                .contains("kernelArgs: [\"console=ttyS1,115200n8\"]"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn arguments_with_commas_and_flags_pass() {
+        for list in [
+            &["console=ttyS1,115200n8", "quiet"][..],
+            &["isolcpus=2,4", "nosmt"][..],
+            &["quiet", "8250.nr_uarts=4"][..],
+            &["console=tty0", "console=ttyS1,115200n8"][..],
+        ] {
+            assert_eq!(from_pb(&args(list)).unwrap(), args(list));
+        }
+    }
 }
