@@ -171,6 +171,67 @@ async fn play_kubelet(c: &Cluster, rs_uid: &str) -> Vec<String> {
     gone
 }
 
+/// What [`watch`] saw.
+struct Watched {
+    /// Every UpdateMachine message.
+    seen: Vec<String>,
+    /// The Pods on the node when the budget first blocked an eviction.
+    blocked_while: Option<Vec<String>>,
+    /// The Pods on the node when the agent rebooted it.
+    pods_at_reboot: Option<Vec<String>>,
+    /// Whether the kubelet reported the new boot id only after the extension waited for it.
+    kubelet_back: bool,
+    /// The last answer.
+    done: Value,
+}
+
+/// Polls UpdateMachine until it ends, as the kubelet: Pods evicted terminate only once
+/// the budget blocked the next one; after the agent's reboot the kubelet reports the new
+/// boot id only once the extension waits for it.
+async fn watch(c: &Cluster, ext: &Extension, node: &mut Node_, req: &Value, uid: &str) -> Watched {
+    let mut seen: Vec<String> = Vec::new();
+    let mut blocked_while: Option<Vec<String>> = None;
+    let mut pods_at_reboot = None;
+    let mut kubelet_back = false;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let done = loop {
+        let r = ext.update_machine(req).await;
+        let msg = r["message"].as_str().unwrap_or("").to_string();
+        seen.push(msg.clone());
+        if r["status"] == "Failure" || r["retryAfterSeconds"] == 0 {
+            break r;
+        }
+        if msg.contains("The disruption budget web") && blocked_while.is_none() {
+            blocked_while = Some(kubelet::pods_on(c, NODE).await);
+        }
+        if pods_at_reboot.is_none() && node.actions().iter().any(|a| a.starts_with("reboot")) {
+            pods_at_reboot = Some(kubelet::pods_on(c, NODE).await);
+            reboot(node);
+        } else if pods_at_reboot.is_some() && !kubelet_back && msg.contains("new boot id") {
+            // the agent is done; the Node still shows the old boot until the kubelet reports
+            kubelet::node_status(c, NODE, true, BOOT_2).await;
+            kubelet_back = true;
+        } else if blocked_while.is_some() || !msg.starts_with("draining") {
+            // the kubelet takes its time: the Pods evicted so far terminate only after
+            // the extension found the budget blocking the next one
+            play_kubelet(c, uid).await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never done: {seen:#?}\n{}",
+            ext.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    Watched {
+        seen,
+        blocked_while,
+        pods_at_reboot,
+        kubelet_back,
+        done,
+    }
+}
+
 /// Reboot level: cordon, one eviction at a time as the budget allows, DaemonSet and
 /// mirror Pods left, the reboot only after the drain, Ready with the new boot id,
 /// uncordon; the phase annotation and the Events show each step.
@@ -208,40 +269,13 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
     let req = reboot_request();
     let setup = t0.elapsed();
 
-    let mut seen: Vec<String> = Vec::new();
-    let mut blocked_while: Option<Vec<String>> = None;
-    let mut pods_at_reboot = None;
-    let mut kubelet_back = false;
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let done = loop {
-        let r = ext.update_machine(&req).await;
-        let msg = r["message"].as_str().unwrap_or("").to_string();
-        seen.push(msg.clone());
-        if r["status"] == "Failure" || r["retryAfterSeconds"] == 0 {
-            break r;
-        }
-        if msg.contains("The disruption budget web") && blocked_while.is_none() {
-            blocked_while = Some(kubelet::pods_on(&c, NODE).await);
-        }
-        if pods_at_reboot.is_none() && node.actions().iter().any(|a| a.starts_with("reboot")) {
-            pods_at_reboot = Some(kubelet::pods_on(&c, NODE).await);
-            reboot(&mut node);
-        } else if pods_at_reboot.is_some() && !kubelet_back && msg.contains("new boot id") {
-            // the agent is done; the Node still shows the old boot until the kubelet reports
-            kubelet::node_status(&c, NODE, true, BOOT_2).await;
-            kubelet_back = true;
-        } else if blocked_while.is_some() || !msg.starts_with("draining") {
-            // the kubelet takes its time: the Pods evicted so far terminate only after
-            // the extension found the budget blocking the next one
-            play_kubelet(&c, &uid).await;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never done: {seen:#?}\n{}",
-            ext.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let Watched {
+        seen,
+        blocked_while,
+        pods_at_reboot,
+        kubelet_back,
+        done,
+    } = watch(&c, &ext, &mut node, &req, &uid).await;
     let took = t0.elapsed();
     assert_eq!(
         done["status"],
