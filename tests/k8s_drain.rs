@@ -96,6 +96,11 @@ fn reboot(node: &mut Node_) {
 /// [`reboot`] with `extra` appended to the kernel command line ("" for a boot that did
 /// not take the new argument).
 fn reboot_into(node: &mut Node_, extra: &str) {
+    reboot_as(node, extra, BOOT_2);
+}
+
+/// [`reboot_into`] with boot id `boot`.
+fn reboot_as(node: &mut Node_, extra: &str, boot: &str) {
     node.stop();
     let cmdline = node.read("/proc/cmdline");
     std::fs::write(
@@ -105,7 +110,7 @@ fn reboot_into(node: &mut Node_, extra: &str) {
     .unwrap();
     std::fs::write(
         node.path("/proc/sys/kernel/random/boot_id"),
-        format!("{BOOT_2}\n"),
+        format!("{boot}\n"),
     )
     .unwrap();
     node.start();
@@ -171,6 +176,67 @@ async fn play_kubelet(c: &Cluster, rs_uid: &str) -> Vec<String> {
     gone
 }
 
+/// What [`watch`] saw.
+struct Watched {
+    /// Every UpdateMachine message.
+    seen: Vec<String>,
+    /// The Pods on the node when the budget first blocked an eviction.
+    blocked_while: Option<Vec<String>>,
+    /// The Pods on the node when the agent rebooted it.
+    pods_at_reboot: Option<Vec<String>>,
+    /// Whether the kubelet reported the new boot id only after the extension waited for it.
+    kubelet_back: bool,
+    /// The last answer.
+    done: Value,
+}
+
+/// Polls UpdateMachine until it ends, as the kubelet: Pods evicted terminate only once
+/// the budget blocked the next one; after the agent's reboot the kubelet reports the new
+/// boot id only once the extension waits for it.
+async fn watch(c: &Cluster, ext: &Extension, node: &mut Node_, req: &Value, uid: &str) -> Watched {
+    let mut seen: Vec<String> = Vec::new();
+    let mut blocked_while: Option<Vec<String>> = None;
+    let mut pods_at_reboot = None;
+    let mut kubelet_back = false;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let done = loop {
+        let r = ext.update_machine(req).await;
+        let msg = r["message"].as_str().unwrap_or("").to_string();
+        seen.push(msg.clone());
+        if r["status"] == "Failure" || r["retryAfterSeconds"] == 0 {
+            break r;
+        }
+        if msg.contains("The disruption budget web") && blocked_while.is_none() {
+            blocked_while = Some(kubelet::pods_on(c, NODE).await);
+        }
+        if pods_at_reboot.is_none() && node.actions().iter().any(|a| a.starts_with("reboot")) {
+            pods_at_reboot = Some(kubelet::pods_on(c, NODE).await);
+            reboot(node);
+        } else if pods_at_reboot.is_some() && !kubelet_back && msg.contains("new boot id") {
+            // the agent is done; the Node still shows the old boot until the kubelet reports
+            kubelet::node_status(c, NODE, true, BOOT_2).await;
+            kubelet_back = true;
+        } else if blocked_while.is_some() || !msg.starts_with("draining") {
+            // the kubelet takes its time: the Pods evicted so far terminate only after
+            // the extension found the budget blocking the next one
+            play_kubelet(c, uid).await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never done: {seen:#?}\n{}",
+            ext.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    Watched {
+        seen,
+        blocked_while,
+        pods_at_reboot,
+        kubelet_back,
+        done,
+    }
+}
+
 /// Reboot level: cordon, one eviction at a time as the budget allows, DaemonSet and
 /// mirror Pods left, the reboot only after the drain, Ready with the new boot id,
 /// uncordon; the phase annotation and the Events show each step.
@@ -208,40 +274,13 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
     let req = reboot_request();
     let setup = t0.elapsed();
 
-    let mut seen: Vec<String> = Vec::new();
-    let mut blocked_while: Option<Vec<String>> = None;
-    let mut pods_at_reboot = None;
-    let mut kubelet_back = false;
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let done = loop {
-        let r = ext.update_machine(&req).await;
-        let msg = r["message"].as_str().unwrap_or("").to_string();
-        seen.push(msg.clone());
-        if r["status"] == "Failure" || r["retryAfterSeconds"] == 0 {
-            break r;
-        }
-        if msg.contains("The disruption budget web") && blocked_while.is_none() {
-            blocked_while = Some(kubelet::pods_on(&c, NODE).await);
-        }
-        if pods_at_reboot.is_none() && node.actions().iter().any(|a| a.starts_with("reboot")) {
-            pods_at_reboot = Some(kubelet::pods_on(&c, NODE).await);
-            reboot(&mut node);
-        } else if pods_at_reboot.is_some() && !kubelet_back && msg.contains("new boot id") {
-            // the agent is done; the Node still shows the old boot until the kubelet reports
-            kubelet::node_status(&c, NODE, true, BOOT_2).await;
-            kubelet_back = true;
-        } else if blocked_while.is_some() || !msg.starts_with("draining") {
-            // the kubelet takes its time: the Pods evicted so far terminate only after
-            // the extension found the budget blocking the next one
-            play_kubelet(&c, &uid).await;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never done: {seen:#?}\n{}",
-            ext.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let Watched {
+        seen,
+        blocked_while,
+        pods_at_reboot,
+        kubelet_back,
+        done,
+    } = watch(&c, &ext, &mut node, &req, &uid).await;
     let took = t0.elapsed();
     assert_eq!(
         done["status"],
@@ -360,6 +399,14 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
     );
 }
 
+/// How many reboots the agent asked for (its actions log).
+fn reboots(node: &Node_) -> usize {
+    node.actions()
+        .iter()
+        .filter(|a| a.starts_with("reboot"))
+        .count()
+}
+
 /// Polls UpdateMachine on `ext` until it ends, playing the kubelet between polls (Pods
 /// evicted from the node terminate and move to `other`; after the agent's reboot, the
 /// node comes back with [`BOOT_2`] and the kubelet reports it). Returns every message and
@@ -371,7 +418,7 @@ async fn drive(
     req: &Value,
     secs: u64,
 ) -> (Vec<String>, Value) {
-    drive_booting(c, ext, node, req, secs, " isolcpus=2-7").await
+    drive_booting(c, ext, node, req, secs, (" isolcpus=2-7", BOOT_2)).await
 }
 
 /// [`drive`], the reboot adding `extra` to the kernel command line.
@@ -381,11 +428,13 @@ async fn drive_booting(
     node: &mut Node_,
     req: &Value,
     secs: u64,
-    extra: &str,
+    (extra, boot): (&str, &str),
 ) -> (Vec<String>, Value) {
     let uid = kubelet::rs_uid(c, "web").await;
     let mut seen = Vec::new();
     let mut rebooted = false;
+    // the reboots the agent asked for before this update (an earlier attempt's)
+    let reboots_before = reboots(node);
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let r = ext.update_machine(req).await;
@@ -393,9 +442,9 @@ async fn drive_booting(
         if r["status"] == "Failure" || r["retryAfterSeconds"] == 0 {
             return (seen, r);
         }
-        if !rebooted && node.actions().iter().any(|a| a.starts_with("reboot")) {
-            reboot_into(node, extra);
-            kubelet::node_status(c, NODE, true, BOOT_2).await;
+        if !rebooted && reboots(node) > reboots_before {
+            reboot_as(node, extra, boot);
+            kubelet::node_status(c, NODE, true, boot).await;
             rebooted = true;
         }
         if let Some(uid) = &uid {
@@ -672,7 +721,8 @@ async fn the_agent_is_found_at_the_machines_status_addresses() {
 /// The node change fails (the boot did not take the new kernel argument): UpdateMachine
 /// answers Failure with the agent's cause; the drained Node is left cordoned with the
 /// state annotations, the Machine's phase is Failed, and a Warning Event on the Machine
-/// and the Node says so and what to do.
+/// and the Node says so and what to do; the operator's retry then finishes the update
+/// and uncordons.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
 async fn a_failed_update_leaves_the_node_cordoned_and_says_so() {
@@ -687,7 +737,8 @@ async fn a_failed_update_leaves_the_node_cordoned_and_says_so() {
         &[(&format!("{NS}/{MACHINE}"), &addr)],
         &cluster_toml(&c, ""),
     );
-    let (seen, failed) = drive_booting(&c, &ext, &mut node, &reboot_request(), 60, "").await;
+    let (seen, failed) =
+        drive_booting(&c, &ext, &mut node, &reboot_request(), 60, ("", BOOT_2)).await;
     assert_eq!(failed["status"], "Failure", "{seen:#?}");
     let msg = failed["message"].as_str().unwrap();
     assert!(
@@ -715,4 +766,32 @@ async fn a_failed_update_leaves_the_node_cordoned_and_says_so() {
         );
         assert!(!reasons(&ev).contains(&"Uncordoned"), "{ev:#?}");
     }
+
+    // the operator's retry (a new value of inplaced.io/retry): a new attempt takes over
+    // the cordon and, the node fixed, uncordons at its end
+    let mut retry = reboot_request();
+    retry["desired"]["machine"]["metadata"]["annotations"]["inplaced.io/retry"] = json!("1");
+    let boot_3 = "33333333-0000-0000-0000-000000000003";
+    let (seen, done) =
+        drive_booting(&c, &ext, &mut node, &retry, 60, (" isolcpus=2-7", boot_3)).await;
+    assert_eq!(done["status"], "Success", "{seen:#?}");
+    let n = node_obj(&c).await;
+    assert_eq!(
+        reboots(&node),
+        2,
+        "the retry rebooted again: {:?}",
+        node.actions()
+    );
+    assert!(node.read("/proc/cmdline").contains("isolcpus=2-7"));
+    assert!(
+        !unschedulable(&n),
+        "the retry released the first attempt's cordon"
+    );
+    assert!(
+        inplaced_annotations(&n).is_empty(),
+        "{:?}",
+        inplaced_annotations(&n)
+    );
+    let ann = machine_annotations(&c).await;
+    assert_eq!(ann["inplaced.io/phase"], "Done", "{ann}");
 }

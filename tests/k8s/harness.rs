@@ -106,17 +106,7 @@ impl Cluster {
         let dir = crate::common::tempdir();
         let d = dir.path().to_path_buf();
         let ca = pki::ca("k8s-test-ca");
-        let (crt, key) = pki::leaf(
-            &ca,
-            "kube-apiserver",
-            vec![
-                SanType::IpAddress("127.0.0.1".parse().unwrap()),
-                SanType::DnsName("localhost".try_into().unwrap()),
-            ],
-        );
-        let sa = KeyPair::generate().unwrap();
-        let (etcd_port, peer_port, api_port) =
-            (pki::free_port(), pki::free_port(), pki::free_port());
+        let api_port = pki::free_port();
         let url = format!("https://127.0.0.1:{api_port}");
         let mut c = Cluster {
             children: Vec::new(),
@@ -126,57 +116,11 @@ impl Cluster {
             ext_kubeconfig: d.join("extension.kubeconfig"),
             dir,
         };
-        let etcd = format!("http://127.0.0.1:{etcd_port}");
-        let peer = format!("http://127.0.0.1:{peer_port}");
-        c.spawn(
-            "etcd",
-            Command::new("etcd").args([
-                "--name=test",
-                &format!("--data-dir={}", d.join("etcd").display()),
-                &format!("--listen-client-urls={etcd}"),
-                &format!("--advertise-client-urls={etcd}"),
-                &format!("--listen-peer-urls={peer}"),
-                &format!("--initial-advertise-peer-urls={peer}"),
-                &format!("--initial-cluster=test={peer}"),
-            ]),
-        );
-        c.wait_port(etcd_port, "etcd");
-        let tokens = pki::write(
-            &d,
-            "tokens.csv",
-            &format!(
-                "{ADMIN_TOKEN},admin,admin,\"system:masters\"\n{EXTENSION_TOKEN},inplace-extension,inplace-extension\n"
-            ),
-        );
+        let etcd = c.start_etcd();
+        let args = apiserver_args(&d, &ca, &etcd, api_port);
         c.spawn(
             "kube-apiserver",
-            Command::new(bin.join("kube-apiserver")).args([
-                &format!("--etcd-servers={etcd}"),
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                &format!("--secure-port={api_port}"),
-                "--insecure-port=0",
-                &format!("--tls-cert-file={}", pki::write(&d, "apiserver.crt", &crt)),
-                &format!(
-                    "--tls-private-key-file={}",
-                    pki::write(&d, "apiserver.key", &key)
-                ),
-                &format!("--client-ca-file={}", pki::write(&d, "ca.crt", &ca.pem)),
-                &format!("--token-auth-file={tokens}"),
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                &format!(
-                    "--service-account-key-file={}",
-                    pki::write(&d, "sa.pub", &sa.public_key_pem())
-                ),
-                &format!(
-                    "--service-account-signing-key-file={}",
-                    pki::write(&d, "sa.key", &sa.serialize_pem())
-                ),
-                "--service-cluster-ip-range=10.96.0.0/24",
-                "--disable-admission-plugins=ServiceAccount",
-                "--allow-privileged=true",
-            ]),
+            Command::new(bin.join("kube-apiserver")).args(&args),
         );
         std::fs::write(
             &c.admin_kubeconfig,
@@ -213,12 +157,33 @@ impl Cluster {
         c
     }
 
+    /// Starts etcd on free loopback ports; returns its client URL.
+    fn start_etcd(&mut self) -> String {
+        let (etcd_port, peer_port) = (pki::free_port(), pki::free_port());
+        let etcd = format!("http://127.0.0.1:{etcd_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        self.spawn(
+            "etcd",
+            Command::new("etcd").args([
+                "--name=test",
+                &format!("--data-dir={}", self.dir.path().join("etcd").display()),
+                &format!("--listen-client-urls={etcd}"),
+                &format!("--advertise-client-urls={etcd}"),
+                &format!("--listen-peer-urls={peer}"),
+                &format!("--initial-advertise-peer-urls={peer}"),
+                &format!("--initial-cluster=test={peer}"),
+            ]),
+        );
+        self.wait_port(etcd_port, "etcd");
+        etcd
+    }
+
     fn spawn(&mut self, name: &'static str, cmd: &mut Command) {
         let log = self.dir.path().join(format!("{name}.log"));
         let child = cmd
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
             .spawn()
             .unwrap_or_else(|e| panic!("{name}: {e} (etcd: apt-get install etcd-server)"));
         self.children.push((name, child, log));
@@ -324,6 +289,56 @@ impl Cluster {
             .map(|c| std::fs::read_to_string(&c.2).unwrap_or_default())
             .unwrap_or_default()
     }
+}
+
+/// kube-apiserver's flags on loopback `port` over `etcd`: a serving certificate of `ca`,
+/// the token file, RBAC, the three service-account flags v1.20 requires (an ECDSA key
+/// pair), no ServiceAccount admission (no token controller runs). Writes the files
+/// under `d`.
+fn apiserver_args(d: &Path, ca: &pki::Ca, etcd: &str, port: u16) -> Vec<String> {
+    let (crt, key) = pki::leaf(
+        ca,
+        "kube-apiserver",
+        vec![
+            SanType::IpAddress("127.0.0.1".parse().unwrap()),
+            SanType::DnsName("localhost".try_into().unwrap()),
+        ],
+    );
+    let sa = KeyPair::generate().unwrap();
+    let tokens = pki::write(
+        d,
+        "tokens.csv",
+        &format!(
+            "{ADMIN_TOKEN},admin,admin,\"system:masters\"\n{EXTENSION_TOKEN},inplace-extension,inplace-extension\n"
+        ),
+    );
+    vec![
+        format!("--etcd-servers={etcd}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--insecure-port=0".into(),
+        format!("--tls-cert-file={}", pki::write(d, "apiserver.crt", &crt)),
+        format!(
+            "--tls-private-key-file={}",
+            pki::write(d, "apiserver.key", &key)
+        ),
+        format!("--client-ca-file={}", pki::write(d, "ca.crt", &ca.pem)),
+        format!("--token-auth-file={tokens}"),
+        "--authorization-mode=RBAC".into(),
+        "--service-account-issuer=https://kubernetes.default.svc".into(),
+        format!(
+            "--service-account-key-file={}",
+            pki::write(d, "sa.pub", &sa.public_key_pem())
+        ),
+        format!(
+            "--service-account-signing-key-file={}",
+            pki::write(d, "sa.key", &sa.serialize_pem())
+        ),
+        "--service-cluster-ip-range=10.96.0.0/24".into(),
+        "--disable-admission-plugins=ServiceAccount".into(),
+        "--allow-privileged=true".into(),
+    ]
 }
 
 /// A client from a kubeconfig file.

@@ -144,42 +144,12 @@ impl Kube {
             Err(s) => return s,
         };
         let name = n.metadata.name.clone().unwrap_or_default();
-        let nodes: Api<Node> = Api::all(wl.client.clone());
         let state = match node::drain_state(&n, &t.op) {
             Some(s) => s,
-            None => {
-                let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                let p = node::cordon_patch(&n, &t.op, &now);
-                match nodes
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if conflict(&e) => {
-                        return Step::Wait(format!(
-                            "Node {name} changed while cordoning it; trying again"
-                        ));
-                    }
-                    Err(e) => return Step::Wait(format!("cordoning Node {name}: {e}")),
-                }
-                let ours = !node::unschedulable(&n);
-                self.phase(t, Phase::Draining).await;
-                let msg = if ours {
-                    format!("cordoned Node {name} for in-place update {}", t.op)
-                } else {
-                    format!(
-                        "Node {name} was cordoned already (not by inplace-extension): it stays cordoned after in-place update {}",
-                        t.op
-                    )
-                };
-                self.report(t, Some((&wl, &n)), "Cordoned", &msg, false)
-                    .await;
-                node::DrainState {
-                    started: now,
-                    cordoned_by_us: ours,
-                    boot_id: node::boot_id(&n),
-                }
-            }
+            None => match self.cordon(t, &wl, &n).await {
+                Ok(s) => s,
+                Err(step) => return step,
+            },
         };
         let progress = match self.evict_pods(&wl, &name).await {
             Ok(p) => p,
@@ -230,6 +200,45 @@ impl Kube {
         } else {
             Step::Blocked(msg, elapsed)
         }
+    }
+
+    /// Starts the drain of Node `n` for `t.op`: cordons it (unless cordoned already) and
+    /// records the state ([`node::cordon_patch`]); reports it. `Err` is the answer (a
+    /// conflict with another replica's patch: wait).
+    async fn cordon(&self, t: &Target, wl: &Workload, n: &Node) -> Result<node::DrainState, Step> {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let nodes: Api<Node> = Api::all(wl.client.clone());
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let p = node::cordon_patch(n, &t.op, &now);
+        match nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if conflict(&e) => {
+                return Err(Step::Wait(format!(
+                    "Node {name} changed while cordoning it; trying again"
+                )));
+            }
+            Err(e) => return Err(Step::Wait(format!("cordoning Node {name}: {e}"))),
+        }
+        // ours: cordoned now, or by this extension for an earlier attempt
+        let ours = p["metadata"]["annotations"][node::CORDONED] == "true";
+        self.phase(t, Phase::Draining).await;
+        let msg = if ours {
+            format!("cordoned Node {name} for in-place update {}", t.op)
+        } else {
+            format!(
+                "Node {name} was cordoned already (not by inplace-extension): it stays cordoned after in-place update {}",
+                t.op
+            )
+        };
+        self.report(t, Some((wl, n)), "Cordoned", &msg, false).await;
+        Ok(node::DrainState {
+            started: now,
+            cordoned_by_us: ours,
+            boot_id: node::boot_id(n),
+        })
     }
 
     /// One pass over the Node's Pods: evicts what [`drain::classify`] says to.

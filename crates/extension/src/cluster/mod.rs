@@ -253,8 +253,9 @@ impl Kube {
             .map_err(|e| format!("reading Secret {ns}/{name}: {e}"))?;
         let rv = s.metadata.resource_version.clone().unwrap_or_default();
         let key = format!("{ns}/{cluster}");
-        let mut cache = self.workloads.lock().await;
-        if let Some((have, w)) = cache.get(&key)
+        // the lock is not held while a client is built (a slow cluster would stall the
+        // others); two builds at once for one cluster both succeed, the later one is kept
+        if let Some((have, w)) = self.workloads.lock().await.get(&key)
             && *have == rv
         {
             return Ok(w.clone());
@@ -277,7 +278,7 @@ impl Kube {
             eviction: drain::eviction_version(group.versions()),
         };
         tracing::info!(cluster = %key, eviction = %w.eviction, secret_version = %rv, "workload cluster client built");
-        cache.insert(key, (rv, w.clone()));
+        self.workloads.lock().await.insert(key, (rv, w.clone()));
         Ok(w)
     }
 }
