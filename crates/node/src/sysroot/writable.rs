@@ -88,7 +88,7 @@ impl Sysroot {
             .filter(|st| {
                 rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
             })
-            .map(|st| st.st_nlink as u64))
+            .map(|st| st.st_nlink))
     }
 }
 
