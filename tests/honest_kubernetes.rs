@@ -129,3 +129,34 @@ async fn an_upgrade_with_an_edit_of_a_file_kubeadm_rewrites_is_not_covered() {
             .contains("\nshutdownGracePeriod: 30s\n")
     );
 }
+
+/// The upgrade verifies the kubelet the unit runs: a drop-in whose last `ExecStart=`
+/// runs another binary than the one the source installs makes the upgrade not covered,
+/// naming both paths and the drop-in.
+#[tokio::test]
+async fn a_unit_that_runs_another_kubelet_is_not_covered() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    let dir = node.path("/etc/systemd/system/kubelet.service.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("20-local.conf"),
+        "[Service]\nExecStart=\nExecStart=/opt/k8s/bin/kubelet $KUBELET_KUBEADM_ARGS\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, TO_135).await;
+    let c = change(&r, "kubernetes.version");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "the kubelet unit runs /opt/k8s/bin/kubelet (the effective ExecStart= is in /etc/systemd/system/kubelet.service.d/20-local.conf), not /usr/bin/kubelet, which the upgrade installs: the running kubelet would not change; point [kubernetes] bin_dir at /opt/k8s/bin/kubelet's directory or the unit at /usr/bin/kubelet"
+    );
+    // a drop-in sorted before kubeadm's 10-kubeadm.conf is overridden by it: covered
+    std::fs::rename(dir.join("20-local.conf"), dir.join("05-local.conf")).unwrap();
+    let r = coverage(&node, TO_135).await;
+    assert!(change(&r, "kubernetes.version").covered, "{:?}", r.changes);
+}

@@ -70,3 +70,24 @@ async fn immutable_and_append_only_targets_are_not_covered() {
     let r = coverage(&node, yaml).await;
     assert!(change(&r, "kubelet.flags[max-pods]").covered);
 }
+
+/// A managed file with more than one hard link is named in the reason, with what the
+/// apply and a revert do to the other links (issue 27 §4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_linked_target_is_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::hard_link(
+        node.path("/var/lib/kubelet/kubeadm-flags.env"),
+        node.path("/var/lib/kubelet/kubeadm-flags.env.link"),
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, "kubelet:\n  flags:\n    max-pods: \"250\"\n").await;
+    let c = change(&r, "kubelet.flags[max-pods]");
+    assert!(c.covered, "{}", c.reason);
+    assert!(
+        c.reason.ends_with("; /var/lib/kubelet/kubeadm-flags.env has 2 hard links: the apply replaces it with a new file, so the other 1 link(s) keep the old content, and a revert does not link them again"),
+        "{}",
+        c.reason
+    );
+}

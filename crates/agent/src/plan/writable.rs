@@ -18,11 +18,18 @@ pub(crate) fn refuse_unwritable(plan: &mut Plan, root: &Sysroot) {
         .map(|w| (w.path.as_str(), w.content.len() as u64))
         .chain(steps.removes.iter().map(|r| (r.path.as_str(), 0)));
     let mut blocked = Vec::new();
+    let mut linked = Vec::new();
     for (path, bytes) in targets {
         if let Ok(Some(why)) = root.write_blocker(path, bytes) {
             blocked.push((path.to_string(), why));
         }
+        if let Ok(Some(n)) = root.hard_links(path)
+            && n > 1
+        {
+            linked.push((path.to_string(), n));
+        }
     }
+    name_hard_links(plan, &linked);
     if blocked.is_empty() {
         return;
     }
@@ -37,4 +44,22 @@ pub(crate) fn refuse_unwritable(plan: &mut Plan, root: &Sysroot) {
         }
     }
     plan.report.fully_covered = plan.report.changes.iter().all(|c| c.covered);
+}
+
+/// Adds to the reason of each change that targets a file with more than one hard link
+/// what the apply does to the other links (issue 27 §4): the file is replaced by a new
+/// one, the other links keep the old content, and a revert does not link them again.
+fn name_hard_links(plan: &mut Plan, linked: &[(String, u64)]) {
+    for c in &mut plan.report.changes {
+        if let Some((path, n)) = linked
+            .iter()
+            .find(|(p, _)| c.targets.iter().any(|t| t == p))
+        {
+            c.reason = format!(
+                "{}; {path} has {n} hard links: the apply replaces it with a new file, so the other {} link(s) keep the old content, and a revert does not link them again",
+                c.reason,
+                n - 1
+            );
+        }
+    }
 }

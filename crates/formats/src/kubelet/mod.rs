@@ -3,3 +3,4 @@ pub mod checkpoints;
 pub mod config;
 pub mod fields;
 pub mod flags;
+pub mod unit;

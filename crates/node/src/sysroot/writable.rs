@@ -78,6 +78,20 @@ impl Sysroot {
     }
 }
 
+impl Sysroot {
+    /// How many hard links the regular file `path` has (`st_nlink`); `Ok(None)` when it
+    /// is absent or not a regular file. An atomic replace (rename over it) leaves the
+    /// other links with the old content.
+    pub fn hard_links(&self, path: &str) -> Result<Option<u64>> {
+        Ok(self
+            .lstat(path)?
+            .filter(|st| {
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+            })
+            .map(|st| st.st_nlink))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Sysroot;

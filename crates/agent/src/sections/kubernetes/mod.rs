@@ -22,6 +22,7 @@ pub(crate) mod observe;
 pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
+pub(crate) mod unit;
 
 use crate::config::Config;
 use crate::kubernetes as k8s;
@@ -174,6 +175,9 @@ fn refusal(config: &Config, obs: &KubernetesObs, step: Result<Step, String>) -> 
     }
     if let Err(e) = &obs.kubeadm {
         return Some(format!("kubeadm is needed for the upgrade: {e}"));
+    }
+    if let Some(why) = &obs.other_kubelet {
+        return Some(why.clone());
     }
     match &obs.checksums {
         Some(Err(e)) => Some(e.clone()),

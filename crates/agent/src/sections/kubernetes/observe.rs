@@ -19,6 +19,10 @@ pub struct KubernetesObs {
     pub missing_kubeadm_files: Vec<String>,
     /// The node has the kube-apiserver static Pod.
     pub control_plane: bool,
+    /// Why the kubelet unit does not run the kubelet the upgrade installs (its effective
+    /// `ExecStart=` names another program, [`super::unit`]); None when it does or
+    /// when the unit can not be found.
+    pub other_kubelet: Option<String>,
     /// Control-plane manifests: path → image tags named, or why the manifest is not
     /// known (absent, unreadable or empty on a control-plane node).
     pub manifests: Vec<(String, Observation<Vec<String>>)>,
@@ -110,6 +114,15 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
         kubeadm,
         missing_kubeadm_files: missing,
         control_plane,
+        other_kubelet: super::unit::kubelet_exec_start(node.root, &config.kubelet.unit).and_then(
+            |e| {
+                super::unit::runs_another_kubelet(
+                    node.root,
+                    &e,
+                    &config.kubernetes.bin_path("kubelet"),
+                )
+            },
+        ),
         manifests,
         checksums,
     });

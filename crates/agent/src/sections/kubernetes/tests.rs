@@ -53,6 +53,7 @@ fn worker(running: &str) -> KubernetesObs {
         kubeadm: Ok(v(running)),
         missing_kubeadm_files: Vec::new(),
         control_plane: false,
+        other_kubelet: None,
         manifests: Vec::new(),
         checksums: None,
     }
