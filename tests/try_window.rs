@@ -339,3 +339,34 @@ async fn inplacectl_apply_try() {
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("is not a duration"), "{}", err(&o));
 }
+
+/// The agent is killed right after a try's commit point (failpoint `record`: the journal
+/// holds the record, the operation file still says Staging): the next start rolls the
+/// journal forward into the wait, never into Succeeded, and the deadline still reverts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_commit_point_rolls_forward_into_the_wait() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut node = Node::new("ubuntu-2404-grub");
+    let before = root_snapshot(&node);
+    node.failpoints = Some("record".into());
+    node.start();
+    let _ = apply_try(&node, TRY_SPEC, "t8", 3).await;
+    let status = node.wait_exit(Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.signal()),
+        Some(9),
+        "killed at the failpoint"
+    );
+    node.failpoints = None;
+    node.start();
+    let op = node.settle("t8").await;
+    assert_eq!(
+        op.phase,
+        Phase::AwaitingConfirmation as i32,
+        "{}",
+        op.message
+    );
+    let op = wait_phase(&node, "t8", Phase::RolledBack, 30).await;
+    assert!(op.message.contains("not confirmed"), "{}", op.message);
+    assert_eq!(root_snapshot(&node), before);
+}
