@@ -454,7 +454,7 @@ s9_uefi_kargs() {
     expect "coverage: a systemd-boot trial" "$(ctl -o json get vm-uefi-kargs)" 'bootctl set-oneshot'
     expect "the default entry untouched" "$(gx "sha256sum $entry")" "^$entry_sum"
     expect "the trial entry on the ESP" "$(gx 'grep ^options /boot/efi/loader/entries/inplaced-trial.conf')" 'inplaced\.e2e=1.*inplaced\.note="two words".*panic=10 systemd\.watchdog_sec=60'
-    expect "LoaderEntryOneShot (bootctl set-oneshot)" "$(gx 'tail -c +5 /sys/firmware/efi/efivars/LoaderEntryOneShot-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | tr -d "\0"')" '^inplaced-trial\.conf$'
+    expect "LoaderEntryOneShot (bootctl set-oneshot)" "$(gx 'cat /sys/firmware/efi/efivars/LoaderEntryOneShot-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | tail -c +5 | tr -d "\0"')" '^inplaced-trial\.conf$'
     save_journal
     local t0=$SECONDS
     out=$(ctl reboot vm-uefi-kargs 2>&1) || fail "Reboot RPC: $out"
