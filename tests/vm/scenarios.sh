@@ -403,8 +403,13 @@ s4_hang() {
     [ "$boot_id" != "$bid" ] || fail "same boot id"
     expect "serial: the trial boot, then the fallback boot" "$(grep -c 'Linux version' "$serial")" '^2$'
     expect "serial: the trial kernel had the hang argument and the watchdog" "$(cat "$serial")" 'Command line:.*inplaced\.vm_hang=1.*systemd\.watchdog_sec=60'
+    expect "serial: no kernel panic (the reset was the watchdog's)" "$(grep -a -c 'Kernel panic' "$serial")" '^0$'
     trial_failed_common vm-kargs-hang "$before" "$grub_sum"
-    expect "evidence: the watchdog fired" "$(ctl -o json get vm-kargs-hang)" 'fallback: the hardware watchdog reset the hung trial boot'
+    # the agent names the watchdog only when the driver reports WDIOF_CARDRESET in
+    # bootstatus; QEMU's 6300ESB under Debian 12's driver did not when measured, so the
+    # agent says "a reset" and never more than it can tell
+    expect "evidence: a reset, as far as the agent can tell" "$(ctl -o json get vm-kargs-hang)" \
+        'fallback: (the hardware watchdog reset the hung trial boot|the trial boot never reached the agent: a kernel panic .* or a reset)'
 }
 
 # 7. A newer package installed while the agent is idle with a pending reboot.
@@ -454,7 +459,7 @@ s9_uefi_kargs() {
     expect "coverage: a systemd-boot trial" "$(ctl -o json get vm-uefi-kargs)" 'bootctl set-oneshot'
     expect "the default entry untouched" "$(gx "sha256sum $entry")" "^$entry_sum"
     expect "the trial entry on the ESP" "$(gx 'grep ^options /boot/efi/loader/entries/inplaced-trial.conf')" 'inplaced\.e2e=1.*inplaced\.note="two words".*panic=10 systemd\.watchdog_sec=60'
-    expect "LoaderEntryOneShot (bootctl set-oneshot)" "$(gx 'tail -c +5 /sys/firmware/efi/efivars/LoaderEntryOneShot-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | tr -d "\0"')" '^inplaced-trial\.conf$'
+    expect "LoaderEntryOneShot (bootctl set-oneshot)" "$(gx 'cat /sys/firmware/efi/efivars/LoaderEntryOneShot-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | tail -c +5 | tr -d "\0"')" '^inplaced-trial\.conf$'
     save_journal
     local t0=$SECONDS
     out=$(ctl reboot vm-uefi-kargs 2>&1) || fail "Reboot RPC: $out"
