@@ -230,7 +230,7 @@ fn each_binary_says_what_it_is() {
         ),
         (
             env!("CARGO_BIN_EXE_inplacectl"),
-            "Local client of the inplaced node agent: coverage, apply, status, history, reboot",
+            "Local client of the inplaced node agent: validate, coverage, apply, confirm, status, history, reboot",
         ),
         (
             env!("CARGO_BIN_EXE_inplace-extension"),

@@ -114,7 +114,7 @@ impl DiffArgs {
 #[command(
     name = "inplacectl",
     version,
-    about = "Local client of the inplaced node agent: coverage, apply, confirm, status, history, reboot"
+    about = "Local client of the inplaced node agent: validate, coverage, apply, confirm, status, history, reboot"
 )]
 pub struct Args {
     /// The agent's Unix socket.
