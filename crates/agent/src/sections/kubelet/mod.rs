@@ -516,6 +516,28 @@ impl Kubelet {
     }
 }
 
+/// The last `--config-dir` drop-in that sets the field at `path` (or a field above it):
+/// the kubelet merges the drop-ins over the config file, so an edit of the file would not
+/// change what the kubelet runs with.
+fn dropin_override(input: &Input<'_>, path: &[String]) -> Option<String> {
+    let (file, _) = input
+        .obs
+        .kubelet
+        .config_dropins
+        .iter()
+        .rev()
+        .find(|(_, doc)| {
+            (1..=path.len()).any(|n| {
+                kcfg::get(doc, &path[..n]).is_some_and(|v| n == path.len() || !v.is_object())
+            })
+        })?;
+    Some(format!(
+        "KubeletConfiguration drop-in {file} (kubelet --config-dir) sets {}, and the kubelet merges its drop-ins over {} (a later drop-in wins): the value stays {file}'s; change it there",
+        path.join("."),
+        input.config.kubelet.config_path
+    ))
+}
+
 /// Why a KubeletConfiguration field can not be merged: unknown to the kubelet, or
 /// overridden by a flag (flags win over the config file).
 fn config_field_problem(
@@ -528,6 +550,9 @@ fn config_field_problem(
         return Some(format!(
             "{top} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field; check the spelling: the kubelet ignores or refuses unknown fields"
         ));
+    }
+    if let Some(p) = dropin_override(input, path) {
+        return Some(p);
     }
     let flag = kcfg_fields::flag_for(path)?;
     if let Some(v) = final_flags.get(&flag) {
