@@ -2,7 +2,10 @@
 //! `inplaced` on the ubuntu fixture whose kubelet has a `--config-dir` (set through
 //! `KUBELET_EXTRA_ARGS`). A KubeletConfiguration field that one of its `*.conf` drop-ins
 //! sets is not covered, naming the drop-in that wins (the last in name order, per
-//! upstream "Kubelet configuration directory merging"); a field no drop-in sets is.
+//! upstream "Kubelet configuration directory merging"); a field no drop-in sets is. A
+//! systemd unit drop-in (`kubelet.service.d/*.conf`) whose effective `ExecStart=` sets a
+//! flag literally after `$KUBELET_KUBEADM_ARGS`, or does not pass it, makes the managed
+//! flag (and a config field the flag overrides) not covered, naming the drop-in.
 
 mod common;
 use common::*;
@@ -72,5 +75,69 @@ async fn drop_ins_without_config_dir_do_not_count() {
     .await;
     let gc = change(&r, "kubelet.config.imageGCHighThresholdPercent");
     assert!(gc.covered, "{}", gc.reason);
+    node.stop();
+}
+
+const UNIT_DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-local.conf";
+
+fn with_unit_dropin(node: &Node, exec: &str) {
+    let p = node.path(UNIT_DROPIN);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, format!("[Service]\nExecStart=\nExecStart={exec}\n")).unwrap();
+}
+
+/// A systemd unit drop-in whose `ExecStart=` sets kubelet flags literally after
+/// `$KUBELET_KUBEADM_ARGS`: a managed flag it sets is not covered, nor a KubeletConfiguration
+/// field a literal flag overrides, each naming the drop-in; another flag is covered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_a_unit_drop_in_sets_are_not_covered_naming_it() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_unit_dropin(
+        &node,
+        "/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS --max-pods=300 --kube-api-qps 40",
+    );
+    node.start();
+    let yaml = "kubelet:\n  flags:\n    max-pods: \"250\"\n    node-ip: 192.0.2.5\n  config:\n    kubeAPIQPS: 100\n";
+    let r = coverage(&node, yaml).await;
+    let mp = change(&r, "kubelet.flags[max-pods]");
+    assert!(!mp.covered);
+    assert_eq!(
+        mp.reason,
+        format!(
+            "--max-pods=300 in the effective ExecStart of {UNIT_DROPIN} comes after $KUBELET_KUBEADM_ARGS on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+        )
+    );
+    let qps = change(&r, "kubelet.config.kubeAPIQPS");
+    assert!(!qps.covered);
+    assert_eq!(
+        qps.reason,
+        format!(
+            "kubelet flag --kube-api-qps=40 in the effective ExecStart of {UNIT_DROPIN} overrides KubeletConfiguration field kubeAPIQPS; change it there"
+        )
+    );
+    let ip = change(&r, "kubelet.flags[node-ip]");
+    assert!(ip.covered, "{}", ip.reason);
+    node.stop();
+}
+
+/// A unit drop-in whose command line does not pass `$KUBELET_KUBEADM_ARGS`: kubeadm-flags.env
+/// is not read, so no flag written there is covered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_line_without_kubeadm_args_covers_no_flag() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_unit_dropin(
+        &node,
+        "/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml",
+    );
+    node.start();
+    let r = coverage(&node, "kubelet:\n  flags:\n    node-ip: 192.0.2.5\n").await;
+    let ip = change(&r, "kubelet.flags[node-ip]");
+    assert!(!ip.covered);
+    assert_eq!(
+        ip.reason,
+        format!(
+            "the kubelet's effective ExecStart in {UNIT_DROPIN} does not pass $KUBELET_KUBEADM_ARGS, so /var/lib/kubelet/kubeadm-flags.env is not read; change the unit there"
+        )
+    );
     node.stop();
 }

@@ -21,6 +21,12 @@ pub struct KubeletObs {
     /// sorted by name, a later one wins; upstream "Kubelet configuration directory
     /// merging"): path → parsed document. They override the config file.
     pub config_dropins: Vec<(String, serde_json::Value)>,
+    /// `--config-dir` drop-ins that could not be read or parsed.
+    pub dropin_problems: Vec<String>,
+    /// The effective `ExecStart=` of the kubelet's unit (unit file and its drop-ins in
+    /// systemd's order): (the file that set it, its words). None when the unit is not
+    /// found.
+    pub exec_start: Option<(String, Vec<String>)>,
 }
 
 impl Default for KubeletObs {
@@ -31,6 +37,8 @@ impl Default for KubeletObs {
             extra_args: Vec::new(),
             problems: Vec::new(),
             config_dropins: Vec::new(),
+            dropin_problems: Vec::new(),
+            exec_start: None,
         }
     }
 }
@@ -78,6 +86,12 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
         }
     }
     read_config_dropins(node, &mut kubelet)?;
+    kubelet.exec_start = crate::sections::kubernetes::unit::unit_files(node.root, &config.unit)
+        .and_then(|f| {
+            inplace_formats::kubelet::unit::effective_exec_start_words(
+                f.iter().map(|(p, t)| (p.as_str(), t.as_str())),
+            )
+        });
     obs.kubelet = kubelet;
     Ok(())
 }
