@@ -141,3 +141,89 @@ async fn a_command_line_without_kubeadm_args_covers_no_flag() {
     );
     node.stop();
 }
+
+const NTP: &str = "ntp:\n  servers: [ntp1.example.invalid, ntp2.example.invalid]\n";
+
+/// chrony's `sourcedir` and `confdir` files (chrony.conf(5)) that name servers add time
+/// sources that would stay: `ntp` is not covered, naming the file; a source directory
+/// with no server in it does not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chrony_source_and_conf_dirs_with_servers_are_named() {
+    let mut node = Node::new("rhel8-grubenv");
+    let conf = node.read("/etc/chrony.conf");
+    std::fs::write(
+        node.path("/etc/chrony.conf"),
+        format!("{conf}sourcedir /etc/chrony/sources.d\nconfdir /etc/chrony/conf.d\n"),
+    )
+    .unwrap();
+    for d in ["/etc/chrony/sources.d", "/etc/chrony/conf.d"] {
+        std::fs::create_dir_all(node.path(d)).unwrap();
+    }
+    // no server: does not count
+    std::fs::write(node.path("/etc/chrony/sources.d/a.sources"), "# none\n").unwrap();
+    std::fs::write(
+        node.path("/etc/chrony/conf.d/10-site.conf"),
+        "pool site.example.invalid iburst\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/etc/chrony/conf.d/10-site.conf (chrony `confdir` in /etc/chrony.conf) adds time sources site.example.invalid: chrony uses them alongside the managed servers, so they would stay; remove them there, or manage the file under files"
+    );
+    node.stop();
+    // without the server there, the change is covered
+    std::fs::write(
+        node.path("/etc/chrony/conf.d/10-site.conf"),
+        "makestep 1 3\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    assert!(change(&r, "ntp").covered, "{}", change(&r, "ntp").reason);
+    node.stop();
+}
+
+/// systemd-timesyncd's other files (timesyncd.conf(5)): a drop-in with servers adds them
+/// (they would stay); an empty `NTP=` in a drop-in after the agent's resets the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timesyncd_drop_ins_that_set_ntp_are_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::write(node.path("/usr/lib/systemd/systemd-timesyncd"), "").unwrap();
+    let dir = node.path("/usr/lib/systemd/timesyncd.conf.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("50-vendor.conf"),
+        "[Time]\nNTP=vendor.example.invalid\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/usr/lib/systemd/timesyncd.conf.d/50-vendor.conf sets NTP=vendor.example.invalid: systemd-timesyncd adds the NTP= lists of its files, so these servers would stay alongside the managed ones in /etc/systemd/timesyncd.conf.d/inplaced-ntp.conf; remove them there"
+    );
+    node.stop();
+    std::fs::write(dir.join("50-vendor.conf"), "[Time]\nNTP=\n").unwrap();
+    std::fs::write(dir.join("zz-reset.conf"), "[Time]\nNTP=\n").unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/usr/lib/systemd/timesyncd.conf.d/zz-reset.conf resets NTP= after /etc/systemd/timesyncd.conf.d/inplaced-ntp.conf, so the managed servers would not be used; remove the line there"
+    );
+    node.stop();
+    // an empty NTP= before the agent's drop-in is harmless
+    std::fs::remove_file(dir.join("zz-reset.conf")).unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    assert!(change(&r, "ntp").covered, "{}", change(&r, "ntp").reason);
+    node.stop();
+}
