@@ -125,10 +125,7 @@ fn timesyncd_sources(node: &NodeView<'_>, d: &Daemon) -> Option<String> {
         .iter()
         .map(|d| format!("{d}/timesyncd.conf"))
         .find(|p| matches!(node.root.stat(p), Ok(Some(_))));
-    let ordered = main
-        .into_iter()
-        .map(|p| (String::new(), p))
-        .chain(files);
+    let ordered = main.into_iter().map(|p| (String::new(), p)).chain(files);
     for (name, p) in ordered {
         if name == own {
             continue;
