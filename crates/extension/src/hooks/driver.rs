@@ -155,6 +155,13 @@ impl Extension {
             Err(r) => return r,
         };
         let (history, status) = (&view.operations, &view.status);
+        let machine_version = desired
+            .machine
+            .pointer("/spec/version")
+            .and_then(|v| v.as_str());
+        if let Some(msg) = super::verify::before_start(machine_version, status) {
+            return UpdateMachineResponse::new(Status::Failure, format!("{}: {msg}", m.name), 0);
+        }
         // the Machine's version joins the spec when the node reports its own
         // (the guess is moved, not copied: its files may be megabytes)
         let reports_version = !status.kubernetes_version.is_empty();
@@ -295,24 +302,27 @@ impl Extension {
         let t = eff.agent_timeout;
         let phase = Phase::try_from(op.phase).unwrap_or(Phase::Unspecified);
         match phase {
-            // done only when the node runs the target version
-            // (the status was read after the history that holds the operation)
-            Phase::Succeeded
-                if target
-                    .as_ref()
-                    .is_some_and(|v| !capi::same_version(v, &status.kubernetes_version)) =>
-            {
-                wait(format!(
-                    "waiting for the node to report Kubernetes {} (it reports {:?})",
-                    target.unwrap_or_default(),
-                    status.kubernetes_version
-                ))
+            // done only when every translated field is verified on the node (the status
+            // was read after the history that holds the operation)
+            Phase::Succeeded => {
+                let k = target.map(|version| pb::Kubernetes { version });
+                match super::verify::after_success(k.as_ref(), status) {
+                    super::verify::Verdict::Verified => UpdateMachineResponse::new(
+                        Status::Success,
+                        format!("in-place update done: {}", changed(op)),
+                        0,
+                    ),
+                    super::verify::Verdict::Wait(msg) => wait(msg),
+                    super::verify::Verdict::Unverifiable(msg) => UpdateMachineResponse::new(
+                        Status::Failure,
+                        format!(
+                            "in-place update not verified: {msg} (operation {}; fix the node, then set a new value of the Machine annotation {RETRY_ANNOTATION} to try again)",
+                            op.id
+                        ),
+                        0,
+                    ),
+                }
             }
-            Phase::Succeeded => UpdateMachineResponse::new(
-                Status::Success,
-                format!("in-place update done: {}", changed(op)),
-                0,
-            ),
             Phase::Failed | Phase::RolledBack => UpdateMachineResponse::new(
                 Status::Failure,
                 format!(

@@ -12,6 +12,7 @@ pub(crate) mod can_update_machine;
 pub(crate) mod can_update_machine_set;
 pub(crate) mod driver;
 pub(crate) mod update_machine;
+pub(crate) mod verify;
 
 use serde_json::Value;
 

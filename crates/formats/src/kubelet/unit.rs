@@ -83,6 +83,38 @@ pub fn effective_exec_start<'a>(
     last
 }
 
+/// The words of the effective `ExecStart=` of `files` (same order and rules as
+/// [`effective_exec_start`]): (the file that set it, its value split on whitespace with
+/// quotes and the executable's prefixes kept as written). `$VAR` references stay words
+/// of their own (`$KUBELET_KUBEADM_ARGS`), so a caller sees which literal flags come
+/// after which variable. None when none is in effect.
+pub fn effective_exec_start_words<'a>(
+    files: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<(String, Vec<String>)> {
+    let mut last: Option<(String, Vec<String>)> = None;
+    for (name, text) in files {
+        let mut in_service = false;
+        for line in logical_lines(text) {
+            let t = line.trim();
+            if t.starts_with('[') {
+                in_service = t == "[Service]";
+                continue;
+            }
+            match t.split_once('=') {
+                Some((key, value)) if in_service && key.trim() == "ExecStart" => {
+                    let words: Vec<String> = value
+                        .split_whitespace()
+                        .map(|w| w.trim_matches('"').trim_matches('\'').to_string())
+                        .collect();
+                    last = (!words.is_empty()).then(|| (name.to_string(), words));
+                }
+                _ => {}
+            }
+        }
+    }
+    last
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

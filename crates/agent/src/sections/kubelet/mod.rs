@@ -243,7 +243,8 @@ impl Kubelet {
                 .filter(|f| f.value.as_deref() != Some(value.as_str()))
                 .map(|f| (p.clone(), f.value.clone().unwrap_or_default()))
         });
-        if now.as_deref() == Some(value.as_str()) && shadow.is_none() {
+        let in_unit = unit_shadow(input, name, value);
+        if now.as_deref() == Some(value.as_str()) && shadow.is_none() && in_unit.is_none() {
             return;
         }
         let unreadable = kubelet.problems.first().map(|p| {
@@ -252,6 +253,7 @@ impl Kubelet {
         let resets = kubelet_state_files(&[name.as_str()], true);
         let covered = match (&shadow, &unreadable) {
             (_, Some(p)) => Err(p.clone()),
+            _ if in_unit.is_some() => Err(in_unit.unwrap_or_default()),
             (Some((p, v)), None) => Err(format!(
                 "--{name}={v} in {p} (KUBELET_EXTRA_ARGS) comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
             )),
@@ -516,6 +518,86 @@ impl Kubelet {
     }
 }
 
+/// The kubeadm flags file's variable on the kubelet's command line.
+const KUBEADM_VAR: &str = "KUBELET_KUBEADM_ARGS";
+
+/// Flag `name` written literally in the kubelet unit's effective `ExecStart=` (a systemd
+/// unit drop-in, `kubelet.service.d/*.conf`, may set one): (the file, its value). With
+/// `after_kubeadm`, only one after `$KUBELET_KUBEADM_ARGS` (it wins over kubeadm-flags.env,
+/// the last value of a flag wins), or any when the command line does not pass the
+/// variable at all (then kubeadm-flags.env is not read and the literal is what runs).
+fn unit_literal(input: &Input<'_>, name: &str, after_kubeadm: bool) -> Option<(String, String)> {
+    let (file, words) = input.obs.kubelet.exec_start.as_ref()?;
+    let from = if after_kubeadm {
+        words
+            .iter()
+            .position(|w| w.contains(KUBEADM_VAR))
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    words[from..].iter().enumerate().rev().find_map(|(i, w)| {
+        let body = w.strip_prefix("--")?;
+        match body.split_once('=') {
+            Some((n, v)) if n == name => Some((file.clone(), v.to_string())),
+            None if body == name => {
+                let v = words
+                    .get(from + i + 1)
+                    .filter(|n| !n.starts_with('-') && !n.starts_with('$'));
+                Some((file.clone(), v.cloned().unwrap_or_default()))
+            }
+            _ => None,
+        }
+    })
+}
+
+/// Why a desired flag written to kubeadm-flags.env would not be what the kubelet runs
+/// with, from the unit's effective `ExecStart=`: the command line does not pass
+/// `$KUBELET_KUBEADM_ARGS`, or sets the flag literally after it.
+fn unit_shadow(input: &Input<'_>, name: &str, value: &str) -> Option<String> {
+    let (file, words) = input.obs.kubelet.exec_start.as_ref()?;
+    if !words.iter().any(|w| w.contains(KUBEADM_VAR)) {
+        return Some(format!(
+            "the kubelet's effective ExecStart in {file} does not pass ${KUBEADM_VAR}, so {} is not read; change the unit there",
+            input.config.kubelet.flags_path
+        ));
+    }
+    let (file, v) = unit_literal(input, name, true)?;
+    (v != value).then(|| {
+        format!(
+            "--{name}={v} in the effective ExecStart of {file} comes after ${KUBEADM_VAR} on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+        )
+    })
+}
+
+/// The last `--config-dir` drop-in that sets the field at `path` (or a field above it):
+/// the kubelet merges the drop-ins over the config file, so an edit of the file would not
+/// change what the kubelet runs with.
+fn dropin_override(input: &Input<'_>, path: &[String]) -> Option<String> {
+    if let Some(p) = input.obs.kubelet.dropin_problems.first() {
+        return Some(format!(
+            "cannot check the kubelet's --config-dir drop-ins, which override {}: {p}",
+            input.config.kubelet.config_path
+        ));
+    }
+    let (file, _) = input
+        .obs
+        .kubelet
+        .config_dropins
+        .iter()
+        .rev()
+        .find(|(_, doc)| {
+            (1..=path.len()).any(|n| {
+                kcfg::get(doc, &path[..n]).is_some_and(|v| n == path.len() || !v.is_object())
+            })
+        })?;
+    Some(format!(
+        "KubeletConfiguration drop-in {file} (kubelet --config-dir) sets {}, and the kubelet merges its drop-ins over {} (a later drop-in wins): the value stays {file}'s; change it there",
+        path.join("."),
+        input.config.kubelet.config_path
+    ))
+}
+
 /// Why a KubeletConfiguration field can not be merged: unknown to the kubelet, or
 /// overridden by a flag (flags win over the config file).
 fn config_field_problem(
@@ -529,12 +611,21 @@ fn config_field_problem(
             "{top} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field; check the spelling: the kubelet ignores or refuses unknown fields"
         ));
     }
+    if let Some(p) = dropin_override(input, path) {
+        return Some(p);
+    }
     let flag = kcfg_fields::flag_for(path)?;
     if let Some(v) = final_flags.get(&flag) {
         return Some(format!(
             "kubelet flag --{flag}={} in {} overrides KubeletConfiguration field {}; manage it under kubelet.flags instead",
             v.clone().unwrap_or_default(),
             input.config.kubelet.flags_path,
+            path.join(".")
+        ));
+    }
+    if let Some((file, v)) = unit_literal(input, &flag, false) {
+        return Some(format!(
+            "kubelet flag --{flag}={v} in the effective ExecStart of {file} overrides KubeletConfiguration field {}; change it there",
             path.join(".")
         ));
     }

@@ -22,6 +22,13 @@ const UNIT_DIRS: &[&str] = &[
 /// The effective `ExecStart=` of `unit` on the node; None when the unit file is not
 /// found or sets none (nothing to compare: not a refusal).
 pub(crate) fn kubelet_exec_start(root: &Sysroot, unit: &str) -> Option<ExecStart> {
+    let files = unit_files(root, unit)?;
+    effective_exec_start(files.iter().map(|(p, t)| (p.as_str(), t.as_str())))
+}
+
+/// The unit file of `unit` and its `<unit>.d/*.conf` drop-ins in systemd's order (path,
+/// text); None when the unit file is not found.
+pub(crate) fn unit_files(root: &Sysroot, unit: &str) -> Option<Vec<(String, String)>> {
     let main = UNIT_DIRS
         .iter()
         .map(|d| format!("{d}/{unit}"))
@@ -41,7 +48,7 @@ pub(crate) fn kubelet_exec_start(root: &Sysroot, unit: &str) -> Option<ExecStart
             files.push((path, t));
         }
     }
-    effective_exec_start(files.iter().map(|(p, t)| (p.as_str(), t.as_str())))
+    Some(files)
 }
 
 /// Why the upgrade would not change the kubelet that runs: the unit's program is not

@@ -432,19 +432,55 @@ impl Section for Sysctls {
 
     fn drift(&self, view: &DriftView<'_>) -> Vec<pb::Drift> {
         let mut out = Vec::new();
+        let drop_in = &view.config.sysctl.drop_in;
+        // the agent's own drop-in is a drift source too: what it holds is what boots
+        let persisted = (!view.record.sysctls.is_empty())
+            .then(|| view.root.read_string(drop_in))
+            .map(|r| r.map(|t| t.map(|t| parse_sysctl_conf(&t))));
         for (key, m) in &view.record.sysctls {
             // unknown is not empty: an unreadable or empty value is shown as unknown
             let seen = observe_running(view.root, &sysctl_path(key)).map(|s| normalize(&s));
             let want = normalize(&m.value);
+            let id = ChangeId::Sysctl(key.clone()).to_string();
             if seen.as_deref().ok() != Some(want.as_str()) {
                 out.push(pb::Drift {
                     since: None,
-                    id: ChangeId::Sysctl(key.clone()).to_string(),
+                    id,
                     expected: want,
                     observed: seen.unwrap_or_else(|u| format!("unknown ({})", u.why)),
                 });
+                continue;
             }
+            let observed = match &persisted {
+                Some(Ok(Some(parsed))) => match value_for(parsed, key) {
+                    Some(v) if normalize(&v) == want => continue,
+                    Some(v) => format!(
+                        "{} in {drop_in} (persisted for the next boot)",
+                        normalize(&v)
+                    ),
+                    None => format!("not in {drop_in}: the value would not persist at boot"),
+                },
+                Some(Ok(None)) => {
+                    format!("{drop_in} is deleted: the value would not persist at boot")
+                }
+                Some(Err(e)) => format!("unknown ({drop_in} can not be read: {e})"),
+                None => continue,
+            };
+            out.push(pb::Drift {
+                since: None,
+                id,
+                expected: format!("{want} (live and in {drop_in})"),
+                observed,
+            });
         }
         out
+    }
+
+    fn watched(&self, view: &DriftView<'_>) -> Vec<String> {
+        if view.record.sysctls.is_empty() {
+            Vec::new()
+        } else {
+            vec![view.config.sysctl.drop_in.clone()]
+        }
     }
 }

@@ -1,0 +1,229 @@
+//! Every place a managed kubelet setting can come from is read, black box: a real
+//! `inplaced` on the ubuntu fixture whose kubelet has a `--config-dir` (set through
+//! `KUBELET_EXTRA_ARGS`). A KubeletConfiguration field that one of its `*.conf` drop-ins
+//! sets is not covered, naming the drop-in that wins (the last in name order, per
+//! upstream "Kubelet configuration directory merging"); a field no drop-in sets is. A
+//! systemd unit drop-in (`kubelet.service.d/*.conf`) whose effective `ExecStart=` sets a
+//! flag literally after `$KUBELET_KUBEADM_ARGS`, or does not pass it, makes the managed
+//! flag (and a config field the flag overrides) not covered, naming the drop-in.
+
+mod common;
+use common::*;
+
+const DIR: &str = "/etc/kubernetes/kubelet.conf.d";
+
+fn with_config_dir(node: &Node) {
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        format!("KUBELET_EXTRA_ARGS=--config-dir={DIR}\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(node.path(DIR)).unwrap();
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    for (name, body) in [
+        ("10-base.conf", "imageGCHighThresholdPercent: 80\n"),
+        (
+            "20-site.conf",
+            "imageGCHighThresholdPercent: 90\nevictionHard:\n  memory.available: 100Mi\n",
+        ),
+        // not a drop-in: only `*.conf` files are merged
+        ("30-off.conf.disabled", "clusterDomain: other.local\n"),
+    ] {
+        std::fs::write(node.path(&format!("{DIR}/{name}")), format!("{head}{body}")).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_a_config_dir_drop_in_sets_is_not_covered_naming_it() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_config_dir(&node);
+    node.start();
+    let yaml = "kubelet:\n  config:\n    imageGCHighThresholdPercent: 85\n    evictionHard:\n      memory.available: 200Mi\n    clusterDomain: edge.local\n";
+    let r = coverage(&node, yaml).await;
+    let gc = change(&r, "kubelet.config.imageGCHighThresholdPercent");
+    assert!(!gc.covered);
+    assert_eq!(
+        gc.reason,
+        format!(
+            "KubeletConfiguration drop-in {DIR}/20-site.conf (kubelet --config-dir) sets imageGCHighThresholdPercent, and the kubelet merges its drop-ins over /var/lib/kubelet/config.yaml (a later drop-in wins): the value stays {DIR}/20-site.conf's; change it there"
+        )
+    );
+    let ev = change(&r, "kubelet.config.evictionHard[\"memory.available\"]");
+    assert!(!ev.covered);
+    assert!(
+        ev.reason
+            .starts_with(&format!("KubeletConfiguration drop-in {DIR}/20-site.conf")),
+        "{}",
+        ev.reason
+    );
+    let cd = change(&r, "kubelet.config.clusterDomain");
+    assert!(cd.covered, "{}", cd.reason);
+    node.stop();
+}
+
+/// Without `--config-dir` the same drop-ins are not the kubelet's: the field is covered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_ins_without_config_dir_do_not_count() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_config_dir(&node);
+    std::fs::write(node.path("/etc/default/kubelet"), "KUBELET_EXTRA_ARGS=\n").unwrap();
+    node.start();
+    let r = coverage(
+        &node,
+        "kubelet:\n  config:\n    imageGCHighThresholdPercent: 85\n",
+    )
+    .await;
+    let gc = change(&r, "kubelet.config.imageGCHighThresholdPercent");
+    assert!(gc.covered, "{}", gc.reason);
+    node.stop();
+}
+
+const UNIT_DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-local.conf";
+
+fn with_unit_dropin(node: &Node, exec: &str) {
+    let p = node.path(UNIT_DROPIN);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, format!("[Service]\nExecStart=\nExecStart={exec}\n")).unwrap();
+}
+
+/// A systemd unit drop-in whose `ExecStart=` sets kubelet flags literally after
+/// `$KUBELET_KUBEADM_ARGS`: a managed flag it sets is not covered, nor a KubeletConfiguration
+/// field a literal flag overrides, each naming the drop-in; another flag is covered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_a_unit_drop_in_sets_are_not_covered_naming_it() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_unit_dropin(
+        &node,
+        "/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS --max-pods=300 --kube-api-qps 40",
+    );
+    node.start();
+    let yaml = "kubelet:\n  flags:\n    max-pods: \"250\"\n    node-ip: 192.0.2.5\n  config:\n    kubeAPIQPS: 100\n";
+    let r = coverage(&node, yaml).await;
+    let mp = change(&r, "kubelet.flags[max-pods]");
+    assert!(!mp.covered);
+    assert_eq!(
+        mp.reason,
+        format!(
+            "--max-pods=300 in the effective ExecStart of {UNIT_DROPIN} comes after $KUBELET_KUBEADM_ARGS on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+        )
+    );
+    let qps = change(&r, "kubelet.config.kubeAPIQPS");
+    assert!(!qps.covered);
+    assert_eq!(
+        qps.reason,
+        format!(
+            "kubelet flag --kube-api-qps=40 in the effective ExecStart of {UNIT_DROPIN} overrides KubeletConfiguration field kubeAPIQPS; change it there"
+        )
+    );
+    let ip = change(&r, "kubelet.flags[node-ip]");
+    assert!(ip.covered, "{}", ip.reason);
+    node.stop();
+}
+
+/// A unit drop-in whose command line does not pass `$KUBELET_KUBEADM_ARGS`: kubeadm-flags.env
+/// is not read, so no flag written there is covered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_line_without_kubeadm_args_covers_no_flag() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_unit_dropin(
+        &node,
+        "/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml",
+    );
+    node.start();
+    let r = coverage(&node, "kubelet:\n  flags:\n    node-ip: 192.0.2.5\n").await;
+    let ip = change(&r, "kubelet.flags[node-ip]");
+    assert!(!ip.covered);
+    assert_eq!(
+        ip.reason,
+        format!(
+            "the kubelet's effective ExecStart in {UNIT_DROPIN} does not pass $KUBELET_KUBEADM_ARGS, so /var/lib/kubelet/kubeadm-flags.env is not read; change the unit there"
+        )
+    );
+    node.stop();
+}
+
+const NTP: &str = "ntp:\n  servers: [ntp1.example.invalid, ntp2.example.invalid]\n";
+
+/// chrony's `sourcedir` and `confdir` files (chrony.conf(5)) that name servers add time
+/// sources that would stay: `ntp` is not covered, naming the file; a source directory
+/// with no server in it does not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chrony_source_and_conf_dirs_with_servers_are_named() {
+    let mut node = Node::new("rhel8-grubenv");
+    let conf = node.read("/etc/chrony.conf");
+    std::fs::write(
+        node.path("/etc/chrony.conf"),
+        format!("{conf}sourcedir /etc/chrony/sources.d\nconfdir /etc/chrony/conf.d\n"),
+    )
+    .unwrap();
+    for d in ["/etc/chrony/sources.d", "/etc/chrony/conf.d"] {
+        std::fs::create_dir_all(node.path(d)).unwrap();
+    }
+    // no server: does not count
+    std::fs::write(node.path("/etc/chrony/sources.d/a.sources"), "# none\n").unwrap();
+    std::fs::write(
+        node.path("/etc/chrony/conf.d/10-site.conf"),
+        "pool site.example.invalid iburst\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/etc/chrony/conf.d/10-site.conf (chrony `confdir` in /etc/chrony.conf) adds time sources site.example.invalid: chrony uses them alongside the managed servers, so they would stay; remove them there, or manage the file under files"
+    );
+    node.stop();
+    // without the server there, the change is covered
+    std::fs::write(
+        node.path("/etc/chrony/conf.d/10-site.conf"),
+        "makestep 1 3\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    assert!(change(&r, "ntp").covered, "{}", change(&r, "ntp").reason);
+    node.stop();
+}
+
+/// systemd-timesyncd's other files (timesyncd.conf(5)): a drop-in with servers adds them
+/// (they would stay); an empty `NTP=` in a drop-in after the agent's resets the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timesyncd_drop_ins_that_set_ntp_are_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::write(node.path("/usr/lib/systemd/systemd-timesyncd"), "").unwrap();
+    let dir = node.path("/usr/lib/systemd/timesyncd.conf.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("50-vendor.conf"),
+        "[Time]\nNTP=vendor.example.invalid\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/usr/lib/systemd/timesyncd.conf.d/50-vendor.conf sets NTP=vendor.example.invalid: systemd-timesyncd adds the NTP= lists of its files, so these servers would stay alongside the managed ones in /etc/systemd/timesyncd.conf.d/inplaced-ntp.conf; remove them there"
+    );
+    node.stop();
+    std::fs::write(dir.join("50-vendor.conf"), "[Time]\nNTP=\n").unwrap();
+    std::fs::write(dir.join("zz-reset.conf"), "[Time]\nNTP=\n").unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/usr/lib/systemd/timesyncd.conf.d/zz-reset.conf resets NTP= after /etc/systemd/timesyncd.conf.d/inplaced-ntp.conf, so the managed servers would not be used; remove the line there"
+    );
+    node.stop();
+    // an empty NTP= before the agent's drop-in is harmless
+    std::fs::remove_file(dir.join("zz-reset.conf")).unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    assert!(change(&r, "ntp").covered, "{}", change(&r, "ntp").reason);
+    node.stop();
+}
