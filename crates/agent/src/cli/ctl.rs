@@ -226,7 +226,8 @@ pub enum Command {
     /// Operation history, newest first.
     History,
     /// Checks a NodeSpec offline, without an agent: the agent's rules and messages
-    /// (exit 0 valid, 2 invalid). What only the node can tell is `coverage`'s.
+    /// (exit 0 valid, 2 invalid, 3 valid but never covered: a field the
+    /// KubeletConfiguration does not have). What only the node can tell is `coverage`'s.
     Validate {
         /// NodeSpec YAML file ("-" for standard input).
         #[arg(short = 'f', long)]
