@@ -132,6 +132,8 @@ async fn an_orphan_trial_script_is_a_status_problem() {
     assert!(p.contains(&format!("rm {SCRIPT}")), "{p}");
     let _ = apply(&node, "sysctls:\n  vm.swappiness: \"10\"\n", "other").await;
     assert!(!node.read("/etc/default/grub").contains("inplaced.e2e=1"));
+    // reported, not removed: the agent does not judge an entry no operation owns
+    assert!(node.path(SCRIPT).exists());
 }
 
 /// A healthy pending trial is not an orphan.

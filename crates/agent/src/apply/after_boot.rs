@@ -58,8 +58,8 @@ impl Agent {
     /// operation waits for a reboot (the state directory was reset, or an operation's
     /// record was lost): no operation will commit or remove it, and a one-shot still
     /// pointing at it boots a command line no spec names. Reported, not removed: what
-    /// the entry carries is not the agent's to judge without its operation (an apply
-    /// whose spec does not carry the trial drops it).
+    /// the entry carries is not the agent's to judge without its operation. Checked at
+    /// start only.
     fn orphan_trial_entries(&self) -> Result<(), super::AgentError> {
         let waiting = self.state.operation_heads()?.iter().any(|h| {
             matches!(
@@ -71,7 +71,7 @@ impl Agent {
             let exists = self.root.stat(&path).ok().flatten().is_some();
             let problem = (exists && !waiting).then(|| {
                 format!(
-                    "{path}: a kernel-argument trial entry no pending operation owns (left by an earlier run whose state is gone); it may boot once if the boot loader's one-shot points at it; remove it with `rm {path}`, then regenerate the boot configuration (update-grub or grub2-mkconfig for /etc/grub.d) and clear the one-shot (grub-editenv <grubenv> unset next_entry, or bootctl set-oneshot \"\"), or apply a spec: an apply drops a trial its spec does not carry"
+                    "{path}: a kernel-argument trial entry no pending operation owns (left by an earlier run whose state is gone); it may boot once if the boot loader's one-shot points at it; remove it with `rm {path}`, then regenerate the boot configuration (update-grub or grub2-mkconfig for /etc/grub.d) and clear the one-shot (grub-editenv <grubenv> unset next_entry, or bootctl set-oneshot \"\"); this problem is listed until the agent's next start"
                 )
             });
             self.set_problem(&path, problem);
