@@ -50,6 +50,32 @@ impl Agent {
                 self.state.save_operation(op.wire())?;
             }
         }
+        self.orphan_trial_entries()?;
+        Ok(())
+    }
+
+    /// Lists in `NodeStatus.problems` every trial entry left on the node while no
+    /// operation waits for a reboot (the state directory was reset, or an operation's
+    /// record was lost): no operation will commit or remove it, and a one-shot still
+    /// pointing at it boots a command line no spec names. Reported, not removed: what
+    /// the entry carries is not the agent's to judge without its operation. Checked at
+    /// start only.
+    fn orphan_trial_entries(&self) -> Result<(), super::AgentError> {
+        let waiting = self.state.operation_heads()?.iter().any(|h| {
+            matches!(
+                phase::from_i32(h.phase),
+                Phase::RebootRequired | Phase::Rebooting
+            )
+        });
+        for path in crate::bootloader::trial::artefact_paths() {
+            let exists = self.root.stat(&path).ok().flatten().is_some();
+            let problem = (exists && !waiting).then(|| {
+                format!(
+                    "{path}: a kernel-argument trial entry no pending operation owns (left by an earlier run whose state is gone); it may boot once if the boot loader's one-shot points at it; remove it with `rm {path}`, then regenerate the boot configuration (update-grub or grub2-mkconfig for /etc/grub.d) and clear the one-shot (grub-editenv <grubenv> unset next_entry, or bootctl set-oneshot \"\"); this problem is listed until the agent's next start"
+                )
+            });
+            self.set_problem(&path, problem);
+        }
         Ok(())
     }
 
@@ -91,6 +117,11 @@ impl Agent {
         if let Some((backend, trial)) = self.pending_trial() {
             return self.end_trial(op, boot_id, backend.as_ref(), &trial);
         }
+        // the operation staged a trial but its artefact is gone or unreadable: nothing
+        // carries what to commit, so the boot is never read as a plain reboot's success
+        if let Some(entry) = crate::bootloader::trial::staged_by(&op.wire().actions) {
+            return self.lost_trial(op, boot_id, &entry);
+        }
         let next = op.state().booted(boot_id);
         if !enter_now(op, next, format!("booted (boot id {boot_id}); verifying")) {
             return false;
@@ -126,6 +157,31 @@ impl Agent {
             }
         };
         let next = op.state().boot_verified(verified);
+        enter_now(op, next, message);
+        true
+    }
+
+    /// RebootRequired | Rebooting → VerifyingAfterBoot → Failed: the operation staged a
+    /// trial boot, but its trial entry (`entry`) is missing or has lost its metadata
+    /// line, so nothing says what to commit: whatever booted, the default boot
+    /// configuration does not carry the change, and the operation says so, naming the
+    /// entry (never `Succeeded`: the next boot would lose the arguments). True (settled).
+    fn lost_trial(&self, op: &mut Op, boot_id: &str, entry: &str) -> bool {
+        let next = op.state().booted(boot_id);
+        if !enter_now(op, next, format!("booted (boot id {boot_id}); verifying")) {
+            return false;
+        }
+        let booted = match self.verify_boot(op.wire()) {
+            Ok(f) if f.missing.is_empty() && f.lingering.is_empty() => {
+                "/proc/cmdline shows the trial's arguments (the trial entry booted once)"
+            }
+            Ok(_) => "/proc/cmdline lacks the trial's arguments (the old default booted)",
+            Err(_) => "/proc/cmdline can not be read",
+        };
+        let message = format!(
+            "booted (boot id {boot_id}) after a trial boot, but the trial entry {entry} is missing or damaged (its metadata line is gone): the change could not be committed, the default boot configuration does not carry it, and the next boot runs without it; {booted}; remove {entry} if it is left (then regenerate the boot configuration) and re-apply"
+        );
+        let next = op.state().boot_verified(false);
         enter_now(op, next, message);
         true
     }
@@ -412,23 +468,63 @@ impl Agent {
     /// converges to them again.
     fn restore_record(&self, trial: &PendingTrial) -> Result<String, String> {
         let meta = &trial.meta;
+        let (previous, never_booted) = self.booted_previous(&meta.previous);
         let mut r = self.state.load_record().map_err(|e| e.to_string())?;
-        r.kernel_args = meta.previous.clone();
+        r.kernel_args = previous.clone();
         r.kernel_args_removed
             .retain(|p| !meta.remove.contains(&p.arg));
         r.kernel_args_staged_in.clear();
         self.state.save_record(&r).map_err(|e| e.to_string())?;
         if let Ok(Some(mut spec)) = self.state.load_applied_spec() {
-            spec.kernel_args = meta.previous.clone();
+            spec.kernel_args = previous.clone();
             let bytes = prost::Message::encode_to_vec(&spec);
             self.state
                 .save_applied_spec(&bytes)
                 .map_err(|e| e.to_string())?;
         }
+        let dropped = if never_booted.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (the old default booted without {}, staged by an earlier trial that never booted; dropped from the record)",
+                never_booted.join(" ")
+            )
+        };
         Ok(format!(
-            "the applied record's kernel arguments restored to [{}]",
-            meta.previous.join(" ")
+            "the applied record's kernel arguments set to [{}], those the booted default shows{dropped}",
+            previous.join(" ")
         ))
+    }
+
+    /// `previous` split into the arguments the running command line (the old default, just
+    /// booted) shows and those it lacks: an earlier trial this one replaced staged the
+    /// latter, and they never booted. All of `previous` when `/proc/cmdline` is unknown.
+    fn booted_previous(&self, previous: &[String]) -> (Vec<String>, Vec<String>) {
+        use inplace_formats::cmdline::{Arg, Cmdline};
+        let running = self
+            .root
+            .read_string("/proc/cmdline")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if running.trim().is_empty() {
+            return (previous.to_vec(), Vec::new());
+        }
+        let mut have = Cmdline::parse(running.trim()).args().to_vec();
+        let (mut kept, mut lost) = (Vec::new(), Vec::new());
+        for p in previous {
+            let found = Arg::parse_one(p)
+                .ok()
+                .and_then(|a| have.iter().position(|h| h.matches_exactly(&a)));
+            match found {
+                Some(i) => {
+                    have.remove(i);
+                    kept.push(p.clone());
+                }
+                None => lost.push(p.clone()),
+            }
+        }
+        (kept, lost)
     }
 
     /// Removes the trial's artefact and runs its cleanup (regeneration, the one-shot

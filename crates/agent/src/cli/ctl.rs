@@ -54,6 +54,7 @@ fn try_duration(s: &str) -> Result<u32, String> {
             "{s:?} is not a duration: give seconds (90) or a number with s, m or h (90s, 5m, 1h30m)"
         )
     };
+    let range = || format!("--try {s:?}: a try window is 1 s to 24 h (--try: 1 s to 24 h)");
     let mut total: u64 = 0;
     let mut num = String::new();
     let mut last_unit = u64::MAX;
@@ -71,7 +72,13 @@ fn try_duration(s: &str) -> Result<u32, String> {
         if num.is_empty() || unit >= last_unit {
             return Err(bad());
         }
-        total += num.parse::<u64>().map_err(|_| bad())? * unit;
+        // digits only here: a number too large for u64 (or its product) is out of range
+        total = num
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(unit))
+            .and_then(|n| n.checked_add(total))
+            .ok_or_else(range)?;
         last_unit = unit;
         num.clear();
     }
@@ -79,10 +86,10 @@ fn try_duration(s: &str) -> Result<u32, String> {
         if last_unit != u64::MAX {
             return Err(bad());
         }
-        total = num.parse().map_err(|_| bad())?;
+        total = num.parse().map_err(|_| range())?;
     }
     if total == 0 || total > 86_400 {
-        return Err(format!("{s:?}: a try window is 1 s to 24 h"));
+        return Err(range());
     }
     Ok(total as u32)
 }
@@ -606,6 +613,19 @@ mod tests {
         assert_eq!(try_duration("24h"), Ok(86_400));
         for bad in ["", "0", "0s", "25h", "5x", "m", "30s5m", "5m30", "-5"] {
             assert!(try_duration(bad).is_err(), "{bad:?}");
+        }
+        // overflow is out of range, never a panic (checked arithmetic)
+        for huge in [
+            "5124095576030432h",
+            "18446744073709551615h",
+            "99999999999999999999",
+            "5124095576030432h1s",
+        ] {
+            let e = try_duration(huge).unwrap_err();
+            assert!(
+                e.contains("--try") && e.contains("1 s to 24 h"),
+                "{huge}: {e}"
+            );
         }
     }
 
