@@ -74,6 +74,14 @@ fn node_subject(n: &Node) -> Subject {
     }
 }
 
+/// Node patches name the extension's field manager ([`node::FIELD_MANAGER`]).
+fn node_patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(node::FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
 fn conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -217,7 +225,7 @@ impl Kube {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let p = node::cordon_patch(n, &t.op, &now);
         match nodes
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+            .patch(&name, &node_patch_params(), &Patch::Merge(&p))
             .await
         {
             Ok(_) => {}
@@ -228,9 +236,8 @@ impl Kube {
             }
             Err(e) => return Err(Step::Wait(format!("cordoning Node {name}: {e}"))),
         }
-        // ours only when this patch set the cordon (a claim of an earlier operation is
-        // dropped: the cordon may be an administrator's since)
-        let ours = p.get("spec").is_some();
+        // ours when this patch set the cordon or took over our own earlier one
+        let ours = p["metadata"]["annotations"][node::CORDONED] == t.op.as_str();
         self.phase(t, Phase::Draining).await;
         let msg = if ours {
             format!("cordoned Node {name} for in-place update {}", t.op)
@@ -258,7 +265,7 @@ impl Kube {
         let name = n.metadata.name.clone().unwrap_or_default();
         let p = node::recordon_patch(n, &t.op);
         match Api::<Node>::all(wl.client.clone())
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+            .patch(&name, &node_patch_params(), &Patch::Merge(&p))
             .await
         {
             Ok(_) => {}
@@ -294,7 +301,7 @@ impl Kube {
             "annotations": {node::DRAIN_STARTED: now.to_string()},
         }});
         if let Err(e) = Api::<Node>::all(wl.client.clone())
-            .patch(name, &PatchParams::default(), &Patch::Merge(&p))
+            .patch(name, &node_patch_params(), &Patch::Merge(&p))
             .await
         {
             return Step::Wait(format!(
@@ -430,7 +437,7 @@ impl Kube {
         if let Some(p) = node::release_patch(&n, &t.op) {
             let nodes: Api<Node> = Api::all(wl.client.clone());
             match nodes
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+                .patch(&name, &node_patch_params(), &Patch::Merge(&p))
                 .await
             {
                 Ok(_) => {}

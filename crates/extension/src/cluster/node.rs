@@ -22,6 +22,9 @@ pub(crate) const OPERATION: &str = "inplaced.io/drain-operation";
 pub(crate) const DRAIN_STARTED: &str = "inplaced.io/drain-started";
 /// The operation id this extension cordoned the Node for (it uncordons only then).
 pub(crate) const CORDONED: &str = "inplaced.io/cordoned-by-extension";
+/// The field manager of the extension's Node patches: the Node's `managedFields` then
+/// say whether `spec.unschedulable` was last set by this extension.
+pub(crate) const FIELD_MANAGER: &str = "inplace-extension";
 /// The Node's boot id when the drain started.
 pub(crate) const BOOT_ID: &str = "inplaced.io/boot-id-before";
 
@@ -54,6 +57,27 @@ pub(crate) fn boot_id(n: &Node) -> String {
         .unwrap_or_default()
 }
 
+/// Whether the Node's `spec.unschedulable` was last set by this extension: its
+/// `managedFields` entry owning `f:spec.f:unschedulable` is [`FIELD_MANAGER`]'s (an
+/// administrator's `kubectl cordon` after our cordon moves it to kubectl's manager).
+pub(crate) fn cordon_set_by_us(n: &Node) -> bool {
+    let owners: Vec<_> = n
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:unschedulable").is_some())
+        })
+        .collect();
+    !owners.is_empty()
+        && owners
+            .iter()
+            .all(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+}
+
 /// The drain state recorded for operation `op`, if any.
 pub(crate) fn drain_state(n: &Node, op: &str) -> Option<DrainState> {
     let a = annotations(n);
@@ -65,20 +89,32 @@ pub(crate) fn drain_state(n: &Node, op: &str) -> Option<DrainState> {
 }
 
 /// The merge patch that starts the drain for `op` at `now`: cordons the Node unless it
-/// is cordoned already, and records the state. The cordon is claimed (for `op`) only
-/// when this patch sets it: a claim left by an earlier operation is dropped, since the
-/// Node's cordon may since be an administrator's (`kubectl uncordon` after a failed
-/// update, then `kubectl cordon`). The `resourceVersion` makes two replicas' patches
+/// is cordoned already, and records the state. The cordon is claimed (for `op`) when
+/// this patch sets it, or when an earlier operation's claim (its own id, on its own
+/// state) is on a cordon the Node's managedFields show this extension set
+/// ([`cordon_set_by_us`]: a retry after a failed update); any other claim (`"true"`,
+/// another operation's, a cordon since set by an administrator) is dropped. The `resourceVersion` makes two replicas' patches
 /// conflict instead of both succeeding, and the cordon and its claim land together.
 pub(crate) fn cordon_patch(n: &Node, op: &str, now: &str) -> Value {
     let cordon = !unschedulable(n);
+    // a retry after a failed update takes over its own earlier cordon, only when the
+    // Node's managedFields show the cordon is still the one this extension set
+    let a = annotations(n);
+    let take_over = !cordon
+        && a.get(CORDONED)
+            .is_some_and(|c| c == a.get(OPERATION).map_or("", String::as_str))
+        && cordon_set_by_us(n);
     let mut ann = serde_json::Map::new();
     ann.insert(OPERATION.into(), json!(op));
     ann.insert(DRAIN_STARTED.into(), json!(now));
     ann.insert(BOOT_ID.into(), json!(boot_id(n)));
     ann.insert(
         CORDONED.into(),
-        if cordon { json!(op) } else { Value::Null },
+        if cordon || take_over {
+            json!(op)
+        } else {
+            Value::Null
+        },
     );
     let mut p = json!({
         "metadata": {
@@ -278,6 +314,41 @@ mod tests {
             assert!(p.get("spec").is_none(), "{o} {c}: {p}");
             assert!(!drain_state(&n, "op").is_some_and(|s| s.cordoned_by_us));
         }
+    }
+
+    #[test]
+    fn a_retry_takes_over_only_a_cordon_we_set() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let owned = |manager: &str| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            fields_v1: Some(FieldsV1(json!({"f:spec": {"f:unschedulable": {}}}))),
+            ..Default::default()
+        };
+        let left = [(OPERATION, "op0"), (CORDONED, "op0")];
+        let mut n = node(true, &left, "True", "b", "");
+        n.metadata.managed_fields = Some(vec![owned(FIELD_MANAGER)]);
+        let p = cordon_patch(&n, "op1", "T");
+        assert_eq!(p["metadata"]["annotations"][CORDONED], "op1");
+        assert!(p.get("spec").is_none(), "{p}");
+        // kubectl uncordon + cordon since: the cordon is kubectl's
+        n.metadata.managed_fields = Some(vec![owned("kubectl-cordon")]);
+        assert_eq!(
+            cordon_patch(&n, "op1", "T")["metadata"]["annotations"][CORDONED],
+            Value::Null
+        );
+        // a claim that is not its operation's own ("true", forged)
+        let mut n = node(
+            true,
+            &[(OPERATION, "op0"), (CORDONED, "true")],
+            "True",
+            "b",
+            "",
+        );
+        n.metadata.managed_fields = Some(vec![owned(FIELD_MANAGER)]);
+        assert_eq!(
+            cordon_patch(&n, "op1", "T")["metadata"]["annotations"][CORDONED],
+            Value::Null
+        );
     }
 
     #[test]
