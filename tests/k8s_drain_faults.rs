@@ -243,6 +243,21 @@ async fn an_uncordon_mid_drain_is_cordoned_again() {
         n.metadata.annotations.as_ref().unwrap()["inplaced.io/cordoned-by-extension"],
         op
     );
+    // the real API server attributes the cordon to the extension's field manager (what a
+    // retry's take-over of its own cordon checks)
+    let owners: Vec<_> = n
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:unschedulable").is_some())
+        })
+        .map(|m| m.manager.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(owners, ["inplace-extension"]);
 }
 
 /// The Node's `inplaced.io/drain-started` is not a timestamp (tampered). Expected right
