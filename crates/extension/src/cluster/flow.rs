@@ -74,6 +74,14 @@ fn node_subject(n: &Node) -> Subject {
     }
 }
 
+/// Node patches name the extension's field manager ([`node::FIELD_MANAGER`]).
+fn node_patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(node::FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
 fn conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -133,24 +141,39 @@ impl Kube {
     /// Step 1: cordon and drain the Machine's Node for `t.op`. A Machine without
     /// `status.nodeRef` has no Node to drain: `Fail`, nothing is changed.
     pub(crate) async fn drain(&self, t: &Target) -> Step {
+        let timeout = t
+            .info
+            .drain_timeout
+            .unwrap_or(self.cfg.drain_timeout_seconds);
         let (wl, n) = match self.node_of(t).await {
-            Ok(Some(x)) => x,
+            Ok(Some(x)) => {
+                self.unreachable_since.lock().await.remove(&t.op);
+                x
+            }
             Ok(None) => {
                 return Step::Fail(format!(
                     "Machine {}/{} has no status.nodeRef: its Node can not be drained, nothing was changed",
                     t.ns, t.name
                 ));
             }
-            Err(s) => return s,
+            Err(s) => return self.bound_unreachable(t, timeout, s).await,
         };
         let name = n.metadata.name.clone().unwrap_or_default();
-        let state = match node::drain_state(&n, &t.op) {
+        let resumed = node::drain_state(&n, &t.op);
+        let mut state = match resumed.clone() {
             Some(s) => s,
             None => match self.cordon(t, &wl, &n).await {
                 Ok(s) => s,
                 Err(step) => return step,
             },
         };
+        // `n` is as read before this call's cordon: only a resumed drain's Node is checked
+        if resumed.is_some() && !node::unschedulable(&n) {
+            if let Err(step) = self.recordon(t, &wl, &n).await {
+                return step;
+            }
+            state.cordoned_by_us = true;
+        }
         let progress = match self.evict_pods(&wl, &name).await {
             Ok(p) => p,
             Err(e) => return Step::Wait(format!("draining Node {name}: {e}")),
@@ -166,19 +189,10 @@ impl Kube {
             .await;
             return Step::Go;
         }
-        let timeout = t
-            .info
-            .drain_timeout
-            .unwrap_or(self.cfg.drain_timeout_seconds);
-        let elapsed = state
-            .started
-            .parse::<k8s_openapi::jiff::Timestamp>()
-            .map(|s| {
-                k8s_openapi::jiff::Timestamp::now()
-                    .duration_since(s)
-                    .as_secs()
-            })
-            .unwrap_or(0);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let Some(elapsed) = node::drain_elapsed(&state.started, now) else {
+            return self.restart_clock(&wl, &name, &n, now).await;
+        };
         let summary = progress.summary();
         if elapsed >= timeout as i64 {
             let msg = format!(
@@ -211,7 +225,7 @@ impl Kube {
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let p = node::cordon_patch(n, &t.op, &now);
         match nodes
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+            .patch(&name, &node_patch_params(), &Patch::Merge(&p))
             .await
         {
             Ok(_) => {}
@@ -222,8 +236,8 @@ impl Kube {
             }
             Err(e) => return Err(Step::Wait(format!("cordoning Node {name}: {e}"))),
         }
-        // ours: cordoned now, or by this extension for an earlier attempt
-        let ours = p["metadata"]["annotations"][node::CORDONED] == "true";
+        // ours when this patch set the cordon or took over our own earlier one
+        let ours = p["metadata"]["annotations"][node::CORDONED] == t.op.as_str();
         self.phase(t, Phase::Draining).await;
         let msg = if ours {
             format!("cordoned Node {name} for in-place update {}", t.op)
@@ -239,6 +253,89 @@ impl Kube {
             cordoned_by_us: ours,
             boot_id: node::boot_id(n),
         })
+    }
+
+    /// Someone uncordoned the Node in the middle of `t.op`'s drain. It is cordoned again
+    /// (and the cordon claimed for `t.op`, since it is set now), with a Warning Event:
+    /// this is what CAPI's Machine drain does (it cordons again at every reconcile before
+    /// evicting, `internal/controllers/machine/drain/drain.go` `CordonNode`), and a drain
+    /// must not go on evicting from a Node the scheduler fills again; failing instead
+    /// would leave the update stuck on an operator's routine `kubectl uncordon`.
+    async fn recordon(&self, t: &Target, wl: &Workload, n: &Node) -> Result<(), Step> {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let p = node::recordon_patch(n, &t.op);
+        match Api::<Node>::all(wl.client.clone())
+            .patch(&name, &node_patch_params(), &Patch::Merge(&p))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if conflict(&e) => {
+                return Err(Step::Wait(format!(
+                    "Node {name} changed while cordoning it again; trying again"
+                )));
+            }
+            Err(e) => return Err(Step::Wait(format!("cordoning Node {name} again: {e}"))),
+        }
+        let msg = format!(
+            "Node {name} was uncordoned during the drain for in-place update {}: cordoned it again (it is uncordoned when the update ends)",
+            t.op
+        );
+        tracing::warn!(node = %name, op = %t.op, "Node uncordoned mid-drain; cordoned again");
+        self.report(t, Some((wl, n)), "Recordoned", &msg, true)
+            .await;
+        Ok(())
+    }
+
+    /// The Node's `inplaced.io/drain-started` is not a time (or lies in the future): the
+    /// deadline's clock restarts now (the annotation is rewritten), so a drain always
+    /// ends; the answer names the annotation.
+    async fn restart_clock(
+        &self,
+        wl: &Workload,
+        name: &str,
+        n: &Node,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Step {
+        let p = serde_json::json!({"metadata": {
+            "resourceVersion": n.metadata.resource_version,
+            "annotations": {node::DRAIN_STARTED: now.to_string()},
+        }});
+        if let Err(e) = Api::<Node>::all(wl.client.clone())
+            .patch(name, &node_patch_params(), &Patch::Merge(&p))
+            .await
+        {
+            return Step::Wait(format!(
+                "Node {name}: annotation {} is not an RFC 3339 time in the past; rewriting it failed: {e}",
+                node::DRAIN_STARTED
+            ));
+        }
+        tracing::warn!(node = %name, "drain-started annotation was not a time; the drain deadline restarts now");
+        Step::Wait(format!(
+            "Node {name}: annotation {} was not an RFC 3339 time in the past; the drain deadline restarts now",
+            node::DRAIN_STARTED
+        ))
+    }
+
+    /// Bounds the wait for the workload cluster or the Node before the cordon (a missing
+    /// `<cluster>-kubeconfig` Secret, a cluster not answering) by the drain deadline,
+    /// counted from this replica's first such answer for `t.op`: then `Fail` with the
+    /// cause (it names the Secret). Nothing was changed on the Node.
+    async fn bound_unreachable(&self, t: &Target, timeout: u64, s: Step) -> Step {
+        let Step::Wait(msg) = s else { return s };
+        let first = *self
+            .unreachable_since
+            .lock()
+            .await
+            .entry(t.op.clone())
+            .or_insert_with(std::time::Instant::now);
+        let waited = first.elapsed().as_secs();
+        if waited >= timeout {
+            self.unreachable_since.lock().await.remove(&t.op);
+            return Step::Fail(format!(
+                "{msg}; gave up after {waited} s (the drain deadline, {timeout} s); nothing was changed on the Node"
+            ));
+        }
+        Step::Wait(format!("{msg} ({waited} s of {timeout} s)"))
     }
 
     /// One pass over the Node's Pods: evicts what [`drain::classify`] says to.
@@ -337,10 +434,10 @@ impl Kube {
             self.phase(t, Phase::WaitingForNode).await;
             return Step::Wait(format!("Node {name}: {why}"));
         }
-        if let Some(p) = node::release_patch(&n) {
+        if let Some(p) = node::release_patch(&n, &t.op) {
             let nodes: Api<Node> = Api::all(wl.client.clone());
             match nodes
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+                .patch(&name, &node_patch_params(), &Patch::Merge(&p))
                 .await
             {
                 Ok(_) => {}

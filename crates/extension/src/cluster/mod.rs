@@ -46,6 +46,9 @@ pub(crate) struct Kube {
     management: OnceCell<kube::Client>,
     /// `namespace/cluster` → (the Secret's resourceVersion, the client).
     workloads: Mutex<HashMap<String, (String, Workload)>>,
+    /// Operation id → when this replica first found the workload cluster or the Node
+    /// unreachable before the cordon ([`flow`]: bounded by the drain deadline).
+    pub(crate) unreachable_since: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Kube {
@@ -175,21 +178,53 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// A client of `cfg` without kube's own retry layer (it retries a 429 for seconds inside
 /// one request: an Eviction blocked by a budget must come back at once, to be named in the
-/// answer and tried again at the next poll) and with [`REQUEST_TIMEOUT`].
+/// answer and tried again at the next poll) and with [`REQUEST_TIMEOUT`]. The error is in
+/// our words: kube's quotes the TLS material it could not use (keys, certificates).
 fn client_of(mut cfg: kube::Config) -> Result<kube::Client, String> {
     cfg.default_retry = false;
     cfg.connect_timeout = Some(REQUEST_TIMEOUT);
     cfg.read_timeout = Some(REQUEST_TIMEOUT);
     cfg.write_timeout = Some(REQUEST_TIMEOUT);
-    kube::Client::try_from(cfg).map_err(|e| format!("client: {e}"))
+    kube::Client::try_from(cfg).map_err(|_| {
+        "gives no client: its certificate authority, client certificate or \
+         client key is not usable PEM (check certificate-authority-data, \
+         client-certificate-data, client-key-data)"
+            .to_string()
+    })
 }
 
-/// A client from a kubeconfig's text ([`client_of`]).
+/// What is wrong with a kubeconfig, in our words only: kube's and serde's errors quote
+/// the offending text (a token pasted as the value, a line of a near-YAML, a key's bytes),
+/// and the text is a Secret's. Never format `e` into an answer, Event, annotation or log.
+fn kubeconfig_problem(e: &kube::config::KubeconfigError) -> &'static str {
+    use kube::config::KubeconfigError as K;
+    match e {
+        K::Parse(_) => {
+            "is not a kubeconfig (YAML with apiVersion v1, kind Config, clusters, users, contexts)"
+        }
+        K::CurrentContextNotSet | K::LoadContext(_) => {
+            "names no usable current-context (set current-context to one of its contexts)"
+        }
+        K::LoadClusterOfContext(_) => "its current context names a cluster it does not define",
+        K::MissingClusterUrl | K::ParseClusterUrl(_) => {
+            "its cluster has no valid server URL (clusters[].cluster.server)"
+        }
+        K::ParseProxyUrl(_) => "its cluster's proxy-url is not valid",
+        K::LoadCertificateAuthority(_) => "its certificate-authority-data is not valid base64 PEM",
+        K::LoadClientCertificate(_) => "its client-certificate-data is not valid base64 PEM",
+        K::LoadClientKey(_) => "its client-key-data is not valid base64 PEM",
+        K::ParseCertificates(_) => "a certificate in it is not valid PEM",
+        _ => "is not a usable kubeconfig (its clusters, users and contexts)",
+    }
+}
+
+/// A client from a kubeconfig's text ([`client_of`]); the error says what is wrong in our
+/// words ([`kubeconfig_problem`]), never the text.
 async fn client_from_kubeconfig(text: &str) -> Result<kube::Client, String> {
-    let kc = Kubeconfig::from_yaml(text).map_err(|e| format!("kubeconfig: {e}"))?;
+    let kc = Kubeconfig::from_yaml(text).map_err(|e| kubeconfig_problem(&e).to_string())?;
     let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
-        .map_err(|e| format!("kubeconfig: {e}"))?;
+        .map_err(|e| kubeconfig_problem(&e).to_string())?;
     client_of(cfg)
 }
 
@@ -200,6 +235,7 @@ impl Kube {
             cfg,
             management: OnceCell::new(),
             workloads: Mutex::default(),
+            unreachable_since: Mutex::default(),
         }
     }
 
@@ -222,7 +258,7 @@ impl Kube {
                                 "in-cluster config: {e} (outside a Pod, set cluster.kubeconfig)"
                             )
                         })?;
-                        client_of(cfg).map_err(|e| format!("in-cluster {e}"))
+                        client_of(cfg).map_err(|e| format!("in-cluster config: {e}"))
                     }
                 }
             })
@@ -269,7 +305,7 @@ impl Kube {
             .map_err(|_| format!("Secret {ns}/{name} key `value` is not UTF-8"))?;
         let client = client_from_kubeconfig(text)
             .await
-            .map_err(|e| format!("Secret {ns}/{name}: {e}"))?;
+            .map_err(|e| format!("Secret {ns}/{name} key `value` {e}"))?;
         let group = kube::discovery::group(&client, "policy")
             .await
             .map_err(|e| format!("workload cluster {cluster}: discovery of group policy: {e}"))?;
@@ -287,6 +323,36 @@ impl Kube {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A Secret's content never reaches the error (breakit_kubeconfig_leak): a token
+    /// pasted as the value, a near-kubeconfig whose wrong-typed field kube's YAML error
+    /// quotes, and a client key that is not PEM (the TLS error path).
+    async fn err_of(text: &str) -> String {
+        match client_from_kubeconfig(text).await {
+            Ok(_) => panic!("a client was built"),
+            Err(e) => e,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_garbage_kubeconfig_error_names_the_problem_not_the_content() {
+        let token = "eyJhbGciOiJSUzI1NiJ9.SECRET-TOKEN-abc123";
+        let e = err_of(token).await;
+        assert!(!e.contains("SECRET-TOKEN"), "{e}");
+        assert!(e.contains("is not a kubeconfig"), "{e}");
+        let wrong = "apiVersion: v1\nkind: Config\nclusters: SECRET-TOKEN-in-clusters\nusers:\n- name: u\n  user:\n    token: SECRET-TOKEN-xyz\n";
+        let e = err_of(wrong).await;
+        assert!(!e.contains("SECRET-TOKEN"), "{e}");
+        assert!(e.contains("is not a kubeconfig"), "{e}");
+        // base64 of "SECRET-KEY-bytes-not-pem"
+        let key = "U0VDUkVULUtFWS1ieXRlcy1ub3QtcGVt";
+        let bad_key = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\nusers:\n- name: u\n  user:\n    client-certificate-data: {key}\n    client-key-data: {key}\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\n"
+        );
+        let e = err_of(&bad_key).await;
+        assert!(!e.contains("SECRET-KEY") && !e.contains(key), "{e}");
+        assert!(e.contains("client"), "{e}");
+    }
 
     #[test]
     fn go_durations() {
