@@ -111,7 +111,13 @@ mod tests {
         let n = super::never_covered(spec);
         assert_eq!(n.len(), 1, "{n:?}");
         assert_eq!(n[0].0, "kubelet.config.systemreserved");
-        assert!(n[0].1.starts_with("systemreserved is not a KubeletConfiguration"));
-        assert!(super::never_covered("kubelet:\n  config:\n    systemReserved:\n      cpu: 500m\n").is_empty());
+        assert!(
+            n[0].1
+                .starts_with("systemreserved is not a KubeletConfiguration")
+        );
+        assert!(
+            super::never_covered("kubelet:\n  config:\n    systemReserved:\n      cpu: 500m\n")
+                .is_empty()
+        );
     }
 }

@@ -105,7 +105,7 @@ pub(crate) async fn emit(
             ..Default::default()
         },
         reason: Some(reason.into()),
-        message: Some(message.chars().take(1024).collect()),
+        message: Some(message.chars().take(MESSAGE_CHARS).collect()),
         type_: Some(if warning { "Warning" } else { "Normal" }.into()),
         source: Some(EventSource {
             component: Some("inplace-extension".into()),
@@ -153,6 +153,20 @@ pub(crate) async fn set_phase(
     Ok(true)
 }
 
+/// The longest Event message this extension writes, in characters (the API server's own
+/// limit on `message` is 1 KiB in `events.k8s.io/v1`; the core Event is cut here too).
+pub(crate) const MESSAGE_CHARS: usize = 1024;
+
+/// `text` cut to at most `max` characters, ending in "…" when cut.
+pub(crate) fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +186,12 @@ mod tests {
         assert_ne!(a, event_name(&s, "op", "Drained", "m"));
         assert_ne!(a, event_name(&s, "op2", "Cordoned", "m"));
         assert_eq!(Phase::WaitingForNode.name(), "WaitingForNode");
+    }
+
+    #[test]
+    fn shorten_cuts_with_an_ellipsis_within_the_limit() {
+        assert_eq!(super::shorten("abc", 3), "abc");
+        assert_eq!(super::shorten("abcdef", 4), "abc…");
+        assert_eq!(super::shorten("ééééé", 3).chars().count(), 3);
     }
 }

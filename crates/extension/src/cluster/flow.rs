@@ -486,7 +486,12 @@ impl Kube {
             ),
             _ => String::new(),
         };
-        let msg = format!("in-place update {} failed: {cause}{left}", t.op);
+        // the cause is shortened, never the Node's state: an Event message is cut at
+        // events::MESSAGE_CHARS, and a trial boot's evidence alone can fill that
+        let head = format!("in-place update {} failed: ", t.op);
+        let room =
+            events::MESSAGE_CHARS.saturating_sub(head.chars().count() + left.chars().count());
+        let msg = format!("{head}{}{left}", events::shorten(cause, room));
         self.report(
             t,
             node.as_ref().map(|(w, n)| (w, n)),
