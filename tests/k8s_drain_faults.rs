@@ -8,83 +8,24 @@ mod common;
 mod harness;
 #[path = "k8s/kubelet.rs"]
 mod kubelet;
+#[path = "k8s/scene.rs"]
+mod scene;
 
 use std::time::{Duration, Instant};
 
-use common::capi::{Extension, Pki, fixture, update_request};
+use common::capi::{Extension, Pki};
 use harness::Cluster;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
+use scene::*;
 use serde_json::{Value, json};
-
-const NS: &str = "site-a";
-const MACHINE: &str = "edge-1-cp-7xk2p";
-const NODE: &str = "edge-1-cp-7xk2p";
-const BOOT_1: &str = "11111111-1111-1111-1111-111111111111";
-const BOOT_2: &str = "22222222-2222-2222-2222-222222222222";
 
 async fn machine(c: &Cluster, kubeconfig: &str) {
     machine_t(c, kubeconfig, 600).await
 }
 
 async fn machine_t(c: &Cluster, kubeconfig: &str, drain_timeout: u64) {
-    c.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
-        .await;
-    c.create(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "edge-1-kubeconfig", "namespace": NS},
-        "stringData": {"value": kubeconfig},
-    }))
-    .await;
-    c.create(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": MACHINE, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "edge-1"}},
-        "spec": {"clusterName": "edge-1", "version": "v1.34.2",
-                 "deletion": {"nodeDrainTimeoutSeconds": drain_timeout}},
-    }))
-    .await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(c.admin().await, NS, &harness::machine_resource());
-    let st = json!({"status": {"nodeRef": {"name": NODE}, "addresses": []}});
-    api.patch_status(MACHINE, &PatchParams::default(), &Patch::Merge(&st))
-        .await
-        .unwrap();
-    kubelet::node(c, NODE, BOOT_1).await;
-}
-
-fn cluster_toml(c: &Cluster) -> String {
-    format!(
-        "[cluster]\nkubeconfig = \"{}\"\n",
-        c.ext_kubeconfig.display()
-    )
-}
-
-fn reboot_request() -> Value {
-    let mut req = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
-    req["desired"]["bootstrapConfig"]["spec"]["files"]
-        .as_array_mut()
-        .unwrap()
-        .push(
-            json!({"path": "/etc/inplaced/node.d/20-isolcpus.yaml", "owner": "root:root",
-                     "permissions": "0644", "content": "kernelArgs: [isolcpus=2-7]\n"}),
-        );
-    update_request(&req)
-}
-
-fn reboot(node: &mut common::Node) {
-    node.stop();
-    let cmdline = node.read("/proc/cmdline");
-    std::fs::write(
-        node.path("/proc/cmdline"),
-        format!("{} isolcpus=2-7\n", cmdline.trim()),
-    )
-    .unwrap();
-    std::fs::write(
-        node.path("/proc/sys/kernel/random/boot_id"),
-        format!("{BOOT_2}\n"),
-    )
-    .unwrap();
-    node.start();
+    scene::machine_with(c, kubeconfig, drain_timeout, json!([])).await
 }
 
 async fn drive(
@@ -140,7 +81,7 @@ async fn a_stale_cordon_claim_leaves_the_administrators_cordon() {
     let ext = Extension::start(
         &pki,
         &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c),
+        &cluster_toml(&c, ""),
     );
     let (seen, done) = drive(&c, &ext, &mut node, 60).await;
     assert_eq!(done["status"], "Success", "{seen:#?}");
@@ -175,7 +116,7 @@ async fn a_garbage_kubeconfig_secret_is_not_echoed() {
     let ext = Extension::start(
         &pki,
         &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c),
+        &cluster_toml(&c, ""),
     );
     let (seen, _) = drive(&c, &ext, &mut node, 6).await;
     let all = seen.join("\n");
@@ -205,7 +146,7 @@ async fn blocked_drain(c: &Cluster) -> (Pki, common::Node, Extension, Api<Node>)
     let ext = Extension::start(
         &pki,
         &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(c),
+        &cluster_toml(c, ""),
     );
     let nodes: Api<Node> = Api::all(c.admin().await);
     (pki, node, ext, nodes)
@@ -367,7 +308,7 @@ async fn odd_pods_and_budgets() {
     let ext = Extension::start(
         &pki,
         &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c),
+        &cluster_toml(&c, ""),
     );
     let req = reboot_request();
     let mut last = Value::Null;
@@ -410,7 +351,7 @@ async fn a_missing_kubeconfig_secret_fails_at_the_deadline() {
     let ext = Extension::start(
         &pki,
         &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c),
+        &cluster_toml(&c, ""),
     );
     let (seen, done) = drive(&c, &ext, &mut node, 10).await;
     assert_eq!(done["status"], "Failure", "{seen:#?}");

@@ -157,25 +157,47 @@ impl Cluster {
         c
     }
 
-    /// Starts etcd on free loopback ports; returns its client URL.
+    /// Starts etcd on free loopback ports; returns its client URL. A port taken between
+    /// its pick and etcd's bind (another process here, or the kernel handing out the
+    /// same free port twice) is retried with new ports, three times at most.
     fn start_etcd(&mut self) -> String {
-        let (etcd_port, peer_port) = (pki::free_port(), pki::free_port());
-        let etcd = format!("http://127.0.0.1:{etcd_port}");
-        let peer = format!("http://127.0.0.1:{peer_port}");
-        self.spawn(
-            "etcd",
-            Command::new("etcd").args([
-                "--name=test",
-                &format!("--data-dir={}", self.dir.path().join("etcd").display()),
-                &format!("--listen-client-urls={etcd}"),
-                &format!("--advertise-client-urls={etcd}"),
-                &format!("--listen-peer-urls={peer}"),
-                &format!("--initial-advertise-peer-urls={peer}"),
-                &format!("--initial-cluster=test={peer}"),
-            ]),
-        );
-        self.wait_port(etcd_port, "etcd");
-        etcd
+        for attempt in 1..=3 {
+            let (etcd_port, peer_port) = two_free_ports();
+            let etcd = format!("http://127.0.0.1:{etcd_port}");
+            let peer = format!("http://127.0.0.1:{peer_port}");
+            let data = self.dir.path().join(format!("etcd-{attempt}"));
+            self.spawn(
+                "etcd",
+                Command::new("etcd").args([
+                    "--name=test",
+                    &format!("--data-dir={}", data.display()),
+                    &format!("--listen-client-urls={etcd}"),
+                    &format!("--advertise-client-urls={etcd}"),
+                    &format!("--listen-peer-urls={peer}"),
+                    &format!("--initial-advertise-peer-urls={peer}"),
+                    &format!("--initial-cluster=test={peer}"),
+                ]),
+            );
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if std::net::TcpStream::connect(("127.0.0.1", etcd_port)).is_ok() {
+                    return etcd;
+                }
+                let (_, child, log) = self.children.last_mut().unwrap();
+                if let Ok(Some(_)) = child.try_wait() {
+                    let text = std::fs::read_to_string(&*log).unwrap_or_default();
+                    if attempt < 3 && text.contains("address already in use") {
+                        eprintln!("k8s harness: etcd's port was taken; new ports");
+                        self.children.pop();
+                        break;
+                    }
+                    self.check_alive();
+                }
+                assert!(Instant::now() < deadline, "etcd did not listen");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        unreachable!("the third attempt returns or panics")
     }
 
     fn spawn(&mut self, name: &'static str, cmd: &mut Command) {
@@ -200,15 +222,6 @@ impl Cluster {
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }
-        }
-    }
-
-    fn wait_port(&mut self, port: u16, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            self.check_alive();
-            assert!(Instant::now() < deadline, "{what} did not listen");
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -359,4 +372,14 @@ pub(crate) fn machine_resource() -> ApiResource {
         kind: "Machine".into(),
         plural: "machines".into(),
     }
+}
+
+/// Two distinct free loopback ports (both held open while the second is picked).
+fn two_free_ports() -> (u16, u16) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
 }

@@ -300,6 +300,31 @@ impl Agent {
     /// (panic, watchdog, the agent's reboot, or the boot loader did not boot it): the
     /// staged configuration is reverted and the operation ends `RolledBack` with the
     /// evidence. True once the operation changed (the caller saves it).
+    /// The trial's boot, with `/proc/cmdline` unknown (`why`): the operation ends
+    /// `Failed` saying so; the default stays the old command line and the trial entry
+    /// stays for the operator (a `status` problem at the next start), since neither a
+    /// commit nor a revert can be justified.
+    fn trial_unknown(&self, op: &mut Op, boot_id: &str, trial: &PendingTrial, why: &str) -> bool {
+        let next = op.state().booted(boot_id);
+        if !enter_now(
+            op,
+            next,
+            format!("booted (boot id {boot_id}); verifying the trial"),
+        ) {
+            return false;
+        }
+        let next = op.state().boot_verified(false);
+        enter_now(
+            op,
+            next,
+            format!(
+                "booted (boot id {boot_id}) but {why}: the kernel arguments could not be verified, so the trial of {} was neither committed nor reverted (the default is the old command line; the trial entry stays); check /proc/cmdline, then re-apply",
+                trial.meta.append.join(" ")
+            ),
+        );
+        true
+    }
+
     fn end_trial(
         &self,
         op: &mut Op,
@@ -314,7 +339,12 @@ impl Agent {
             .flatten()
             .unwrap_or_default();
         let running = running.trim();
-        let shows = matches!(self.verify_boot(op.wire()), Ok(f) if f.missing.is_empty() && f.lingering.is_empty());
+        let verified = self.verify_boot(op.wire());
+        if let Err(u) = &verified {
+            // which command line booted can not be told: neither commit nor revert
+            return self.trial_unknown(op, boot_id, trial, &u.to_string());
+        }
+        let shows = matches!(verified, Ok(f) if f.missing.is_empty() && f.lingering.is_empty());
         if shows && !running.is_empty() {
             let health = self.with_node(|n| n.kubelet_health());
             if let Err(why) = health {

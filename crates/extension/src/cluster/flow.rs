@@ -415,6 +415,19 @@ impl Kube {
         }
     }
 
+    /// Step 2 after the fact: the agent's operation is done and rebooted the node, but no
+    /// poll saw it rebooting (a fast reboot, kexec, or polls further apart than the
+    /// reboot): the Rebooting step is reported now, once, so the Machine's phase and
+    /// Events still show it. Nothing when a poll already moved past Applying.
+    pub(crate) async fn rebooted_unseen(&self, t: &Target) {
+        let a = &t.info.annotations;
+        let same_op = a.get(events::PHASE_OPERATION).map(String::as_str) == Some(t.op.as_str());
+        let phase = a.get(events::PHASE).map(String::as_str);
+        if !same_op || phase.is_none() || phase == Some(Phase::Applying.name()) {
+            self.progress(t, Phase::Rebooting).await;
+        }
+    }
+
     /// Step 3: the Node is back (Ready; a new boot id when `rebooted`; kubelet `version`
     /// when given), then the release (uncordon only an own cordon). A Machine without a
     /// Node: `Go`.

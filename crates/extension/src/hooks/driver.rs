@@ -476,6 +476,9 @@ async fn after_answer(
         return resp;
     }
     if resp.retry_after_seconds == 0 {
+        if reboots(op) {
+            k.rebooted_unseen(t).await;
+        }
         return match k.finish(t, reboots(op), version).await {
             Step::Go => resp,
             Step::Wait(msg) | Step::Blocked(msg, _) => waiting(eff, msg),
