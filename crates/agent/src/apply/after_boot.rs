@@ -85,10 +85,19 @@ impl Agent {
         &self,
         op: &pb::Operation,
     ) -> Result<crate::sections::kit::AfterBoot, crate::sections::kit::observe::Unknown> {
+        self.boot_view(op).map(|(_, found)| found)
+    }
+
+    /// The running command line and what it lacks or still has of `op` and of the whole
+    /// applied set of kernel arguments, whatever operation staged them (an operation
+    /// superseded before the reboot staged part of what this boot must show).
+    pub(super) fn boot_view(
+        &self,
+        op: &pb::Operation,
+    ) -> Result<(String, crate::sections::kit::AfterBoot), crate::sections::kit::observe::Unknown>
+    {
         let (running, next_boot) = crate::sections::kit::read_boot(&self.root, &self.config)?;
         let mut found = plan::verify_after_boot(&op.changes, &running, &next_boot);
-        // the whole applied set, whatever operation staged it (an operation superseded
-        // before the reboot staged part of what this boot must show)
         let record = self.state.load_record().unwrap_or_default();
         let boot = crate::sections::kit::Boot {
             running: &running,
@@ -105,7 +114,7 @@ impl Agent {
                 found.lingering.push(l);
             }
         }
-        Ok(found)
+        Ok((running, found))
     }
 
     /// RebootRequired | Rebooting → VerifyingAfterBoot → Succeeded | Failed: the node

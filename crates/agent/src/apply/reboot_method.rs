@@ -176,27 +176,9 @@ impl Agent {
     /// The command line the next boot gets for `op`: see the module docs. Errors when
     /// `/proc/cmdline` can not be read.
     pub(super) fn kexec_cmdline(&self, op: &pb::Operation) -> Result<String, String> {
-        let (running, next_boot) =
-            crate::sections::kit::read_boot(&self.root, &self.config).map_err(|u| u.to_string())?;
+        let (running, found) = self.boot_view(op).map_err(|u| u.to_string())?;
         if running.trim().is_empty() {
             return Err("/proc/cmdline is empty".into());
-        }
-        let mut found = crate::plan::verify_after_boot(&op.changes, &running, &next_boot);
-        let record = self.state.load_record().unwrap_or_default();
-        let boot = crate::sections::kit::Boot {
-            running: &running,
-            next_boot: &next_boot,
-        };
-        let all = crate::sections::verify_applied_after_boot(&record, &boot, &self.boot_id());
-        for m in all.missing {
-            if !found.missing.contains(&m) {
-                found.missing.push(m);
-            }
-        }
-        for l in all.lingering {
-            if !found.lingering.contains(&l) {
-                found.lingering.push(l);
-            }
         }
         Ok(edit_cmdline(&running, &found.lingering, &found.missing))
     }
