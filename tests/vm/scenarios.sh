@@ -410,6 +410,13 @@ s4_hang() {
     # agent says "a reset" and never more than it can tell
     expect "evidence: a reset, as far as the agent can tell" "$(ctl -o json get vm-kargs-hang)" \
         'fallback: (the hardware watchdog reset the hung trial boot|the trial boot never reached the agent: a kernel panic .* or a reset)'
+    # this QEMU resets in place; every later scenario needs one that ends on a guest
+    # reboot (-no-reboot), so the machine is powered off and booted again
+    gx 'systemctl disable vm-hang.service' >/dev/null 2>&1 || true
+    gx_bg 'systemctl poweroff'
+    vm_wait_exit || { fail "the guest did not power off after the hang scenario"; return 1; }
+    vm_boot || { fail "no boot after the hang scenario"; return 1; }
+    wait_serving 180 || fail "the agent does not answer after the hang scenario"
 }
 
 # 7. A newer package installed while the agent is idle with a pending reboot.
