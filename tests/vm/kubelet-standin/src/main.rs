@@ -2,6 +2,8 @@
 //! kubeadm's real unit layout (`kubelet.service` + `10-kubeadm.conf`). It checks what a
 //! kubelet checks first and fails the way the kubelet does (exit 1 with pflag's message):
 //!
+//! - `--version` alone prints `Kubernetes v1.34.2` and exits 0, as the kubelet does (the
+//!   agent reads the node's version from it);
 //! - flags: `--name=value` or `--name value`; an unknown flag, or a `--max-pods` /
 //!   `--v` that is not an integer, is refused;
 //! - `--config`: must exist and be a `kubelet.config.k8s.io/v1beta1`
@@ -43,8 +45,17 @@ fn fail(msg: String) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// The version `--version` reports, as the kubelet prints it (`Kubernetes v1.34.2`,
+/// k8s.io/component-base/version/verflag): the release the image's kubeadm layout and the
+/// CAPI fixtures' Machines (`spec.version`) name.
+const VERSION: &str = "v1.34.2";
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv == ["--version"] {
+        println!("Kubernetes {VERSION}");
+        return ExitCode::SUCCESS;
+    }
     let mut flags = BTreeMap::new();
     let mut it = argv.iter();
     while let Some(a) = it.next() {
