@@ -136,15 +136,7 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
     .await;
     assert_eq!(kubelet::wait_budget(&c, "web", |a| a == 1).await, 1);
 
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, mut node, ext) = scene::start(&c, "");
     let req = reboot_request();
     let setup = t0.elapsed();
 
@@ -348,15 +340,7 @@ async fn an_administrators_cordon_survives_the_update() {
         .await
         .unwrap();
 
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, mut node, ext) = scene::start(&c, "");
     let (seen, done) = drive(&c, &ext, &mut node, &reboot_request(), 60).await;
     assert_eq!(done["status"], "Success", "{seen:#?}");
     assert!(
@@ -400,16 +384,8 @@ async fn a_drain_that_can_not_finish_fails_after_its_deadline_naming_pod_and_bud
     kubelet::replicated(&c, "web", &[NODE, "other"], 2).await;
     kubelet::wait_budget(&c, "web", |a| a == 0).await;
 
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
     // the config's default (600 s) is not the deadline: the Machine's own is
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, mut node, ext) = scene::start(&c, "");
     let t0 = Instant::now();
     let (seen, failed) = drive(&c, &ext, &mut node, &reboot_request(), 30).await;
     let took = t0.elapsed();
@@ -601,15 +577,7 @@ async fn the_agent_is_found_at_the_machines_status_addresses() {
 async fn a_failed_update_leaves_the_node_cordoned_and_says_so() {
     let c = Cluster::start().await;
     machine(&c, 600, json!([])).await;
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, mut node, ext) = scene::start(&c, "");
     let (seen, failed) =
         drive_booting(&c, &ext, &mut node, &reboot_request(), 60, ("", BOOT_2)).await;
     assert_eq!(failed["status"], "Failure", "{seen:#?}");

@@ -74,15 +74,7 @@ async fn a_stale_cordon_claim_leaves_the_administrators_cordon() {
         .await
         .unwrap();
 
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, mut node, ext) = scene::start(&c, "");
     let (seen, done) = drive(&c, &ext, &mut node, 60).await;
     assert_eq!(done["status"], "Success", "{seen:#?}");
     let n = nodes.get(NODE).await.unwrap();
@@ -109,15 +101,7 @@ async fn a_garbage_kubeconfig_secret_is_not_echoed() {
     // a bearer token pasted as the value instead of a kubeconfig
     let garbage = "eyJhbGciOiJSUzI1NiJ9.SECRET-TOKEN-0123456789";
     machine(&c, garbage).await;
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, mut node, ext) = scene::start(&c, "");
     let (seen, _) = drive(&c, &ext, &mut node, 6).await;
     let all = seen.join("\n");
     assert!(
@@ -139,15 +123,7 @@ async fn blocked_drain(c: &Cluster) -> (Pki, common::Node, Extension, Api<Node>)
     kubelet::node(c, "other", "33333333-3333-3333-3333-333333333333").await;
     kubelet::replicated(c, "web", &[NODE, "other"], 2).await;
     kubelet::wait_budget(c, "web", |a| a == 0).await;
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(c, ""),
-    );
+    let (pki, node, ext) = scene::start(c, "");
     let nodes: Api<Node> = Api::all(c.admin().await);
     (pki, node, ext, nodes)
 }
@@ -301,15 +277,7 @@ async fn odd_pods_and_budgets() {
         )
         .await;
     }
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, node, ext) = scene::start(&c, "");
     let req = reboot_request();
     let mut last = Value::Null;
     for _ in 0..12 {
@@ -344,15 +312,7 @@ async fn a_missing_kubeconfig_secret_fails_at_the_deadline() {
         .delete("edge-1-kubeconfig", &Default::default())
         .await
         .unwrap();
-    let pki = Pki::new();
-    let mut node = common::Node::new("ubuntu-2404-grub");
-    let addr = pki.agent(&node);
-    node.start();
-    let ext = Extension::start(
-        &pki,
-        &[(&format!("{NS}/{MACHINE}"), &addr)],
-        &cluster_toml(&c, ""),
-    );
+    let (_pki, mut node, ext) = scene::start(&c, "");
     let (seen, done) = drive(&c, &ext, &mut node, 10).await;
     assert_eq!(done["status"], "Failure", "{seen:#?}");
     let msg = done["message"].as_str().unwrap_or("");
@@ -362,4 +322,72 @@ async fn a_missing_kubeconfig_secret_fails_at_the_deadline() {
     let n = nodes.get(NODE).await.unwrap();
     assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), None);
     assert!(node.actions().is_empty(), "{:?}", node.actions());
+}
+
+/// The node rebooted and its agent reports the change done, but the Node never shows
+/// the new boot id (the kubelet does not come back). Expected: UpdateMachine waits,
+/// counting against `cluster.node_back_timeout_seconds` (3 s here), then answers
+/// `Failure` naming what it waits for; the Machine's phase is Failed with a Warning
+/// Event, and the Node stays cordoned. Once the Node is back, the next call of the same
+/// operation releases it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
+async fn a_node_that_does_not_come_back_fails_at_the_deadline() {
+    let c = Cluster::start().await;
+    machine(&c, &std::fs::read_to_string(&c.ext_kubeconfig).unwrap()).await;
+    let (_pki, mut node, ext) = scene::start(&c, "node_back_timeout_seconds = 3\n");
+    let req = reboot_request();
+    let mut seen = Vec::new();
+    let mut rebooted = false;
+    let t0 = Instant::now();
+    let mut last = Value::Null;
+    while t0.elapsed() < Duration::from_secs(40) {
+        last = ext.update_machine(&req).await;
+        seen.push(last["message"].as_str().unwrap_or("").to_string());
+        if last["status"] == "Failure" || last["retryAfterSeconds"] == 0 {
+            break;
+        }
+        if !rebooted && node.actions().iter().any(|a| a.starts_with("reboot")) {
+            reboot(&mut node); // the kubelet never reports BOOT_2
+            rebooted = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(last["status"], "Failure", "{seen:#?}");
+    let msg = last["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains(&format!(
+            "Node {NODE}: waiting for the Node to report a new boot id after the reboot (still {BOOT_1})"
+        )) && msg.contains("not back within 3 s after the node agent finished"),
+        "{msg}"
+    );
+    assert!(
+        seen.iter().any(|m| m.ends_with("(0 s of 3 s)")),
+        "the wait does not show its clock: {seen:#?}"
+    );
+    let ann = machine_annotations(&c).await;
+    assert_eq!(ann["inplaced.io/phase"], "Failed", "{ann}");
+    let waiting = ann["inplaced.io/waiting-for-node"].as_str().unwrap_or("");
+    assert!(
+        waiting.starts_with(ann["inplaced.io/operation"].as_str().unwrap()),
+        "{ann}"
+    );
+    let ev = events(&c, NS, "Machine", MACHINE).await;
+    assert!(
+        ev.iter()
+            .any(|(r, m)| r == "UpdateFailed" && m.contains("not back within 3 s")),
+        "{ev:#?}"
+    );
+    assert!(
+        unschedulable(&node_obj(&c).await),
+        "the Node was uncordoned"
+    );
+
+    // the Node comes back late: the same operation is released and done
+    kubelet::node_status(&c, NODE, true, BOOT_2).await;
+    let done = ext.update_machine(&req).await;
+    assert_eq!(done["status"], "Success", "{done}");
+    assert_eq!(done["retryAfterSeconds"], 0, "{done}");
+    assert!(!unschedulable(&node_obj(&c).await));
+    assert_eq!(machine_annotations(&c).await["inplaced.io/phase"], "Done");
 }

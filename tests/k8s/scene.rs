@@ -153,3 +153,23 @@ pub(crate) async fn machine_annotations(c: &Cluster) -> Value {
     let m = api.get(MACHINE).await.unwrap();
     serde_json::to_value(m.metadata.annotations.unwrap_or_default()).unwrap()
 }
+
+/// A node agent on a copy of `ubuntu-2404-grub` (started, with the PKI's certificates)
+/// and an extension that reaches it for the Machine [`MACHINE`], with the `[cluster]`
+/// table plus `extra` lines ([`cluster_toml`]). The [`common::capi::Pki`] is returned
+/// because its directory must outlive both.
+pub(crate) fn start(
+    c: &Cluster,
+    extra: &str,
+) -> (common::capi::Pki, Node_, common::capi::Extension) {
+    let pki = common::capi::Pki::new();
+    let mut node = common::Node::new("ubuntu-2404-grub");
+    let addr = pki.agent(&node);
+    node.start();
+    let ext = common::capi::Extension::start(
+        &pki,
+        &[(&format!("{NS}/{MACHINE}"), &addr)],
+        &cluster_toml(c, extra),
+    );
+    (pki, node, ext)
+}

@@ -398,6 +398,15 @@ pub struct ClusterConfig {
     /// (v1beta1) above 0. Default 600.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout_seconds: u64,
+    /// How long after the agent reports the change done the Node may take to be back
+    /// (Ready, a new boot id after a reboot, the target kubelet version, and the workload
+    /// cluster answering), seconds; then UpdateMachine answers `Failure` naming what it
+    /// still waits for. Counted from the first answer that waited, kept on the Machine
+    /// (annotation `inplaced.io/waiting-for-node`), so every replica and a restart count
+    /// the same clock. Default 1800: a bare-metal server's firmware and POST alone can
+    /// take ten minutes. Must be above 0.
+    #[serde(default = "default_node_back_timeout")]
+    pub node_back_timeout_seconds: u64,
     /// Whether Pods with `emptyDir` volumes are evicted (their data is lost): CAPI's
     /// Machine drain does (`DeleteEmptyDirData: true`), `kubectl drain` only with
     /// `--delete-emptydir-data`. Default true; false: such a Pod blocks the drain.
@@ -419,6 +428,10 @@ pub struct ClusterConfig {
 
 fn default_drain_timeout() -> u64 {
     600
+}
+
+fn default_node_back_timeout() -> u64 {
+    1800
 }
 
 fn default_true() -> bool {
@@ -462,6 +475,13 @@ impl ClusterConfig {
             return Err((
                 "cluster.drain_timeout_seconds",
                 "must be above 0 (a drain without a deadline could block an update forever)".into(),
+            ));
+        }
+        if self.node_back_timeout_seconds == 0 {
+            return Err((
+                "cluster.node_back_timeout_seconds",
+                "must be above 0 (a Node that never comes back would hold the update forever)"
+                    .into(),
             ));
         }
         Ok(())

@@ -21,6 +21,11 @@ pub(crate) const PHASE: &str = "inplaced.io/phase";
 /// The Machine annotation with the operation id the phase is of.
 pub(crate) const PHASE_OPERATION: &str = "inplaced.io/operation";
 
+/// The Machine annotation that starts the clock of the wait for the Node to be back after
+/// the agent finished: `<operation id> <RFC 3339 time>`, written once per operation
+/// (`cluster.node_back_timeout_seconds` is counted from it by every replica).
+pub(crate) const WAITING_FOR_NODE: &str = "inplaced.io/waiting-for-node";
+
 /// The in-place phase of a Machine, as its annotation shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -153,6 +158,33 @@ pub(crate) async fn set_phase(
     Ok(true)
 }
 
+/// When the wait for the Node began for operation `op`, from [`WAITING_FOR_NODE`] in the
+/// Machine's `annotations`; `None` when absent, of another operation or not a time.
+pub(crate) fn waiting_since(
+    annotations: &std::collections::BTreeMap<String, String>,
+    op: &str,
+) -> Option<k8s_openapi::jiff::Timestamp> {
+    let (of, at) = annotations.get(WAITING_FOR_NODE)?.split_once(' ')?;
+    (of == op).then(|| at.parse().ok()).flatten()
+}
+
+/// Starts the clock of the wait for the Node: [`WAITING_FOR_NODE`] = `<op> <now>` on the
+/// Machine (a merge patch). Errors are the message.
+pub(crate) async fn mark_waiting(
+    mgmt: &kube::Client,
+    ns: &str,
+    name: &str,
+    op: &str,
+) -> Result<(), String> {
+    let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), ns, &machine_resource());
+    let v = format!("{op} {}", jiff_now());
+    let p = json!({"metadata": {"annotations": {WAITING_FOR_NODE: v}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("annotating Machine {ns}/{name}: {e}"))
+}
+
 /// The longest Event message this extension writes, in characters (the API server's own
 /// limit on `message` is 1 KiB in `events.k8s.io/v1`; the core Event is cut here too).
 pub(crate) const MESSAGE_CHARS: usize = 1024;
@@ -170,6 +202,20 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wait_clock_is_of_its_operation_only() {
+        let mut a = std::collections::BTreeMap::new();
+        assert_eq!(waiting_since(&a, "op-1"), None);
+        a.insert(WAITING_FOR_NODE.into(), "op-1 2026-12-02T08:00:00Z".into());
+        assert_eq!(
+            waiting_since(&a, "op-1").map(|t| t.as_second()),
+            Some(1_796_198_400)
+        );
+        assert_eq!(waiting_since(&a, "op-2"), None);
+        a.insert(WAITING_FOR_NODE.into(), "op-1 yesterday".into());
+        assert_eq!(waiting_since(&a, "op-1"), None);
+    }
 
     #[test]
     fn event_names_are_stable_per_step() {

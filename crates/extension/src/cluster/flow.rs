@@ -430,8 +430,47 @@ impl Kube {
 
     /// Step 3: the Node is back (Ready; a new boot id when `rebooted`; kubelet `version`
     /// when given), then the release (uncordon only an own cordon). A Machine without a
-    /// Node: `Go`.
+    /// Node: `Go`. The wait is bounded by `cluster.node_back_timeout_seconds`
+    /// ([`Kube::bound_node_back`]).
     pub(crate) async fn finish(&self, t: &Target, rebooted: bool, version: Option<&str>) -> Step {
+        match self.node_back(t, rebooted, version).await {
+            Step::Wait(msg) => self.bound_node_back(t, msg).await,
+            s => s,
+        }
+    }
+
+    /// Bounds the wait of [`Kube::finish`]: the clock starts at its first wait for `t.op`
+    /// (the Machine annotation [`events::WAITING_FOR_NODE`], so every replica and a
+    /// restarted extension count the same one; a time more than a minute ahead restarts
+    /// it). Past `cluster.node_back_timeout_seconds`: `Fail` naming what is still waited
+    /// for; the Node stays cordoned. A Node that comes back later is still released by
+    /// the next UpdateMachine call of the same operation.
+    async fn bound_node_back(&self, t: &Target, msg: String) -> Step {
+        let limit = self.cfg.node_back_timeout_seconds;
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let since = events::waiting_since(&t.info.annotations, &t.op)
+            .filter(|s| s.as_second() <= now.as_second() + 60);
+        let Some(since) = since else {
+            if let Ok(m) = self.management().await
+                && let Err(e) = events::mark_waiting(&m, &t.ns, &t.name, &t.op).await
+            {
+                tracing::warn!(machine = %t.name, error = %e, "could not start the clock of the wait for the Node");
+            }
+            self.phase(t, Phase::WaitingForNode).await;
+            return Step::Wait(format!("{msg} (0 s of {limit} s)"));
+        };
+        let waited = (now.as_second() - since.as_second()).max(0) as u64;
+        if waited >= limit {
+            return Step::Fail(format!(
+                "{msg}: the Node was not back within {limit} s after the node agent finished (cluster.node_back_timeout_seconds); the change is on the node (see `inplacectl status` there)"
+            ));
+        }
+        self.phase(t, Phase::WaitingForNode).await;
+        Step::Wait(format!("{msg} ({waited} s of {limit} s)"))
+    }
+
+    /// [`Kube::finish`] without the deadline.
+    async fn node_back(&self, t: &Target, rebooted: bool, version: Option<&str>) -> Step {
         let (wl, n) = match self.node_of(t).await {
             Ok(Some(x)) => x,
             Ok(None) => return Step::Go,
@@ -444,7 +483,6 @@ impl Kube {
             .filter(|_| rebooted)
             .map(|s| s.boot_id.as_str());
         if let Err(why) = node::back(&n, before, version) {
-            self.phase(t, Phase::WaitingForNode).await;
             return Step::Wait(format!("Node {name}: {why}"));
         }
         if let Some(p) = node::release_patch(&n, &t.op) {

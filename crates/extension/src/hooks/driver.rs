@@ -482,7 +482,10 @@ async fn after_answer(
         return match k.finish(t, reboots(op), version).await {
             Step::Go => resp,
             Step::Wait(msg) | Step::Blocked(msg, _) => waiting(eff, msg),
-            Step::Fail(msg) => UpdateMachineResponse::new(Status::Failure, msg, 0),
+            Step::Fail(msg) => {
+                k.failed(t, &msg).await;
+                UpdateMachineResponse::new(Status::Failure, msg, 0)
+            }
         };
     }
     let rebooting = matches!(
