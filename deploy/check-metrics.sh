@@ -8,14 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --locked --bin inplaced --bin inplace-extension --example gen-certs
 bin=${CARGO_TARGET_DIR:-target}/debug
-# not under /tmp: inplaced refuses a config in a directory others can write (StrictModes)
-mkdir -p "${CARGO_TARGET_DIR:-target}/tmp"
-work=$(mktemp -d -p "$(cd "${CARGO_TARGET_DIR:-target}/tmp" && pwd)")
+. examples/lib.sh
+lib_work
 chmod 0755 "$work"
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 150); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; echo "nothing listens on $1" >&2; return 1; }
 "$bin/examples/gen-certs" "$work/pki" >/dev/null
 
 agent_metrics=$(port)

@@ -10,33 +10,13 @@ cd "$(dirname "$0")/.."
 
 cargo build --quiet --bins --example gen-certs
 bin=${CARGO_TARGET_DIR:-target}/debug
-# not under /tmp: inplaced refuses a config in a directory others can write (StrictModes)
-mkdir -p "${CARGO_TARGET_DIR:-target}/tmp"
-work=$(mktemp -d -p "$(cd "${CARGO_TARGET_DIR:-target}/tmp" && pwd)")
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+. examples/lib.sh
+lib_work
 "$bin/examples/gen-certs" "$work/pki" >/dev/null
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # Two nodes, each with its agent on a loopback mTLS port.
 cp -r examples/node "$work/node-a"
 cp -r tests/fixtures/nodes/rhel8-grubenv "$work/node-b"
-start_agent() { # name addr
-    cat > "$work/$1.toml" <<TOML
-[api.tcp]
-listen = "$2"
-cert = "$work/pki/agent.crt"
-key = "$work/pki/agent.key"
-client_ca = "$work/pki/clients-ca.crt"
-[[api.tcp.clients]]
-identity = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension"
-role = "admin"
-TOML
-    "$bin/inplaced" --root "$work/$1" --state-dir "$work/$1-state" --socket "$work/$1.sock" \
-        --config "$work/$1.toml" --service-manager record --log warn &
-    pids+=($!)
-    for _ in $(seq 100); do [ -S "$work/$1.sock" ] && break; sleep 0.1; done
-}
 a_addr=127.0.0.1:$(port); b_addr=127.0.0.1:$(port); ext_addr=127.0.0.1:$(port)
 start_agent node-a "$a_addr"
 start_agent node-b "$b_addr"
@@ -61,7 +41,7 @@ key = "$work/pki/client.key"
 TOML
 "$bin/inplace-extension" --config "$work/extension.toml" --log warn &
 pids+=($!)
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/${ext_addr%:*}/${ext_addr#*:}") 2>/dev/null && break; sleep 0.1; done
+wait_port "${ext_addr#*:}"
 
 hooks=https://$ext_addr/hooks.runtime.cluster.x-k8s.io/v1alpha1
 fx=tests/fixtures/capi

@@ -39,6 +39,7 @@ failed=0
 ok() { passed=$((passed + 1)); printf 'ok   %s\n' "$1"; }
 fail() { failed=$((failed + 1)); printf 'FAIL %s\n' "$1"; [ -z "${2:-}" ] || printf '%s\n' "$2" | sed 's/^/     /'; }
 check() { if eval "$2"; then ok "$1"; else fail "$1" "${3:-}"; fi; }
+. examples/lib.sh # port, wait_port, start_agent
 
 # not under /tmp: inplaced refuses a config in a directory others can write (StrictModes)
 mkdir -p "$target_dir/tmp"
@@ -85,25 +86,11 @@ check "the binary is the only executable" '[ "$(find "$rootfs" -type f -perm -u+
 "$bin/examples/gen-certs" "$work/pki" >/dev/null
 # a Secret or ConfigMap volume's files are 0644 (defaultMode 420): the image's user reads them
 chmod 0755 "$work/pki" && chmod 0644 "$work/pki"/*
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 a_addr=127.0.0.1:$(port)
 ext_port=$(port)
 metrics_port=$(port)
 cp -r examples/node "$work/node-a"
-cat > "$work/node-a.toml" <<TOML
-[api.tcp]
-listen = "$a_addr"
-cert = "$work/pki/agent.crt"
-key = "$work/pki/agent.key"
-client_ca = "$work/pki/clients-ca.crt"
-[[api.tcp.clients]]
-identity = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension"
-role = "admin"
-TOML
-"$bin/inplaced" --root "$work/node-a" --state-dir "$work/node-a-state" --socket "$work/node-a.sock" \
-    --config "$work/node-a.toml" --service-manager record --log warn &
-pids+=($!)
-for _ in $(seq 100); do [ -S "$work/node-a.sock" ] && break; sleep 0.1; done
+start_agent node-a "$a_addr"
 
 # the Deployment's volumes, at its mountPaths
 vol=$work/volumes
