@@ -123,8 +123,9 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
     // two replicas on the node, one elsewhere; the budget allows one disruption at a time
     kubelet::replicated(&c, "web", &[NODE, NODE, "other"], 2).await;
     let uid = kubelet::rs_uid(&c, "web").await.unwrap();
+    let ds = kubelet::daemon_set(&c, "fluentd").await;
     kubelet::pod(&c, "fluentd-x7k2p", NODE, json!({"metadata": {"ownerReferences": [{
-        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "fluentd", "uid": "d1", "controller": true}]}}))
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "fluentd", "uid": ds, "controller": true}]}}))
     .await;
     kubelet::pod(
         &c,

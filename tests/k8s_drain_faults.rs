@@ -229,8 +229,8 @@ async fn a_garbage_drain_started_restarts_the_deadline() {
 /// Pods with odd owners and budgets on the drained Node: a bare Pod, a Job's Pod, a Pod
 /// with emptyDir, a Pod owned by a deleted DaemonSet, a Pod under two budgets (the
 /// Eviction API answers 500), a Pod under a maxUnavailable 0 budget. Expected right
-/// behaviour (README "Draining"): the first three evicted; the DaemonSet orphan skipped
-/// (documented; CAPI evicts it); the last two left, each named with the server's cause.
+/// behaviour (README "Draining"): the first three and the DaemonSet orphan evicted (as
+/// CAPI's drain with `Force` does); the last two left, each named with the server's cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: tests/k8s/run.sh"]
 async fn odd_pods_and_budgets() {
@@ -291,6 +291,11 @@ async fn odd_pods_and_budgets() {
     assert!(
         msg.contains("2 Pods left (default/mu0, default/two)"),
         "{msg}"
+    );
+    assert_eq!(
+        kubelet::pods_on(&c, NODE).await,
+        ["default/mu0", "default/two"],
+        "the orphaned DaemonSet Pod (or another) stayed"
     );
     assert!(
         node.actions().is_empty(),

@@ -204,3 +204,21 @@ pub(crate) async fn finish_terminating(c: &Cluster, node: &str) -> Vec<String> {
     }
     gone
 }
+
+/// Creates DaemonSet `name` in `default` (its Pods select no Node, so no controller puts
+/// one anywhere) and returns its uid, for a Pod's `ownerReferences`.
+pub(crate) async fn daemon_set(c: &Cluster, name: &str) -> String {
+    let api: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(c.admin().await, "default");
+    let ds = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"nodeSelector": {"inplaced.io/no-such-node": "x"},
+                                       "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.1"}]}}},
+    }))
+    .unwrap();
+    let made = api.create(&PostParams::default(), &ds).await.unwrap();
+    made.metadata.uid.unwrap()
+}

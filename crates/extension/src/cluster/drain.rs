@@ -6,9 +6,9 @@
 //! - mirror (static) Pods, annotation `kubernetes.io/config.mirror`: skipped (the kubelet
 //!   owns them; `mirrorPodFilter`);
 //! - Pods whose controller is a DaemonSet, unless Succeeded or Failed: skipped (the
-//!   DaemonSet would recreate them on the cordoned Node; `daemonSetFilter`; CAPI also
-//!   evicts a DaemonSet Pod whose DaemonSet is gone, which needs a DaemonSet read: not
-//!   done here, such an orphan is skipped too);
+//!   DaemonSet would recreate them on the cordoned Node; `daemonSetFilter`), except an
+//!   orphan, whose DaemonSet is gone (the drain reads it, [`daemon_set_of`]): evicted, as
+//!   CAPI's drain with `Force: true` does (the later filters still apply to it);
 //! - label `cluster.x-k8s.io/drain: skip`: skipped; `wait-completed`: not evicted, but the
 //!   drain waits until it is gone (`drainLabelFilter`, `clusterv1.PodDrainLabel`);
 //! - Pods with `emptyDir` volumes, unless Succeeded or Failed: evicted when
@@ -49,8 +49,24 @@ fn finished(p: &Pod) -> bool {
         .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
 }
 
-/// The action for `pod` (the order of CAPI's filters; the first that leaves the Pod wins).
-pub(crate) fn classify(pod: &Pod, evict_local_storage: bool) -> PodAction {
+/// The name of the DaemonSet that controls `pod`, when the Pod is not finished: the drain
+/// reads that DaemonSet in the Pod's namespace, and a Pod whose DaemonSet is gone is an
+/// orphan for [`classify`].
+pub(crate) fn daemon_set_of(pod: &Pod) -> Option<&str> {
+    if finished(pod) {
+        return None;
+    }
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")
+        .map(|o| o.name.as_str())
+}
+
+/// The action for `pod` (the order of CAPI's filters; the first that leaves the Pod wins);
+/// `orphan`: its DaemonSet ([`daemon_set_of`]) is gone.
+pub(crate) fn classify(pod: &Pod, evict_local_storage: bool, orphan: bool) -> PodAction {
     let md = &pod.metadata;
     if md
         .annotations
@@ -59,12 +75,7 @@ pub(crate) fn classify(pod: &Pod, evict_local_storage: bool) -> PodAction {
     {
         return PodAction::Skip("mirror Pod");
     }
-    let ds = md
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
-    if ds && !finished(pod) {
+    if daemon_set_of(pod).is_some() && !orphan {
         return PodAction::Skip("DaemonSet-managed Pod");
     }
     match md
@@ -234,36 +245,59 @@ mod tests {
 
     #[test]
     fn capi_filters_in_order() {
-        assert_eq!(classify(&pod(|_| {}), false), PodAction::Evict);
+        assert_eq!(classify(&pod(|_| {}), false, false), PodAction::Evict);
         assert_eq!(
-            classify(&pod(owned_by("ReplicaSet")), false),
+            classify(&pod(owned_by("ReplicaSet")), false, false),
             PodAction::Evict
         );
         assert_eq!(
-            classify(&pod(owned_by("DaemonSet")), false),
+            classify(&pod(owned_by("DaemonSet")), false, false),
             PodAction::Skip("DaemonSet-managed Pod")
         );
         let done_ds = pod(|p| {
             owned_by("DaemonSet")(p);
             phase(p, "Succeeded");
         });
-        assert_eq!(classify(&done_ds, false), PodAction::Evict);
+        assert_eq!(classify(&done_ds, false, false), PodAction::Evict);
+        // an orphan (its DaemonSet gone) is evicted; the later filters still apply
+        assert_eq!(
+            classify(&pod(owned_by("DaemonSet")), false, true),
+            PodAction::Evict
+        );
+        let orphan_skip = pod(|p| {
+            owned_by("DaemonSet")(p);
+            p.metadata.labels = Some([(DRAIN_LABEL.to_string(), "skip".into())].into());
+        });
+        assert!(matches!(
+            classify(&orphan_skip, false, true),
+            PodAction::Skip(_)
+        ));
+        assert_eq!(daemon_set_of(&done_ds), None);
         let mirror = pod(|p| {
             p.metadata.annotations = Some([(MIRROR_ANNOTATION.to_string(), "x".into())].into())
         });
-        assert_eq!(classify(&mirror, true), PodAction::Skip("mirror Pod"));
+        assert_eq!(
+            classify(&mirror, true, false),
+            PodAction::Skip("mirror Pod")
+        );
         let label = |v: &str| {
             let v = v.to_string();
             pod(move |p| p.metadata.labels = Some([(DRAIN_LABEL.to_string(), v)].into()))
         };
-        assert!(matches!(classify(&label("Skip"), true), PodAction::Skip(_)));
         assert!(matches!(
-            classify(&label("wait-completed"), true),
+            classify(&label("Skip"), true, false),
+            PodAction::Skip(_)
+        ));
+        assert!(matches!(
+            classify(&label("wait-completed"), true, false),
             PodAction::Wait(_)
         ));
-        assert_eq!(classify(&label("other"), true), PodAction::Evict);
+        assert_eq!(classify(&label("other"), true, false), PodAction::Evict);
         let terminating = pod(|p| p.metadata.deletion_timestamp = Some(Time(Default::default())));
-        assert_eq!(classify(&terminating, true), PodAction::Wait("terminating"));
+        assert_eq!(
+            classify(&terminating, true, false),
+            PodAction::Wait("terminating")
+        );
         let local = pod(|p| {
             p.spec = Some(PodSpec {
                 volumes: Some(vec![Volume {
@@ -274,11 +308,13 @@ mod tests {
                 ..Default::default()
             })
         });
-        assert_eq!(classify(&local, true), PodAction::Evict);
-        assert!(matches!(classify(&local, false), PodAction::Refuse(m) if m.contains("emptyDir")));
+        assert_eq!(classify(&local, true, false), PodAction::Evict);
+        assert!(
+            matches!(classify(&local, false, false), PodAction::Refuse(m) if m.contains("emptyDir"))
+        );
         let mut finished_local = local.clone();
         phase(&mut finished_local, "Failed");
-        assert_eq!(classify(&finished_local, false), PodAction::Evict);
+        assert_eq!(classify(&finished_local, false, false), PodAction::Evict);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //!    state the Node is left in (cordoned, with the state annotations, when it was
 //!    drained: nothing is scheduled on a node whose change failed).
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::client::Body;
@@ -351,7 +352,11 @@ impl Kube {
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
             let name = pod.metadata.name.clone().unwrap_or_default();
             let key = format!("{ns}/{name}");
-            match drain::classify(pod, self.cfg.evict_local_storage) {
+            let orphan = match drain::daemon_set_of(pod) {
+                Some(ds) => self.daemon_set_gone(wl, &ns, ds).await,
+                None => false,
+            };
+            match drain::classify(pod, self.cfg.evict_local_storage, orphan) {
                 PodAction::Skip(why) => {
                     tracing::debug!(pod = %key, why, "not evicted");
                 }
@@ -375,6 +380,19 @@ impl Kube {
         }
         p.left.sort();
         Ok(p)
+    }
+
+    /// Whether DaemonSet `ns/name` is gone (a 404). Any other error counts as present:
+    /// the Pod is left, as for a live DaemonSet, and the error logged.
+    async fn daemon_set_gone(&self, wl: &Workload, ns: &str, name: &str) -> bool {
+        let api: Api<DaemonSet> = Api::namespaced(wl.client.clone(), ns);
+        match api.get_opt(name).await {
+            Ok(found) => found.is_none(),
+            Err(e) => {
+                tracing::warn!(daemon_set = %format!("{ns}/{name}"), error = %e, "could not read the DaemonSet of a Pod on the drained Node; its Pod is left");
+                false
+            }
+        }
     }
 
     /// Posts the Eviction of Pod `ns/name` (`policy/<wl.eviction>`).
