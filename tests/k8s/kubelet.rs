@@ -222,3 +222,28 @@ pub(crate) async fn daemon_set(c: &Cluster, name: &str) -> String {
     let made = api.create(&PostParams::default(), &ds).await.unwrap();
     made.metadata.uid.unwrap()
 }
+
+/// Renews Node `name`'s Lease in `kube-node-lease` (creates it the first time), as the
+/// kubelet does every 10 s: `spec.renewTime` = now.
+pub(crate) async fn renew_lease(c: &Cluster, name: &str) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let api: Api<Lease> = Api::namespaced(c.admin().await, "kube-node-lease");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let lease: Lease = serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now},
+    }))
+    .unwrap();
+    match api.get_opt(name).await.unwrap() {
+        None => {
+            api.create(&PostParams::default(), &lease).await.unwrap();
+        }
+        Some(_) => {
+            let p = json!({"spec": {"renewTime": now}});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&p))
+                .await
+                .unwrap();
+        }
+    }
+}

@@ -246,6 +246,29 @@ pub struct UpdateConfig {
     /// or `false`. Settings `affectsAvailability`.
     #[serde(default = "default_availability")]
     pub affects_availability: String,
+    /// With a `[cluster]` table: a live change (one that needs no reboot and upgrades no
+    /// Kubernetes version) is applied as a timed try of this many seconds
+    /// (`ApplyRequest.try_seconds`, README "Timed tries"), and confirmed only once the
+    /// Node is Ready and its kubelet has renewed its Lease after the change; a change that
+    /// cuts the node off the cluster is reverted by the agent at the deadline. 0 (the
+    /// default): off. At most 86400 (the agent's limit). Settings `trySeconds`.
+    #[serde(default)]
+    pub try_seconds: u32,
+}
+
+/// The longest timed try the agent accepts, seconds (`MAX_TRY_SECONDS` of
+/// `crates/agent/src/apply/try_window.rs`).
+pub const MAX_TRY_SECONDS: u32 = 86_400;
+
+/// Parses a `trySeconds` value: a whole number of seconds, 0 to [`MAX_TRY_SECONDS`].
+pub fn parse_try_seconds(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n <= MAX_TRY_SECONDS)
+        .ok_or_else(|| {
+            format!("{s:?} is not a whole number of seconds from 0 (off) to {MAX_TRY_SECONDS}")
+        })
 }
 
 fn default_availability() -> String {
@@ -276,6 +299,7 @@ impl Default for UpdateConfig {
             retry_after_seconds: default_retry(),
             reboot_policy: default_reboot(),
             affects_availability: default_availability(),
+            try_seconds: 0,
         }
     }
 }
@@ -544,6 +568,14 @@ impl Config {
                 "must be at least 1 (0 would mean done to CAPI)".into(),
             ));
         }
+        parse_try_seconds(&self.update.try_seconds.to_string())
+            .map_err(|m| ("update.try_seconds", m))?;
+        if self.update.try_seconds > 0 && self.cluster.is_none() {
+            return Err((
+                "update.try_seconds",
+                "needs a [cluster] table: a try is confirmed from the Node's readiness in the workload cluster".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -679,24 +711,27 @@ pub struct Effective {
     pub reboot_policy: RebootPolicy,
     /// `affectsAvailability` forced (`Some`) or from the coverage (`None`).
     pub affects_availability: Option<bool>,
+    /// The timed try of a live change, seconds (0: none); used only with `[cluster]`.
+    pub try_seconds: u32,
     /// Settings this extension does not know (logged: likely a typo).
     pub unknown: Vec<String>,
 }
 
 /// The ExtensionConfig settings [`Config::effective`] reads.
-pub const SETTINGS: [&str; 6] = [
+pub const SETTINGS: [&str; 7] = [
     "preserveOnInsufficientCoverage",
     "agentTimeout",
     "agentCoverageTimeout",
     "retryAfterSeconds",
     "rebootPolicy",
     "affectsAvailability",
+    "trySeconds",
 ];
 
 impl Config {
     /// Applies `settings` (`preserveOnInsufficientCoverage`, `agentTimeout` or its alias
     /// `agentCoverageTimeout`, `retryAfterSeconds`, `rebootPolicy`,
-    /// `affectsAvailability`); unknown keys are
+    /// `affectsAvailability`, `trySeconds`); unknown keys are
     /// listed in [`Effective::unknown`]. Errors name the setting and the accepted values.
     pub fn effective(&self, settings: &BTreeMap<String, String>) -> Result<Effective, String> {
         let preserve = PreserveMode::parse(
@@ -729,6 +764,10 @@ impl Config {
                 .unwrap_or(&self.update.affects_availability),
         )
         .map_err(|e| format!("settings.affectsAvailability: {e}"))?;
+        let try_seconds = match settings.get("trySeconds") {
+            Some(v) => parse_try_seconds(v).map_err(|e| format!("settings.trySeconds: {e}"))?,
+            None => self.update.try_seconds,
+        };
         let unknown = settings
             .keys()
             .filter(|k| !SETTINGS.contains(&k.as_str()))
@@ -740,6 +779,7 @@ impl Config {
             retry_after_seconds,
             reboot_policy,
             affects_availability,
+            try_seconds,
             unknown,
         })
     }
@@ -790,6 +830,36 @@ mod tests {
             c.effective(&bad)
                 .unwrap_err()
                 .contains("settings.retryAfterSeconds")
+        );
+    }
+
+    /// A timed try needs `[cluster]` (its confirmation is the Node's readiness), and the
+    /// agent's limit; the setting overrides the file.
+    #[test]
+    fn try_seconds_needs_the_cluster_and_a_window_the_agent_takes() {
+        let with = |update: &str, cluster: &str| {
+            Config::parse(&format!("{MIN}[update]\n{update}\n{cluster}"), "t")
+        };
+        let e = with("try_seconds = 300", "").unwrap_err().to_string();
+        assert!(
+            e.contains("update.try_seconds") && e.contains("[cluster]"),
+            "{e}"
+        );
+        let e = with("try_seconds = 86401", "[cluster]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("update.try_seconds") && e.contains("86400"),
+            "{e}"
+        );
+        let c = with("try_seconds = 300", "[cluster]\n").unwrap();
+        assert_eq!(c.effective(&BTreeMap::new()).unwrap().try_seconds, 300);
+        let s = |v: &str| BTreeMap::from([("trySeconds".to_string(), v.to_string())]);
+        assert_eq!(c.effective(&s("0")).unwrap().try_seconds, 0);
+        assert!(
+            c.effective(&s("5m"))
+                .unwrap_err()
+                .contains("settings.trySeconds: \"5m\" is not a whole number of seconds")
         );
     }
 

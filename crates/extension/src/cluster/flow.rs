@@ -16,6 +16,7 @@
 //!    drained: nothing is scheduled on a node whose change failed).
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::client::Body;
@@ -454,6 +455,45 @@ impl Kube {
         match self.node_back(t, rebooted, version).await {
             Step::Wait(msg) => self.bound_node_back(t, msg).await,
             s => s,
+        }
+    }
+
+    /// Whether a timed try on the Machine's Node may be confirmed: the Node is Ready (with
+    /// kubelet `version` when given) and its kubelet reached the API server after the
+    /// change, at `since` (Unix nanoseconds: the operation's last update, by the node's clock, which is also
+    /// the kubelet's): its Lease (`kube-node-lease/<node>`, renewed every 10 s by default)
+    /// was renewed after it, or, without a Lease, the Ready condition's heartbeat is
+    /// newer. A Ready condition alone is not enough: the node controller marks a silent
+    /// Node NotReady only after its grace period (40 s by default). A Machine without a
+    /// Node has nothing to wait for. `Err` says what is waited for.
+    pub(crate) async fn node_ready_since(
+        &self,
+        t: &Target,
+        version: Option<&str>,
+        since: i128,
+    ) -> Result<(), String> {
+        let (wl, n) = match self.node_of(t).await {
+            Ok(Some(x)) => x,
+            Ok(None) => return Ok(()),
+            Err(Step::Wait(m) | Step::Fail(m) | Step::Blocked(m, _)) => return Err(m),
+            Err(Step::Go) => return Ok(()),
+        };
+        let name = n.metadata.name.clone().unwrap_or_default();
+        node::back(&n, None, version).map_err(|why| format!("Node {name}: {why}"))?;
+        let leases: Api<Lease> = Api::namespaced(wl.client.clone(), "kube-node-lease");
+        let seen = match leases.get_opt(&name).await {
+            Ok(Some(l)) => l
+                .spec
+                .and_then(|s| s.renew_time)
+                .map(|t| t.0.as_nanosecond()),
+            Ok(None) => node::ready_heartbeat(&n).map(|s| i128::from(s) * 1_000_000_000),
+            Err(e) => return Err(format!("reading the Lease of Node {name}: {e}")),
+        };
+        match seen {
+            Some(at) if at > since => Ok(()),
+            _ => Err(format!(
+                "Node {name}: waiting for its kubelet to report after the change (a Lease renewal or heartbeat after it)"
+            )),
         }
     }
 

@@ -175,6 +175,19 @@ pub(crate) fn release_patch(n: &Node, op: &str) -> Option<Value> {
     Some(p)
 }
 
+/// The Ready condition's `lastHeartbeatTime`, Unix seconds.
+pub(crate) fn ready_heartbeat(n: &Node) -> Option<i64> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_heartbeat_time
+        .as_ref()
+        .map(|t| t.0.as_second())
+}
+
 /// What the Node lacks to count as back after the update, or `Ok`: the `Ready`
 /// condition `True`; a boot id other than `boot_before` when the update rebooted
 /// (`Some`); `status.nodeInfo.kubeletVersion` equal to `kubelet` when the update set a

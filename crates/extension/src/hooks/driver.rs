@@ -54,12 +54,16 @@ pub(crate) fn choose_attempt(
             (status.applied_spec_hash != op.spec_hash).then_some(next)
         }
         // Failed, but another operation succeeded on the node after it (the update
-        // was fixed forward and is now reverted to this spec): the failure is stale.
+        // was fixed forward and is now reverted to this spec): the failure is stale. The
+        // agent's own revert of this attempt's timed try (`<id>.revert`) is not such an
+        // operation: it is how the try failed.
         Some(op)
             if inplace_wire::phase::is_terminal(op.phase)
-                && history
-                    .first()
-                    .is_some_and(|h| h.id != op.id && h.phase == Phase::Succeeded as i32) =>
+                && history.first().is_some_and(|h| {
+                    h.id != op.id
+                        && h.id.strip_suffix(".revert") != Some(op.id.as_str())
+                        && h.phase == Phase::Succeeded as i32
+                }) =>
         {
             Some(next)
         }
@@ -208,11 +212,36 @@ impl Extension {
                     coverage = Some(cov);
                     k.progress(t, KPhase::Applying).await;
                 }
-                match self.start(&mut c, eff, spec, coverage, &sid).await {
+                // a timed try only where the Node's readiness can confirm it, and never
+                // for an upgrade (its revert would be a downgrade)
+                let upgrade = target.as_deref().is_some_and(|v| {
+                    v.trim_start_matches('v') != status.kubernetes_version.trim_start_matches('v')
+                });
+                let try_seconds = if kt.is_some() && !upgrade {
+                    eff.try_seconds
+                } else {
+                    0
+                };
+                match self
+                    .start(&mut c, eff, spec, coverage, &sid, try_seconds)
+                    .await
+                {
                     Ok(op) => op,
                     Err(r) => return r,
                 }
             }
+        };
+        let op = match &kt {
+            Some((k, t)) if op.phase == Phase::AwaitingConfirmation as i32 => {
+                match self
+                    .confirm_when_ready(&mut c, eff, (k, t), op, target.as_deref())
+                    .await
+                {
+                    Ok(op) => op,
+                    Err(r) => return r,
+                }
+            }
+            _ => op,
         };
         let resp = self.answer(&mut c, eff, &op, target.clone(), status).await;
         match kt {
@@ -362,10 +391,57 @@ impl Extension {
         }
     }
 
+    /// A timed try of this update waits for its confirmation: confirmed (the agent's
+    /// `Confirm`) once the Node is Ready and its kubelet reported after the change
+    /// ([`crate::cluster::Kube::node_ready_since`]); until then the answer waits, and if
+    /// the Node never is, the agent reverts the change at the try's deadline and the
+    /// operation ends `RolledBack` (a `Failure` naming the try). Returns the confirmed
+    /// operation.
+    async fn confirm_when_ready(
+        &self,
+        c: &mut NodeAgentClient<Channel>,
+        eff: &Effective,
+        (k, t): (&crate::cluster::Kube, &Target),
+        op: pb::Operation,
+        version: Option<&str>,
+    ) -> Result<pb::Operation, UpdateMachineResponse> {
+        let since = op.updated.as_ref().map_or(i128::MAX, |u| {
+            i128::from(u.seconds) * 1_000_000_000 + i128::from(u.nanos)
+        });
+        if let Err(why) = k.node_ready_since(t, version, since).await {
+            let left = op.try_deadline.as_ref().map_or(String::new(), |d| {
+                let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                format!(" in {} s", (d.seconds - now).max(0))
+            });
+            return Err(waiting(
+                eff,
+                format!(
+                    "timed try {}: {why}; not confirmed yet (the node reverts the change{left} unless it is confirmed)",
+                    op.id
+                ),
+            ));
+        }
+        let req = pb::ConfirmRequest {
+            operation_id: op.id.clone(),
+        };
+        match call(eff.agent_timeout, "confirm", c.confirm(req)).await {
+            Ok(op) => {
+                tracing::info!(operation = %op.id, "timed try confirmed: the Node is Ready");
+                Ok(op)
+            }
+            // too late: the agent reverted it; the next call answers from its phase
+            Err(s) => Err(waiting(
+                eff,
+                format!("confirming timed try {}: {}", op.id, s.message()),
+            )),
+        }
+    }
+
     /// Starts the operation: items the node does not cover but already has as desired are
     /// left out (unchanged since provisioning); any other uncovered item is a Failure.
     /// `coverage` is the node's answer for `spec` when it came with the inspection (else
-    /// it is asked for here).
+    /// it is asked for here). `try_seconds` above 0 makes a change that needs no reboot a
+    /// timed try of that window ([`Extension::confirm_when_ready`]).
     async fn start(
         &self,
         c: &mut NodeAgentClient<Channel>,
@@ -373,6 +449,7 @@ impl Extension {
         mut spec: pb::NodeSpec,
         coverage: Option<Result<pb::CoverageReport, tonic::Status>>,
         id: &str,
+        try_seconds: u32,
     ) -> Result<pb::Operation, UpdateMachineResponse> {
         let wait = |msg: String| waiting(eff, msg);
         let fail = |msg: String| UpdateMachineResponse::new(Status::Failure, msg, 0);
@@ -409,6 +486,12 @@ impl Extension {
             reboot_policy: eff.reboot_policy as i32,
             dry_run: false,
             diff: None,
+            // a try is for live changes: the agent refuses one that needs a reboot
+            try_seconds: if report.reboot_required {
+                0
+            } else {
+                try_seconds
+            },
             ..Default::default()
         };
         match call(eff.agent_timeout, "apply", c.apply(req)).await {

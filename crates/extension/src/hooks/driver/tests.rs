@@ -28,6 +28,17 @@ fn attempts_restart_only_when_the_node_moved_on() {
         choose_attempt("u", &stale, &st("x")).0.as_deref(),
         Some("u-r2")
     );
+    // a timed try the agent reverted (not confirmed) is a failure, not a stale one: its
+    // own revert is no fix-forward, so no new attempt starts
+    let reverted = [
+        op("u-r1.revert", Phase::Succeeded, "x"),
+        op("u-r1", Phase::RolledBack, "h"),
+    ];
+    let (start, newest) = choose_attempt("u", &reverted, &st("x"));
+    assert_eq!(
+        (start, newest.map(|o| o.id)),
+        (None, Some("u-r1".to_string()))
+    );
     let failed = [op("u", Phase::Failed, "h")];
     let (start, newest) = choose_attempt("u", &failed, &st("h"));
     assert_eq!((start, newest.map(|o| o.id)), (None, Some("u".to_string())));
