@@ -23,20 +23,6 @@ fn grub_linux(node: &Node) -> String {
         .to_string()
 }
 
-/// Simulates a reboot into `cmdline` and restarts the daemon.
-fn reboot_into(node: &mut Node, cmdline: &str, boot_id: &str) {
-    node.stop();
-    std::fs::write(node.path("/proc/cmdline"), format!("{cmdline}\n")).unwrap();
-    std::fs::write(
-        node.path("/proc/sys/kernel/random/boot_id"),
-        format!("{boot_id}\n"),
-    )
-    .unwrap();
-    node.start();
-}
-
-const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_value_is_one_edit_removing_old_adding_new() {
     let mut node = Node::new("fedora-41-bls");
@@ -115,8 +101,7 @@ async fn bare_flag_verified_after_boot_and_never_rebooted_again() {
         node.settle("nosmt").await.phase,
         Phase::RebootRequired as i32
     );
-    reboot_into(
-        &mut node,
+    node.boot_into(
         &format!("{UBUNTU_PROC} nosmt"),
         "33333333-3333-3333-3333-333333333333",
     );
@@ -147,8 +132,7 @@ async fn missing_arg_after_boot_fails_naming_it_without_another_reboot() {
             .count(),
         1
     );
-    reboot_into(
-        &mut node,
+    node.boot_into(
         &format!("{UBUNTU_PROC} nosmt"),
         "44444444-4444-4444-4444-444444444444",
     );
@@ -399,8 +383,7 @@ async fn staged_removal_is_not_lost_by_a_later_operation() {
     node.start();
     let op = apply(&node, "kernelArgs: [nosmt]\n", "add").await;
     assert_eq!(op.phase, Phase::RebootRequired as i32);
-    reboot_into(
-        &mut node,
+    node.boot_into(
         &format!("{UBUNTU_PROC} nosmt"),
         "44444444-4444-4444-4444-444444444444",
     );
@@ -426,16 +409,11 @@ async fn staged_removal_is_not_lost_by_a_later_operation() {
 
     // after a boot without it: nothing pending; after a boot where it came back from
     // elsewhere (not the agent's doing): still nothing, no reboot loop
-    reboot_into(
-        &mut node,
-        UBUNTU_PROC,
-        "55555555-5555-5555-5555-555555555555",
-    );
+    node.boot_into(UBUNTU_PROC, "55555555-5555-5555-5555-555555555555");
     assert_eq!(node.settle("later").await.phase, Phase::Succeeded as i32);
     let r = coverage(&node, later).await;
     assert!(!r.reboot_required && r.changes.is_empty(), "{r:#?}");
-    reboot_into(
-        &mut node,
+    node.boot_into(
         &format!("{UBUNTU_PROC} nosmt"),
         "66666666-6666-6666-6666-666666666666",
     );

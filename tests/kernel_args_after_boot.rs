@@ -13,8 +13,6 @@ fn direct(node: &Node) {
 }
 use inplace_wire::pb::Phase;
 
-const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
-
 /// Simulates a reboot into `extra` after the Ubuntu fixture's command line and restarts
 /// the daemon.
 fn boot_with(node: &mut Node, extra: &str, boot_id: &str) {

@@ -9,20 +9,7 @@ mod common;
 use common::*;
 use inplace_wire::pb::Phase;
 
-const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
 const SCRIPT: &str = "/etc/grub.d/99_inplaced_trial";
-
-/// Simulates a boot into `cmdline` and restarts the daemon.
-fn boot_into(node: &mut Node, cmdline: &str, boot_id: &str) {
-    node.stop();
-    std::fs::write(node.path("/proc/cmdline"), format!("{cmdline}\n")).unwrap();
-    std::fs::write(
-        node.path("/proc/sys/kernel/random/boot_id"),
-        format!("{boot_id}\n"),
-    )
-    .unwrap();
-    node.start();
-}
 
 fn exists(node: &Node, p: &str) -> bool {
     node.path(p).exists()
@@ -81,8 +68,7 @@ async fn grub_trial_staged(node: &mut Node) -> String {
 async fn grub_trial_healthy_boot_commits_the_default() {
     let mut node = Node::new("ubuntu-2404-grub");
     let before = grub_trial_staged(&mut node).await;
-    boot_into(
-        &mut node,
+    node.boot_into(
         &format!("{UBUNTU_PROC} inplaced.e2e=1 panic=10 systemd.watchdog_sec=60"),
         "22222222-2222-2222-2222-222222222222",
     );
@@ -130,11 +116,7 @@ async fn grub_trial_that_falls_back_rolls_back_with_the_evidence() {
     let mut node = Node::new("ubuntu-2404-grub");
     let before = grub_trial_staged(&mut node).await;
     // the trial panicked (panic=10) and the old default booted: /proc/cmdline is the old one
-    boot_into(
-        &mut node,
-        UBUNTU_PROC,
-        "33333333-3333-3333-3333-333333333333",
-    );
+    node.boot_into(UBUNTU_PROC, "33333333-3333-3333-3333-333333333333");
     let op = node.settle("trial").await;
     assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
     for want in [
@@ -175,11 +157,7 @@ async fn watchdog_reset_is_named_as_the_fallback() {
         "32\n",
     )
     .unwrap();
-    boot_into(
-        &mut node,
-        UBUNTU_PROC,
-        "33333333-3333-3333-3333-333333333334",
-    );
+    node.boot_into(UBUNTU_PROC, "33333333-3333-3333-3333-333333333334");
     let op = node.settle("trial").await;
     assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
     assert!(
@@ -230,11 +208,7 @@ async fn systemd_boot_trial_entry_is_booted_once_with_a_one_shot() {
     );
     // the old default boots: rolled back, the trial entry removed, the one-shot cleared
     let old = node.read("/proc/cmdline");
-    boot_into(
-        &mut node,
-        old.trim(),
-        "55555555-5555-5555-5555-555555555555",
-    );
+    node.boot_into(old.trim(), "55555555-5555-5555-5555-555555555555");
     let op = node.settle("sdb").await;
     assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
     assert!(!exists(&node, &format!("{dir}/inplaced-trial.conf")));
@@ -279,7 +253,7 @@ async fn rhel8_trial_entry_has_its_own_options_and_grubenv_waits_for_the_commit(
         "{} inplaced.e2e=1 panic=10 systemd.watchdog_sec=60",
         node.read("/proc/cmdline").trim()
     );
-    boot_into(&mut node, &run, "66666666-6666-6666-6666-666666666666");
+    node.boot_into(&run, "66666666-6666-6666-6666-666666666666");
     let op = node.settle("r8").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
     let env = std::fs::read(node.path("/boot/grub2/grubenv")).unwrap();
@@ -313,8 +287,7 @@ async fn unhealthy_trial_boot_reboots_back_and_then_rolls_back() {
             .count()
     };
     let before = reboots(&node);
-    boot_into(
-        &mut node,
+    node.boot_into(
         &format!("{UBUNTU_PROC} inplaced.e2e=1 panic=10 systemd.watchdog_sec=60"),
         "77777777-7777-7777-7777-777777777777",
     );
@@ -336,11 +309,7 @@ async fn unhealthy_trial_boot_reboots_back_and_then_rolls_back() {
         exists(&node, SCRIPT),
         "nothing is reverted before the old default runs"
     );
-    boot_into(
-        &mut node,
-        UBUNTU_PROC,
-        "88888888-8888-8888-8888-888888888888",
-    );
+    node.boot_into(UBUNTU_PROC, "88888888-8888-8888-8888-888888888888");
     let op = node.settle("trial").await;
     assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
     assert!(

@@ -10,21 +10,9 @@ mod common;
 use common::*;
 use inplace_wire::pb::Phase;
 
-const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
 const SCRIPT: &str = "/etc/grub.d/99_inplaced_trial";
 const BOOT_2: &str = "22222222-2222-2222-2222-222222222222";
 const TRIAL_ARGS: &str = "inplaced.e2e=1 panic=10 systemd.watchdog_sec=60";
-
-fn boot_into(node: &mut Node, cmdline: &str, boot_id: &str) {
-    node.stop();
-    std::fs::write(node.path("/proc/cmdline"), format!("{cmdline}\n")).unwrap();
-    std::fs::write(
-        node.path("/proc/sys/kernel/random/boot_id"),
-        format!("{boot_id}\n"),
-    )
-    .unwrap();
-    node.start();
-}
 
 /// Stages the trial of `inplaced.e2e=1` as operation `id`; returns the old command line.
 async fn staged(node: &mut Node, id: &str, entry: &str) -> String {
@@ -57,7 +45,7 @@ async fn grub_truncated_trial_script_fails_naming_it_not_succeeded_uncommitted()
     let mut node = Node::new("ubuntu-2404-grub");
     staged(&mut node, "trial", SCRIPT).await;
     std::fs::write(node.path(SCRIPT), "#!/bin/sh\n").unwrap();
-    boot_into(&mut node, &format!("{UBUNTU_PROC} {TRIAL_ARGS}"), BOOT_2);
+    node.boot_into(&format!("{UBUNTU_PROC} {TRIAL_ARGS}"), BOOT_2);
     assert_failed_naming(&node, "trial", SCRIPT).await;
     assert!(!node.read("/etc/default/grub").contains("inplaced.e2e=1"));
 }
@@ -67,7 +55,7 @@ async fn grub_deleted_trial_script_fails_naming_it_not_succeeded_uncommitted() {
     let mut node = Node::new("ubuntu-2404-grub");
     staged(&mut node, "trial", SCRIPT).await;
     std::fs::remove_file(node.path(SCRIPT)).unwrap();
-    boot_into(&mut node, &format!("{UBUNTU_PROC} {TRIAL_ARGS}"), BOOT_2);
+    node.boot_into(&format!("{UBUNTU_PROC} {TRIAL_ARGS}"), BOOT_2);
     assert_failed_naming(&node, "trial", SCRIPT).await;
     assert!(!node.read("/etc/default/grub").contains("inplaced.e2e=1"));
 }
@@ -78,7 +66,7 @@ async fn systemd_boot_truncated_trial_entry_fails_naming_it() {
     let entry = "/boot/efi/loader/entries/inplaced-trial.conf";
     let old = staged(&mut node, "sdb", entry).await;
     std::fs::write(node.path(entry), "title x\n").unwrap();
-    boot_into(&mut node, &format!("{old} {TRIAL_ARGS}"), BOOT_2);
+    node.boot_into(&format!("{old} {TRIAL_ARGS}"), BOOT_2);
     assert_failed_naming(&node, "sdb", entry).await;
 }
 
@@ -89,7 +77,7 @@ async fn rhel8_deleted_trial_entry_fails_naming_it_and_kernelopts_stay() {
     let old = staged(&mut node, "r8", entry).await;
     let env = std::fs::read(node.path("/boot/grub2/grubenv")).unwrap();
     std::fs::remove_file(node.path(entry)).unwrap();
-    boot_into(&mut node, &format!("{old} {TRIAL_ARGS}"), BOOT_2);
+    node.boot_into(&format!("{old} {TRIAL_ARGS}"), BOOT_2);
     assert_failed_naming(&node, "r8", entry).await;
     assert_eq!(
         std::fs::read(node.path("/boot/grub2/grubenv")).unwrap(),
@@ -103,7 +91,7 @@ async fn grub_deleted_trial_script_then_old_default_fails_naming_it() {
     let mut node = Node::new("ubuntu-2404-grub");
     staged(&mut node, "trial", SCRIPT).await;
     std::fs::remove_file(node.path(SCRIPT)).unwrap();
-    boot_into(&mut node, UBUNTU_PROC, BOOT_2);
+    node.boot_into(UBUNTU_PROC, BOOT_2);
     let op = node.settle("trial").await;
     assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
     assert!(
@@ -122,7 +110,7 @@ async fn an_orphan_trial_script_is_a_status_problem() {
     node.stop();
     std::fs::remove_dir_all(&node.state).unwrap();
     std::fs::create_dir_all(&node.state).unwrap();
-    boot_into(&mut node, &format!("{UBUNTU_PROC} {TRIAL_ARGS}"), BOOT_2);
+    node.boot_into(&format!("{UBUNTU_PROC} {TRIAL_ARGS}"), BOOT_2);
     let st = status(&node).await;
     let p = st
         .problems
@@ -159,7 +147,7 @@ async fn a_trial_over_a_pending_trial_then_fallback_claims_only_what_booted() {
     staged(&mut node, "trial", SCRIPT).await;
     let op = apply(&node, "kernelArgs: [inplaced.e2e=2]\n", "second").await;
     assert_eq!(op.phase, Phase::RebootRequired as i32, "{op:?}");
-    boot_into(&mut node, UBUNTU_PROC, BOOT_2);
+    node.boot_into(UBUNTU_PROC, BOOT_2);
     let first = node.settle("trial").await;
     let second = node.settle("second").await;
     assert_ne!(first.phase, Phase::RebootRequired as i32, "{first:?}");

@@ -11,7 +11,6 @@ use inplace_wire::pb;
 use inplace_wire::pb::{Phase, RebootMethod, RebootPolicy};
 
 const RELEASE: &str = "6.8.0-90-generic";
-const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
 
 /// Writes a node file, creating its directories.
 fn put(node: &Node, path: &str, text: &str) {

@@ -305,6 +305,19 @@ impl Node {
         }
     }
 
+    /// A simulated boot: stops the daemon, makes `/proc/cmdline` `cmdline` and the boot
+    /// id `boot_id`, and starts the daemon again (the agent's start in the new boot).
+    pub(crate) fn boot_into(&mut self, cmdline: &str, boot_id: &str) {
+        self.stop();
+        std::fs::write(self.path("/proc/cmdline"), format!("{cmdline}\n")).unwrap();
+        std::fs::write(
+            self.path("/proc/sys/kernel/random/boot_id"),
+            format!("{boot_id}\n"),
+        )
+        .unwrap();
+        self.start();
+    }
+
     /// Runs `inplacectl --socket <sock> args...`.
     pub(crate) fn ctl(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_inplacectl"))
@@ -377,6 +390,10 @@ impl Drop for Node {
 }
 
 /// Parses a YAML spec into the wire form.
+/// `/proc/cmdline` of the `ubuntu-2404-grub` fixture node.
+#[allow(dead_code)]
+pub(crate) const UBUNTU_PROC: &str = "BOOT_IMAGE=/boot/vmlinuz-6.8.0-90-generic root=UUID=9074757c-80e3-4fbb-85eb-30ac5d8144a1 ro intel_iommu=on iommu=pt console=tty1 console=ttyS0 default_hugepagesz=1G hugepagesz=1G hugepages=16";
+
 pub(crate) fn spec(yaml: &str) -> pb::NodeSpec {
     inplace_wire::yaml::parse(yaml).unwrap()
 }
