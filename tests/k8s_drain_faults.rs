@@ -323,6 +323,10 @@ async fn a_missing_kubeconfig_secret_fails_at_the_deadline() {
     let msg = done["message"].as_str().unwrap_or("");
     assert!(msg.contains("Secret site-a/edge-1-kubeconfig"), "{msg}");
     assert!(msg.contains("drain deadline, 3 s"), "{msg}");
+    // the clock is on the Machine, so every replica counts the same one
+    let ann = machine_annotations(&c).await;
+    let clock = ann["inplaced.io/waiting-for-cluster"].as_str().unwrap_or("");
+    assert!(clock.starts_with("capi-site-a-edge-1-cp-7xk2p-"), "{ann}");
     let nodes: Api<Node> = Api::all(c.admin().await);
     let n = nodes.get(NODE).await.unwrap();
     assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), None);

@@ -25,6 +25,10 @@ pub(crate) const PHASE_OPERATION: &str = "inplaced.io/operation";
 /// the agent finished: `<operation id> <RFC 3339 time>`, written once per operation
 /// (`cluster.node_back_timeout_seconds` is counted from it by every replica).
 pub(crate) const WAITING_FOR_NODE: &str = "inplaced.io/waiting-for-node";
+/// The Machine annotation that starts the clock of the wait for the workload cluster (its
+/// kubeconfig Secret, its API server, the Node) before the cordon, in the same format;
+/// bounded by the drain deadline.
+pub(crate) const WAITING_FOR_CLUSTER: &str = "inplaced.io/waiting-for-cluster";
 
 /// The in-place phase of a Machine, as its annotation shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,27 +162,30 @@ pub(crate) async fn set_phase(
     Ok(true)
 }
 
-/// When the wait for the Node began for operation `op`, from [`WAITING_FOR_NODE`] in the
-/// Machine's `annotations`; `None` when absent, of another operation or not a time.
+/// When the wait of clock `key` ([`WAITING_FOR_NODE`], [`WAITING_FOR_CLUSTER`]) began for
+/// operation `op`, from the Machine's `annotations`; `None` when absent, of another
+/// operation or not a time.
 pub(crate) fn waiting_since(
     annotations: &std::collections::BTreeMap<String, String>,
+    key: &str,
     op: &str,
 ) -> Option<k8s_openapi::jiff::Timestamp> {
-    let (of, at) = annotations.get(WAITING_FOR_NODE)?.split_once(' ')?;
+    let (of, at) = annotations.get(key)?.split_once(' ')?;
     (of == op).then(|| at.parse().ok()).flatten()
 }
 
-/// Starts the clock of the wait for the Node: [`WAITING_FOR_NODE`] = `<op> <now>` on the
-/// Machine (a merge patch). Errors are the message.
+/// Starts the clock `key` of a wait: the annotation = `<op> <now>` on the Machine (a merge
+/// patch). Errors are the message.
 pub(crate) async fn mark_waiting(
     mgmt: &kube::Client,
     ns: &str,
     name: &str,
+    key: &str,
     op: &str,
 ) -> Result<(), String> {
     let api: Api<DynamicObject> = Api::namespaced_with(mgmt.clone(), ns, &machine_resource());
     let v = format!("{op} {}", jiff_now());
-    let p = json!({"metadata": {"annotations": {WAITING_FOR_NODE: v}}});
+    let p = json!({"metadata": {"annotations": {key: v}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&p))
         .await
         .map(|_| ())
@@ -206,15 +213,15 @@ mod tests {
     #[test]
     fn the_wait_clock_is_of_its_operation_only() {
         let mut a = std::collections::BTreeMap::new();
-        assert_eq!(waiting_since(&a, "op-1"), None);
+        assert_eq!(waiting_since(&a, WAITING_FOR_NODE, "op-1"), None);
         a.insert(WAITING_FOR_NODE.into(), "op-1 2026-12-02T08:00:00Z".into());
         assert_eq!(
-            waiting_since(&a, "op-1").map(|t| t.as_second()),
+            waiting_since(&a, WAITING_FOR_NODE, "op-1").map(|t| t.as_second()),
             Some(1_796_198_400)
         );
-        assert_eq!(waiting_since(&a, "op-2"), None);
+        assert_eq!(waiting_since(&a, WAITING_FOR_NODE, "op-2"), None);
         a.insert(WAITING_FOR_NODE.into(), "op-1 yesterday".into());
-        assert_eq!(waiting_since(&a, "op-1"), None);
+        assert_eq!(waiting_since(&a, WAITING_FOR_NODE, "op-1"), None);
     }
 
     #[test]

@@ -148,10 +148,7 @@ impl Kube {
             .drain_timeout
             .unwrap_or(self.cfg.drain_timeout_seconds);
         let (wl, n) = match self.node_of(t).await {
-            Ok(Some(x)) => {
-                self.unreachable_since.lock().await.remove(&t.op);
-                x
-            }
+            Ok(Some(x)) => x,
             Ok(None) => {
                 return Step::Fail(format!(
                     "Machine {}/{} has no status.nodeRef: its Node can not be drained, nothing was changed",
@@ -320,24 +317,36 @@ impl Kube {
 
     /// Bounds the wait for the workload cluster or the Node before the cordon (a missing
     /// `<cluster>-kubeconfig` Secret, a cluster not answering) by the drain deadline,
-    /// counted from this replica's first such answer for `t.op`: then `Fail` with the
-    /// cause (it names the Secret). Nothing was changed on the Node.
+    /// counted from the first such answer for `t.op` on the Machine's clock
+    /// [`events::WAITING_FOR_CLUSTER`] (every replica counts the same one): then `Fail`
+    /// with the cause (it names the Secret). Nothing was changed on the Node.
     async fn bound_unreachable(&self, t: &Target, timeout: u64, s: Step) -> Step {
         let Step::Wait(msg) = s else { return s };
-        let first = *self
-            .unreachable_since
-            .lock()
-            .await
-            .entry(t.op.clone())
-            .or_insert_with(std::time::Instant::now);
-        let waited = first.elapsed().as_secs();
+        let waited = self.clock(t, events::WAITING_FOR_CLUSTER).await;
         if waited >= timeout {
-            self.unreachable_since.lock().await.remove(&t.op);
             return Step::Fail(format!(
                 "{msg}; gave up after {waited} s (the drain deadline, {timeout} s); nothing was changed on the Node"
             ));
         }
         Step::Wait(format!("{msg} ({waited} s of {timeout} s)"))
+    }
+
+    /// Seconds `t.op` has waited on the Machine's clock `key` (an annotation of
+    /// [`events::waiting_since`]'s format). The first call of an operation starts the
+    /// clock (0); so does one whose time lies more than a minute ahead (tampered).
+    async fn clock(&self, t: &Target, key: &str) -> u64 {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let since = events::waiting_since(&t.info.annotations, key, &t.op)
+            .filter(|s| s.as_second() <= now.as_second() + 60);
+        if let Some(since) = since {
+            return (now.as_second() - since.as_second()).max(0) as u64;
+        }
+        if let Ok(m) = self.management().await
+            && let Err(e) = events::mark_waiting(&m, &t.ns, &t.name, key, &t.op).await
+        {
+            tracing::warn!(machine = %t.name, clock = key, error = %e, "could not start the clock of a wait");
+        }
+        0
     }
 
     /// One pass over the Node's Pods: evicts what [`drain::classify`] says to.
@@ -505,19 +514,7 @@ impl Kube {
     /// the next UpdateMachine call of the same operation.
     async fn bound_node_back(&self, t: &Target, msg: String) -> Step {
         let limit = self.cfg.node_back_timeout_seconds;
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let since = events::waiting_since(&t.info.annotations, &t.op)
-            .filter(|s| s.as_second() <= now.as_second() + 60);
-        let Some(since) = since else {
-            if let Ok(m) = self.management().await
-                && let Err(e) = events::mark_waiting(&m, &t.ns, &t.name, &t.op).await
-            {
-                tracing::warn!(machine = %t.name, error = %e, "could not start the clock of the wait for the Node");
-            }
-            self.phase(t, Phase::WaitingForNode).await;
-            return Step::Wait(format!("{msg} (0 s of {limit} s)"));
-        };
-        let waited = (now.as_second() - since.as_second()).max(0) as u64;
+        let waited = self.clock(t, events::WAITING_FOR_NODE).await;
         if waited >= limit {
             return Step::Fail(format!(
                 "{msg}: the Node was not back within {limit} s after the node agent finished (cluster.node_back_timeout_seconds); the change is on the node (see `inplacectl status` there)"

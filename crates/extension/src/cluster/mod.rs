@@ -46,9 +46,6 @@ pub(crate) struct Kube {
     management: OnceCell<kube::Client>,
     /// `namespace/cluster` → (the Secret's resourceVersion, the client).
     workloads: Mutex<HashMap<String, (String, Workload)>>,
-    /// Operation id → when this replica first found the workload cluster or the Node
-    /// unreachable before the cordon ([`flow`]: bounded by the drain deadline).
-    pub(crate) unreachable_since: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Kube {
@@ -235,7 +232,6 @@ impl Kube {
             cfg,
             management: OnceCell::new(),
             workloads: Mutex::default(),
-            unreachable_since: Mutex::default(),
         }
     }
 
