@@ -402,3 +402,71 @@ async fn chrony_include_globs_and_several_conf_dirs_are_expanded() {
     );
     node.stop();
 }
+
+/// Listed as staying: a managed flag dropped from the spec gets its prior value back in
+/// kubeadm-flags.env, and the restore's reason names the later source that overrides it
+/// and stays (the report never implies the restored value is what the kubelet runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_flag_names_the_override_that_stays() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(&node, "kubelet:\n  flags:\n    max-pods: \"250\"\n", "set").await;
+    assert_eq!(
+        op.phase,
+        inplace_wire::pb::Phase::Succeeded as i32,
+        "{op:?}"
+    );
+    node.stop();
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=\"--max-pods=300\"\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, "{}\n").await;
+    let mp = change(&r, "kubelet.flags[max-pods]");
+    assert!(mp.covered, "{}", mp.reason);
+    assert_eq!(mp.before, "250");
+    assert_eq!(mp.after, "110");
+    assert_eq!(
+        mp.reason,
+        "dropped from the spec: the prior value is restored; kubelet restart; --max-pods=300 in /etc/default/kubelet (KUBELET_EXTRA_ARGS) at line 1 comes later on the kubelet command line and stays in effect (the spec does not control it)"
+    );
+    node.stop();
+}
+
+/// The same for a config field dropped from the spec that a `--config-dir` drop-in sets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_config_field_names_the_drop_in_that_stays() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(
+        &node,
+        "kubelet:\n  config:\n    clusterDomain: edge.local\n",
+        "set",
+    )
+    .await;
+    assert_eq!(
+        op.phase,
+        inplace_wire::pb::Phase::Succeeded as i32,
+        "{op:?}"
+    );
+    node.stop();
+    with_config_dir(&node);
+    std::fs::write(
+        node.path(&format!("{DIR}/40-domain.conf")),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDomain: site.local\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, "{}\n").await;
+    let cd = change(&r, "kubelet.config.clusterDomain");
+    assert!(cd.covered, "{}", cd.reason);
+    assert_eq!(
+        cd.reason,
+        format!(
+            "dropped from the spec: the prior value is restored; kubelet restart; note: KubeletConfiguration drop-in {DIR}/40-domain.conf (kubelet --config-dir) sets clusterDomain, and the kubelet merges its drop-ins over /var/lib/kubelet/config.yaml (a later drop-in wins): the value stays {DIR}/40-domain.conf's; change it there"
+        )
+    );
+    node.stop();
+}

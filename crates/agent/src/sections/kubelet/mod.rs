@@ -10,6 +10,7 @@
 pub(crate) mod effects;
 pub(crate) mod observe;
 pub(crate) mod spec;
+mod staying;
 #[cfg(test)]
 mod tests;
 
@@ -184,6 +185,7 @@ impl Kubelet {
                 ));
             }
             reason.push_str("; kubelet restart");
+            reason.extend(staying::flag(input, name));
             out.push(ChangeBuilder {
                 id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                 op: restore_op(want.is_some()),
@@ -395,12 +397,15 @@ impl Kubelet {
             ce.ids.push(id.clone());
             let resets = kubelet_state_files(&[m.path[0].as_str()], false);
             d.reset(&resets);
+            let mut reason =
+                String::from("dropped from the spec: the prior value is restored; kubelet restart");
+            reason.extend(staying::field(input, &m.path, final_flags));
             out.push(ChangeBuilder {
                 id: id.clone(),
                 op: restore_op(m.value.prior.is_some()),
                 before: json_summary(now.as_ref()),
                 after: json_summary(m.value.prior.as_ref()),
-                covered: Ok("dropped from the spec: the prior value is restored; kubelet restart"),
+                covered: Ok(&reason),
                 disruption: d.of(&resets),
                 targets: vec![cfg_path.clone()],
             });
