@@ -423,21 +423,24 @@ async fn staged_removal_is_not_lost_by_a_later_operation() {
 
 /// A roll-back after `update-grub` ran runs it again over the restored files: otherwise
 /// `grub.cfg` keeps the command line generated from inputs that are no longer there, and
-/// the next boot loses what the node booted with before (found by an independent tester:
-/// a files item that overrides `GRUB_CMDLINE_LINUX` in `grub.d` with a kernel argument in
-/// the same spec fails verification and rolls back).
+/// the next boot loses what the node booted with before (found by an independent tester
+/// with a files item that overrides `GRUB_CMDLINE_LINUX` in `grub.d` beside a kernel
+/// argument, a combination now refused before anything is written).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_roll_back_after_update_grub_regenerates_from_the_restored_files() {
     let mut node = Node::new("ubuntu-2404-grub");
-    direct(&node);
+    // the trial boot's one-shot (grub-reboot), after update-grub, fails (a grub.d file of
+    // the same spec that reassigns GRUB_CMDLINE_LINUX used to be the trigger; it is now
+    // refused up front: tests/plan_overlay.rs)
+    node.fail = Some("run grub-reboot".into());
     node.start();
     let before = std::fs::read(node.path("/etc/default/grub")).unwrap();
-    let yaml = "files:\n- path: /etc/default/grub.d/99-x.cfg\n  content: \"GRUB_CMDLINE_LINUX=\\\"quiet\\\"\\n\"\nkernelArgs: [isolcpus=2-7]\n";
+    let yaml = "files:\n- path: /etc/default/grub.d/99-x.cfg\n  content: \"GRUB_CMDLINE_LINUX_DEFAULT=\\\"quiet\\\"\\n\"\nkernelArgs: [isolcpus=2-7]\n";
     let op = apply(&node, yaml, "override").await;
     assert_eq!(op.phase, Phase::RolledBack as i32, "{op:?}");
     assert!(
         op.message
-            .contains("update-grub ran again over the restored files"),
+            .contains("update-grub, grub-editenv /boot/grub/grubenv unset next_entry ran again over the restored files"),
         "{}",
         op.message
     );

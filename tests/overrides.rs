@@ -227,3 +227,246 @@ async fn timesyncd_drop_ins_that_set_ntp_are_named() {
     assert!(change(&r, "ntp").covered, "{}", change(&r, "ntp").reason);
     node.stop();
 }
+
+/// Writes a unit drop-in `20-local.conf` with `body` under `[Service]`.
+fn with_unit_env(node: &Node, body: &str) {
+    let p = node.path(UNIT_DROPIN);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, format!("[Service]\n{body}")).unwrap();
+}
+
+/// `Environment=` in a unit drop-in sets `KUBELET_EXTRA_ARGS`: kubeadm's drop-in also
+/// reads `/etc/default/kubelet` with `EnvironmentFile=`, whose assignment wins over any
+/// `Environment=` (systemd.exec(5)), so the drop-in's flags do not count while that file
+/// sets the variable; once it does not, the flag is not covered, naming the drop-in and
+/// its line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_environment_line_in_a_unit_drop_in_is_resolved_as_systemd_does() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_unit_env(
+        &node,
+        "# local override\nEnvironment=\"KUBELET_EXTRA_ARGS=--max-pods=300\" OTHER=1\n",
+    );
+    node.start();
+    let yaml = "kubelet:\n  flags:\n    max-pods: \"250\"\n";
+    let r = coverage(&node, yaml).await;
+    let mp = change(&r, "kubelet.flags[max-pods]");
+    assert!(mp.covered, "{}", mp.reason);
+    node.stop();
+    std::fs::remove_file(node.path("/etc/default/kubelet")).unwrap();
+    node.start();
+    let r = coverage(&node, yaml).await;
+    let mp = change(&r, "kubelet.flags[max-pods]");
+    assert!(!mp.covered);
+    assert_eq!(
+        mp.reason,
+        format!(
+            "--max-pods=300 in {UNIT_DROPIN} (KUBELET_EXTRA_ARGS) at line 3 comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+        )
+    );
+    node.stop();
+}
+
+/// An `EnvironmentFile=` a unit drop-in adds is read after `/etc/default/kubelet` and
+/// wins: its `KUBELET_EXTRA_ARGS` overrides a managed flag and the config field the flag
+/// stands for, each naming the file and the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_environment_file_a_unit_drop_in_adds_is_named_with_its_line() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let env = "/etc/kubernetes/kubelet-extra.env";
+    with_unit_env(&node, &format!("EnvironmentFile=-{env}\n"));
+    std::fs::create_dir_all(node.path("/etc/kubernetes")).unwrap();
+    std::fs::write(
+        node.path(env),
+        "# site flags\nKUBELET_EXTRA_ARGS=\"--max-pods=300 --kube-api-qps=40\"\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, "kubelet:\n  flags:\n    max-pods: \"250\"\n").await;
+    let mp = change(&r, "kubelet.flags[max-pods]");
+    assert!(!mp.covered);
+    assert_eq!(
+        mp.reason,
+        format!(
+            "--max-pods=300 in {env} (KUBELET_EXTRA_ARGS) at line 2 comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+        )
+    );
+    let r = coverage(&node, "kubelet:\n  config:\n    kubeAPIQPS: 100\n").await;
+    let qps = change(&r, "kubelet.config.kubeAPIQPS");
+    assert!(!qps.covered);
+    assert_eq!(
+        qps.reason,
+        format!(
+            "kubelet flag --kube-api-qps=40 in {env} (KUBELET_EXTRA_ARGS) at line 2 overrides KubeletConfiguration field kubeAPIQPS; change it there"
+        )
+    );
+    node.stop();
+}
+
+/// `KUBELET_CONFIG_ARGS` naming another file: no config field is covered (the kubelet
+/// does not read the managed file); `KUBELET_KUBEADM_ARGS` from a file read after
+/// kubeadm's: no flag is covered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_and_kubeadm_variables_set_elsewhere_are_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    with_unit_env(
+        &node,
+        "Environment=\"KUBELET_CONFIG_ARGS=--config=/etc/kubernetes/kubelet-config.yaml\"\n",
+    );
+    node.start();
+    let r = coverage(
+        &node,
+        "kubelet:\n  config:\n    clusterDomain: edge.local\n",
+    )
+    .await;
+    let cd = change(&r, "kubelet.config.clusterDomain");
+    assert!(!cd.covered);
+    assert_eq!(
+        cd.reason,
+        format!(
+            "the kubelet reads --config=/etc/kubernetes/kubelet-config.yaml (in {UNIT_DROPIN} (KUBELET_CONFIG_ARGS) at line 2), not /var/lib/kubelet/config.yaml, so an edit of /var/lib/kubelet/config.yaml would not change what it runs with; set kubelet.config_path in the agent config to /etc/kubernetes/kubelet-config.yaml, or change it there"
+        )
+    );
+    node.stop();
+    let env = "/etc/kubernetes/kubeadm-local.env";
+    with_unit_env(&node, &format!("EnvironmentFile={env}\n"));
+    std::fs::create_dir_all(node.path("/etc/kubernetes")).unwrap();
+    std::fs::write(node.path(env), "KUBELET_KUBEADM_ARGS=\"--max-pods=90\"\n").unwrap();
+    node.start();
+    let r = coverage(&node, "kubelet:\n  flags:\n    node-ip: 192.0.2.5\n").await;
+    let ip = change(&r, "kubelet.flags[node-ip]");
+    assert!(!ip.covered);
+    assert_eq!(
+        ip.reason,
+        format!(
+            "KUBELET_KUBEADM_ARGS is set at line 1 of {env}, which wins over /var/lib/kubelet/kubeadm-flags.env (systemd: EnvironmentFile= settings override Environment=, a later file wins), so the flags written there would not reach the kubelet; remove the setting there"
+        )
+    );
+    node.stop();
+}
+
+/// chrony's `include` takes a glob(3) pattern (any component, `[...]` classes too) and
+/// `confdir` several directories: the file that adds sources is found and named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chrony_include_globs_and_several_conf_dirs_are_expanded() {
+    let mut node = Node::new("rhel8-grubenv");
+    let conf = node.read("/etc/chrony.conf");
+    std::fs::write(
+        node.path("/etc/chrony.conf"),
+        format!("{conf}include /etc/chrony.d/*/[0-9]*.conf\nconfdir /etc/chrony/a /etc/chrony/b\n"),
+    )
+    .unwrap();
+    for d in ["/etc/chrony.d/site", "/etc/chrony/a", "/etc/chrony/b"] {
+        std::fs::create_dir_all(node.path(d)).unwrap();
+    }
+    // not matched by [0-9]*: ignored
+    std::fs::write(
+        node.path("/etc/chrony.d/site/x-extra.conf"),
+        "server skipped.example.invalid\n",
+    )
+    .unwrap();
+    std::fs::write(
+        node.path("/etc/chrony.d/site/10-site.conf"),
+        "pool glob.example.invalid iburst\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/etc/chrony.d/site/10-site.conf (chrony `include` in /etc/chrony.conf) adds time sources glob.example.invalid: chrony uses them alongside the managed servers, so they would stay; remove them there, or manage the file under files"
+    );
+    node.stop();
+    std::fs::remove_file(node.path("/etc/chrony.d/site/10-site.conf")).unwrap();
+    // the same name in both directories: only the first directory's is read
+    std::fs::write(node.path("/etc/chrony/a/10-x.conf"), "makestep 1 3\n").unwrap();
+    std::fs::write(
+        node.path("/etc/chrony/b/10-x.conf"),
+        "server masked.example.invalid\n",
+    )
+    .unwrap();
+    std::fs::write(
+        node.path("/etc/chrony/b/20-y.conf"),
+        "server dir-b.example.invalid\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, NTP).await;
+    let c = change(&r, "ntp");
+    assert!(!c.covered);
+    assert_eq!(
+        c.reason,
+        "/etc/chrony/b/20-y.conf (chrony `confdir` in /etc/chrony.conf) adds time sources dir-b.example.invalid: chrony uses them alongside the managed servers, so they would stay; remove them there, or manage the file under files"
+    );
+    node.stop();
+}
+
+/// Listed as staying: a managed flag dropped from the spec gets its prior value back in
+/// kubeadm-flags.env, and the restore's reason names the later source that overrides it
+/// and stays (the report never implies the restored value is what the kubelet runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_flag_names_the_override_that_stays() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(&node, "kubelet:\n  flags:\n    max-pods: \"250\"\n", "set").await;
+    assert_eq!(
+        op.phase,
+        inplace_wire::pb::Phase::Succeeded as i32,
+        "{op:?}"
+    );
+    node.stop();
+    std::fs::write(
+        node.path("/etc/default/kubelet"),
+        "KUBELET_EXTRA_ARGS=\"--max-pods=300\"\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, "{}\n").await;
+    let mp = change(&r, "kubelet.flags[max-pods]");
+    assert!(mp.covered, "{}", mp.reason);
+    assert_eq!(mp.before, "250");
+    assert_eq!(mp.after, "110");
+    assert_eq!(
+        mp.reason,
+        "dropped from the spec: the prior value is restored; kubelet restart; --max-pods=300 in /etc/default/kubelet (KUBELET_EXTRA_ARGS) at line 1 comes later on the kubelet command line and stays in effect (the spec does not control it)"
+    );
+    node.stop();
+}
+
+/// The same for a config field dropped from the spec that a `--config-dir` drop-in sets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_config_field_names_the_drop_in_that_stays() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(
+        &node,
+        "kubelet:\n  config:\n    clusterDomain: edge.local\n",
+        "set",
+    )
+    .await;
+    assert_eq!(
+        op.phase,
+        inplace_wire::pb::Phase::Succeeded as i32,
+        "{op:?}"
+    );
+    node.stop();
+    with_config_dir(&node);
+    std::fs::write(
+        node.path(&format!("{DIR}/40-domain.conf")),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDomain: site.local\n",
+    )
+    .unwrap();
+    node.start();
+    let r = coverage(&node, "{}\n").await;
+    let cd = change(&r, "kubelet.config.clusterDomain");
+    assert!(cd.covered, "{}", cd.reason);
+    assert_eq!(
+        cd.reason,
+        format!(
+            "dropped from the spec: the prior value is restored; kubelet restart; note: KubeletConfiguration drop-in {DIR}/40-domain.conf (kubelet --config-dir) sets clusterDomain, and the kubelet merges its drop-ins over /var/lib/kubelet/config.yaml (a later drop-in wins): the value stays {DIR}/40-domain.conf's; change it there"
+        )
+    );
+    node.stop();
+}

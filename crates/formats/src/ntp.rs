@@ -203,12 +203,87 @@ pub fn timesyncd_dropin(servers: &[String]) -> String {
     format!("[Time]\nNTP={}\n", servers.join(" "))
 }
 
+/// True when `pattern` has a glob(7) wildcard (`*`, `?` or `[`): chrony's `include`
+/// expands such a pattern with glob(3).
+pub fn has_wildcard(pattern: &str) -> bool {
+    pattern.contains(['*', '?', '['])
+}
+
+/// One path component matched as glob(3) matches it (fnmatch(3) with `FNM_PERIOD`, no
+/// `GLOB_PERIOD`): `*` any run, `?` one character, `[...]` a class with ranges and a
+/// leading `!` or `^` negation; a leading `.` of `name` matches only a literal `.`.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    if name.starts_with('.') && !pattern.starts_with('.') {
+        return false;
+    }
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    glob_at(&p, &n)
+}
+
+fn glob_at(p: &[char], n: &[char]) -> bool {
+    match p.first() {
+        None => n.is_empty(),
+        Some('*') => (0..=n.len()).any(|i| glob_at(&p[1..], &n[i..])),
+        Some('?') => !n.is_empty() && glob_at(&p[1..], &n[1..]),
+        Some('[') => match (class(&p[1..]), n.first()) {
+            (Some((hit, len)), Some(c)) => hit(*c) && glob_at(&p[1 + len..], &n[1..]),
+            (None, Some('[')) => glob_at(&p[1..], &n[1..]),
+            _ => false,
+        },
+        Some(c) => n.first() == Some(c) && glob_at(&p[1..], &n[1..]),
+    }
+}
+
+/// A bracket expression after its `[`: the matcher and how many characters it spans
+/// (through the closing `]`); None when it never closes (then `[` is literal).
+#[allow(clippy::type_complexity)]
+fn class(p: &[char]) -> Option<(Box<dyn Fn(char) -> bool>, usize)> {
+    let neg = matches!(p.first(), Some('!' | '^'));
+    let start = usize::from(neg);
+    // a `]` right after the opening (or the negation) is a member
+    let close = p
+        .iter()
+        .enumerate()
+        .skip(start + 1)
+        .find(|(_, c)| **c == ']')
+        .map(|(i, _)| i)?;
+    let body: Vec<char> = p[start..close].to_vec();
+    let hit = move |c: char| {
+        let mut i = 0;
+        let mut found = false;
+        while i < body.len() {
+            if i + 2 < body.len() && body[i + 1] == '-' {
+                found |= body[i] <= c && c <= body[i + 2];
+                i += 3;
+            } else {
+                found |= body[i] == c;
+                i += 1;
+            }
+        }
+        found != neg
+    };
+    Some((Box::new(hit), close + 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn globs_match_as_glob3_does() {
+        assert!(glob_match("*.conf", "10-a.conf"));
+        assert!(!glob_match("*.conf", "10-a.conf.disabled"));
+        assert!(!glob_match("*.conf", ".hidden.conf"));
+        assert!(glob_match(".*.conf", ".hidden.conf"));
+        assert!(glob_match("[0-9]?-*.sources", "10-site.sources"));
+        assert!(!glob_match("[!0-9]*", "10-site"));
+        assert!(glob_match("[]a]x", "]x"));
+        assert!(glob_match("a[b", "a[b"));
+        assert!(has_wildcard("/etc/chrony/*.conf") && !has_wildcard("/etc/chrony.keys"));
     }
 
     #[test]

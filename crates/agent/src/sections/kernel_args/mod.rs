@@ -6,6 +6,7 @@
 
 pub(crate) mod effects;
 pub(crate) mod observe;
+mod own_writes;
 pub(crate) mod spec;
 #[cfg(test)]
 mod tests;
@@ -715,6 +716,7 @@ impl Section for KernelArgs {
     }
 
     fn diff(&self, input: &Input<'_>, out: &mut Output) {
+        own_writes::refuse_cmdline_fragments(input, out);
         let (desired, record) = (input.desired, input.record);
         if desired.kernel_args.is_empty()
             && record.kernel_args.is_empty()
@@ -725,8 +727,12 @@ impl Section for KernelArgs {
         let desired = parse_all(&desired.kernel_args);
         // args the agent added that are no longer desired (multiset difference)
         let owned = split(&parse_all(&record.kernel_args), &desired);
+        let first = (out.changes.len(), out.steps.writes.len());
         match &input.obs.kernel_args.backend {
-            Ok(b) => self.plan_with(input, out, b.as_ref(), &desired, owned),
+            Ok(b) => {
+                self.plan_with(input, out, b.as_ref(), &desired, owned);
+                own_writes::refuse(input, out, first);
+            }
             Err(e) => {
                 for a in &desired {
                     out.push(ChangeBuilder {

@@ -9,6 +9,7 @@ pub(crate) mod effect;
 pub(crate) mod file_items;
 pub(crate) mod marker;
 pub(crate) mod observe;
+pub(crate) mod overlay;
 pub(crate) mod steps;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -10,6 +10,7 @@
 pub(crate) mod effects;
 pub(crate) mod observe;
 pub(crate) mod spec;
+mod staying;
 #[cfg(test)]
 mod tests;
 
@@ -184,6 +185,7 @@ impl Kubelet {
                 ));
             }
             reason.push_str("; kubelet restart");
+            reason.extend(staying::flag(input, name));
             out.push(ChangeBuilder {
                 id: ChangeId::KubeletFlag(name.to_string()).to_string(),
                 op: restore_op(want.is_some()),
@@ -236,13 +238,16 @@ impl Kubelet {
         );
         fp.final_flags.insert(name.clone(), Some(value.clone()));
         let kubelet = &input.obs.kubelet;
-        let shadow = kubelet.extra_args.iter().find_map(|(p, fl)| {
-            fl.iter()
-                .rev()
-                .find(|f| &f.name == name)
-                .filter(|f| f.value.as_deref() != Some(value.as_str()))
-                .map(|f| (p.clone(), f.value.clone().unwrap_or_default()))
-        });
+        // the last value of the flag after kubeadm's on the command line wins
+        let shadow = kubelet
+            .extra_args
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !kubelet.before_kubeadm.contains(i))
+            .flat_map(|(_, e)| e.flags.iter().map(move |f| (e, f)))
+            .rfind(|(_, f)| &f.name == name)
+            .filter(|(_, f)| f.value.as_deref() != Some(value.as_str()))
+            .map(|(e, f)| (e.place(), f.value.clone().unwrap_or_default()));
         let in_unit = unit_shadow(input, name, value);
         if now.as_deref() == Some(value.as_str()) && shadow.is_none() && in_unit.is_none() {
             return;
@@ -255,7 +260,7 @@ impl Kubelet {
             (_, Some(p)) => Err(p.clone()),
             _ if in_unit.is_some() => Err(in_unit.unwrap_or_default()),
             (Some((p, v)), None) => Err(format!(
-                "--{name}={v} in {p} (KUBELET_EXTRA_ARGS) comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
+                "--{name}={v} in {p} comes later on the kubelet command line and overrides kubeadm-flags.env; change or remove it there"
             )),
             (None, None) => Ok(if resets.is_empty() {
                 "kubeadm-flags.env edited, other flags kept in order; kubelet restart"
@@ -392,12 +397,15 @@ impl Kubelet {
             ce.ids.push(id.clone());
             let resets = kubelet_state_files(&[m.path[0].as_str()], false);
             d.reset(&resets);
+            let mut reason =
+                String::from("dropped from the spec: the prior value is restored; kubelet restart");
+            reason.extend(staying::field(input, &m.path, final_flags));
             out.push(ChangeBuilder {
                 id: id.clone(),
                 op: restore_op(m.value.prior.is_some()),
                 before: json_summary(now.as_ref()),
                 after: json_summary(m.value.prior.as_ref()),
-                covered: Ok("dropped from the spec: the prior value is restored; kubelet restart"),
+                covered: Ok(&reason),
                 disruption: d.of(&resets),
                 targets: vec![cfg_path.clone()],
             });
@@ -555,6 +563,9 @@ fn unit_literal(input: &Input<'_>, name: &str, after_kubeadm: bool) -> Option<(S
 /// with, from the unit's effective `ExecStart=`: the command line does not pass
 /// `$KUBELET_KUBEADM_ARGS`, or sets the flag literally after it.
 fn unit_shadow(input: &Input<'_>, name: &str, value: &str) -> Option<String> {
+    if let Some(why) = &input.obs.kubelet.kubeadm_source {
+        return Some(why.clone());
+    }
     let (file, words) = input.obs.kubelet.exec_start.as_ref()?;
     if !words.iter().any(|w| w.contains(KUBEADM_VAR)) {
         return Some(format!(
@@ -591,11 +602,40 @@ fn dropin_override(input: &Input<'_>, path: &[String]) -> Option<String> {
                 kcfg::get(doc, &path[..n]).is_some_and(|v| n == path.len() || !v.is_object())
             })
         })?;
+    let named = match input.desired.files.iter().any(|f| &f.path == file) {
+        true => format!(
+            "{file} (written by {} in this spec)",
+            ChangeId::File(file.clone())
+        ),
+        false => file.clone(),
+    };
     Some(format!(
-        "KubeletConfiguration drop-in {file} (kubelet --config-dir) sets {}, and the kubelet merges its drop-ins over {} (a later drop-in wins): the value stays {file}'s; change it there",
+        "KubeletConfiguration drop-in {named} (kubelet --config-dir) sets {}, and the kubelet merges its drop-ins over {} (a later drop-in wins): the value stays {file}'s; change it there",
         path.join("."),
         input.config.kubelet.config_path
     ))
+}
+
+/// Why the kubelet does not read the managed KubeletConfiguration file: its `--config`
+/// (the last one on the command line: a variable the unit's environment sets, such as
+/// kubeadm's `KUBELET_CONFIG_ARGS`, or a literal of the effective `ExecStart=`) names
+/// another file.
+fn other_config_file(input: &Input<'_>) -> Option<String> {
+    let cfg = &input.config.kubelet.config_path;
+    let k = &input.obs.kubelet;
+    let from_env = k.extra_args.iter().rev().find_map(|e| {
+        let f = e.flags.iter().rev().find(|f| f.name == "config")?;
+        Some((f.value.clone().unwrap_or_default(), e.place()))
+    });
+    let (v, place) = from_env.or_else(|| {
+        unit_literal(input, "config", false)
+            .map(|(file, v)| (v, format!("the effective ExecStart of {file}")))
+    })?;
+    (v != *cfg).then(|| {
+        format!(
+            "the kubelet reads --config={v} (in {place}), not {cfg}, so an edit of {cfg} would not change what it runs with; set kubelet.config_path in the agent config to {v}, or change it there"
+        )
+    })
 }
 
 /// Why a KubeletConfiguration field can not be merged: unknown to the kubelet, or
@@ -610,6 +650,9 @@ fn config_field_problem(
         return Some(format!(
             "{top} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field; check the spelling: the kubelet ignores or refuses unknown fields"
         ));
+    }
+    if let Some(p) = other_config_file(input) {
+        return Some(p);
     }
     if let Some(p) = dropin_override(input, path) {
         return Some(p);
@@ -629,10 +672,12 @@ fn config_field_problem(
             path.join(".")
         ));
     }
-    input.obs.kubelet.extra_args.iter().find_map(|(p, fl)| {
-        fl.iter().any(|f| f.name == flag).then(|| {
+    input.obs.kubelet.extra_args.iter().rev().find_map(|e| {
+        e.flags.iter().rev().find(|f| f.name == flag).map(|f| {
             format!(
-                "kubelet flag --{flag} in {p} (KUBELET_EXTRA_ARGS) overrides KubeletConfiguration field {}; change it there",
+                "kubelet flag --{flag}={} in {} overrides KubeletConfiguration field {}; change it there",
+                f.value.clone().unwrap_or_default(),
+                e.place(),
                 path.join(".")
             )
         })

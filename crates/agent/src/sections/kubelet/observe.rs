@@ -1,9 +1,40 @@
-//! What the `kubelet` section observes: its config and flags files, and the
-//! `KUBELET_EXTRA_ARGS` of the unit's override files.
+//! What the `kubelet` section observes: its config and flags files, and every other
+//! place a kubelet flag can come from (issue 27 §4): the `KUBELET_EXTRA_ARGS` of the
+//! packages' override files, the kubelet unit's effective `ExecStart=` and the variables
+//! it expands, resolved through the unit's `Environment=` and `EnvironmentFile=` settings
+//! as systemd.exec(5) does, and the `--config-dir` drop-ins. Files a `files` item of the
+//! spec writes are read as the operation leaves them ([`overlay`], issue 27 §3).
 
 use crate::sections::kit::observe::{NodeView, ObserveError, TextObs, Unknown, observe_text};
+use crate::sections::kit::overlay;
 use crate::sections::model::Observed;
 use inplace_formats::kubelet::flags as kflags;
+use inplace_formats::kubelet::flags::Flag;
+use inplace_formats::kubelet::unit as kunit;
+
+/// Kubelet flags held by an environment variable the kubelet's command line expands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvFlags {
+    /// The file that sets the variable (an environment file, or the unit file or drop-in
+    /// of an `Environment=`), named with the `files` item that writes it, if any.
+    pub file: String,
+    /// 1-based line of the assignment; 0 when not known.
+    pub line: usize,
+    /// The variable (`KUBELET_EXTRA_ARGS`).
+    pub var: String,
+    /// Its flags, in order.
+    pub flags: Vec<Flag>,
+}
+
+impl EnvFlags {
+    /// `<file> (<VAR>) at line <n>`: where a flag of it is set.
+    pub fn place(&self) -> String {
+        match self.line {
+            0 => format!("{} ({})", self.file, self.var),
+            n => format!("{} ({}) at line {n}", self.file, self.var),
+        }
+    }
+}
 
 /// Kubelet files as observed.
 #[derive(Debug, Clone)]
@@ -12,8 +43,20 @@ pub struct KubeletObs {
     pub config: TextObs,
     /// kubeadm's flags env file.
     pub flags: TextObs,
-    /// `KUBELET_EXTRA_ARGS` per override file that exists: path → flags.
-    pub extra_args: Vec<(String, Vec<inplace_formats::kubelet::flags::Flag>)>,
+    /// Flags of the variables the kubelet's command line expands other than
+    /// `KUBELET_KUBEADM_ARGS`: the `KUBELET_EXTRA_ARGS` of each override file that exists
+    /// (`kubelet.extra_args_paths`), then every other variable of the effective
+    /// `ExecStart=` as the unit's environment sets it, in command-line order. They come
+    /// after kubeadm's flags (and so win) unless `before_kubeadm` counts them.
+    pub extra_args: Vec<EnvFlags>,
+    /// How many of `extra_args` (from the start of the unit's variables) come before
+    /// `$KUBELET_KUBEADM_ARGS` on the command line: they override config fields, not
+    /// kubeadm's flags. Indexes into `extra_args`.
+    pub before_kubeadm: Vec<usize>,
+    /// Why kubeadm's flags file is not what the kubelet gets as `KUBELET_KUBEADM_ARGS`
+    /// (the unit does not read it, or a later setting replaces it), naming the file and
+    /// line; None when it is, or the unit is not known.
+    pub kubeadm_source: Option<String>,
     /// Override files that could not be read or parsed.
     pub problems: Vec<String>,
     /// The KubeletConfiguration drop-ins of the kubelet's `--config-dir` (from kubeadm's
@@ -35,6 +78,8 @@ impl Default for KubeletObs {
             config: TextObs::Absent,
             flags: TextObs::Absent,
             extra_args: Vec::new(),
+            before_kubeadm: Vec::new(),
+            kubeadm_source: None,
             problems: Vec::new(),
             config_dropins: Vec::new(),
             dropin_problems: Vec::new(),
@@ -75,25 +120,180 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
         ..KubeletObs::default()
     };
     for p in &config.extra_args_paths {
-        match observe_text(node.root, p)? {
-            TextObs::Absent => {}
-            TextObs::Problem(e) => kubelet.problems.push(e),
-            TextObs::Text(t, _) => match kflags::parse(&t, "KUBELET_EXTRA_ARGS") {
-                Ok(Some(flags)) => kubelet.extra_args.push((p.clone(), flags)),
-                Ok(None) => {}
-                Err(e) => kubelet.problems.push(format!("{p}: {e}")),
-            },
+        let text = match overlay::read_text(node, obs, p) {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => {
+                kubelet.problems.push(format!("{p}: {e}"));
+                continue;
+            }
+        };
+        match kflags::parse(&text, EXTRA_VAR) {
+            Ok(Some(flags)) => kubelet.extra_args.push(EnvFlags {
+                file: overlay::named(node, p),
+                line: kunit::env_file_value(&text, EXTRA_VAR).map_or(0, |(l, _)| l),
+                var: EXTRA_VAR.into(),
+                flags,
+            }),
+            Ok(None) => {}
+            Err(e) => kubelet.problems.push(format!("{p}: {e}")),
         }
     }
-    read_config_dropins(node, &mut kubelet)?;
-    kubelet.exec_start = crate::sections::kubernetes::unit::unit_files(node.root, &config.unit)
-        .and_then(|f| {
-            inplace_formats::kubelet::unit::effective_exec_start_words(
-                f.iter().map(|(p, t)| (p.as_str(), t.as_str())),
-            )
-        });
+    if let Some(files) = unit_files(node, obs, &config.unit) {
+        let pairs = || files.iter().map(|(p, t)| (p.as_str(), t.as_str()));
+        kubelet.exec_start = kunit::effective_exec_start_words(pairs());
+        let env = kunit::service_env(pairs());
+        unit_env(node, obs, &env, &mut kubelet);
+    }
+    read_config_dropins(node, obs, &mut kubelet)?;
     obs.kubelet = kubelet;
     Ok(())
+}
+
+/// The metadata of a text the planner only reads (a `--config-dir` drop-in).
+const ENTRY: inplace_node::sysroot::Entry = inplace_node::sysroot::Entry {
+    kind: inplace_node::sysroot::Kind::File,
+    mode: 0o644,
+    uid: 0,
+    gid: 0,
+    len: 0,
+};
+
+/// The packages' override variable.
+const EXTRA_VAR: &str = "KUBELET_EXTRA_ARGS";
+/// kubeadm's flags variable.
+const KUBEADM_VAR: &str = "KUBELET_KUBEADM_ARGS";
+
+/// The kubelet unit file and its drop-ins in systemd's order (systemd.unit(5): the first
+/// directory of the load path that has the unit file; `<unit>.d/*.conf` from every
+/// directory, one per name, the higher-priority directory's, sorted by name), as the
+/// operation's `files` items leave them; None when there is no unit file.
+fn unit_files(node: &NodeView<'_>, obs: &Observed, unit: &str) -> Option<Vec<(String, String)>> {
+    use crate::sections::kubernetes::unit::UNIT_DIRS;
+    let read = |p: &str| overlay::read_text(node, obs, p).ok().flatten();
+    let main = UNIT_DIRS
+        .iter()
+        .map(|d| format!("{d}/{unit}"))
+        .find_map(|p| read(&p).map(|t| (overlay::named(node, &p), t)))?;
+    let mut dropins: std::collections::BTreeMap<String, String> = Default::default();
+    for d in UNIT_DIRS {
+        let dir = format!("{d}/{unit}.d");
+        for name in overlay::list_dir(node, obs, &dir)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+        {
+            if name.ends_with(".conf") {
+                dropins
+                    .entry(name.clone())
+                    .or_insert(format!("{dir}/{name}"));
+            }
+        }
+    }
+    let mut files = vec![main];
+    for path in dropins.into_values() {
+        if let Some(t) = read(&path) {
+            files.push((overlay::named(node, &path), t));
+        }
+    }
+    Some(files)
+}
+
+/// The value of `var` in the service's environment: the last `EnvironmentFile=` that
+/// assigns it (they override `Environment=`), else its `Environment=`; as (file, line,
+/// value). Environment files are read as the operation leaves them.
+fn resolve(
+    node: &NodeView<'_>,
+    obs: &Observed,
+    env: &kunit::ServiceEnv,
+    var: &str,
+) -> Option<(String, usize, String)> {
+    let from_files = env.files.iter().rev().find_map(|f| {
+        let text = overlay::read_text(node, obs, &f.path).ok().flatten()?;
+        let (line, value) = kunit::env_file_value(&text, var)?;
+        Some((f.path.clone(), line, value))
+    });
+    from_files.or_else(|| {
+        env.vars
+            .get(var)
+            .map(|s| (s.file.clone(), s.line, s.value.clone()))
+    })
+}
+
+/// The flags of a variable's value as `$VAR` splits it on `ExecStart=`: whitespace-
+/// separated words, each `--name[=value]` (a word that is not a flag is skipped).
+fn flags_of(value: &str) -> Vec<Flag> {
+    value
+        .split_whitespace()
+        .filter_map(|w| {
+            let body = w.strip_prefix("--").or_else(|| w.strip_prefix('-'))?;
+            let (name, value) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (body, None),
+            };
+            (!name.is_empty()).then(|| Flag {
+                name: name.to_string(),
+                value,
+            })
+        })
+        .collect()
+}
+
+/// Resolves the variables of the effective `ExecStart=` through the unit's environment:
+/// where `KUBELET_KUBEADM_ARGS` comes from ([`KubeletObs::kubeadm_source`]) and the flags
+/// of every other variable ([`KubeletObs::extra_args`]). A `KUBELET_EXTRA_ARGS` read from
+/// an override file already listed is not counted twice.
+fn unit_env(node: &NodeView<'_>, obs: &Observed, env: &kunit::ServiceEnv, k: &mut KubeletObs) {
+    let Some((exec_file, words)) = k.exec_start.clone() else {
+        return;
+    };
+    let flags_path = &node.config.kubelet.flags_path;
+    let mut after_kubeadm = false;
+    for w in &words {
+        for var in kunit::var_refs(w) {
+            let found = resolve(node, obs, env, &var);
+            if var == KUBEADM_VAR {
+                after_kubeadm = true;
+                k.kubeadm_source = kubeadm_source(env, found, flags_path, &exec_file);
+                continue;
+            }
+            let Some((file, line, value)) = found else {
+                continue;
+            };
+            if var == EXTRA_VAR && node.config.kubelet.extra_args_paths.contains(&file) {
+                continue;
+            }
+            if !after_kubeadm {
+                k.before_kubeadm.push(k.extra_args.len());
+            }
+            k.extra_args.push(EnvFlags {
+                file: overlay::named(node, &file),
+                line,
+                var,
+                flags: flags_of(&value),
+            });
+        }
+    }
+}
+
+/// Why `KUBELET_KUBEADM_ARGS` (its setting `found`) is not read from kubeadm's
+/// `flags_path`; None when it is.
+fn kubeadm_source(
+    env: &kunit::ServiceEnv,
+    found: Option<(String, usize, String)>,
+    flags_path: &str,
+    exec_file: &str,
+) -> Option<String> {
+    match found {
+        Some((file, _, _)) if file == flags_path => None,
+        Some((file, line, _)) => Some(format!(
+            "{KUBEADM_VAR} is set at line {line} of {file}, which wins over {flags_path} (systemd: EnvironmentFile= settings override Environment=, a later file wins), so the flags written there would not reach the kubelet; remove the setting there"
+        )),
+        None if env.files.iter().any(|f| f.path == flags_path) => None,
+        None => Some(format!(
+            "the kubelet unit (ExecStart= in {exec_file}) expands ${KUBEADM_VAR}, but no EnvironmentFile= of the unit or its drop-ins reads {flags_path}, so the flags written there would not reach the kubelet; add EnvironmentFile=-{flags_path} to the unit"
+        )),
+    }
 }
 
 /// The kubelet's `--config-dir`: the last one set, kubeadm's flags file first, then the
@@ -106,7 +306,7 @@ fn config_dir(k: &KubeletObs) -> Option<String> {
     kubeadm
         .iter()
         .flatten()
-        .chain(k.extra_args.iter().flat_map(|(_, f)| f))
+        .chain(k.extra_args.iter().flat_map(|e| &e.flags))
         .filter(|f| f.name == "config-dir")
         .filter_map(|f| f.value.clone())
         .next_back()
@@ -115,12 +315,16 @@ fn config_dir(k: &KubeletObs) -> Option<String> {
 
 /// Reads the `*.conf` drop-ins of the kubelet's `--config-dir` ([`config_dir`]) in the
 /// kubelet's order; one that can not be read or parsed is a problem naming it.
-fn read_config_dropins(node: &NodeView<'_>, k: &mut KubeletObs) -> Result<(), ObserveError> {
+fn read_config_dropins(
+    node: &NodeView<'_>,
+    obs: &Observed,
+    k: &mut KubeletObs,
+) -> Result<(), ObserveError> {
     let Some(dir) = config_dir(k) else {
         return Ok(());
     };
     let dir = dir.trim_end_matches('/').to_string();
-    let names = match node.root.list_dir(&dir) {
+    let names = match overlay::list_dir(node, obs, &dir) {
         Ok(n) => n.unwrap_or_default(),
         Err(e) => {
             k.problems
@@ -132,7 +336,12 @@ fn read_config_dropins(node: &NodeView<'_>, k: &mut KubeletObs) -> Result<(), Ob
     names.sort();
     for n in names {
         let p = format!("{dir}/{n}");
-        match observe_text(node.root, &p)? {
+        let text = match overlay::read_text(node, obs, &p) {
+            Ok(Some(t)) => TextObs::Text(t, ENTRY),
+            Ok(None) => TextObs::Absent,
+            Err(e) => TextObs::Problem(format!("{p}: {e}")),
+        };
+        match text {
             TextObs::Absent => {}
             TextObs::Problem(e) => k.problems.push(e),
             TextObs::Text(t, _) => match inplace_formats::kubelet::config::parse(&t) {

@@ -191,15 +191,19 @@ fn a_flag_kubelet_extra_args_overrides_is_not_covered() {
     )
     .unwrap()
     .unwrap();
-    obs.kubelet
-        .extra_args
-        .push(("/etc/default/kubelet".into(), extra));
+    obs.kubelet.extra_args.push(super::observe::EnvFlags {
+        file: "/etc/default/kubelet".into(),
+        line: 1,
+        var: "KUBELET_EXTRA_ARGS".into(),
+        flags: extra,
+    });
     let p = plan(&[&Kubelet], &desired, &obs, &AppliedRecord::default());
     let c = &p.report.changes[0];
     assert!(!c.covered);
     assert!(
-        c.reason
-            .starts_with("--max-pods=10 in /etc/default/kubelet (KUBELET_EXTRA_ARGS)"),
+        c.reason.starts_with(
+            "--max-pods=10 in /etc/default/kubelet (KUBELET_EXTRA_ARGS) at line 1 comes later"
+        ),
         "{}",
         c.reason
     );

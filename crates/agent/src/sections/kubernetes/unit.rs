@@ -8,7 +8,7 @@ use inplace_formats::kubelet::unit::{ExecStart, effective_exec_start};
 use inplace_node::sysroot::Sysroot;
 
 /// The system unit load path, highest priority first (systemd.unit(5)).
-const UNIT_DIRS: &[&str] = &[
+pub(crate) const UNIT_DIRS: &[&str] = &[
     "/etc/systemd/system.control",
     "/run/systemd/system.control",
     "/run/systemd/transient",

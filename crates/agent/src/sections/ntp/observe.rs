@@ -1,9 +1,12 @@
 //! What the `ntp` section observes: which time daemon the node runs, and its file.
 
+use std::collections::BTreeSet;
+
 use crate::sections::kit::file_items;
 use crate::sections::kit::observe::{NodeView, ObserveError};
+use crate::sections::kit::overlay;
 use crate::sections::model::Observed;
-use inplace_formats::ntp::Daemon;
+use inplace_formats::ntp::{Daemon, glob_match, has_wildcard};
 
 /// The time daemon when the spec manages `ntp`: the daemon found, or what was looked for
 /// ([`inplace_formats::ntp::detect`]); None when the spec does not manage `ntp`. Its
@@ -23,7 +26,7 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
     }
     // a source the spec does not control that adds to or overrides the managed servers
     // makes the change not covered, naming the file
-    let found = found.and_then(|d| match other_sources(node, &d) {
+    let found = found.and_then(|d| match other_sources(node, obs, &d) {
         Some(why) => Err(why),
         None => Ok(d),
     });
@@ -42,21 +45,22 @@ const TIMESYNCD_DIRS: &[&str] = &[
 ];
 
 /// Why the managed servers would not be the daemon's servers: another file that adds
-/// time sources or resets the list; None when there is none.
-fn other_sources(node: &NodeView<'_>, d: &Daemon) -> Option<String> {
+/// time sources or resets the list; None when there is none. Files are read as the
+/// operation's `files` items leave them ([`overlay`]).
+fn other_sources(node: &NodeView<'_>, obs: &Observed, d: &Daemon) -> Option<String> {
     if d.edits_in_place() {
-        chrony_sources(node, d)
+        let text = overlay::read_text(node, obs, d.path).ok().flatten()?;
+        let mut seen = BTreeSet::new();
+        chrony_sources(node, obs, (d.path, &text), &mut seen)
     } else {
-        timesyncd_sources(node, d)
+        timesyncd_sources(node, obs, d)
     }
 }
 
 /// The `*<suffix>` files of `dir` (sorted by name), as paths.
-fn files_in(node: &NodeView<'_>, dir: &str, suffix: &str) -> Vec<String> {
+fn files_in(node: &NodeView<'_>, obs: &Observed, dir: &str, suffix: &str) -> Vec<String> {
     let dir = dir.trim_end_matches('/');
-    let mut names: Vec<String> = node
-        .root
-        .list_dir(dir)
+    let mut names: Vec<String> = overlay::list_dir(node, obs, dir)
         .ok()
         .flatten()
         .unwrap_or_default()
@@ -67,41 +71,95 @@ fn files_in(node: &NodeView<'_>, dir: &str, suffix: &str) -> Vec<String> {
     names.into_iter().map(|n| format!("{dir}/{n}")).collect()
 }
 
+/// The files of chrony's `confdir` or `sourcedir` `dirs` (chrony.conf(5)): every
+/// `*<suffix>` file of the directories, in name order; for a name found in more than one
+/// directory only the first directory's file is read.
+fn dir_files(node: &NodeView<'_>, obs: &Observed, dirs: &[&str], suffix: &str) -> Vec<String> {
+    let mut by_name: std::collections::BTreeMap<String, String> = Default::default();
+    for dir in dirs {
+        for p in files_in(node, obs, dir, suffix) {
+            let name = p.rsplit('/').next().unwrap_or_default().to_string();
+            by_name.entry(name).or_insert(p);
+        }
+    }
+    by_name.into_values().collect()
+}
+
+/// The paths chrony's `include pattern` reads: glob(3) of the pattern (any component may
+/// hold `*`, `?` or `[...]`), sorted as glob sorts them; a pattern without a wildcard is
+/// the one path.
+fn glob(node: &NodeView<'_>, obs: &Observed, pattern: &str) -> Vec<String> {
+    if !has_wildcard(pattern) {
+        return vec![pattern.to_string()];
+    }
+    let mut found = vec![String::new()];
+    for part in pattern.split('/').filter(|p| !p.is_empty()) {
+        let mut next = Vec::new();
+        for base in &found {
+            if !has_wildcard(part) {
+                next.push(format!("{base}/{part}"));
+                continue;
+            }
+            let dir = if base.is_empty() { "/" } else { base.as_str() };
+            for n in overlay::list_dir(node, obs, dir)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+            {
+                if glob_match(part, &n) {
+                    next.push(format!("{base}/{n}"));
+                }
+            }
+        }
+        found = next;
+    }
+    found.sort();
+    found
+}
+
+/// How many files chrony's `include`, `confdir` and `sourcedir` are followed into (a
+/// loop is cut by the set of files seen).
+const MAX_FILES: usize = 256;
+
 /// chrony's other configuration and source files, per chrony.conf(5): `confdir` (its
-/// `*.conf` files), `sourcedir` (its `*.sources` files) and `include` (a path or a
-/// `dir/*suffix` pattern). One that names a `server`, `pool` or `peer` adds time sources
-/// chrony uses alongside the managed ones.
-fn chrony_sources(node: &NodeView<'_>, d: &Daemon) -> Option<String> {
-    let text = node.root.read_string(d.path).ok().flatten()?;
+/// `*.conf` files), `sourcedir` (its `*.sources` files) and `include` (a path or a glob
+/// pattern), followed into the files they read. One that names a `server`, `pool` or
+/// `peer` adds time sources chrony uses alongside the managed ones.
+fn chrony_sources(
+    node: &NodeView<'_>,
+    obs: &Observed,
+    (file, text): (&str, &str),
+    seen: &mut BTreeSet<String>,
+) -> Option<String> {
+    if seen.len() > MAX_FILES || !seen.insert(file.to_string()) {
+        return None;
+    }
     for line in text.lines() {
         let mut words = line.split_whitespace();
-        let (Some(directive), args) = (words.next(), words) else {
+        let Some(directive) = words.next() else {
             continue;
         };
+        let args: Vec<&str> = words.collect();
         let files: Vec<String> = match directive {
-            "confdir" => args.flat_map(|dir| files_in(node, dir, ".conf")).collect(),
-            "sourcedir" => args
-                .flat_map(|dir| files_in(node, dir, ".sources"))
-                .collect(),
-            "include" => args
-                .flat_map(|pat| match pat.rsplit_once('/') {
-                    Some((dir, name)) if name.starts_with('*') => files_in(node, dir, &name[1..]),
-                    _ => vec![pat.to_string()],
-                })
-                .collect(),
+            "confdir" => dir_files(node, obs, &args, ".conf"),
+            "sourcedir" => dir_files(node, obs, &args, ".sources"),
+            "include" => args.iter().flat_map(|p| glob(node, obs, p)).collect(),
             _ => continue,
         };
         for f in files {
-            let Some(t) = node.root.read_string(&f).ok().flatten() else {
+            let Some(t) = overlay::read_text(node, obs, &f).ok().flatten() else {
                 continue;
             };
             let servers = inplace_formats::ntp::servers_in(&f, &t);
             if !servers.is_empty() {
                 return Some(format!(
-                    "{f} (chrony `{directive}` in {}) adds time sources {}: chrony uses them alongside the managed servers, so they would stay; remove them there, or manage the file under files",
-                    d.path,
+                    "{} (chrony `{directive}` in {file}) adds time sources {}: chrony uses them alongside the managed servers, so they would stay; remove them there, or manage the file under files",
+                    overlay::named(node, &f),
                     servers.join(" ")
                 ));
+            }
+            if let Some(why) = chrony_sources(node, obs, (&f, &t), seen) {
+                return Some(why);
             }
         }
     }
@@ -112,11 +170,11 @@ fn chrony_sources(node: &NodeView<'_>, d: &Daemon) -> Option<String> {
 /// drop-ins of [`TIMESYNCD_DIRS`] other than the agent's. `NTP=` lists add up across
 /// files and an empty `NTP=` resets the list, so a non-empty one adds servers that stay
 /// and an empty one after the agent's drop-in drops the managed servers.
-fn timesyncd_sources(node: &NodeView<'_>, d: &Daemon) -> Option<String> {
+fn timesyncd_sources(node: &NodeView<'_>, obs: &Observed, d: &Daemon) -> Option<String> {
     let own = d.path.rsplit('/').next().unwrap_or_default();
     let mut files: std::collections::BTreeMap<String, String> = Default::default();
     for dir in TIMESYNCD_DIRS {
-        for p in files_in(node, &format!("{dir}/timesyncd.conf.d"), ".conf") {
+        for p in files_in(node, obs, &format!("{dir}/timesyncd.conf.d"), ".conf") {
             let name = p.rsplit('/').next().unwrap_or_default().to_string();
             files.entry(name).or_insert(p);
         }
@@ -124,13 +182,13 @@ fn timesyncd_sources(node: &NodeView<'_>, d: &Daemon) -> Option<String> {
     let main = TIMESYNCD_DIRS
         .iter()
         .map(|d| format!("{d}/timesyncd.conf"))
-        .find(|p| matches!(node.root.stat(p), Ok(Some(_))));
+        .find(|p| matches!(overlay::read_text(node, obs, p), Ok(Some(_))));
     let ordered = main.into_iter().map(|p| (String::new(), p)).chain(files);
     for (name, p) in ordered {
         if name == own {
             continue;
         }
-        let Some(t) = node.root.read_string(&p).ok().flatten() else {
+        let Some(t) = overlay::read_text(node, obs, &p).ok().flatten() else {
             continue;
         };
         for line in t.lines() {
@@ -140,14 +198,16 @@ fn timesyncd_sources(node: &NodeView<'_>, d: &Daemon) -> Option<String> {
             let servers: Vec<&str> = v.split_whitespace().collect();
             if !servers.is_empty() {
                 return Some(format!(
-                    "{p} sets NTP={}: systemd-timesyncd adds the NTP= lists of its files, so these servers would stay alongside the managed ones in {}; remove them there",
+                    "{} sets NTP={}: systemd-timesyncd adds the NTP= lists of its files, so these servers would stay alongside the managed ones in {}; remove them there",
+                    overlay::named(node, &p),
                     servers.join(" "),
                     d.path
                 ));
             }
             if name.as_str() > own {
                 return Some(format!(
-                    "{p} resets NTP= after {}, so the managed servers would not be used; remove the line there",
+                    "{} resets NTP= after {}, so the managed servers would not be used; remove the line there",
+                    overlay::named(node, &p),
                     d.path
                 ));
             }

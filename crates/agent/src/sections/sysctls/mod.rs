@@ -34,9 +34,12 @@ use inplace_wire::pb::{ChangeOperation, DisruptionLevel};
 pub(crate) struct Sysctls;
 
 /// Why `key` = `value` can not be managed: no such parameter, read-only, the drop-in
-/// unusable, or a sysctl.d file applied after the drop-in at boot that sets it too.
+/// unusable, or a sysctl.d file applied after the drop-in at boot that sets it too (as
+/// the node will be once the steps so far, `written`, ran: a `files` item of the same
+/// spec that writes such a file is named, issue 27 §3).
 fn key_problem(
     input: &Input<'_>,
+    written: &BTreeMap<String, Option<String>>,
     drop_in_obs: &TextObs,
     live: Option<&SysctlLive>,
     (key, value): (&String, &String),
@@ -67,8 +70,13 @@ fn key_problem(
         // a sysctl.d file that sorts after the drop-in would win at boot
         let mut vals = BTreeMap::new();
         vals.insert(key.clone(), value.clone());
-        let with_ours = BTreeMap::from([(drop_in.clone(), Some(render_sysctl_conf(&vals)))]);
+        let mut with_ours = written.clone();
+        with_ours.insert(drop_in.clone(), Some(render_sysctl_conf(&vals)));
         match boot_value(&input.obs.sysctls.files, key, &with_ours) {
+            Some((v, from)) if from != *drop_in && input.desired.files.iter().any(|f| f.path == from) => Some(format!(
+                "{from} (written by {} in this spec) sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist: keep {key} in one of the two items",
+                ChangeId::File(from.clone())
+            )),
             Some((v, from)) if from != *drop_in => Some(format!(
                 "{from} sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist; remove it there"
             )),
@@ -134,7 +142,8 @@ impl Sysctls {
         let id = ChangeId::Sysctl(key.clone()).to_string();
         let path = sysctl_path(key);
         let live = input.obs.sysctls.live.get(key).cloned().flatten();
-        let problem = key_problem(input, drop_in_obs, live.as_ref(), (key, value));
+        let written = sysctl_overrides(input, out);
+        let problem = key_problem(input, &written, drop_in_obs, live.as_ref(), (key, value));
         let none = disruption(DisruptionLevel::None, &[]);
         let targets = vec![path, drop_in.clone()];
         if let Some(problem) = problem {
