@@ -159,9 +159,29 @@ impl Extension {
             .machine
             .pointer("/spec/version")
             .and_then(|v| v.as_str());
-        if let Some(msg) = super::verify::before_start(machine_version, status) {
-            return UpdateMachineResponse::new(Status::Failure, format!("{}: {msg}", m.name), 0);
-        }
+        let node_kubelet = match (&self.kube, &info) {
+            (Some(k), Some(i)) if super::verify::needs_node(machine_version, status) => {
+                k.node_kubelet_version(&m.namespace, i).await
+            }
+            _ => None,
+        };
+        let check = match super::verify::before_start(
+            machine_version,
+            status,
+            version_refusal(view.coverage.as_ref()),
+            node_kubelet.as_deref(),
+        ) {
+            Ok(c) => c,
+            Err(msg) => {
+                return UpdateMachineResponse::new(
+                    Status::Failure,
+                    format!("{}: {msg}", m.name),
+                    0,
+                );
+            }
+        };
+        // verified by the Node: the Node check after the operation compares it
+        let node_version = machine_version.filter(|_| check == super::verify::VersionCheck::Node);
         // the Machine's version joins the spec when the node reports its own
         // (the guess is moved, not copied: its files may be megabytes)
         let reports_version = !status.kubernetes_version.is_empty();
@@ -216,7 +236,10 @@ impl Extension {
         };
         let resp = self.answer(&mut c, eff, &op, target.clone(), status).await;
         match kt {
-            Some((k, t)) => after_answer(k, &t, eff, &op, target.as_deref(), resp).await,
+            Some((k, t)) => {
+                let version = target.as_deref().or(node_version);
+                after_answer(k, &t, eff, &op, version, resp).await
+            }
             None => resp,
         }
     }
@@ -437,6 +460,17 @@ async fn coverage_of(
         reboot_policy: eff.reboot_policy as i32,
     };
     call(eff.agent_timeout, "get_coverage", c.get_coverage(req)).await
+}
+
+/// Why the node's agent does not cover `kubernetes.version` in `coverage` (the path it
+/// found no kubelet at), for [`super::verify::before_start`].
+fn version_refusal(coverage: Option<&Result<pb::CoverageReport, tonic::Status>>) -> Option<&str> {
+    let report = coverage?.as_ref().ok()?;
+    report
+        .changes
+        .iter()
+        .find(|c| c.id == inplace_wire::ids::KUBERNETES_VERSION && !c.covered)
+        .map(|c| c.reason.as_str())
 }
 
 /// Whether the change disrupts the node's workloads (its coverage's highest disruption
