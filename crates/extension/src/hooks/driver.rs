@@ -18,6 +18,7 @@ use crate::cluster::flow::{Step, Target};
 use crate::config::Effective;
 use crate::extension::{AgentError, Extension};
 use crate::resolve::MachineRef;
+use crate::waiting::{CLUSTERS, MANAGEMENT_CLUSTER, WORKLOAD_CLUSTER, waiting_on};
 use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::Phase;
@@ -127,8 +128,7 @@ impl Extension {
         let Some(k) = &self.kube else {
             return Ok((m.clone(), None));
         };
-        let info = k
-            .machine(&m.namespace, &m.name)
+        let info = waiting_on(MANAGEMENT_CLUSTER, k.machine(&m.namespace, &m.name))
             .await
             .map_err(|e| format!("waiting for the management cluster: {e}"))?;
         let mut m = m.clone();
@@ -161,7 +161,7 @@ impl Extension {
             .and_then(|v| v.as_str());
         let node_kubelet = match (&self.kube, &info) {
             (Some(k), Some(i)) if super::verify::needs_node(machine_version, status) => {
-                k.node_kubelet_version(&m.namespace, i).await
+                waiting_on(WORKLOAD_CLUSTER, k.node_kubelet_version(&m.namespace, i)).await
             }
             _ => None,
         };
@@ -212,7 +212,7 @@ impl Extension {
                         None => coverage_of(&mut c, eff, &spec).await,
                     };
                     if needs_drain(&cov) {
-                        match k.drain(t).await {
+                        match waiting_on(CLUSTERS, k.drain(t)).await {
                             Step::Go => {}
                             Step::Wait(msg) => return waiting(eff, msg),
                             Step::Blocked(msg, elapsed) => {
@@ -220,13 +220,13 @@ impl Extension {
                                 return UpdateMachineResponse::new(Status::Success, msg, after);
                             }
                             Step::Fail(msg) => {
-                                k.failed(t, &msg).await;
+                                waiting_on(CLUSTERS, k.failed(t, &msg)).await;
                                 return UpdateMachineResponse::new(Status::Failure, msg, 0);
                             }
                         }
                     }
                     coverage = Some(cov);
-                    k.progress(t, KPhase::Applying).await;
+                    waiting_on(MANAGEMENT_CLUSTER, k.progress(t, KPhase::Applying)).await;
                 }
                 match self.start(&mut c, eff, spec, coverage, &sid).await {
                     Ok(op) => op,
@@ -506,14 +506,14 @@ async fn after_answer(
     resp: UpdateMachineResponse,
 ) -> UpdateMachineResponse {
     if resp.status == Status::Failure {
-        k.failed(t, &resp.message).await;
+        waiting_on(CLUSTERS, k.failed(t, &resp.message)).await;
         return resp;
     }
     if resp.retry_after_seconds == 0 {
         if reboots(op) {
-            k.rebooted_unseen(t).await;
+            waiting_on(MANAGEMENT_CLUSTER, k.rebooted_unseen(t)).await;
         }
-        return match k.finish(t, reboots(op), version).await {
+        return match waiting_on(CLUSTERS, k.finish(t, reboots(op), version)).await {
             Step::Go => resp,
             Step::Wait(msg) | Step::Blocked(msg, _) => waiting(eff, msg),
             Step::Fail(msg) => UpdateMachineResponse::new(Status::Failure, msg, 0),
@@ -528,7 +528,7 @@ async fn after_answer(
     } else {
         KPhase::Applying
     };
-    k.progress(t, p).await;
+    waiting_on(MANAGEMENT_CLUSTER, k.progress(t, p)).await;
     resp
 }
 
