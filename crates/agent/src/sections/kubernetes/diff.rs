@@ -300,4 +300,31 @@ mod tests {
         assert_eq!((e.after_sha256.as_str(), e.after_size), ("", 0));
         assert_eq!(e.withheld, REWRITTEN_BY_KUBEADM);
     }
+
+    #[test]
+    fn a_package_source_installs_binaries_not_known_ahead() {
+        let v = |s: &str| inplace_wire::k8s_version::Version::parse(s).unwrap();
+        let up = Upgrade {
+            from: v("v1.34.3"),
+            to: v("v1.35.2"),
+            control_plane: false,
+            kubelet_files: vec![],
+        };
+        let apt = k8s::KubernetesConfig {
+            source: SourceKind::Apt,
+            ..Default::default()
+        };
+        assert_eq!(
+            package_note(&apt, &up, "kubelet"),
+            "binary: installed by apt (kubelet=1.35.2-1.1), content not known ahead"
+        );
+        let dnf = k8s::KubernetesConfig {
+            source: SourceKind::Dnf,
+            ..Default::default()
+        };
+        assert_eq!(
+            package_note(&dnf, &up, "kubeadm"),
+            "binary: installed by dnf (kubeadm-1.35.2), content not known ahead"
+        );
+    }
 }
