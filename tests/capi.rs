@@ -285,7 +285,9 @@ async fn failures_and_unreachable_agents() {
         ],
         "",
     );
-    let req = fixture("f-updatemachine-bootstrap-token/updatemachine-request.json");
+    let req = common::capi::without_machine_version(fixture(
+        "f-updatemachine-bootstrap-token/updatemachine-request.json",
+    ));
     let seen = poll_update(&ext, &req).await;
     let last = seen.last().unwrap();
     assert_eq!(last["status"], "Failure", "{seen:?}");
@@ -679,10 +681,10 @@ async fn extension_metrics_count_hooks_answers_and_agent_calls() {
     );
     assert!(value("process_resident_memory_bytes") > 0.0, "{body}");
     // Agent RPCs per hook: CanUpdateMachine one Inspect; UpdateMachine one
-    // Inspect per call and one Apply for the attempt it started. This node reports no
-    // Kubernetes version (no kubelet binary), so the spec it applies is not the one
-    // inspected (which holds the Machine's version) and is asked about once more;
-    // `tests/kubernetes_capi.rs` counts a node that reports one.
+    // Inspect per call and one Apply for the attempt it started. The request names no
+    // Machine version (this node has no kubelet to verify one: update_request), so the
+    // spec inspected is the one applied; `tests/kubernetes_capi.rs` counts a node that
+    // reports its version.
     let rpcs = |hook: &str| common::capi::agent_rpcs(&body, hook);
     assert_eq!(
         rpcs("CanUpdateMachine"),
@@ -693,7 +695,6 @@ async fn extension_metrics_count_hooks_answers_and_agent_calls() {
         rpcs("UpdateMachine"),
         [
             ("apply".to_string(), 1.0),
-            ("get_coverage".to_string(), 1.0),
             ("inspect".to_string(), seen.len() as f64)
         ],
         "{body}"

@@ -1,9 +1,9 @@
 //! "Done" means verified, black box: the real `inplace-extension` driving a real `inplaced`
 //! on the ubuntu fixture with a stand-in kubelet. UpdateMachine answers done only when
 //! every field of the desired Machine it translated is verified on the node; the Machine's
-//! `spec.version` that the node can not verify (a kubelet whose version does not parse, a
-//! version string that is not a release) is a Failure naming `spec.version`, and nothing
-//! is applied.
+//! `spec.version` that the node can not verify (a kubelet whose version does not parse, no
+//! kubelet where the agent looks and no `[cluster]` Node to read, a version string that is
+//! not a release) is a Failure naming `spec.version`, and nothing is applied.
 
 mod common;
 use common::capi::{fixture, one_agent, poll_update, update_request};
@@ -105,6 +105,30 @@ async fn an_unparseable_machine_version_is_a_failure_naming_the_field() {
     assert_eq!(
         r["message"],
         "edge-1-cp-7xk2p: spec.version: \"v1.35.0-rc.1\" is not a Kubernetes release version; give vMAJOR.MINOR.PATCH such as v1.35.2 (pre-releases are not upgraded to in place); it can not be verified on the node, nothing was applied"
+    );
+    assert_eq!(node.read("/var/lib/kubelet/kubeadm-flags.env"), flags);
+    assert!(!flags.contains("--max-pods=250"), "{flags}");
+    node.stop();
+}
+
+/// issue 27 §2: a node with no kubelet where the agent looks (`/usr/bin/kubelet` absent)
+/// and no `[cluster]` Node to read: the Machine's `spec.version` can not be verified, so
+/// UpdateMachine is a Failure naming the field and the path the agent looked at, and
+/// nothing is applied (before, the version was dropped and the update answered done).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_kubelet_where_the_agent_looks_is_a_failure_naming_the_field() {
+    let (_pki, mut node, ext) = one_agent("ubuntu-2404-grub", MACHINE, |_| {});
+    assert!(!node.path("/usr/bin/kubelet").exists());
+    let flags = node.read("/var/lib/kubelet/kubeadm-flags.env");
+    let r = ext.update_machine(&request("v1.34.2")).await;
+    assert_eq!(
+        (r["status"].clone(), r["retryAfterSeconds"].clone()),
+        (json!("Failure"), json!(0)),
+        "{r}"
+    );
+    assert_eq!(
+        r["message"],
+        "edge-1-cp-7xk2p: spec.version v1.34.2: the node's agent finds no kubelet to read its version (the node's Kubernetes version is not known: /usr/bin/kubelet is absent) and no Node kubelet version ([cluster]) verifies it; nothing was applied: point the agent's [kubernetes] bin_dir at the kubelet"
     );
     assert_eq!(node.read("/var/lib/kubelet/kubeadm-flags.env"), flags);
     assert!(!flags.contains("--max-pods=250"), "{flags}");

@@ -1,10 +1,12 @@
 //! The diff view (`inplacectl coverage --diff`, `apply --dry-run --diff`) on the four
 //! fixture nodes, with the real daemon and the real `inplacectl`: the edit of every
 //! configuration file the plan writes, a files item named by its hash unless root asks
-//! for its content on the local socket, never over the remote API, and never in the logs.
+//! for its content on the local socket, never over the remote API, and never in the logs;
+//! a Kubernetes upgrade's binaries (hashes and sizes) and the files kubeadm rewrites.
 
 mod common;
 
+use common::k8s::{Mirror, binaries as k8s_binaries, install_standins, url_config};
 use common::pki::{ca, free_port, leaf, write};
 use common::{Node, err, out, snapshot};
 use rcgen::SanType;
@@ -375,4 +377,177 @@ fn chrony_servers_diff_in_its_own_file() {
         chrony.contains("\n+server ntp2.example.invalid iburst\n"),
         "{chrony}"
     );
+}
+
+/// The ubuntu fixture at Kubernetes v1.34.3 (stand-in binaries), the `url` source on
+/// `mirror`, which serves v1.35.2; a control-plane node when `control_plane`.
+fn k8s_node(mirror: &Mirror, control_plane: bool) -> Node {
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(mirror)).unwrap();
+    if control_plane {
+        let dir = node.path("/etc/kubernetes/manifests");
+        std::fs::create_dir_all(&dir).unwrap();
+        for c in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "etcd",
+        ] {
+            let image = format!("registry.k8s.io/{c}:v1.34.3");
+            std::fs::write(dir.join(format!("{c}.yaml")), format!("image: {image}\n")).unwrap();
+        }
+    }
+    node.start();
+    node
+}
+
+const K8S_SPEC: &str = "kubernetes:\n  version: v1.35.2\n";
+
+/// issue 27 §5: a Kubernetes upgrade's dry run lists each binary replaced (before from
+/// the node, after from the mirror's `.sha256` and size), the copies kept for the
+/// roll-back, and each file kubeadm rewrites as not known ahead; text and JSON agree.
+#[test]
+fn a_kubernetes_upgrade_lists_its_binaries_and_the_files_kubeadm_rewrites() {
+    let mirror = Mirror::start();
+    let new = mirror.release("v1.35.2");
+    let old = k8s_binaries("v1.34.3");
+    let node = k8s_node(&mirror, false);
+    let spec = node.spec("spec.yaml", K8S_SPEC);
+    let before = snapshot(&node.root);
+    let o = node.ctl(&["apply", "-f", &spec, "--dry-run", "--diff"]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", err(&o));
+    let base = format!(
+        "https://127.0.0.1:{}/release/v1.35.2/bin/linux/amd64",
+        mirror.port
+    );
+    for b in ["kubeadm", "kubectl", "kubelet"] {
+        let got = section(&text, &format!("/usr/bin/{b}"));
+        assert_eq!(
+            got,
+            format!(
+                "diff /usr/bin/{b} (update; kubernetes.version)\n  content withheld: binary: {b} v1.35.2 from {base}/{b}, SHA-256 from {base}/{b}.sha256; the download is verified against its sigstore signature and this SHA-256 before anything is installed\n  before: {} ({} bytes)\n  after:  {} ({} bytes)\n",
+                sha256(&old[b]),
+                old[b].len(),
+                sha256(&new[b]),
+                new[b].len()
+            )
+        );
+        let kept = format!("/var/lib/inplaced-kubernetes/previous/{b}-v1.34.3");
+        assert_eq!(
+            section(&text, &kept),
+            format!(
+                "diff {kept} (create; kubernetes.version)\n  content withheld: binary: the previous /usr/bin/{b} (v1.34.3), kept for the roll-back\n  before: absent\n  after:  {} ({} bytes)\n",
+                sha256(&old[b]),
+                old[b].len()
+            )
+        );
+    }
+    let config = std::fs::read(node.path("/var/lib/kubelet/config.yaml")).unwrap();
+    assert_eq!(
+        section(&text, "/var/lib/kubelet/config.yaml"),
+        format!(
+            "diff /var/lib/kubelet/config.yaml (update; kubernetes.version)\n  rewritten by kubeadm upgrade node, content not known ahead\n  before: {} ({} bytes)\n  after:  not known ahead\n",
+            sha256(&config),
+            config.len()
+        )
+    );
+    let flags = std::fs::read(node.path("/var/lib/kubelet/kubeadm-flags.env")).unwrap();
+    assert!(
+        section(&text, "/var/lib/kubelet/kubeadm-flags.env").ends_with(&format!(
+            "  before: {} ({} bytes)\n  after:  not known ahead\n",
+            sha256(&flags),
+            flags.len()
+        )),
+        "{text}"
+    );
+    assert!(
+        !text.contains("/etc/kubernetes/manifests"),
+        "a worker: {text}"
+    );
+    // nothing downloaded: the checksum files and a HEAD of each binary only
+    let asked = mirror.requests.lock().unwrap().clone();
+    assert!(
+        asked
+            .iter()
+            .all(|r| r.starts_with("HEAD ") || r.ends_with(".sha256")),
+        "{asked:?}"
+    );
+    assert!(asked.contains(&"GET /release/v1.35.2/bin/linux/amd64/kubelet.sha256".to_string()));
+    assert!(asked.contains(&"HEAD /release/v1.35.2/bin/linux/amd64/kubelet".to_string()));
+    assert_eq!(snapshot(&node.root), before, "a dry run wrote");
+
+    // -o json: the same values as fields
+    let o = node.ctl(&["apply", "-f", &spec, "--dry-run", "--diff", "-o", "json"]);
+    let op: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let diffs = op["diffs"].as_array().unwrap();
+    let find = |p: &str| {
+        diffs
+            .iter()
+            .find(|d| d["path"] == p)
+            .unwrap_or_else(|| panic!("{p}: {op}"))
+    };
+    let kubelet = find("/usr/bin/kubelet");
+    assert_eq!(kubelet["operation"], "CHANGE_OPERATION_UPDATE");
+    assert_eq!(
+        kubelet["changeIds"],
+        serde_json::json!(["kubernetes.version"])
+    );
+    assert_eq!(kubelet["beforeSha256"], sha256(&old["kubelet"]));
+    assert_eq!(kubelet["beforeSize"], old["kubelet"].len().to_string());
+    assert_eq!(kubelet["afterSha256"], sha256(&new["kubelet"]));
+    assert_eq!(kubelet["afterSize"], new["kubelet"].len().to_string());
+    assert!(kubelet.get("afterUnknown").is_none(), "{kubelet}");
+    let cfg = find("/var/lib/kubelet/config.yaml");
+    assert_eq!(cfg["afterUnknown"], true);
+    assert_eq!(
+        cfg["withheld"],
+        "rewritten by kubeadm upgrade node, content not known ahead"
+    );
+    assert_eq!(cfg["beforeSha256"], sha256(&config));
+    assert!(cfg.get("afterSha256").is_none(), "{cfg}");
+    let paths: Vec<&str> = diffs.iter().map(|d| d["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/usr/bin/kubeadm",
+            "/usr/bin/kubectl",
+            "/usr/bin/kubelet",
+            "/var/lib/inplaced-kubernetes/previous/kubeadm-v1.34.3",
+            "/var/lib/inplaced-kubernetes/previous/kubectl-v1.34.3",
+            "/var/lib/inplaced-kubernetes/previous/kubelet-v1.34.3",
+            "/var/lib/kubelet/config.yaml",
+            "/var/lib/kubelet/kubeadm-flags.env",
+        ]
+    );
+}
+
+/// On a control-plane node the static Pod manifests are listed as kubeadm's too.
+#[test]
+fn a_control_plane_upgrade_lists_the_static_pod_manifests() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let node = k8s_node(&mirror, true);
+    let spec = node.spec("spec.yaml", K8S_SPEC);
+    let o = node.ctl(&["coverage", "-f", &spec, "--diff"]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", err(&o));
+    for c in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        let path = format!("/etc/kubernetes/manifests/{c}.yaml");
+        let body = format!("image: registry.k8s.io/{c}:v1.34.3\n");
+        assert_eq!(
+            section(&text, &path),
+            format!(
+                "diff {path} (update; kubernetes.version)\n  rewritten by kubeadm upgrade node, content not known ahead\n  before: {} ({} bytes)\n  after:  not known ahead\n",
+                sha256(body.as_bytes()),
+                body.len()
+            )
+        );
+    }
 }

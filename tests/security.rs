@@ -21,12 +21,7 @@ const DISCOVERY: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1/discovery";
 
 fn update_request() -> Value {
     let can = fixture("a-kubelet-args-and-sysctl/canupdatemachine-request.json");
-    json!({
-        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
-        "kind": "UpdateMachineRequest",
-        "settings": can["settings"],
-        "desired": can["desired"],
-    })
+    common::capi::update_request(&can)
 }
 
 /// A TCP listener that counts the connections it is offered (a stand-in agent that

@@ -29,3 +29,4 @@ mod http;
 mod metrics;
 mod pool;
 mod resolve;
+mod waiting;

@@ -31,6 +31,17 @@ pub enum BlsError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// The entry starts with a UTF-8 byte-order mark glued to its `options` key: GRUB's
+    /// blscfg and systemd-boot split a line at whitespace without skipping the mark, so
+    /// they read the key `\u{feff}options`, which they ignore, and boot without those
+    /// options; an edit could not be read as the loaders read it.
+    #[error(
+        "{name} starts with a UTF-8 byte-order mark (EF BB BF) glued to its options line, which the boot loaders (GRUB's blscfg, systemd-boot) do not skip: they read another key and boot without these options; nothing was changed: remove the byte-order mark"
+    )]
+    ByteOrderMark {
+        /// The entry's file name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +124,8 @@ impl Entry {
     ///
     /// # Errors
     /// [`BlsError::FileName`] when `file_name` does not end in `.conf`,
-    /// contains `/`, or leaves an empty id.
+    /// contains `/`, or leaves an empty id; [`BlsError::ByteOrderMark`] when the text
+    /// starts with a UTF-8 byte-order mark glued to `options`.
     pub fn parse(file_name: &str, text: &str) -> Result<Entry, BlsError> {
         let err = |why| BlsError::FileName {
             name: file_name.to_owned(),
@@ -127,6 +139,17 @@ impl Entry {
         }
         if stem.is_empty() {
             return Err(err("the id before .conf is empty"));
+        }
+        // a mark before any other key (`title`) is kept: the loaders lose that key as
+        // they do now, and the options are edited as in the file without the mark
+        if text
+            .strip_prefix('\u{feff}')
+            .and_then(|rest| rest.split_whitespace().next())
+            == Some("options")
+        {
+            return Err(BlsError::ByteOrderMark {
+                name: file_name.to_owned(),
+            });
         }
         Ok(Entry {
             file_name: file_name.to_owned(),
@@ -674,5 +697,28 @@ mod tests {
                 proptest::prop_assert_eq!(e2.options_cmdline(), c);
             }
         }
+    }
+
+    /// A byte-order mark (issue 27 §6 class): before `title` it is kept and the options
+    /// are edited as without it; glued to `options` (which the loaders would then not
+    /// read) the entry is refused naming the mark.
+    #[test]
+    fn a_byte_order_mark_is_kept_or_refused_for_the_loaders_reason() {
+        let plain =
+            "title Fedora Linux\nversion 6.15.9\nlinux /vmlinuz\noptions root=UUID=1 ro quiet\n";
+        let name = "abc-6.15.9.conf";
+        let with = Entry::parse(name, &format!("\u{feff}{plain}")).unwrap();
+        let without = Entry::parse(name, plain).unwrap();
+        assert_eq!(with.options(), without.options());
+        let got = with.edit_options(&[], &isol()).unwrap();
+        let want = without.edit_options(&[], &isol()).unwrap();
+        assert_eq!(got, format!("\u{feff}{want}"));
+        assert!(want.ends_with("options root=UUID=1 ro quiet isolcpus=2-7 nohz_full=2-7\n"));
+        let glued = "\u{feff}options root=UUID=1 ro\ntitle x\n";
+        let e = Entry::parse(name, glued).unwrap_err().to_string();
+        assert!(
+            e.starts_with("abc-6.15.9.conf starts with a UTF-8 byte-order mark (EF BB BF) glued to its options line"),
+            "{e}"
+        );
     }
 }

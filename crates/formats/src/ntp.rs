@@ -182,6 +182,35 @@ pub fn chrony_edit(text: &str, servers: &[String]) -> String {
     out
 }
 
+/// Refuses to edit a chrony config that starts with a UTF-8 byte-order mark (issue 27 §6
+/// class): chronyd does not skip the mark. chrony's `conf.c` reads each line through
+/// `CPS_NormalizeLine`, which strips only whitespace and knows a comment only by its
+/// first character, so line 1 is the directive `\u{feff}<word>` ("Invalid directive at
+/// line 1", which is fatal: chronyd does not start with the file as it is, comment or
+/// not). The file is left unchanged; the error names it, why, and the fix.
+///
+/// ```
+/// use inplace_formats::ntp::chrony_refuse_bom;
+/// assert!(chrony_refuse_bom("/etc/chrony.conf", "pool a iburst\n").is_ok());
+/// let e = chrony_refuse_bom("/etc/chrony.conf", "\u{feff}pool a iburst\n").unwrap_err();
+/// assert!(e.contains("byte-order mark"), "{e}");
+/// ```
+pub fn chrony_refuse_bom(path: &str, text: &str) -> Result<(), String> {
+    match text.strip_prefix('\u{feff}') {
+        None => Ok(()),
+        Some(rest) => Err(format!(
+            "{path} starts with a UTF-8 byte-order mark (EF BB BF), which chronyd does not skip: it reads line 1 ({:?}) as the directive \"\\u{{feff}}{}\" and stops with \"Invalid directive at line 1\" (a comment too, chrony knows one only by its first character); nothing was changed: remove the byte-order mark",
+            rest.lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .collect::<String>(),
+            rest.split_whitespace().next().unwrap_or("")
+        )),
+    }
+}
+
 /// The time sources a chrony config or timesyncd drop-in names, in order: the second word
 /// of `server`/`pool` lines, or the words of `NTP=` lines. Used for report summaries.
 pub fn servers_in(path: &str, text: &str) -> Vec<String> {
@@ -393,5 +422,20 @@ mod tests {
             // (c) a second plan is a no-op
             proptest::prop_assert_eq!(chrony_edit(&out, &servers), out);
         }
+    }
+
+    /// A byte-order mark: chronyd would stop at line 1, so the edit is refused naming the
+    /// mark and the file's first line; without it the same text is edited.
+    #[test]
+    fn a_byte_order_mark_is_refused_for_chronyds_reason() {
+        let plain = "# Use public servers\npool 2.pool.ntp.org iburst\n";
+        let e = chrony_refuse_bom(CHRONY_RHEL, &format!("\u{feff}{plain}")).unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/chrony.conf starts with a UTF-8 byte-order mark (EF BB BF), which chronyd does not skip: it reads line 1 (\"# Use public servers\") as the directive \"\\u{feff}#\" and stops with \"Invalid directive at line 1\" (a comment too, chrony knows one only by its first character); nothing was changed: remove the byte-order mark"
+        );
+        assert_eq!(chrony_refuse_bom(CHRONY_RHEL, plain), Ok(()));
+        // a mark anywhere else is no concern of chronyd's first line
+        assert_eq!(chrony_refuse_bom(CHRONY_RHEL, "# a \u{feff}\n"), Ok(()));
     }
 }

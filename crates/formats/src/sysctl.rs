@@ -108,6 +108,14 @@ fn assignment(line: &str) -> Option<(&str, std::ops::Range<usize>)> {
 /// keeps none, so that dropping the key again gives the same bytes). A new file is
 /// [`render_sysctl_conf`]. Returns `None` when nothing but the agent's own header (and blank
 /// lines) would be left: the file is the agent's and is to be deleted.
+///
+/// A UTF-8 byte-order mark at the start is kept, and the edit is made as in the file
+/// without it. Neither consumer skips the mark (procps-ng `sysctl --system` strips only
+/// whitespace before the key; systemd-sysctl reads the line as it is): before a comment
+/// it is harmless, glued to an assignment it makes that line's key another, invalid name
+/// that sets nothing. [`parse_sysctl_conf`] reads that line the same way, so it is not
+/// the line of a managed key here either: the key is appended on a line of its own, which
+/// both consumers apply.
 pub fn edit_sysctl_conf(
     current: Option<&str>,
     values: &BTreeMap<String, String>,
@@ -182,10 +190,12 @@ pub fn edit_sysctl_conf(
         out.truncate(out.len() - eol.len());
     }
     let header = DROP_IN_HEADER.trim_end();
-    let header_only = out.lines().any(|l| l.trim_end() == header)
+    // a byte-order mark before the header is still only the header
+    let is_header = |l: &str| l.trim_start_matches('\u{feff}').trim_end() == header;
+    let header_only = out.lines().any(is_header)
         && out
             .lines()
-            .all(|l| l.trim().is_empty() || l.trim_end() == header);
+            .all(|l| l.trim_start_matches('\u{feff}').trim().is_empty() || is_header(l));
     (!header_only || !values.is_empty()).then_some(out)
 }
 
@@ -374,5 +384,46 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// A byte-order mark (issue 27 §6 class): kept, the edit made as without it; glued to
+    /// an assignment, that line is read as the consumers read it (another key).
+    #[test]
+    fn a_byte_order_mark_is_kept_and_the_edit_made_as_without_it() {
+        use super::{edit_sysctl_conf, parse_sysctl_conf};
+        let values = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let plain = "# Managed by inplaced: sysctls of the applied NodeSpec. Do not edit.\nvm.swappiness = 10\n";
+        let bom = format!("\u{feff}{plain}");
+        let none = BTreeMap::new();
+        // replaced in place
+        let want = values(&[("vm.swappiness", "20")]);
+        let got = edit_sysctl_conf(Some(&bom), &want, &none, &[]).unwrap();
+        let plain_got = edit_sysctl_conf(Some(plain), &want, &none, &[]).unwrap();
+        assert_eq!(got, format!("\u{feff}{plain_got}"));
+        assert_eq!(plain_got, plain.replace("= 10", "= 20"));
+        // inserted
+        let want = values(&[("vm.swappiness", "10"), ("vm.max_map_count", "262144")]);
+        let got = edit_sysctl_conf(Some(&bom), &want, &none, &[]).unwrap();
+        assert_eq!(got, format!("{bom}vm.max_map_count = 262144\n"));
+        // dropped to the header alone: the agent's file is deleted, mark or not
+        let dropped = ["vm.swappiness".to_string()];
+        assert_eq!(
+            edit_sysctl_conf(Some(&bom), &BTreeMap::new(), &none, &dropped),
+            None
+        );
+        // glued to an assignment: procps and systemd-sysctl read the key with the mark
+        // (no such sysctl), and so does the parser; the managed key gets its own line
+        let glued = "\u{feff}vm.swappiness = 10\n";
+        assert_eq!(
+            parse_sysctl_conf(glued).keys().collect::<Vec<_>>(),
+            ["\u{feff}vm.swappiness"]
+        );
+        let got =
+            edit_sysctl_conf(Some(glued), &values(&[("vm.swappiness", "30")]), &none, &[]).unwrap();
+        assert_eq!(got, format!("{glued}vm.swappiness = 30\n"));
     }
 }

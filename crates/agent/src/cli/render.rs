@@ -226,13 +226,20 @@ pub(crate) fn diffs(diffs: &[pb::FileDiff]) -> String {
                 format!("{} ({size} bytes)", esc(sha))
             }
         };
-        if !d.withheld.is_empty() {
+        if d.after_unknown {
+            let _ = writeln!(out, "  {}", esc(&d.withheld));
+        } else if !d.withheld.is_empty() {
             let _ = writeln!(out, "  content withheld: {}", esc(&d.withheld));
         } else {
             let _ = writeln!(out, "  content unchanged (mode or owner only)");
         }
         let _ = writeln!(out, "  before: {}", side(&d.before_sha256, d.before_size));
-        let _ = writeln!(out, "  after:  {}", side(&d.after_sha256, d.after_size));
+        let after = if d.after_unknown {
+            "not known ahead".to_string()
+        } else {
+            side(&d.after_sha256, d.after_size)
+        };
+        let _ = writeln!(out, "  after:  {after}");
     }
     out
 }

@@ -220,6 +220,21 @@ impl Client {
         }
     }
 
+    /// The size `HEAD url` gives (`Content-Length`), None when it gives none (the diff
+    /// view's after size of a binary, [`crate::sections::kubernetes::diff`]).
+    pub(crate) fn size(&self, url: &str) -> Result<Option<u64>, FetchError> {
+        let resp = self.agent.head(url).call().map_err(|e| transport(url, e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(http(url, format!("HEAD answered {status}")));
+        }
+        Ok(resp
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok()))
+    }
+
     /// The body of `GET url`, at most `limit` bytes (the small `.sha256`, `.sig`,
     /// `.cert` files; binaries go through [`Client::download`]).
     pub(crate) fn get(&self, url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {

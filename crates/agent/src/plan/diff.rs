@@ -5,7 +5,8 @@
 //! Pure: the caller reads the current bytes (checking them against each step's `expect`
 //! fingerprint, so the diff is of the node the plan was made from) and passes them in.
 //! The diff is of the plan's own steps, the ones an apply executes: there is no second
-//! renderer of any format.
+//! renderer of any format. A Kubernetes upgrade's binaries and the files kubeadm
+//! rewrites are added by [`crate::sections::kubernetes::diff`] (the caller merges them).
 //!
 //! Confidentiality (DESIGN §6: secret content is never logged or echoed back): the
 //! content of `files` items and NodeSpec drop-ins (a drop-in may itself hold files) is
@@ -140,6 +141,7 @@ fn file_diff(
         after_size: size(new),
         unified,
         withheld,
+        after_unknown: false,
     }
 }
 

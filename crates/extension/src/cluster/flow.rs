@@ -140,6 +140,20 @@ impl Kube {
         Ok(Some((wl, n)))
     }
 
+    /// The kubelet version the Machine's Node reports (`status.nodeInfo.kubeletVersion`),
+    /// for a node whose agent finds no kubelet ([`crate::hooks::verify::before_start`]);
+    /// None when the Machine has no Node or it can not be read now.
+    pub(crate) async fn node_kubelet_version(
+        &self,
+        ns: &str,
+        info: &MachineInfo,
+    ) -> Option<String> {
+        let name = info.node.as_ref()?;
+        let wl = self.workload(ns, &info.cluster).await.ok()?;
+        let n = Api::<Node>::all(wl.client.clone()).get(name).await.ok()?;
+        n.status?.node_info.map(|i| i.kubelet_version)
+    }
+
     /// Step 1: cordon and drain the Machine's Node for `t.op`. A Machine without
     /// `status.nodeRef` has no Node to drain: `Fail`, nothing is changed.
     pub(crate) async fn drain(&self, t: &Target) -> Step {

@@ -18,6 +18,7 @@ use crate::cluster::flow::{Step, Target};
 use crate::config::Effective;
 use crate::extension::{AgentError, Extension};
 use crate::resolve::MachineRef;
+use crate::waiting::{CLUSTERS, MANAGEMENT_CLUSTER, WORKLOAD_CLUSTER, waiting_on};
 use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
 use inplace_wire::pb::Phase;
@@ -131,8 +132,7 @@ impl Extension {
         let Some(k) = &self.kube else {
             return Ok((m.clone(), None));
         };
-        let info = k
-            .machine(&m.namespace, &m.name)
+        let info = waiting_on(MANAGEMENT_CLUSTER, k.machine(&m.namespace, &m.name))
             .await
             .map_err(|e| format!("waiting for the management cluster: {e}"))?;
         let mut m = m.clone();
@@ -163,9 +163,29 @@ impl Extension {
             .machine
             .pointer("/spec/version")
             .and_then(|v| v.as_str());
-        if let Some(msg) = super::verify::before_start(machine_version, status) {
-            return UpdateMachineResponse::new(Status::Failure, format!("{}: {msg}", m.name), 0);
-        }
+        let node_kubelet = match (&self.kube, &info) {
+            (Some(k), Some(i)) if super::verify::needs_node(machine_version, status) => {
+                waiting_on(WORKLOAD_CLUSTER, k.node_kubelet_version(&m.namespace, i)).await
+            }
+            _ => None,
+        };
+        let check = match super::verify::before_start(
+            machine_version,
+            status,
+            version_refusal(view.coverage.as_ref()),
+            node_kubelet.as_deref(),
+        ) {
+            Ok(c) => c,
+            Err(msg) => {
+                return UpdateMachineResponse::new(
+                    Status::Failure,
+                    format!("{}: {msg}", m.name),
+                    0,
+                );
+            }
+        };
+        // verified by the Node: the Node check after the operation compares it
+        let node_version = machine_version.filter(|_| check == super::verify::VersionCheck::Node);
         // the Machine's version joins the spec when the node reports its own
         // (the guess is moved, not copied: its files may be megabytes)
         let reports_version = !status.kubernetes_version.is_empty();
@@ -196,7 +216,7 @@ impl Extension {
                         None => coverage_of(&mut c, eff, &spec).await,
                     };
                     if needs_drain(&cov) {
-                        match k.drain(t).await {
+                        match waiting_on(CLUSTERS, k.drain(t)).await {
                             Step::Go => {}
                             Step::Wait(msg) => return waiting(eff, msg),
                             Step::Blocked(msg, elapsed) => {
@@ -204,13 +224,13 @@ impl Extension {
                                 return UpdateMachineResponse::new(Status::Success, msg, after);
                             }
                             Step::Fail(msg) => {
-                                k.failed(t, &msg).await;
+                                waiting_on(CLUSTERS, k.failed(t, &msg)).await;
                                 return UpdateMachineResponse::new(Status::Failure, msg, 0);
                             }
                         }
                     }
                     coverage = Some(cov);
-                    k.progress(t, KPhase::Applying).await;
+                    waiting_on(MANAGEMENT_CLUSTER, k.progress(t, KPhase::Applying)).await;
                 }
                 // a timed try only where the Node's readiness can confirm it, and never
                 // for an upgrade (its revert would be a downgrade)
@@ -245,7 +265,10 @@ impl Extension {
         };
         let resp = self.answer(&mut c, eff, &op, target.clone(), status).await;
         match kt {
-            Some((k, t)) => after_answer(k, &t, eff, &op, target.as_deref(), resp).await,
+            Some((k, t)) => {
+                let version = target.as_deref().or(node_version);
+                after_answer(k, &t, eff, &op, version, resp).await
+            }
             None => resp,
         }
     }
@@ -522,6 +545,17 @@ async fn coverage_of(
     call(eff.agent_timeout, "get_coverage", c.get_coverage(req)).await
 }
 
+/// Why the node's agent does not cover `kubernetes.version` in `coverage` (the path it
+/// found no kubelet at), for [`super::verify::before_start`].
+fn version_refusal(coverage: Option<&Result<pb::CoverageReport, tonic::Status>>) -> Option<&str> {
+    let report = coverage?.as_ref().ok()?;
+    report
+        .changes
+        .iter()
+        .find(|c| c.id == inplace_wire::ids::KUBERNETES_VERSION && !c.covered)
+        .map(|c| c.reason.as_str())
+}
+
 /// Whether the change disrupts the node's workloads (its coverage's highest disruption
 /// is `drain` or `reboot`, or it needs a reboot): the Node is drained before it starts.
 /// A coverage error drains nothing (the start answers it).
@@ -555,14 +589,14 @@ async fn after_answer(
     resp: UpdateMachineResponse,
 ) -> UpdateMachineResponse {
     if resp.status == Status::Failure {
-        k.failed(t, &resp.message).await;
+        waiting_on(CLUSTERS, k.failed(t, &resp.message)).await;
         return resp;
     }
     if resp.retry_after_seconds == 0 {
         if reboots(op) {
-            k.rebooted_unseen(t).await;
+            waiting_on(MANAGEMENT_CLUSTER, k.rebooted_unseen(t)).await;
         }
-        return match k.finish(t, reboots(op), version).await {
+        return match waiting_on(CLUSTERS, k.finish(t, reboots(op), version)).await {
             Step::Go => resp,
             Step::Wait(msg) | Step::Blocked(msg, _) => waiting(eff, msg),
             Step::Fail(msg) => {
@@ -580,7 +614,7 @@ async fn after_answer(
     } else {
         KPhase::Applying
     };
-    k.progress(t, p).await;
+    waiting_on(MANAGEMENT_CLUSTER, k.progress(t, p)).await;
     resp
 }
 

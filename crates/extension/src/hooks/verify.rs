@@ -9,7 +9,9 @@
 //!   after`, [`crate::capi::already_in_place`]);
 //! - the Machine's `spec.version`: by the node's `NodeStatus.kubernetes_version` (the
 //!   `kubelet --version` of the kubelet the agent manages), which must parse and equal it
-//!   ([`inplace_wire::k8s_version::Version`]).
+//!   ([`inplace_wire::k8s_version::Version`]); on a node where the agent finds no kubelet,
+//!   by the `[cluster]` Node's `status.nodeInfo.kubeletVersion`, else not at all: a
+//!   Failure naming the field ([`before_start`]).
 //!
 //! Pure functions over the translated spec, the Machine's version and the agent's answers.
 
@@ -35,28 +37,69 @@ pub(crate) enum Verdict {
     Unverifiable(String),
 }
 
-/// Before anything is started: the Machine's `spec.version` (`machine_version`, `None`
-/// when absent) must be a Kubernetes release version, and a node that has a kubelet whose
-/// version it can not report (its `status.problems`) can not verify one. `Some` is the
-/// Failure message, naming [`VERSION_FIELD`].
+/// How the Machine's `spec.version` is verified, decided before anything is started
+/// ([`before_start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VersionCheck {
+    /// The Machine names no version.
+    Absent,
+    /// By the node's agent: the version joins the NodeSpec and the node's status must
+    /// report it after the operation ([`after_success`]).
+    Agent,
+    /// By the workload cluster's Node, whose `status.nodeInfo.kubeletVersion` already is
+    /// the Machine's version while the agent finds no kubelet where it looks: the version
+    /// is not part of the NodeSpec (nothing to upgrade) and the Node check after the
+    /// operation ([`crate::cluster::node::back`]) verifies it.
+    Node,
+}
+
+/// Whether [`before_start`] needs the Node's kubelet version: the Machine names a version
+/// and the node's agent reports none without a kubelet that fails to answer (it finds
+/// no kubelet where it looks, `[kubernetes] bin_dir`).
+pub(crate) fn needs_node(machine_version: Option<&str>, status: &pb::NodeStatus) -> bool {
+    machine_version.is_some()
+        && status.kubernetes_version.is_empty()
+        && !status.problems.iter().any(|p| p.contains(UNREPORTED))
+}
+
+/// Before anything is started: how the Machine's `spec.version` (`machine_version`,
+/// `None` when absent) will be verified, or the Failure message naming
+/// [`VERSION_FIELD`]. The version must be a Kubernetes release version; a node whose
+/// kubelet does not report its version (a `status.problems` entry) can not verify one;
+/// a node whose agent finds no kubelet (`agent_reason`: its coverage's reason for
+/// `kubernetes.version`, naming the path it looked at) verifies it only through the
+/// `[cluster]` Node's kubelet version (`node_kubelet`), which must then equal it: never
+/// is the version dropped unverified.
 pub(crate) fn before_start(
     machine_version: Option<&str>,
     status: &pb::NodeStatus,
-) -> Option<String> {
-    let v = machine_version?;
-    if let Err(e) = Version::parse(v) {
-        return Some(format!(
-            "{VERSION_FIELD}: {e}; it can not be verified on the node, nothing was applied"
-        ));
+    agent_reason: Option<&str>,
+    node_kubelet: Option<&str>,
+) -> Result<VersionCheck, String> {
+    let Some(v) = machine_version else {
+        return Ok(VersionCheck::Absent);
+    };
+    let want = Version::parse(v).map_err(|e| {
+        format!("{VERSION_FIELD}: {e}; it can not be verified on the node, nothing was applied")
+    })?;
+    if !status.kubernetes_version.is_empty() {
+        return Ok(VersionCheck::Agent);
     }
-    if status.kubernetes_version.is_empty()
-        && let Some(p) = status.problems.iter().find(|p| p.contains(UNREPORTED))
-    {
-        return Some(format!(
+    if let Some(p) = status.problems.iter().find(|p| p.contains(UNREPORTED)) {
+        return Err(format!(
             "{VERSION_FIELD} {v}: the node does not report its Kubernetes version ({p}); it can not be verified, nothing was applied"
         ));
     }
-    None
+    let why = agent_reason.map(|r| format!(" ({r})")).unwrap_or_default();
+    match node_kubelet.filter(|k| !k.is_empty()) {
+        Some(k) if Version::parse(k) == Ok(want) => Ok(VersionCheck::Node),
+        Some(k) => Err(format!(
+            "{VERSION_FIELD} {v}: the node's agent finds no kubelet to read or upgrade{why} and the Node's kubelet reports {k}; the version can not be reached in place, nothing was applied"
+        )),
+        None => Err(format!(
+            "{VERSION_FIELD} {v}: the node's agent finds no kubelet to read its version{why} and no Node kubelet version ([cluster]) verifies it; nothing was applied: point the agent's [kubernetes] bin_dir at the kubelet"
+        )),
+    }
 }
 
 /// After the operation of the translated spec succeeded: done only when every field it
@@ -122,18 +165,53 @@ mod tests {
 
     #[test]
     fn before_start_names_the_field() {
-        assert_eq!(before_start(None, &status("", &[PROBLEM])), None);
-        assert_eq!(before_start(Some("v1.35.2"), &status("v1.34.3", &[])), None);
-        // a node with no kubelet where the agent looks: the version is not translated
-        assert_eq!(before_start(Some("v1.35.2"), &status("", &[])), None);
-        let bad = before_start(Some("v1.35.0-rc.1"), &status("v1.34.3", &[])).unwrap();
+        let go = |v, st: &pb::NodeStatus| before_start(v, st, None, None);
+        assert_eq!(go(None, &status("", &[PROBLEM])), Ok(VersionCheck::Absent));
+        assert_eq!(
+            go(Some("v1.35.2"), &status("v1.34.3", &[])),
+            Ok(VersionCheck::Agent)
+        );
+        let bad = go(Some("v1.35.0-rc.1"), &status("v1.34.3", &[])).unwrap_err();
         assert!(
             bad.starts_with("spec.version: \"v1.35.0-rc.1\" is not a Kubernetes release version"),
             "{bad}"
         );
         assert!(bad.ends_with("nothing was applied"), "{bad}");
-        let unreported = before_start(Some("v1.35.2"), &status("", &[PROBLEM])).unwrap();
+        let unreported = go(Some("v1.35.2"), &status("", &[PROBLEM])).unwrap_err();
         assert!(unreported.starts_with("spec.version v1.35.2: the node does not report its Kubernetes version (the kubelet at /usr/bin/kubelet"), "{unreported}");
+    }
+
+    /// issue 27 §2: a node with no kubelet where the agent looks never drops the version:
+    /// the Node's kubelet version verifies it, else it is a Failure naming the field.
+    #[test]
+    fn no_kubelet_is_verified_by_the_node_or_a_failure() {
+        let none = status("", &[]);
+        let why = "the node's Kubernetes version is not known: /usr/bin/kubelet is absent";
+        assert!(needs_node(Some("v1.35.2"), &none));
+        assert!(!needs_node(Some("v1.35.2"), &status("", &[PROBLEM])));
+        assert!(!needs_node(Some("v1.35.2"), &status("v1.35.2", &[])));
+        assert!(!needs_node(None, &none));
+        assert_eq!(
+            before_start(Some("v1.35.2"), &none, Some(why), Some("v1.35.2")),
+            Ok(VersionCheck::Node)
+        );
+        assert_eq!(
+            before_start(Some("1.35.2"), &none, Some(why), Some("v1.35.2")),
+            Ok(VersionCheck::Node)
+        );
+        assert_eq!(
+            before_start(Some("v1.35.2"), &none, Some(why), Some("v1.34.3")),
+            Err(format!(
+                "spec.version v1.35.2: the node's agent finds no kubelet to read or upgrade ({why}) and the Node's kubelet reports v1.34.3; the version can not be reached in place, nothing was applied"
+            ))
+        );
+        assert_eq!(
+            before_start(Some("v1.35.2"), &none, Some(why), None),
+            Err(format!(
+                "spec.version v1.35.2: the node's agent finds no kubelet to read its version ({why}) and no Node kubelet version ([cluster]) verifies it; nothing was applied: point the agent's [kubernetes] bin_dir at the kubelet"
+            ))
+        );
+        assert!(before_start(Some("v1.35.2"), &none, None, Some("")).is_err());
     }
 
     #[test]

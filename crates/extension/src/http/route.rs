@@ -18,6 +18,7 @@ use crate::config;
 use crate::extension::Extension;
 use crate::hooks::{Answer, Hook};
 use crate::metrics;
+use crate::waiting::{NODE_AGENT, WAITING, missed};
 
 /// Time kept back from a hook's deadline for the answer to reach CAPI (at most a quarter
 /// of the deadline).
@@ -109,13 +110,18 @@ impl Extension {
         body: &[u8],
         values: &Result<usize, String>,
     ) -> Reply {
-        match tokio::time::timeout(deadline, self.route(hook, method, body, values)).await {
+        let route = self.route(hook, method, body, values);
+        let (r, what) = WAITING
+            .scope(std::cell::Cell::new(NODE_AGENT), async {
+                let r = tokio::time::timeout(deadline, route).await;
+                (r, WAITING.with(|w| w.get()))
+            })
+            .await;
+        match r {
             Ok(r) => r,
             Err(_) => {
                 metrics::get().deadline_missed(hook.label());
-                let why = format!(
-                    "the node agent did not answer within the hook's deadline ({deadline:?})"
-                );
+                let why = missed(what, deadline);
                 tracing::warn!(path, "{why}");
                 Reply::ok(hook.timeout_answer(&why, self.config.update.retry_after_seconds))
             }

@@ -17,6 +17,7 @@
 //! effect, [`effects::UpgradeKubernetes`], which the engine runs before every other
 //! section's steps ([`crate::kubernetes::upgrade`]).
 
+pub(crate) mod diff;
 pub(crate) mod effects;
 pub(crate) mod observe;
 pub(crate) mod spec;

@@ -75,6 +75,7 @@ fn build(daemon: &Daemon, ntp: &NtpSpec, obs_file: &FileObs) -> Result<Built, St
         None => (String::new(), None),
     };
     let mode = cur.as_ref().map(|(_, e)| e.mode).unwrap_or(0o644);
+    inplace_formats::ntp::chrony_refuse_bom(daemon.path, &text)?;
     let content = inplace_formats::ntp::chrony_edit(&text, &ntp.servers).into_bytes();
     Ok((content, mode, meta, before))
 }
