@@ -1,23 +1,23 @@
 //! The write-ahead journal of an operation: what is written before the first change
 //! (the intent), and how the next start settles an operation a crash interrupted.
 //!
-//! ## The order of writes and fsyncs
+//! ## The order of writes and fsyncs (journal format 2)
 //!
 //! A crash (power cut, SIGKILL) at any instant leaves every managed file entirely old or
 //! entirely new, and the next start settles the operation. Every file is written to a
-//! temporary file and renamed over its target; the barriers are:
+//! temporary file and renamed over its target; the journal is flat files in `journal/`
+//! (layout and version rule: `crate::state`, `journal_v2.rs`); the barriers are:
 //!
-//! 0. `operations/<id>.json` in phase Staging: file and `operations/` fsynced (the
-//!    operation is known before anything changes). Validating, Committing, Acting and
-//!    Verifying are published to watchers only: a crash in them is settled from the
-//!    journal, which sets the operation's phase whatever its file said.
-//! 1. `originals/<hash>` for first overwrites and `journal/<op>/pre/<n>` (the pre-image
+//! 0. `operations/<id>.json` in phase Staging, without an fsync: the intent holds a copy
+//!    of it (a power cut before the intent is durable changed nothing on the node).
+//!    Validating, Committing, Acting and Verifying are published to watchers only: a
+//!    crash in them is settled from the journal, which sets the operation's phase.
+//! 1. `originals/<hash>` for first overwrites and `journal/<op>.pre-<n>` (the pre-image
 //!    of every path the operation writes or removes): each file's content fsynced, then
-//!    `originals/` and `journal/<op>/pre/` fsynced once each; then
-//!    `journal/<op>/intent.json` (paths, pre-image metadata, directories to be created,
-//!    prior sysctl values, units): file and directory fsynced (a new `journal/<op>/` is
-//!    fsynced with its parent when it is created). Failpoint `stage`. `progress` =
-//!    `staged`, not fsynced.
+//!    `originals/` fsynced once; then `journal/<op>.intent` (paths, pre-image metadata,
+//!    directories to be created, prior sysctl values, units, the Staging operation):
+//!    content, then `journal/` fsynced, which makes the pre-images' names durable too.
+//!    Failpoint `stage`. `progress` = `staged`, not fsynced.
 //! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename (failpoints
 //!    `write-temp`, `write`); removals unlink; then each directory written into or
 //!    removed from is fsynced once; then live sysctls (`sysctl`); `progress` = `written`.
@@ -26,31 +26,38 @@
 //!    words the message of a roll-back (which restarts the units whenever a path went
 //!    back, whatever it says); a power cut can leave an earlier step, or a marker that
 //!    does not verify, which recovery reports and handles.
-//! 4. The commit point: `journal/<op>/spec.pb` and `journal/<op>/record.json`, contents
-//!    fsynced, then `journal/<op>/` fsynced, then the empty `journal/<op>/committed` and
-//!    `journal/<op>/` fsynced again, so the marker is never durable before what it
-//!    commits (failpoint `record`).
-//! 5. `applied.json` and `applied-spec.pb`, contents fsynced, then the state directory
-//!    fsynced (failpoint `applied`); then the journal is removed (`journal/` fsynced) and
-//!    the final phase persisted (file and `operations/` fsynced; failpoint
-//!    `reboot-required`).
+//! 4. The commit point: `journal/<op>.commit`, one sealed file with the record, the phase
+//!    to end in and the spec: content, then `journal/` fsynced (failpoint `record`).
+//! 5. `applied.json` and `applied-spec.pb` installed without an fsync, the intent,
+//!    progress and pre-images and the previous operation's commit removed without one
+//!    (failpoint `applied`): the commit stays as their durable copy until something newer
+//!    is durable, and a start installs it again (with fsyncs) before removing it.
+//! 6. The settled operation: file and `operations/` fsynced (failpoints
+//!    `reboot-required`, then `settled`).
 //!
-//! A 1-file apply of a new file does 18 fsyncs (2 + 4 + 2 + 4 + 3 + 1 + 2); each further
-//! file adds one (its content), each further directory one, each pre-image or original
-//! one. The barriers that the safety argument needs and that this order does not merge
-//! yet: the Staging operation, the intent, the files, the commit marker after its record,
-//! the installed record, the final operation.
+//! A 1-file apply of a new file into an existing directory does 8 fsyncs (2 + 2 + 2 + 2:
+//! intent, file, commit, settled operation; 18 in format 1); each further file adds one
+//! (its content), each further directory one, each pre-image or original one; a 1-file
+//! removal does 8 too (its pre-image's content, the intent, the directory, the commit, the
+//! settled operation; 21 in format 1). The first operation on a fresh state directory
+//! adds 4 (creating `operations/` and `journal/`).
 //!
-//! At start ([`Agent::recover_journals`]): a journal with `committed` is rolled forward (its
-//! record installed, the operation ends in the phase it recorded); any other is rolled
-//! back and the operation ends `RolledBack` (`interrupted`, naming every path put back);
+//! Format 1 (`journal/<op>/`, inplaced up to 43048f4: the intent, `pre/<n>`, `progress`,
+//! then `spec.pb` and `record.json` and the empty `committed` marker, the installed
+//! record with fsyncs and the journal removed before the settled operation) is no longer
+//! written; a format-1 journal found at start is settled exactly as that agent did.
+//!
+//! At start ([`Agent::recover_journals`]): a journal with a commit is rolled forward (its
+//! record installed, the operation ends in the phase it recorded; in format 2 an
+//! operation whose file is already past Staging, i.e. settled after its commit, is left as
+//! it is: only its record is installed again); any other is rolled back and the operation ends `RolledBack` (`interrupted`, naming every path put back);
 //! one that never completed its intent, or whose journal does not verify, ends `Failed`.
 //! Re-applying either with the same id runs it again.
 //!
 //! ## What the journal guarantees
 //!
-//! Every journal file is verified before it is trusted: `intent.json`, `progress`,
-//! `record.json` and `spec.pb` carry a header with their SHA-256 and length
+//! Every journal file is verified before it is trusted: the intent, `progress`, the
+//! commit (format 1: `record.json` and `spec.pb`) carry a header with their SHA-256 and length
 //! ([`crate::state::seal`]); each pre-image's SHA-256 and length are in the intent,
 //! written after it. Rolling back restores a pre-image only when it verifies and only
 //! over a file that is no longer what it was (same hash, mode and owner as the pre-image:
@@ -79,6 +86,9 @@ use inplace_wire::pb;
 use inplace_wire::phase;
 use inplace_wire::phase::{INTERRUPTED, Phase};
 
+/// How long a unit restarted after a rollback from the journal may take to be active.
+const UNIT_ACTIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How the journal of one operation was settled at start.
 struct Settled {
     /// The phase the operation ends in (one of [`phase::FROM_JOURNAL`]).
@@ -87,6 +97,10 @@ struct Settled {
     message: String,
     /// The journal is done with and is removed (false: kept or quarantined).
     remove: bool,
+    /// Format 2, committed: an operation whose file is already past Staging (its settled
+    /// phase was written after the commit, which a committed journal outlives) is left
+    /// as it is.
+    keep_later: bool,
 }
 
 /// What rolling back did, path by path.
@@ -97,6 +111,8 @@ struct RolledBack {
     untouched: usize,
     /// Boot-configuration commands run again over the restored inputs.
     rerun: Vec<String>,
+    /// Units that failed to restart or were not active after it: what and why.
+    units_down: Vec<String>,
     problems: Vec<String>,
 }
 
@@ -162,10 +178,12 @@ impl Agent {
             .cloned()
             .collect();
         Ok(Intent {
+            version: crate::state::JOURNAL_VERSION,
             operation: op.id.clone(),
             entries,
             effects,
             units,
+            staged: serde_json::to_value(op).ok(),
         })
     }
 
@@ -189,7 +207,7 @@ impl Agent {
         };
         for (id, j) in journals {
             let settled = self.settle_journal(&id, &j);
-            self.finish_journal(&id, settled);
+            self.finish_journal(&id, &j, settled);
         }
     }
 
@@ -199,7 +217,9 @@ impl Agent {
         match (&j.committed, &j.intent) {
             (Some(Sealed::Valid(c)), _) => {
                 self.report_unused_damage(id, j);
-                self.roll_forward(id, c)
+                let mut settled = self.roll_forward(id, c);
+                settled.keep_later = j.version != 1;
+                settled
             }
             (Some(Sealed::Damaged(why)), Sealed::Valid(intent)) => self.roll_back(
                 id,
@@ -216,6 +236,7 @@ impl Agent {
                     "{INTERRUPTED} the agent stopped before the operation's journal was complete; nothing was changed; re-apply with the same operation id to converge"
                 ),
                 remove: true,
+                keep_later: false,
             },
             (_, Sealed::Damaged(why)) => self.quarantine(id, j, why),
             (_, Sealed::Absent) => self.quarantine(
@@ -223,7 +244,7 @@ impl Agent {
                 j,
                 &format!(
                     "{}: missing although the journal has progress or a commit",
-                    self.state.full(&format!("/journal/{id}/intent.json"))
+                    self.state.journal_file(j.version, id, "intent")
                 ),
             ),
             (Some(Sealed::Absent), _) => self.quarantine(id, j, "the committed record is missing"),
@@ -232,29 +253,33 @@ impl Agent {
 
     /// Past the commit point the intent and the pre-images are not needed; damage to
     /// them is still reported.
+    /// In format 2 the intent, progress and pre-images are removed once the commit is
+    /// installed: their absence is not damage.
     fn report_unused_damage(&self, id: &str, j: &JournalState) {
         let mut bad = Vec::new();
+        let v1 = j.version == 1;
         match &j.intent {
             Sealed::Damaged(why) => bad.push(why.clone()),
             Sealed::Valid(intent) => {
                 for pre in intent.entries.iter().filter_map(|e| e.pre.as_ref()) {
-                    if let Err(why) = self.state.journal_read_pre(id, pre) {
+                    if let Err(why) = self.state.journal_read_pre(j.version, id, pre) {
                         bad.push(why);
                     }
                 }
             }
-            Sealed::Absent => bad.push(format!(
+            Sealed::Absent if v1 => bad.push(format!(
                 "{}: missing although the operation committed",
-                self.state.full(&format!("/journal/{id}/intent.json"))
+                self.state.journal_file(1, id, "intent")
             )),
+            Sealed::Absent => {}
         }
         match &j.progress {
             Sealed::Damaged(why) => bad.push(why.clone()),
-            Sealed::Absent => bad.push(format!(
+            Sealed::Absent if v1 => bad.push(format!(
                 "{}: missing although the operation committed",
-                self.state.full(&format!("/journal/{id}/progress"))
+                self.state.journal_file(1, id, "progress")
             )),
-            Sealed::Valid(_) => {}
+            Sealed::Absent | Sealed::Valid(_) => {}
         }
         if !bad.is_empty() {
             self.problem(format!(
@@ -268,9 +293,42 @@ impl Agent {
     /// whatever phase its file said; an operation file that does not parse is moved aside,
     /// and a phase the machine refuses left as it was, with the outcome listed in the
     /// problems), then removes the journal when it is done with.
-    fn finish_journal(&self, id: &str, settled: Settled) {
+    fn finish_journal(&self, id: &str, j: &JournalState, settled: Settled) {
+        let read = self.state.get_operation(id);
+        if settled.keep_later
+            && let Ok(Some(wire)) = &read
+            && !pre_commit(wire.phase)
+        {
+            // the commit a settled operation leaves behind: installed again, nothing else
+            tracing::debug!(operation = %id, "installed the commit kept by a settled operation");
+            self.remove_journal(id, &settled);
+            return;
+        }
         tracing::warn!(operation = %id, message = %settled.message, "settled an interrupted operation");
-        match self.state.get_operation(id) {
+        // format 2 writes the Staging operation without an fsync: its intent has a copy
+        let staged = match &j.intent {
+            Sealed::Valid(i) => i.staged.clone(),
+            _ => None,
+        }
+        .and_then(|v| serde_json::from_value::<pb::Operation>(v).ok())
+        .filter(|o| o.id == id);
+        let read = match (read, staged) {
+            (Ok(None), Some(op)) => Ok(Some(op)),
+            (Err(e), Some(op)) => {
+                let moved = self
+                    .state
+                    .operation_quarantine(id)
+                    .map(|p| format!("moved to {p}"))
+                    .unwrap_or_else(|e| format!("not moved: {e}"));
+                self.problem(format!(
+                    "{e} ({moved}); the operation is settled from the copy in its journal's intent: {}",
+                    settled.message
+                ));
+                Ok(Some(op))
+            }
+            (r, _) => r,
+        };
+        match read {
             Ok(Some(wire)) => {
                 let mut op = Op::read_back(wire);
                 let next = op
@@ -304,6 +362,12 @@ impl Agent {
                 ));
             }
         }
+        self.remove_journal(id, &settled);
+    }
+
+    /// Removes the journal of `id` when `settled` is done with it; a failure is a problem
+    /// and refuses mutations.
+    fn remove_journal(&self, id: &str, settled: &Settled) {
         if settled.remove
             && let Err(e) = self.state.journal_remove(id)
         {
@@ -332,6 +396,7 @@ impl Agent {
                 end: phase::from_i32(c.phase),
                 message: committed.into(),
                 remove: true,
+                keep_later: false,
             },
             Err(e) => {
                 let why = format!(
@@ -343,6 +408,7 @@ impl Agent {
                     end: phase::from_i32(c.phase),
                     message: format!("{committed}; {why}"),
                     remove: false,
+                    keep_later: false,
                 }
             }
         }
@@ -364,7 +430,7 @@ impl Agent {
         let mut bad = Vec::new();
         for e in &intent.entries {
             match &e.pre {
-                Some(pre) => match self.state.journal_read_pre(id, pre) {
+                Some(pre) => match self.state.journal_read_pre(j.version, id, pre) {
                     Ok(b) => pres.push(Some(b)),
                     Err(why) => bad.push(why),
                 },
@@ -416,22 +482,63 @@ impl Agent {
                         .push(format!("re-running {} failed: {e}", cmd.join(" "))),
                 }
             }
-            let _ = self.restart_units(&intent.units);
+            done.units_down = self.restart_and_check(&intent.units);
         }
         // the phase says what happened (issue 20 §5): the journal's pre-images were put
         // back, whatever the step reached; RolledBack only when they undo everything
         // the step reached (issue 27 §1)
         let incomplete = super::rollback::after_crash(&step, &self.config);
         done.problems.extend(incomplete.iter().cloned());
+        // a unit that did not come back is not the node as before: Failed, named
+        let units_down = !done.units_down.is_empty();
+        for u in std::mem::take(&mut done.units_down) {
+            self.problem(format!(
+                "operation {id}: after rolling back from the journal, {u}"
+            ));
+            done.problems.push(u);
+        }
         Settled {
-            end: if incomplete.is_some() {
+            end: if incomplete.is_some() || units_down {
                 Phase::Failed
             } else {
                 Phase::RolledBack
             },
             message: rolled_back_message(&step, &done, note),
             remove: true,
+            keep_later: false,
         }
+    }
+
+    /// Restarts `units` after a rollback from the journal and checks that each is active
+    /// again (up to [`UNIT_ACTIVE_TIMEOUT`]); returns those that failed to restart or
+    /// were not active after it, each with why. A service manager with no unit state to
+    /// ask (the recorder) is "not checked", not a failure.
+    fn restart_and_check(&self, units: &[String]) -> Vec<String> {
+        let mut down = Vec::new();
+        for u in units {
+            let checked = self
+                .services
+                .restart(u)
+                .map_err(|e| format!("{u} did not restart: {e}"))
+                .and_then(|()| {
+                    self.services
+                        .wait_active(u, UNIT_ACTIVE_TIMEOUT)
+                        .map_err(|e| format!("{u} is not active after its restart: {e}"))
+                });
+            match checked {
+                Ok(true) => {
+                    tracing::info!(unit = %u, "restarted after a rollback from the journal; active")
+                }
+                Ok(false) => {
+                    tracing::info!(unit = %u, "restarted after a rollback from the journal; its state not checked")
+                }
+                Err(why) => {
+                    tracing::warn!(unit = %u, why = %why, "a unit did not come back after a rollback from the journal");
+                    down.push(why);
+                }
+            }
+        }
+        down
     }
 
     /// One path back to its verified pre-image `pre` (None: it was absent), only if it
@@ -515,7 +622,7 @@ impl Agent {
             files.push("the files it names are not known (its intent does not parse): see the operation's changes".into());
         }
         let report = format!("{why}\n{}\n", files.join("\n"));
-        let (where_, remove) = match self.state.journal_quarantine(id, &report) {
+        let (where_, remove) = match self.state.journal_quarantine(j.version, id, &report) {
             Ok(p) => (format!("moved whole to {p}"), false),
             Err(e) => {
                 self.set_unavailable(format!(
@@ -537,6 +644,7 @@ impl Agent {
                 files.join("; ")
             ),
             remove,
+            keep_later: false,
         }
     }
 
@@ -564,6 +672,21 @@ impl Agent {
             e.path
         )
     }
+}
+
+/// Whether an operation file in `phase` was written before its commit (Staging is the
+/// only such phase written to disk; the others are listed for completeness).
+fn pre_commit(phase: i32) -> bool {
+    [
+        Phase::Unspecified,
+        Phase::Validating,
+        Phase::Staging,
+        Phase::Committing,
+        Phase::Acting,
+        Phase::Verifying,
+    ]
+    .iter()
+    .any(|p| *p as i32 == phase)
 }
 
 /// The message of an operation rolled back at start: every restored and removed path
