@@ -207,3 +207,35 @@ async fn disk_full_during_staging_fails_cleanly() {
         .unwrap_or_default();
     assert!(journal.is_empty(), "{journal:?}");
 }
+
+/// The kubelet's CPU manager checkpoint, removed by the reset of its manager, is in the
+/// journal: killed after the reset (failpoint `act`), with a checkpoint of the new policy
+/// written since (as the started kubelet does), the start puts the old one back over it
+/// with the kubelet's flags, restarts the kubelet and ends RolledBack naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_removed_before_a_crash_is_restored_from_the_journal() {
+    let mut node = Node::new("systemd-boot");
+    let state = "/var/lib/kubelet/cpu_manager_state";
+    let checkpoint = node.read(state);
+    let flags = node.read("/var/lib/kubelet/kubeadm-flags.env");
+    node.die_at("act", "kubelet:\n  flags:\n    reserved-cpus: \"0-3\"\n")
+        .await;
+    assert!(!node.path(state).exists(), "the reset removed it");
+    std::fs::write(node.path(state), "{\"policyName\":\"static\",\"new\":true}").unwrap();
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
+    assert!(
+        op.message.contains(&format!(
+            "restored from the journal's pre-images: {state}, /var/lib/kubelet/kubeadm-flags.env;"
+        )),
+        "{}",
+        op.message
+    );
+    assert_eq!(node.read(state), checkpoint);
+    assert_eq!(node.read("/var/lib/kubelet/kubeadm-flags.env"), flags);
+    assert_eq!(
+        node.actions().last().map(String::as_str),
+        Some("restart kubelet.service")
+    );
+}

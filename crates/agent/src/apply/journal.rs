@@ -118,18 +118,34 @@ struct RolledBack {
 
 impl Agent {
     /// The write-ahead intent of `steps`: a pre-image of every path (written to the
-    /// journal), the directories writes will create, each effect's journal entry (the
-    /// prior value of a live sysctl), the boot-configuration commands.
+    /// journal), including the paths effects remove ([`crate::sections::kit::effect::Effect::journaled_removals`]:
+    /// the kubelet's manager checkpoints), the directories writes will create, each
+    /// effect's journal entry (the prior value of a live sysctl), the boot-configuration
+    /// commands.
     pub(super) fn intent(&self, op: &pb::Operation, steps: &Steps) -> Result<Intent, String> {
         use crate::state::{IntentEntry, PreImage};
         use inplace_node::sysroot::Parents;
         let mut entries = Vec::new();
+        // the effects' removals (the kubelet's manager checkpoints) last: put back over
+        // whatever the service wrote since
+        let removals: Vec<String> = steps
+            .effects
+            .iter()
+            .flat_map(|e| e.journaled_removals())
+            .collect();
         let paths = steps
             .writes
             .iter()
-            .map(|w| (w.path.as_str(), Some(crate::state::sha256_of(&w.content))))
-            .chain(steps.removes.iter().map(|r| (r.path.as_str(), None)));
-        for (n, (path, new_sha256)) in paths.enumerate() {
+            .map(|w| {
+                (
+                    w.path.as_str(),
+                    Some(crate::state::sha256_of(&w.content)),
+                    false,
+                )
+            })
+            .chain(steps.removes.iter().map(|r| (r.path.as_str(), None, false)))
+            .chain(removals.iter().map(|p| (p.as_str(), None, true)));
+        for (n, (path, new_sha256, restore_over_any)) in paths.enumerate() {
             let pre = match observe_file(&self.root, path).map_err(|e| e.to_string())? {
                 FileObs::File { content, entry } => {
                     let file = self
@@ -158,11 +174,15 @@ impl Agent {
                     }
                 }
             }
+            if restore_over_any {
+                missing_dirs.clear();
+            }
             entries.push(IntentEntry {
                 path: path.to_string(),
                 pre,
                 missing_dirs,
                 new_sha256,
+                restore_over_any,
             });
         }
         let effects = steps
@@ -560,6 +580,23 @@ impl Agent {
         };
         let new = e.new_sha256.as_deref();
         let r = match (&e.pre, pre, &now) {
+            // a checkpoint an effect removed: back to its pre-image, whatever is there
+            (Some(p), Some(bytes), obs) if e.restore_over_any => match obs {
+                FileObs::File { content, entry }
+                    if sha256_of(content) == p.sha256
+                        && (entry.mode, entry.uid, entry.gid) == (p.mode, p.uid, p.gid) =>
+                {
+                    done.untouched += 1;
+                    return;
+                }
+                _ => self
+                    .root
+                    .write_atomic(path, bytes, p.mode, p.uid, p.gid)
+                    .map(|_| &mut done.restored),
+            },
+            (None, _, FileObs::File { .. }) if e.restore_over_any => {
+                self.root.remove(path).map(|_| &mut done.removed)
+            }
             (Some(p), Some(bytes), FileObs::File { content, entry }) => {
                 let same_content = sha256_of(content) == p.sha256;
                 if same_content && (entry.mode, entry.uid, entry.gid) == (p.mode, p.uid, p.gid) {

@@ -46,6 +46,11 @@ pub struct IntentEntry {
     /// `sha256:<hex>` of the content the operation writes (None: it removes the path).
     #[serde(default)]
     pub new_sha256: Option<String>,
+    /// Format 2: a path an effect removes and its service may write again (the kubelet's
+    /// CPU or memory manager checkpoint): a rollback writes the pre-image back (or
+    /// removes the path when it was absent) over whatever is there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restore_over_any: bool,
 }
 
 /// The write-ahead intent of an operation, written and fsynced before its first change.
@@ -533,6 +538,7 @@ mod tests {
                 }),
                 missing_dirs: vec![],
                 new_sha256: Some("sha256:bb".into()),
+                restore_over_any: false,
             }],
             effects: vec![
                 EffectEntry::Sysctl {

@@ -243,6 +243,7 @@ fn journal_with_pre_image(s: &StateDir, op: &str) -> Intent {
             }),
             missing_dirs: vec![],
             new_sha256: Some(sha256_of(b"after")),
+            restore_over_any: false,
         }],
         version: JOURNAL_VERSION,
         ..Intent::default()
