@@ -13,10 +13,11 @@
 //!    Validating, Committing, Acting and Verifying are published to watchers only: a
 //!    crash in them is settled from the journal, which sets the operation's phase.
 //! 1. `originals/<hash>` for first overwrites and `journal/<op>.pre-<n>` (the pre-image
-//!    of every path the operation writes or removes): each file's content fsynced, then
-//!    `originals/` fsynced once; then `journal/<op>.intent` (paths, pre-image metadata,
-//!    directories to be created, prior sysctl values, units, the Staging operation):
-//!    content, then `journal/` fsynced, which makes the pre-images' names durable too.
+//!    of every path the operation or its effects write or remove): each file's content
+//!    fsynced, then `originals/` fsynced once; then `journal/<op>.intent` (paths,
+//!    pre-image metadata, directories to be created, prior sysctl values, units, the
+//!    Staging operation): content, then `journal/` fsynced, which makes the pre-images'
+//!    names durable too.
 //!    Failpoint `stage`. `progress` = `staged`, not fsynced.
 //! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename (failpoints
 //!    `write-temp`, `write`); removals unlink; then each directory written into or
@@ -50,9 +51,20 @@
 //! At start ([`Agent::recover_journals`]): a journal with a commit is rolled forward (its
 //! record installed, the operation ends in the phase it recorded; in format 2 an
 //! operation whose file is already past Staging, i.e. settled after its commit, is left as
-//! it is: only its record is installed again); any other is rolled back and the operation ends `RolledBack` (`interrupted`, naming every path put back);
-//! one that never completed its intent, or whose journal does not verify, ends `Failed`.
-//! Re-applying either with the same id runs it again.
+//! it is: only its record is installed again); any other is rolled back and the
+//! operation ends `RolledBack` (`interrupted`, naming every path put back). When a path
+//! went back, the units the intent names are restarted and each is checked active again
+//! (a unit that does not restart or is not active is named in the message and status,
+//! and the operation ends `Failed`: the node is not as before). One that never completed
+//! its intent, or whose journal does not verify, ends `Failed`. Re-applying either with
+//! the same id runs it again.
+//!
+//! The paths an effect removes (the kubelet's CPU and memory manager checkpoints, reset
+//! with a policy change) are intent entries too, with their pre-images: a rollback writes
+//! each back over whatever is there then, since the restarted kubelet may have written a
+//! checkpoint of the new policy, which the old one refuses. The pre-image is the
+//! checkpoint at Staging (the reset needs a drained node, so it does not change before
+//! the reset).
 //!
 //! ## What the journal guarantees
 //!
@@ -123,7 +135,7 @@ impl Agent {
     /// effect's journal entry (the prior value of a live sysctl), the boot-configuration
     /// commands.
     pub(super) fn intent(&self, op: &pb::Operation, steps: &Steps) -> Result<Intent, String> {
-        use crate::state::{IntentEntry, PreImage};
+        use crate::state::IntentEntry;
         use inplace_node::sysroot::Parents;
         let mut entries = Vec::new();
         // the effects' removals (the kubelet's manager checkpoints) last: put back over
@@ -146,23 +158,7 @@ impl Agent {
             .chain(steps.removes.iter().map(|r| (r.path.as_str(), None, false)))
             .chain(removals.iter().map(|p| (p.as_str(), None, true)));
         for (n, (path, new_sha256, restore_over_any)) in paths.enumerate() {
-            let pre = match observe_file(&self.root, path).map_err(|e| e.to_string())? {
-                FileObs::File { content, entry } => {
-                    let file = self
-                        .state
-                        .journal_pre_image(&op.id, n, &content)
-                        .map_err(|e| e.to_string())?;
-                    Some(PreImage {
-                        file,
-                        sha256: crate::state::sha256_of(&content),
-                        len: content.len() as u64,
-                        mode: entry.mode,
-                        uid: entry.uid,
-                        gid: entry.gid,
-                    })
-                }
-                _ => None,
-            };
+            let pre = self.pre_image(&op.id, n, path)?;
             let mut missing_dirs = Vec::new();
             if let Ok(Parents::Missing(first)) = self.root.parents(path) {
                 let mut d = String::new();
@@ -205,6 +201,35 @@ impl Agent {
             units,
             staged: serde_json::to_value(op).ok(),
         })
+    }
+
+    /// The pre-image of `path` (None: absent), written to the journal as operation
+    /// `op`'s `n`th.
+    fn pre_image(
+        &self,
+        op: &str,
+        n: usize,
+        path: &str,
+    ) -> Result<Option<crate::state::PreImage>, String> {
+        Ok(
+            match observe_file(&self.root, path).map_err(|e| e.to_string())? {
+                FileObs::File { content, entry } => {
+                    let file = self
+                        .state
+                        .journal_pre_image(op, n, &content)
+                        .map_err(|e| e.to_string())?;
+                    Some(crate::state::PreImage {
+                        file,
+                        sha256: crate::state::sha256_of(&content),
+                        len: content.len() as u64,
+                        mode: entry.mode,
+                        uid: entry.uid,
+                        gid: entry.gid,
+                    })
+                }
+                _ => None,
+            },
+        )
     }
 
     /// Settles the journal of every operation a crash interrupted (see the module docs).
@@ -446,20 +471,10 @@ impl Agent {
         intent: &Intent,
         note: Option<String>,
     ) -> Settled {
-        let mut pres = Vec::new();
-        let mut bad = Vec::new();
-        for e in &intent.entries {
-            match &e.pre {
-                Some(pre) => match self.state.journal_read_pre(j.version, id, pre) {
-                    Ok(b) => pres.push(Some(b)),
-                    Err(why) => bad.push(why),
-                },
-                None => pres.push(None),
-            }
-        }
-        if !bad.is_empty() {
-            return self.quarantine(id, j, &bad.join("; "));
-        }
+        let pres = match self.verified_pre_images(id, j, intent) {
+            Ok(p) => p,
+            Err(why) => return self.quarantine(id, j, &why),
+        };
         let mut done = RolledBack::default();
         for (e, pre) in intent.entries.iter().zip(pres).rev() {
             let _ = self.root.remove_stale_temps(&e.path);
@@ -561,6 +576,32 @@ impl Agent {
         down
     }
 
+    /// Every pre-image the intent names, verified (None: the path was absent); else why
+    /// not, each that does not verify named.
+    fn verified_pre_images(
+        &self,
+        id: &str,
+        j: &JournalState,
+        intent: &Intent,
+    ) -> Result<Vec<Option<Vec<u8>>>, String> {
+        let mut pres = Vec::new();
+        let mut bad = Vec::new();
+        for e in &intent.entries {
+            match &e.pre {
+                Some(pre) => match self.state.journal_read_pre(j.version, id, pre) {
+                    Ok(b) => pres.push(Some(b)),
+                    Err(why) => bad.push(why),
+                },
+                None => pres.push(None),
+            }
+        }
+        if bad.is_empty() {
+            Ok(pres)
+        } else {
+            Err(bad.join("; "))
+        }
+    }
+
     /// One path back to its verified pre-image `pre` (None: it was absent), only if it
     /// is no longer what it was and is still what the operation left there.
     fn roll_back_entry(
@@ -578,25 +619,11 @@ impl Agent {
                 return;
             }
         };
+        if e.restore_over_any {
+            return self.put_back_over_any(id, e, pre, &now, done);
+        }
         let new = e.new_sha256.as_deref();
         let r = match (&e.pre, pre, &now) {
-            // a checkpoint an effect removed: back to its pre-image, whatever is there
-            (Some(p), Some(bytes), obs) if e.restore_over_any => match obs {
-                FileObs::File { content, entry }
-                    if sha256_of(content) == p.sha256
-                        && (entry.mode, entry.uid, entry.gid) == (p.mode, p.uid, p.gid) =>
-                {
-                    done.untouched += 1;
-                    return;
-                }
-                _ => self
-                    .root
-                    .write_atomic(path, bytes, p.mode, p.uid, p.gid)
-                    .map(|_| &mut done.restored),
-            },
-            (None, _, FileObs::File { .. }) if e.restore_over_any => {
-                self.root.remove(path).map(|_| &mut done.removed)
-            }
             (Some(p), Some(bytes), FileObs::File { content, entry }) => {
                 let same_content = sha256_of(content) == p.sha256;
                 if same_content && (entry.mode, entry.uid, entry.gid) == (p.mode, p.uid, p.gid) {
@@ -633,6 +660,44 @@ impl Agent {
                     "{path}: left as it is: it is {}, not what the operation wrote",
                     obs.fingerprint()
                 ));
+                return;
+            }
+        };
+        match r {
+            Ok(list) => {
+                tracing::warn!(operation = %id, path = %path, "rolled back from the journal");
+                list.push(path.clone());
+            }
+            Err(err) => done.problems.push(format!("{path}: {err}")),
+        }
+    }
+
+    /// A path an effect removed (a manager checkpoint): back to its verified pre-image
+    /// `pre`, or removed when it was absent, over whatever is there now (`now`).
+    fn put_back_over_any(
+        &self,
+        id: &str,
+        e: &IntentEntry,
+        pre: Option<&[u8]>,
+        now: &FileObs,
+        done: &mut RolledBack,
+    ) {
+        let path = &e.path;
+        let r = match (&e.pre, pre, now) {
+            (Some(p), _, FileObs::File { content, entry })
+                if sha256_of(content) == p.sha256
+                    && (entry.mode, entry.uid, entry.gid) == (p.mode, p.uid, p.gid) =>
+            {
+                done.untouched += 1;
+                return;
+            }
+            (Some(p), Some(bytes), _) => self
+                .root
+                .write_atomic(path, bytes, p.mode, p.uid, p.gid)
+                .map(|_| &mut done.restored),
+            (None, _, FileObs::File { .. }) => self.root.remove(path).map(|_| &mut done.removed),
+            _ => {
+                done.untouched += 1;
                 return;
             }
         };
