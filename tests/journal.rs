@@ -774,3 +774,28 @@ async fn a_unit_that_does_not_come_back_after_a_rollback_is_named() {
             .any(|a| a == "restart kubelet.service")
     );
 }
+
+/// The Staging operation is written without an fsync: a power cut can lose it and leave
+/// the file of an earlier run of the same id. The journal's copy (the commit's) is told
+/// from that file by its creation time, and the operation is settled from it: rolled
+/// forward, not left as the earlier run's RolledBack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_runs_operation_file_is_not_taken_for_this_run() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.die_at("write:2", WORKLOAD).await;
+    node.start();
+    assert_eq!(node.settle("crash").await.phase, Phase::RolledBack as i32);
+    node.stop();
+    let earlier = std::fs::read(node.state.join("operations/crash.json")).unwrap();
+    node.die_at("record", WORKLOAD).await;
+    std::fs::write(node.state.join("operations/crash.json"), &earlier).unwrap();
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    assert_eq!(
+        op.message,
+        "changes committed; completed after an agent restart"
+    );
+    assert_eq!(node.read("/etc/rel/a.conf"), "a\n");
+    assert!(journal_of(&node, "crash").is_empty());
+}

@@ -438,7 +438,7 @@ impl Agent {
         };
         // the commit point: once the journal holds the record, a crash rolls forward
         self.state
-            .journal_commit(run.op.id(), run.spec_pb, &run.record, final_phase as i32)
+            .journal_commit(run.op.wire(), run.spec_pb, &run.record, final_phase as i32)
             .map_err(|e| fail(format!("recording the applied state: {e}")))?;
         inplace_node::failpoint::hit("record");
         if inplace_node::failpoint::triggered("full-after-commit") {

@@ -109,10 +109,6 @@ struct Settled {
     message: String,
     /// The journal is done with and is removed (false: kept or quarantined).
     remove: bool,
-    /// Format 2, committed: an operation whose file is already past Staging (its settled
-    /// phase was written after the commit, which a committed journal outlives) is left
-    /// as it is.
-    keep_later: bool,
 }
 
 /// What rolling back did, path by path.
@@ -262,9 +258,7 @@ impl Agent {
         match (&j.committed, &j.intent) {
             (Some(Sealed::Valid(c)), _) => {
                 self.report_unused_damage(id, j);
-                let mut settled = self.roll_forward(id, c);
-                settled.keep_later = j.version != 1;
-                settled
+                self.roll_forward(id, c)
             }
             (Some(Sealed::Damaged(why)), Sealed::Valid(intent)) => self.roll_back(
                 id,
@@ -281,7 +275,6 @@ impl Agent {
                     "{INTERRUPTED} the agent stopped before the operation's journal was complete; nothing was changed; re-apply with the same operation id to converge"
                 ),
                 remove: true,
-                keep_later: false,
             },
             (_, Sealed::Damaged(why)) => self.quarantine(id, j, why),
             (_, Sealed::Absent) => self.quarantine(
@@ -339,24 +332,28 @@ impl Agent {
     /// and a phase the machine refuses left as it was, with the outcome listed in the
     /// problems), then removes the journal when it is done with.
     fn finish_journal(&self, id: &str, j: &JournalState, settled: Settled) {
-        let read = self.state.get_operation(id);
-        if settled.keep_later
+        // format 2 writes the Staging operation without an fsync: the journal has a copy
+        // (the commit's, else the intent's)
+        let copy = journal_copy(id, j);
+        let mut read = self.state.get_operation(id);
+        if let (Ok(Some(wire)), Some(c)) = (&read, &copy)
+            && wire.created != c.created
+        {
+            // an earlier run of the same id: this run's Staging write was lost
+            read = Ok(None);
+        }
+        if j.version != 1
             && let Ok(Some(wire)) = &read
             && !pre_commit(wire.phase)
         {
-            // the commit a settled operation leaves behind: installed again, nothing else
-            tracing::debug!(operation = %id, "installed the commit kept by a settled operation");
+            // this run settled after its journal was done with (the commit a settled
+            // operation keeps, installed again above): the operation is left as it is
+            tracing::debug!(operation = %id, "settled journal of a settled operation");
             self.remove_journal(id, &settled);
             return;
         }
         tracing::warn!(operation = %id, message = %settled.message, "settled an interrupted operation");
-        // format 2 writes the Staging operation without an fsync: its intent has a copy
-        let staged = match &j.intent {
-            Sealed::Valid(i) => i.staged.clone(),
-            _ => None,
-        }
-        .and_then(|v| serde_json::from_value::<pb::Operation>(v).ok())
-        .filter(|o| o.id == id);
+        let staged = copy;
         let read = match (read, staged) {
             (Ok(None), Some(op)) => Ok(Some(op)),
             (Err(e), Some(op)) => {
@@ -366,7 +363,7 @@ impl Agent {
                     .map(|p| format!("moved to {p}"))
                     .unwrap_or_else(|e| format!("not moved: {e}"));
                 self.problem(format!(
-                    "{e} ({moved}); the operation is settled from the copy in its journal's intent: {}",
+                    "{e} ({moved}); the operation is settled from the copy in its journal: {}",
                     settled.message
                 ));
                 Ok(Some(op))
@@ -441,7 +438,6 @@ impl Agent {
                 end: phase::from_i32(c.phase),
                 message: committed.into(),
                 remove: true,
-                keep_later: false,
             },
             Err(e) => {
                 let why = format!(
@@ -453,7 +449,6 @@ impl Agent {
                     end: phase::from_i32(c.phase),
                     message: format!("{committed}; {why}"),
                     remove: false,
-                    keep_later: false,
                 }
             }
         }
@@ -540,7 +535,6 @@ impl Agent {
             },
             message: rolled_back_message(&step, &done, note),
             remove: true,
-            keep_later: false,
         }
     }
 
@@ -746,7 +740,6 @@ impl Agent {
                 files.join("; ")
             ),
             remove,
-            keep_later: false,
         }
     }
 
@@ -774,6 +767,23 @@ impl Agent {
             e.path
         )
     }
+}
+
+/// The copy of operation `id` a format-2 journal holds: the commit's (the operation at
+/// its commit point), else the intent's (in Staging).
+fn journal_copy(id: &str, j: &JournalState) -> Option<pb::Operation> {
+    let from_commit = match &j.committed {
+        Some(Sealed::Valid(c)) => c.operation.clone(),
+        _ => None,
+    };
+    let from_intent = match &j.intent {
+        Sealed::Valid(i) => i.staged.clone(),
+        _ => None,
+    };
+    from_commit
+        .or(from_intent)
+        .and_then(|v| serde_json::from_value::<pb::Operation>(v).ok())
+        .filter(|o| o.id == id)
 }
 
 /// Whether an operation file in `phase` was written before its commit (Staging is the

@@ -195,6 +195,10 @@ pub struct Committed {
     pub phase: i32,
     /// The NodeSpec applied (protobuf bytes), installed as `applied-spec.pb`.
     pub spec: Vec<u8>,
+    /// Format 2: the operation as it was at its commit point (proto3 JSON of
+    /// `inplace.v1.Operation`): settles it when its own file was lost or is an earlier
+    /// run's of the same id (told by `created`).
+    pub operation: Option<serde_json::Value>,
 }
 
 /// What the journal of an interrupted operation says, each file verified.
@@ -401,6 +405,7 @@ impl StateDir {
                 record,
                 phase,
                 spec,
+                operation: None,
             }),
             (Sealed::Damaged(w), _) | (_, Sealed::Damaged(w)) => Sealed::Damaged(w),
             (Sealed::Absent, _) => Sealed::Damaged(format!(

@@ -8,7 +8,8 @@
 //!                         and the operation as it was in Staging ("stagedOperation")
 //! journal/<op>.progress   sealed step marker (never fsynced)
 //! journal/<op>.commit     sealed: one JSON line {"version": 2, "generation", "phase",
-//!                         "record"}, a newline, then the NodeSpec applied (protobuf bytes)
+//!                         "record", "operation"}, a newline, then the NodeSpec applied
+//!                         (protobuf bytes)
 //! ```
 //!
 //! ## The version rule
@@ -37,6 +38,7 @@
 use std::sync::atomic::Ordering;
 
 use inplace_node::sysroot::Durability;
+use inplace_wire::pb;
 
 use super::{AppliedRecord, Committed, Intent, JournalState, Sealed, StateDir, StateError, seal};
 
@@ -95,6 +97,7 @@ fn parse_commit(b: &[u8]) -> Result<Committed, String> {
         record: serde_json::from_value(v.get("record").cloned().unwrap_or_default())
             .map_err(|e| e.to_string())?,
         spec: b[nl + 1..].to_vec(),
+        operation: v.get("operation").cloned(),
     })
 }
 
@@ -144,22 +147,24 @@ impl StateDir {
     }
 
     /// The commit point: `journal/<op>.commit` (sealed: format, generation, the phase to
-    /// end in and the record, then the spec applied), its content then `journal/`
-    /// fsynced (2 barriers). Being one sealed file, it is there whole or not at all.
+    /// end in, the record and the operation `op` as it is now, then the spec applied),
+    /// its content then `journal/` fsynced (2 barriers). Being one sealed file, it is
+    /// there whole or not at all.
     pub fn journal_commit(
         &self,
-        op: &str,
+        op: &pb::Operation,
         spec: &[u8],
         record: &AppliedRecord,
         phase: i32,
     ) -> Result<(), StateError> {
-        let rel = format!("/journal/{op}.commit");
+        let rel = format!("/journal/{}.commit", op.id);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let head = serde_json::json!({
             "version": JOURNAL_VERSION,
             "generation": generation,
             "phase": phase,
             "record": record,
+            "operation": op,
         });
         let mut b = serde_json::to_vec(&head).map_err(|e| self.corrupt(&rel, e))?;
         b.push(b'\n');

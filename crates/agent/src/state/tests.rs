@@ -227,6 +227,13 @@ fn the_seal_has_its_header_and_detects_damage() {
     assert!(unseal(b"abc").is_err());
 }
 
+fn wire_op(id: &str) -> inplace_wire::pb::Operation {
+    inplace_wire::pb::Operation {
+        id: id.into(),
+        ..Default::default()
+    }
+}
+
 fn journal_with_pre_image(s: &StateDir, op: &str) -> Intent {
     let file = s.journal_pre_image(op, 0, b"before").unwrap();
     let intent = Intent {
@@ -267,7 +274,8 @@ fn a_journal_reads_back_verified() {
     let pre = intent.entries[0].pre.as_ref().unwrap();
     assert_eq!(s.journal_read_pre(2, "op1", pre).unwrap(), b"before");
 
-    s.journal_commit("op1", b"spec", &record(), 3).unwrap();
+    s.journal_commit(&wire_op("op1"), b"spec", &record(), 3)
+        .unwrap();
     let (_, j) = &s.journals().unwrap()[0];
     assert_eq!(
         j.committed,
@@ -276,6 +284,7 @@ fn a_journal_reads_back_verified() {
             record: record(),
             phase: 3,
             spec: b"spec".to_vec(),
+            operation: Some(serde_json::to_value(wire_op("op1")).unwrap()),
         }))
     );
     s.journal_remove("op1").unwrap();
@@ -320,13 +329,15 @@ fn a_quarantined_journal_is_moved_whole() {
 fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
     let (_d, s) = open();
     journal_with_pre_image(&s, "op1");
-    s.journal_commit("op1", b"spec-1", &record(), 3).unwrap();
+    s.journal_commit(&wire_op("op1"), b"spec-1", &record(), 3)
+        .unwrap();
     s.install_committed("op1", &record(), b"spec-1").unwrap();
     assert_eq!(names(&s.path().join("journal")), ["op1.commit"]);
     assert_eq!(s.load_record().unwrap(), record());
     let mut second = record();
     second.spec_hash = "sha256:second".into();
-    s.journal_commit("op2", b"spec-2", &second, 3).unwrap();
+    s.journal_commit(&wire_op("op2"), b"spec-2", &second, 3)
+        .unwrap();
     // a power cut before op2's install: both commits, op2's is newer
     let pending = s.pending_commit().unwrap().unwrap();
     assert_eq!((pending.generation, pending.spec), (2, b"spec-2".to_vec()));
