@@ -1,9 +1,13 @@
 //! The durable barriers of an operation: each operation logs, when it
 //! settles, how many fsyncs it made, and that number is the journal's documented order
-//! (`src/apply/journal.rs`) exactly: 17 + one per file written for an apply of new files
-//! into an existing directory, 20 + one per file for their removal (its pre-images). The
-//! history stays whole although the phases between Staging and the settled one are no
-//! longer written to disk.
+//! (`crates/agent/src/apply/journal.rs`, journal format 2) exactly: 7 + one per file for
+//! an apply of new files into an existing directory (the intent and `journal/` 2, each
+//! file's content, the directory 1, the commit and `journal/` 2, the settled operation and
+//! `operations/` 2; the Staging operation, the installed record and spec and the
+//! journal's clean-up take none), and 7 + one per file for their removal (each pre-image's
+//! content, the intent 2, the directory 1, the commit 2, the settled operation 2). The
+//! history stays whole although the phases between Staging and the settled one are not
+//! written to disk and Staging is written without an fsync.
 
 mod common;
 
@@ -52,17 +56,17 @@ async fn an_operation_takes_exactly_the_barriers_of_the_journal_order() {
     node.start();
     // the first operation also creates operations/ and journal/ (2 fsyncs each)
     apply(&node, &files_yaml(1), "warm").await;
-    assert_eq!(fsyncs_of(&node, "warm").await, 17 + 1 + 4);
+    assert_eq!(fsyncs_of(&node, "warm").await, 7 + 1 + 4);
     apply(&node, "files: []\n", "warm-removed").await;
     for (n, id) in [(1usize, "one"), (3, "three")] {
         let op = apply(&node, &files_yaml(n), id).await;
         assert_eq!(op.phase, pb::Phase::Succeeded as i32, "{}", op.message);
-        assert_eq!(fsyncs_of(&node, id).await, 17 + n as u64, "apply of {n}");
+        assert_eq!(fsyncs_of(&node, id).await, 7 + n as u64, "apply of {n}");
         let rm = format!("{id}-removed");
         let op = apply(&node, "files: []\n", &rm).await;
         assert_eq!(op.phase, pb::Phase::Succeeded as i32, "{}", op.message);
         assert!(!node.path("/etc/bench-barriers/f0.conf").exists());
-        assert_eq!(fsyncs_of(&node, &rm).await, 20 + n as u64, "removal of {n}");
+        assert_eq!(fsyncs_of(&node, &rm).await, 7 + n as u64, "removal of {n}");
     }
     // the history and each operation are whole: read back from disk, settled
     let ops = node.operations().await;

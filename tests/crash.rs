@@ -31,6 +31,7 @@ async fn killed_at_every_failpoint_recovers_to_old_or_new() {
         "act",
         "record",
         "applied",
+        "settled",
     ];
     // the new state, from a run without a crash
     let mut clean = Node::new("ubuntu-2404-grub");
@@ -147,6 +148,23 @@ async fn a_truncated_record_is_moved_aside_and_named_in_status() {
     node.stop();
     let p = node.state.join("applied.json");
     let text = std::fs::read(&p).unwrap();
+    // the operation's commit is still pending (the record was installed without an
+    // fsync, as a power cut can cut it short): the record is installed again from it
+    assert!(node.state.join("journal/one.commit").exists());
+    std::fs::write(&p, &text[..text.len() / 2]).unwrap();
+    node.start();
+    let s = status(&node).await;
+    assert_eq!(s.problems.len(), 1, "{s:?}");
+    assert!(
+        s.problems[0].contains("did not parse") && s.problems[0].contains("installed again"),
+        "{}",
+        s.problems[0]
+    );
+    assert_eq!(s.managed_items, 1);
+    assert_eq!(std::fs::read(&p).unwrap(), text);
+    node.stop();
+    // no commit pending any more (the start installed it): the record is moved aside
+    assert!(!node.state.join("journal/one.commit").exists());
     std::fs::write(&p, &text[..text.len() / 2]).unwrap();
     node.start();
     let s = status(&node).await;
@@ -184,5 +202,40 @@ async fn disk_full_during_staging_fails_cleanly() {
         op.message
     );
     assert_eq!(snapshot(&node.root), before);
-    assert!(!node.state.join("journal/full").exists());
+    let journal: Vec<_> = std::fs::read_dir(node.state.join("journal"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(journal.is_empty(), "{journal:?}");
+}
+
+/// The kubelet's CPU manager checkpoint, removed by the reset of its manager, is in the
+/// journal: killed after the reset (failpoint `act`), with a checkpoint of the new policy
+/// written since (as the started kubelet does), the start puts the old one back over it
+/// with the kubelet's flags, restarts the kubelet and ends RolledBack naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_removed_before_a_crash_is_restored_from_the_journal() {
+    let mut node = Node::new("systemd-boot");
+    let state = "/var/lib/kubelet/cpu_manager_state";
+    let checkpoint = node.read(state);
+    let flags = node.read("/var/lib/kubelet/kubeadm-flags.env");
+    node.die_at("act", "kubelet:\n  flags:\n    reserved-cpus: \"0-3\"\n")
+        .await;
+    assert!(!node.path(state).exists(), "the reset removed it");
+    std::fs::write(node.path(state), "{\"policyName\":\"static\",\"new\":true}").unwrap();
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
+    assert!(
+        op.message.contains(&format!(
+            "restored from the journal's pre-images: {state}, /var/lib/kubelet/kubeadm-flags.env;"
+        )),
+        "{}",
+        op.message
+    );
+    assert_eq!(node.read(state), checkpoint);
+    assert_eq!(node.read("/var/lib/kubelet/kubeadm-flags.env"), flags);
+    assert_eq!(
+        node.actions().last().map(String::as_str),
+        Some("restart kubelet.service")
+    );
 }

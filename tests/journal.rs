@@ -93,12 +93,19 @@ fn fixtures() -> &'static (Tree, Tree, Vec<Crashed>) {
 /// rolled back (replaced at the next first overwrite), another operation's deleted file
 /// (history only), the record and last applied spec a roll-forward replaces with the
 /// journal's copies.
+///
+/// Format 2 adds: a deleted commit (a crash just before it), past the commit a deleted
+/// intent, progress marker or pre-image (the journal drops them, without an fsync, once
+/// the commit is installed), and a deleted `operations/crash.json` (in Staging until the
+/// operation settles, written without an fsync: the intent's copy settles it).
 fn harmless(rel: &str, what: &str, rolled_back: bool) -> bool {
-    rel.ends_with("/committed")
+    let v2 = rel.starts_with("journal/crash.") && what == "delete";
+    (v2 && (rel.ends_with(".commit") || !rolled_back || rel.ends_with(".progress")))
+        || rel.ends_with("/committed")
         || (!rolled_back && (rel == "applied-spec.pb" || rel == "applied.json"))
         || (rolled_back && rel.ends_with("/progress") && what == "delete")
         || (rolled_back && rel.starts_with("originals/"))
-        || (rel.starts_with("operations/") && rel != "operations/crash.json" && what == "delete")
+        || (rel.starts_with("operations/") && what == "delete")
 }
 
 fn inode(p: &Path) -> u64 {
@@ -108,7 +115,7 @@ fn inode(p: &Path) -> u64 {
 
 /// The journal's intent, read past its checksum header.
 fn intent(node: &Node) -> serde_json::Value {
-    let b = std::fs::read(node.state.join("journal/crash/intent.json")).unwrap();
+    let b = std::fs::read(node.state.join("journal/crash.intent")).unwrap();
     let start = b.iter().position(|c| *c == b'{').unwrap();
     serde_json::from_slice(&b[start..]).unwrap()
 }
@@ -191,7 +198,19 @@ fn pre_of(node: &Node, path: &str) -> PathBuf {
         .find(|e| e["path"] == path)
         .unwrap_or_else(|| panic!("{path} not in the intent {i:#}"));
     let file = e["pre"]["file"].as_str().expect("a pre-image");
-    node.state.join("journal/crash/pre").join(file)
+    node.state.join("journal").join(file)
+}
+
+/// The journal files of operation `op` (format 2: `journal/<op>.*`; format 1: its
+/// directory).
+fn journal_of(node: &Node, op: &str) -> Vec<String> {
+    std::fs::read_dir(node.state.join("journal"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n == op || n.starts_with(&format!("{op}.")))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn quarantined(node: &Node) -> Vec<PathBuf> {
@@ -266,10 +285,10 @@ async fn a_truncated_pre_image_quarantines_the_journal_and_restores_nothing() {
     assert_eq!(tree(&node.root), crashed);
     assert_eq!(node.read(config), before);
     assert_eq!(inode(&node.path(config)), ino, "config.yaml was rewritten");
-    assert!(!node.state.join("journal/crash").exists());
+    assert!(journal_of(&node, "crash").is_empty());
     let q = quarantined(&node);
     assert_eq!(q.len(), 1, "{q:?}");
-    assert!(q[0].join("intent.json").exists() && q[0].join("REPORT").exists());
+    assert!(q[0].join("crash.intent").exists() && q[0].join("REPORT").exists());
     let s = status(&node).await;
     let all = s.problems.join("\n");
     assert!(all.contains("pre-image has 0 bytes"), "{all}");
@@ -365,7 +384,7 @@ async fn a_damaged_intent_is_quarantined_and_reported() {
         let mut node = Node::new("ubuntu-2404-grub");
         node.die_at("write:3", WORKLOAD).await;
         let crashed = tree(&node.root);
-        let p = node.state.join("journal/crash/intent.json");
+        let p = node.state.join("journal/crash.intent");
         let mut b = std::fs::read(&p).unwrap();
         match damage {
             "flip" => {
@@ -396,7 +415,7 @@ async fn a_damaged_intent_is_quarantined_and_reported() {
             all.contains("the files it names are not known")
         };
         assert!(named, "{damage}: {all}");
-        assert!(all.contains("intent.json"), "{damage}: {all}");
+        assert!(all.contains("journal/crash.intent"), "{damage}: {all}");
     }
 }
 
@@ -425,7 +444,7 @@ async fn a_garbage_operation_file_does_not_stop_the_agent() {
         "{all}"
     );
     assert_eq!(tree(&node.root), old, "rolled back");
-    assert!(!node.state.join("journal/crash").exists());
+    assert!(journal_of(&node, "crash").is_empty());
     // the id is free again: a re-apply runs
     assert_eq!(
         apply(&node, WORKLOAD, "crash").await.phase,
@@ -605,7 +624,7 @@ async fn a_full_state_directory_at_start_serves_and_refuses_changes() {
         .expect_err("reboot refused");
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     assert!(
-        node.state.join("journal/crash/committed").exists(),
+        node.state.join("journal/crash.commit").exists(),
         "journal kept"
     );
     node.stop();
@@ -614,7 +633,7 @@ async fn a_full_state_directory_at_start_serves_and_refuses_changes() {
     let op = node.settle("crash").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
     assert_eq!(status(&node).await.managed_items, 5);
-    assert!(!node.state.join("journal/crash").exists());
+    assert!(journal_of(&node, "crash").is_empty());
 }
 
 /// The state directory on a real 2 MiB tmpfs (when this test may mount one): a spec
@@ -661,7 +680,7 @@ async fn a_small_tmpfs_state_directory() {
         op.message
     );
     assert_eq!(tree(&node.root), before);
-    assert!(!node.state.join("journal/big").exists());
+    assert!(journal_of(&node, "big").is_empty());
     // a small spec still fits
     assert_eq!(
         apply(&node, WORKLOAD, "small").await.phase,
@@ -716,4 +735,67 @@ async fn a_longest_name_crash_leaves_no_temporary_file() {
     // the journal's intent was complete: the start rolls it back and says so
     assert_eq!(node.settle("crash").await.phase, Phase::RolledBack as i32);
     assert_eq!(temps(&node.root), 0);
+}
+
+/// A rollback from the journal restarts the units the operation touched and checks each
+/// one: a unit that does not restart is named (operation message and status) and the
+/// operation ends Failed, not RolledBack, although every path went back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_that_does_not_come_back_after_a_rollback_is_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let old = tree(&node.root);
+    node.die_at("act", WORKLOAD).await;
+    node.fail = Some("restart kubelet".into());
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(tree(&node.root), old, "every path went back");
+    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
+    assert!(
+        op.message
+            .contains("rolled back from the write-ahead journal")
+            && op
+                .message
+                .contains("kubelet.service did not restart: restart kubelet.service"),
+        "{}",
+        op.message
+    );
+    let s = status(&node).await;
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p
+                .contains("after rolling back from the journal, kubelet.service did not restart")),
+        "{:?}",
+        s.problems
+    );
+    assert!(
+        node.actions()
+            .iter()
+            .any(|a| a == "restart kubelet.service")
+    );
+}
+
+/// The Staging operation is written without an fsync: a power cut can lose it and leave
+/// the file of an earlier run of the same id. The journal's copy (the commit's) is told
+/// from that file by its creation time, and the operation is settled from it: rolled
+/// forward, not left as the earlier run's RolledBack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_runs_operation_file_is_not_taken_for_this_run() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.die_at("write:2", WORKLOAD).await;
+    node.start();
+    assert_eq!(node.settle("crash").await.phase, Phase::RolledBack as i32);
+    node.stop();
+    let earlier = std::fs::read(node.state.join("operations/crash.json")).unwrap();
+    node.die_at("record", WORKLOAD).await;
+    std::fs::write(node.state.join("operations/crash.json"), &earlier).unwrap();
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    assert_eq!(
+        op.message,
+        "changes committed; completed after an agent restart"
+    );
+    assert_eq!(node.read("/etc/rel/a.conf"), "a\n");
+    assert!(journal_of(&node, "crash").is_empty());
 }

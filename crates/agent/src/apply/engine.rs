@@ -124,6 +124,8 @@ impl Agent {
         if let Err(fail) = self.execute(run) {
             self.roll_back_run(&mut op, &undo, fail);
         }
+        // the settled phase is durable (a committed operation's journal keeps its commit)
+        inplace_node::failpoint::hit("settled");
         // the durable barriers it took (the journal's fsync order, see journal.rs)
         tracing::debug!(
             operation = %op.id(),
@@ -436,7 +438,7 @@ impl Agent {
         };
         // the commit point: once the journal holds the record, a crash rolls forward
         self.state
-            .journal_commit(run.op.id(), run.spec_pb, &run.record, final_phase as i32)
+            .journal_commit(run.op.wire(), run.spec_pb, &run.record, final_phase as i32)
             .map_err(|e| fail(format!("recording the applied state: {e}")))?;
         inplace_node::failpoint::hit("record");
         if inplace_node::failpoint::triggered("full-after-commit") {
@@ -451,16 +453,21 @@ impl Agent {
         Ok(next)
     }
 
-    /// Installs the committed record and the applied spec, then removes the journal and
-    /// the originals no longer needed. Past the commit point a failure undoes nothing and
-    /// does not make the operation `Failed` (its changes are on the node): the journal
-    /// keeps the record, the next start installs it, and until then the problem is listed
-    /// in status and mutations are refused. Returns that problem.
+    /// Installs the committed record and the applied spec (the journal keeps the commit,
+    /// and drops the rest of it), then removes the originals no longer needed. Past the
+    /// commit point a failure undoes nothing and does not make the operation `Failed`
+    /// (its changes are on the node): the journal keeps the record, the next start
+    /// installs it, and until then the problem is listed in status and mutations are
+    /// refused. Returns that problem.
     fn install(&self, run: &mut Run<'_>) -> Option<String> {
-        if let Err(e) = self.state.install_applied(&run.record, run.spec_pb) {
+        // without fsyncs: the commit is their durable copy (crate::state, journal_v2.rs)
+        let installed = self
+            .state
+            .install_committed(run.op.id(), &run.record, run.spec_pb);
+        if let Err(e) = installed {
             let p = format!(
                 "committed, but installing the applied record failed ({e}); the journal {} keeps it and the next start installs it",
-                self.state.full(&format!("/journal/{}", run.op.id()))
+                self.state.full(&format!("/journal/{}.commit", run.op.id()))
             );
             self.problem(format!("operation {}: {p}", run.op.id()));
             self.set_unavailable(format!(
@@ -470,7 +477,6 @@ impl Agent {
             return Some(p);
         }
         inplace_node::failpoint::hit("applied");
-        let _ = self.state.journal_remove(run.op.id());
         for b in &run.plan.steps.drop_originals {
             let _ = self.state.drop_original(b);
         }

@@ -1,23 +1,24 @@
 //! The write-ahead journal of an operation: what is written before the first change
 //! (the intent), and how the next start settles an operation a crash interrupted.
 //!
-//! ## The order of writes and fsyncs
+//! ## The order of writes and fsyncs (journal format 2)
 //!
 //! A crash (power cut, SIGKILL) at any instant leaves every managed file entirely old or
 //! entirely new, and the next start settles the operation. Every file is written to a
-//! temporary file and renamed over its target; the barriers are:
+//! temporary file and renamed over its target; the journal is flat files in `journal/`
+//! (layout and version rule: `crate::state`, `journal_v2.rs`); the barriers are:
 //!
-//! 0. `operations/<id>.json` in phase Staging: file and `operations/` fsynced (the
-//!    operation is known before anything changes). Validating, Committing, Acting and
-//!    Verifying are published to watchers only: a crash in them is settled from the
-//!    journal, which sets the operation's phase whatever its file said.
-//! 1. `originals/<hash>` for first overwrites and `journal/<op>/pre/<n>` (the pre-image
-//!    of every path the operation writes or removes): each file's content fsynced, then
-//!    `originals/` and `journal/<op>/pre/` fsynced once each; then
-//!    `journal/<op>/intent.json` (paths, pre-image metadata, directories to be created,
-//!    prior sysctl values, units): file and directory fsynced (a new `journal/<op>/` is
-//!    fsynced with its parent when it is created). Failpoint `stage`. `progress` =
-//!    `staged`, not fsynced.
+//! 0. `operations/<id>.json` in phase Staging, without an fsync: the intent holds a copy
+//!    of it (a power cut before the intent is durable changed nothing on the node).
+//!    Validating, Committing, Acting and Verifying are published to watchers only: a
+//!    crash in them is settled from the journal, which sets the operation's phase.
+//! 1. `originals/<hash>` for first overwrites and `journal/<op>.pre-<n>` (the pre-image
+//!    of every path the operation or its effects write or remove): each file's content
+//!    fsynced, then `originals/` fsynced once; then `journal/<op>.intent` (paths,
+//!    pre-image metadata, directories to be created, prior sysctl values, units, the
+//!    Staging operation): content, then `journal/` fsynced, which makes the pre-images'
+//!    names durable too.
+//!    Failpoint `stage`. `progress` = `staged`, not fsynced.
 //! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename (failpoints
 //!    `write-temp`, `write`); removals unlink; then each directory written into or
 //!    removed from is fsynced once; then live sysctls (`sysctl`); `progress` = `written`.
@@ -26,31 +27,49 @@
 //!    words the message of a roll-back (which restarts the units whenever a path went
 //!    back, whatever it says); a power cut can leave an earlier step, or a marker that
 //!    does not verify, which recovery reports and handles.
-//! 4. The commit point: `journal/<op>/spec.pb` and `journal/<op>/record.json`, contents
-//!    fsynced, then `journal/<op>/` fsynced, then the empty `journal/<op>/committed` and
-//!    `journal/<op>/` fsynced again, so the marker is never durable before what it
-//!    commits (failpoint `record`).
-//! 5. `applied.json` and `applied-spec.pb`, contents fsynced, then the state directory
-//!    fsynced (failpoint `applied`); then the journal is removed (`journal/` fsynced) and
-//!    the final phase persisted (file and `operations/` fsynced; failpoint
-//!    `reboot-required`).
+//! 4. The commit point: `journal/<op>.commit`, one sealed file with the record, the phase
+//!    to end in and the spec: content, then `journal/` fsynced (failpoint `record`).
+//! 5. `applied.json` and `applied-spec.pb` installed without an fsync, the intent,
+//!    progress and pre-images and the previous operation's commit removed without one
+//!    (failpoint `applied`): the commit stays as their durable copy until something newer
+//!    is durable, and a start installs it again (with fsyncs) before removing it.
+//! 6. The settled operation: file and `operations/` fsynced (failpoints
+//!    `reboot-required`, then `settled`).
 //!
-//! A 1-file apply of a new file does 18 fsyncs (2 + 4 + 2 + 4 + 3 + 1 + 2); each further
-//! file adds one (its content), each further directory one, each pre-image or original
-//! one. The barriers that the safety argument needs and that this order does not merge
-//! yet: the Staging operation, the intent, the files, the commit marker after its record,
-//! the installed record, the final operation.
+//! A 1-file apply of a new file into an existing directory does 8 fsyncs (2 + 2 + 2 + 2:
+//! intent, file, commit, settled operation; 18 in format 1); each further file adds one
+//! (its content), each further directory one, each pre-image or original one; a 1-file
+//! removal does 8 too (its pre-image's content, the intent, the directory, the commit, the
+//! settled operation; 21 in format 1). The first operation on a fresh state directory
+//! adds 4 (creating `operations/` and `journal/`).
 //!
-//! At start ([`Agent::recover_journals`]): a journal with `committed` is rolled forward (its
-//! record installed, the operation ends in the phase it recorded); any other is rolled
-//! back and the operation ends `RolledBack` (`interrupted`, naming every path put back);
-//! one that never completed its intent, or whose journal does not verify, ends `Failed`.
-//! Re-applying either with the same id runs it again.
+//! Format 1 (`journal/<op>/`, inplaced up to 43048f4: the intent, `pre/<n>`, `progress`,
+//! then `spec.pb` and `record.json` and the empty `committed` marker, the installed
+//! record with fsyncs and the journal removed before the settled operation) is no longer
+//! written; a format-1 journal found at start is settled exactly as that agent did.
+//!
+//! At start ([`Agent::recover_journals`]): a journal with a commit is rolled forward (its
+//! record installed, the operation ends in the phase it recorded; in format 2 an
+//! operation whose file is already past Staging, i.e. settled after its commit, is left as
+//! it is: only its record is installed again); any other is rolled back and the
+//! operation ends `RolledBack` (`interrupted`, naming every path put back). When a path
+//! went back, the units the intent names are restarted and each is checked active again
+//! (a unit that does not restart or is not active is named in the message and status,
+//! and the operation ends `Failed`: the node is not as before). One that never completed
+//! its intent, or whose journal does not verify, ends `Failed`. Re-applying either with
+//! the same id runs it again.
+//!
+//! The paths an effect removes (the kubelet's CPU and memory manager checkpoints, reset
+//! with a policy change) are intent entries too, with their pre-images: a rollback writes
+//! each back over whatever is there then, since the restarted kubelet may have written a
+//! checkpoint of the new policy, which the old one refuses. The pre-image is the
+//! checkpoint at Staging (the reset needs a drained node, so it does not change before
+//! the reset).
 //!
 //! ## What the journal guarantees
 //!
-//! Every journal file is verified before it is trusted: `intent.json`, `progress`,
-//! `record.json` and `spec.pb` carry a header with their SHA-256 and length
+//! Every journal file is verified before it is trusted: the intent, `progress`, the
+//! commit (format 1: `record.json` and `spec.pb`) carry a header with their SHA-256 and length
 //! ([`crate::state::seal`]); each pre-image's SHA-256 and length are in the intent,
 //! written after it. Rolling back restores a pre-image only when it verifies and only
 //! over a file that is no longer what it was (same hash, mode and owner as the pre-image:
@@ -79,6 +98,9 @@ use inplace_wire::pb;
 use inplace_wire::phase;
 use inplace_wire::phase::{INTERRUPTED, Phase};
 
+/// How long a unit restarted after a rollback from the journal may take to be active.
+const UNIT_ACTIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How the journal of one operation was settled at start.
 struct Settled {
     /// The phase the operation ends in (one of [`phase::FROM_JOURNAL`]).
@@ -97,40 +119,42 @@ struct RolledBack {
     untouched: usize,
     /// Boot-configuration commands run again over the restored inputs.
     rerun: Vec<String>,
+    /// Units that failed to restart or were not active after it: what and why.
+    units_down: Vec<String>,
     problems: Vec<String>,
 }
 
 impl Agent {
     /// The write-ahead intent of `steps`: a pre-image of every path (written to the
-    /// journal), the directories writes will create, each effect's journal entry (the
-    /// prior value of a live sysctl), the boot-configuration commands.
+    /// journal), including the paths effects remove ([`crate::sections::kit::effect::Effect::journaled_removals`]:
+    /// the kubelet's manager checkpoints), the directories writes will create, each
+    /// effect's journal entry (the prior value of a live sysctl), the boot-configuration
+    /// commands.
     pub(super) fn intent(&self, op: &pb::Operation, steps: &Steps) -> Result<Intent, String> {
-        use crate::state::{IntentEntry, PreImage};
+        use crate::state::IntentEntry;
         use inplace_node::sysroot::Parents;
         let mut entries = Vec::new();
+        // the effects' removals (the kubelet's manager checkpoints) last: put back over
+        // whatever the service wrote since
+        let removals: Vec<String> = steps
+            .effects
+            .iter()
+            .flat_map(|e| e.journaled_removals())
+            .collect();
         let paths = steps
             .writes
             .iter()
-            .map(|w| (w.path.as_str(), Some(crate::state::sha256_of(&w.content))))
-            .chain(steps.removes.iter().map(|r| (r.path.as_str(), None)));
-        for (n, (path, new_sha256)) in paths.enumerate() {
-            let pre = match observe_file(&self.root, path).map_err(|e| e.to_string())? {
-                FileObs::File { content, entry } => {
-                    let file = self
-                        .state
-                        .journal_pre_image(&op.id, n, &content)
-                        .map_err(|e| e.to_string())?;
-                    Some(PreImage {
-                        file,
-                        sha256: crate::state::sha256_of(&content),
-                        len: content.len() as u64,
-                        mode: entry.mode,
-                        uid: entry.uid,
-                        gid: entry.gid,
-                    })
-                }
-                _ => None,
-            };
+            .map(|w| {
+                (
+                    w.path.as_str(),
+                    Some(crate::state::sha256_of(&w.content)),
+                    false,
+                )
+            })
+            .chain(steps.removes.iter().map(|r| (r.path.as_str(), None, false)))
+            .chain(removals.iter().map(|p| (p.as_str(), None, true)));
+        for (n, (path, new_sha256, restore_over_any)) in paths.enumerate() {
+            let pre = self.pre_image(&op.id, n, path)?;
             let mut missing_dirs = Vec::new();
             if let Ok(Parents::Missing(first)) = self.root.parents(path) {
                 let mut d = String::new();
@@ -142,11 +166,15 @@ impl Agent {
                     }
                 }
             }
+            if restore_over_any {
+                missing_dirs.clear();
+            }
             entries.push(IntentEntry {
                 path: path.to_string(),
                 pre,
                 missing_dirs,
                 new_sha256,
+                restore_over_any,
             });
         }
         let effects = steps
@@ -162,11 +190,42 @@ impl Agent {
             .cloned()
             .collect();
         Ok(Intent {
+            version: crate::state::JOURNAL_VERSION,
             operation: op.id.clone(),
             entries,
             effects,
             units,
+            staged: serde_json::to_value(op).ok(),
         })
+    }
+
+    /// The pre-image of `path` (None: absent), written to the journal as operation
+    /// `op`'s `n`th.
+    fn pre_image(
+        &self,
+        op: &str,
+        n: usize,
+        path: &str,
+    ) -> Result<Option<crate::state::PreImage>, String> {
+        Ok(
+            match observe_file(&self.root, path).map_err(|e| e.to_string())? {
+                FileObs::File { content, entry } => {
+                    let file = self
+                        .state
+                        .journal_pre_image(op, n, &content)
+                        .map_err(|e| e.to_string())?;
+                    Some(crate::state::PreImage {
+                        file,
+                        sha256: crate::state::sha256_of(&content),
+                        len: content.len() as u64,
+                        mode: entry.mode,
+                        uid: entry.uid,
+                        gid: entry.gid,
+                    })
+                }
+                _ => None,
+            },
+        )
     }
 
     /// Settles the journal of every operation a crash interrupted (see the module docs).
@@ -189,7 +248,7 @@ impl Agent {
         };
         for (id, j) in journals {
             let settled = self.settle_journal(&id, &j);
-            self.finish_journal(&id, settled);
+            self.finish_journal(&id, &j, settled);
         }
     }
 
@@ -223,7 +282,7 @@ impl Agent {
                 j,
                 &format!(
                     "{}: missing although the journal has progress or a commit",
-                    self.state.full(&format!("/journal/{id}/intent.json"))
+                    self.state.journal_file(j.version, id, "intent")
                 ),
             ),
             (Some(Sealed::Absent), _) => self.quarantine(id, j, "the committed record is missing"),
@@ -232,29 +291,33 @@ impl Agent {
 
     /// Past the commit point the intent and the pre-images are not needed; damage to
     /// them is still reported.
+    /// In format 2 the intent, progress and pre-images are removed once the commit is
+    /// installed: their absence is not damage.
     fn report_unused_damage(&self, id: &str, j: &JournalState) {
         let mut bad = Vec::new();
+        let v1 = j.version == 1;
         match &j.intent {
             Sealed::Damaged(why) => bad.push(why.clone()),
             Sealed::Valid(intent) => {
                 for pre in intent.entries.iter().filter_map(|e| e.pre.as_ref()) {
-                    if let Err(why) = self.state.journal_read_pre(id, pre) {
+                    if let Err(why) = self.state.journal_read_pre(j.version, id, pre) {
                         bad.push(why);
                     }
                 }
             }
-            Sealed::Absent => bad.push(format!(
+            Sealed::Absent if v1 => bad.push(format!(
                 "{}: missing although the operation committed",
-                self.state.full(&format!("/journal/{id}/intent.json"))
+                self.state.journal_file(1, id, "intent")
             )),
+            Sealed::Absent => {}
         }
         match &j.progress {
             Sealed::Damaged(why) => bad.push(why.clone()),
-            Sealed::Absent => bad.push(format!(
+            Sealed::Absent if v1 => bad.push(format!(
                 "{}: missing although the operation committed",
-                self.state.full(&format!("/journal/{id}/progress"))
+                self.state.journal_file(1, id, "progress")
             )),
-            Sealed::Valid(_) => {}
+            Sealed::Absent | Sealed::Valid(_) => {}
         }
         if !bad.is_empty() {
             self.problem(format!(
@@ -268,9 +331,46 @@ impl Agent {
     /// whatever phase its file said; an operation file that does not parse is moved aside,
     /// and a phase the machine refuses left as it was, with the outcome listed in the
     /// problems), then removes the journal when it is done with.
-    fn finish_journal(&self, id: &str, settled: Settled) {
+    fn finish_journal(&self, id: &str, j: &JournalState, settled: Settled) {
+        // format 2 writes the Staging operation without an fsync: the journal has a copy
+        // (the commit's, else the intent's)
+        let copy = journal_copy(id, j);
+        let mut read = self.state.get_operation(id);
+        if let (Ok(Some(wire)), Some(c)) = (&read, &copy)
+            && wire.created != c.created
+        {
+            // an earlier run of the same id: this run's Staging write was lost
+            read = Ok(None);
+        }
+        if j.version != 1
+            && let Ok(Some(wire)) = &read
+            && !pre_commit(wire.phase)
+        {
+            // this run settled after its journal was done with (the commit a settled
+            // operation keeps, installed again above): the operation is left as it is
+            tracing::debug!(operation = %id, "settled journal of a settled operation");
+            self.remove_journal(id, &settled);
+            return;
+        }
         tracing::warn!(operation = %id, message = %settled.message, "settled an interrupted operation");
-        match self.state.get_operation(id) {
+        let staged = copy;
+        let read = match (read, staged) {
+            (Ok(None), Some(op)) => Ok(Some(op)),
+            (Err(e), Some(op)) => {
+                let moved = self
+                    .state
+                    .operation_quarantine(id)
+                    .map(|p| format!("moved to {p}"))
+                    .unwrap_or_else(|e| format!("not moved: {e}"));
+                self.problem(format!(
+                    "{e} ({moved}); the operation is settled from the copy in its journal: {}",
+                    settled.message
+                ));
+                Ok(Some(op))
+            }
+            (r, _) => r,
+        };
+        match read {
             Ok(Some(wire)) => {
                 let mut op = Op::read_back(wire);
                 let next = op
@@ -304,6 +404,12 @@ impl Agent {
                 ));
             }
         }
+        self.remove_journal(id, &settled);
+    }
+
+    /// Removes the journal of `id` when `settled` is done with it; a failure is a problem
+    /// and refuses mutations.
+    fn remove_journal(&self, id: &str, settled: &Settled) {
         if settled.remove
             && let Err(e) = self.state.journal_remove(id)
         {
@@ -360,20 +466,10 @@ impl Agent {
         intent: &Intent,
         note: Option<String>,
     ) -> Settled {
-        let mut pres = Vec::new();
-        let mut bad = Vec::new();
-        for e in &intent.entries {
-            match &e.pre {
-                Some(pre) => match self.state.journal_read_pre(id, pre) {
-                    Ok(b) => pres.push(Some(b)),
-                    Err(why) => bad.push(why),
-                },
-                None => pres.push(None),
-            }
-        }
-        if !bad.is_empty() {
-            return self.quarantine(id, j, &bad.join("; "));
-        }
+        let pres = match self.verified_pre_images(id, j, intent) {
+            Ok(p) => p,
+            Err(why) => return self.quarantine(id, j, &why),
+        };
         let mut done = RolledBack::default();
         for (e, pre) in intent.entries.iter().zip(pres).rev() {
             let _ = self.root.remove_stale_temps(&e.path);
@@ -416,21 +512,87 @@ impl Agent {
                         .push(format!("re-running {} failed: {e}", cmd.join(" "))),
                 }
             }
-            let _ = self.restart_units(&intent.units);
+            done.units_down = self.restart_and_check(&intent.units);
         }
         // the phase says what happened (issue 20 §5): the journal's pre-images were put
         // back, whatever the step reached; RolledBack only when they undo everything
         // the step reached (issue 27 §1)
         let incomplete = super::rollback::after_crash(&step, &self.config);
         done.problems.extend(incomplete.iter().cloned());
+        // a unit that did not come back is not the node as before: Failed, named
+        let units_down = !done.units_down.is_empty();
+        for u in std::mem::take(&mut done.units_down) {
+            self.problem(format!(
+                "operation {id}: after rolling back from the journal, {u}"
+            ));
+            done.problems.push(u);
+        }
         Settled {
-            end: if incomplete.is_some() {
+            end: if incomplete.is_some() || units_down {
                 Phase::Failed
             } else {
                 Phase::RolledBack
             },
             message: rolled_back_message(&step, &done, note),
             remove: true,
+        }
+    }
+
+    /// Restarts `units` after a rollback from the journal and checks that each is active
+    /// again (up to [`UNIT_ACTIVE_TIMEOUT`]); returns those that failed to restart or
+    /// were not active after it, each with why. A service manager with no unit state to
+    /// ask (the recorder) is "not checked", not a failure.
+    fn restart_and_check(&self, units: &[String]) -> Vec<String> {
+        let mut down = Vec::new();
+        for u in units {
+            let checked = self
+                .services
+                .restart(u)
+                .map_err(|e| format!("{u} did not restart: {e}"))
+                .and_then(|()| {
+                    self.services
+                        .wait_active(u, UNIT_ACTIVE_TIMEOUT)
+                        .map_err(|e| format!("{u} is not active after its restart: {e}"))
+                });
+            match checked {
+                Ok(true) => {
+                    tracing::info!(unit = %u, "restarted after a rollback from the journal; active")
+                }
+                Ok(false) => {
+                    tracing::info!(unit = %u, "restarted after a rollback from the journal; its state not checked")
+                }
+                Err(why) => {
+                    tracing::warn!(unit = %u, why = %why, "a unit did not come back after a rollback from the journal");
+                    down.push(why);
+                }
+            }
+        }
+        down
+    }
+
+    /// Every pre-image the intent names, verified (None: the path was absent); else why
+    /// not, each that does not verify named.
+    fn verified_pre_images(
+        &self,
+        id: &str,
+        j: &JournalState,
+        intent: &Intent,
+    ) -> Result<Vec<Option<Vec<u8>>>, String> {
+        let mut pres = Vec::new();
+        let mut bad = Vec::new();
+        for e in &intent.entries {
+            match &e.pre {
+                Some(pre) => match self.state.journal_read_pre(j.version, id, pre) {
+                    Ok(b) => pres.push(Some(b)),
+                    Err(why) => bad.push(why),
+                },
+                None => pres.push(None),
+            }
+        }
+        if bad.is_empty() {
+            Ok(pres)
+        } else {
+            Err(bad.join("; "))
         }
     }
 
@@ -451,6 +613,9 @@ impl Agent {
                 return;
             }
         };
+        if e.restore_over_any {
+            return self.put_back_over_any(id, e, pre, &now, done);
+        }
         let new = e.new_sha256.as_deref();
         let r = match (&e.pre, pre, &now) {
             (Some(p), Some(bytes), FileObs::File { content, entry }) => {
@@ -501,6 +666,44 @@ impl Agent {
         }
     }
 
+    /// A path an effect removed (a manager checkpoint): back to its verified pre-image
+    /// `pre`, or removed when it was absent, over whatever is there now (`now`).
+    fn put_back_over_any(
+        &self,
+        id: &str,
+        e: &IntentEntry,
+        pre: Option<&[u8]>,
+        now: &FileObs,
+        done: &mut RolledBack,
+    ) {
+        let path = &e.path;
+        let r = match (&e.pre, pre, now) {
+            (Some(p), _, FileObs::File { content, entry })
+                if sha256_of(content) == p.sha256
+                    && (entry.mode, entry.uid, entry.gid) == (p.mode, p.uid, p.gid) =>
+            {
+                done.untouched += 1;
+                return;
+            }
+            (Some(p), Some(bytes), _) => self
+                .root
+                .write_atomic(path, bytes, p.mode, p.uid, p.gid)
+                .map(|_| &mut done.restored),
+            (None, _, FileObs::File { .. }) => self.root.remove(path).map(|_| &mut done.removed),
+            _ => {
+                done.untouched += 1;
+                return;
+            }
+        };
+        match r {
+            Ok(list) => {
+                tracing::warn!(operation = %id, path = %path, "rolled back from the journal");
+                list.push(path.clone());
+            }
+            Err(err) => done.problems.push(format!("{path}: {err}")),
+        }
+    }
+
     /// Moves the journal aside whole: nothing is restored from it; each file it names is
     /// listed in the problems with what is known of it.
     fn quarantine(&self, id: &str, j: &JournalState, why: &str) -> Settled {
@@ -515,7 +718,7 @@ impl Agent {
             files.push("the files it names are not known (its intent does not parse): see the operation's changes".into());
         }
         let report = format!("{why}\n{}\n", files.join("\n"));
-        let (where_, remove) = match self.state.journal_quarantine(id, &report) {
+        let (where_, remove) = match self.state.journal_quarantine(j.version, id, &report) {
             Ok(p) => (format!("moved whole to {p}"), false),
             Err(e) => {
                 self.set_unavailable(format!(
@@ -564,6 +767,38 @@ impl Agent {
             e.path
         )
     }
+}
+
+/// The copy of operation `id` a format-2 journal holds: the commit's (the operation at
+/// its commit point), else the intent's (in Staging).
+fn journal_copy(id: &str, j: &JournalState) -> Option<pb::Operation> {
+    let from_commit = match &j.committed {
+        Some(Sealed::Valid(c)) => c.operation.clone(),
+        _ => None,
+    };
+    let from_intent = match &j.intent {
+        Sealed::Valid(i) => i.staged.clone(),
+        _ => None,
+    };
+    from_commit
+        .or(from_intent)
+        .and_then(|v| serde_json::from_value::<pb::Operation>(v).ok())
+        .filter(|o| o.id == id)
+}
+
+/// Whether an operation file in `phase` was written before its commit (Staging is the
+/// only such phase written to disk; the others are listed for completeness).
+fn pre_commit(phase: i32) -> bool {
+    [
+        Phase::Unspecified,
+        Phase::Validating,
+        Phase::Staging,
+        Phase::Committing,
+        Phase::Acting,
+        Phase::Verifying,
+    ]
+    .iter()
+    .any(|p| *p as i32 == phase)
 }
 
 /// The message of an operation rolled back at start: every restored and removed path

@@ -254,23 +254,6 @@ impl Agent {
         let _ = self.publish(op, next, message);
     }
 
-    /// Restarts `units` after a rollback from the journal so they run with the restored
-    /// files.
-    pub(super) fn restart_units(&self, units: &[String]) -> String {
-        let mut done = Vec::new();
-        for u in units {
-            match self.services.restart(u) {
-                Ok(()) => done.push(format!("{u} restarted")),
-                Err(e) => done.push(format!("{u} restart failed: {e}")),
-            }
-        }
-        if done.is_empty() {
-            "no unit to restart".into()
-        } else {
-            done.join(", ")
-        }
-    }
-
     /// Undoes the completed steps in reverse, then runs the boot-configuration commands
     /// again over the restored inputs ([`Undo::Rerun`]), `daemon-reload` again, and puts
     /// every unit acted on back ([`Agent::put_back_unit`]); says what it did.

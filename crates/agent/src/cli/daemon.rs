@@ -73,7 +73,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     trusted_state_dir(&args.state_dir)?;
     let config_drift_interval = config.drift.interval_secs;
     let (services, rebooter, runner) = seams(&args)?;
-    let recoveries = pending_journals(&args.state_dir);
+    let recoveries = crate::state::StateDir::pending_journals(&args.state_dir);
     let agent = Agent::new(AgentParts {
         root: args.root.clone(),
         state_dir: args.state_dir.clone(),
@@ -152,18 +152,6 @@ fn seams(args: &Args) -> anyhow::Result<Seams> {
             (r.clone(), r.clone(), r)
         }
     })
-}
-
-/// The number of journals left by an interrupted run (`Agent::new` recovers each of
-/// them), counted before it does for the recoveries metric.
-fn pending_journals(state_dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(state_dir.join("journal"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.path().is_dir())
-                .count() as u64
-        })
-        .unwrap_or(0)
 }
 
 /// Starts the `drift` thread, which checks the node every `interval_secs` (at least 1)

@@ -1,13 +1,14 @@
-//! The journal of a running operation on disk (`journal/<op>/`): its types (intent,
-//! pre-images, commit), the seal every journal file carries, and the [`StateDir`]
-//! methods that write and read it back verified. What recovery does with a journal is
-//! `crate::apply::journal`.
+//! The journal of a running operation on disk: its types (intent, pre-images, commit),
+//! the seal every journal file carries, and the reader of the format-1 layout
+//! (`journal/<op>/`, written by inplaced up to commit 43048f4); the format-2 layout this
+//! agent writes (`journal/<op>.*`) and the version rule are `super::journal_v2`. What
+//! recovery does with a journal is `crate::apply::journal`.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use inplace_node::sysroot::{Durability, SysrootError};
+use inplace_node::sysroot::SysrootError;
 
 use super::{AppliedRecord, StateDir, StateError, sha256_of};
 
@@ -15,7 +16,8 @@ use super::{AppliedRecord, StateDir, StateError, sha256_of};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreImage {
-    /// File name under `journal/<op>/pre/`.
+    /// File name under `journal/<op>/pre/` (format 1), or under `journal/` (format 2:
+    /// `<op>.pre-<n>`).
     pub file: String,
     /// `sha256:<hex>` of the pre-image, recorded before the intent is written: a
     /// pre-image is restored only when it still has it.
@@ -44,6 +46,11 @@ pub struct IntentEntry {
     /// `sha256:<hex>` of the content the operation writes (None: it removes the path).
     #[serde(default)]
     pub new_sha256: Option<String>,
+    /// Format 2: a path an effect removes and its service may write again (the kubelet's
+    /// CPU or memory manager checkpoint): a rollback writes the pre-image back (or
+    /// removes the path when it was absent) over whatever is there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restore_over_any: bool,
 }
 
 /// The write-ahead intent of an operation, written and fsynced before its first change.
@@ -54,6 +61,9 @@ pub struct IntentEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(from = "IntentOnDisk", into = "IntentOnDisk")]
 pub struct Intent {
+    /// The journal format that wrote it: 1 (no `version` field, `journal/<op>/`) or 2
+    /// (`journal/<op>.intent`); see `super::journal_v2`.
+    pub version: u32,
     /// Operation id.
     pub operation: String,
     /// Paths changed, in commit order.
@@ -63,6 +73,10 @@ pub struct Intent {
     pub effects: Vec<EffectEntry>,
     /// Units the operation restarts or reloads (restarted again after a rollback).
     pub units: Vec<String>,
+    /// Format 2: the operation as it was in phase Staging (proto3 JSON of
+    /// `inplace.v1.Operation`). Its own file is written without an fsync in Staging; a
+    /// power cut that loses it after the intent is durable is settled from this copy.
+    pub staged: Option<serde_json::Value>,
 }
 
 /// What the journal keeps of one effect of a section (`crate::sections::kit::effect`),
@@ -87,6 +101,9 @@ pub enum EffectEntry {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IntentOnDisk {
+    /// The journal format (absent in format 1: read as 1).
+    #[serde(default = "format_1", skip_serializing_if = "is_format_1")]
+    version: u32,
     /// Operation id.
     operation: String,
     /// Paths changed, in commit order.
@@ -99,6 +116,17 @@ struct IntentOnDisk {
     /// (read as none).
     #[serde(default)]
     commands: Vec<Vec<String>>,
+    /// Format 2: the operation in phase Staging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    staged_operation: Option<serde_json::Value>,
+}
+
+fn format_1() -> u32 {
+    1
+}
+
+fn is_format_1(v: &u32) -> bool {
+    *v == 1
 }
 
 impl From<IntentOnDisk> for Intent {
@@ -109,10 +137,12 @@ impl From<IntentOnDisk> for Intent {
             .map(|(key, prior)| EffectEntry::Sysctl { key, prior });
         let commands = d.commands.into_iter().map(EffectEntry::Rerun);
         Intent {
+            version: d.version,
             operation: d.operation,
             entries: d.entries,
             effects: sysctls.chain(commands).collect(),
             units: d.units,
+            staged: d.staged_operation,
         }
     }
 }
@@ -128,11 +158,13 @@ impl From<Intent> for IntentOnDisk {
             }
         }
         IntentOnDisk {
+            version: i.version,
             operation: i.operation,
             entries: i.entries,
             sysctls,
             units: i.units,
             commands,
+            staged_operation: i.staged,
         }
     }
 }
@@ -153,17 +185,27 @@ pub enum Sealed<T> {
 /// NodeSpec (protobuf bytes) applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Committed {
+    /// Format 2: the order of the commits of one agent run (1, 2, ...): when a power cut
+    /// leaves several, the highest is the applied state. 0 in format 1 (one commit at a
+    /// time, removed before the next operation).
+    pub generation: u64,
     /// The applied record to install.
     pub record: AppliedRecord,
     /// The phase the operation ends in.
     pub phase: i32,
     /// The NodeSpec applied (protobuf bytes), installed as `applied-spec.pb`.
     pub spec: Vec<u8>,
+    /// Format 2: the operation as it was at its commit point (proto3 JSON of
+    /// `inplace.v1.Operation`): settles it when its own file was lost or is an earlier
+    /// run's of the same id (told by `created`).
+    pub operation: Option<serde_json::Value>,
 }
 
 /// What the journal of an interrupted operation says, each file verified.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JournalState {
+    /// The journal format: 1 (`journal/<op>/`) or 2 (`journal/<op>.*`).
+    pub version: u32,
     /// The intent (Absent when the crash came before it was complete).
     pub intent: Sealed<Intent>,
     /// The intent parsed without its checksum, when it does not verify: what it names
@@ -219,78 +261,6 @@ pub(super) fn unseal(bytes: &[u8]) -> Result<&[u8], String> {
     Ok(body)
 }
 impl StateDir {
-    /// Writes the pre-image `n` of operation `op` (its content fsynced; the directory is
-    /// fsynced once for all of them by [`StateDir::journal_intent`]); returns its file name.
-    pub fn journal_pre_image(
-        &self,
-        op: &str,
-        n: usize,
-        content: &[u8],
-    ) -> Result<String, StateError> {
-        let file = format!("{n}");
-        self.write_with(
-            &format!("/journal/{op}/pre/{file}"),
-            content,
-            Durability::ContentOnly,
-        )?;
-        Ok(file)
-    }
-
-    /// Makes the staged originals and pre-images durable (one fsync of `originals/` when
-    /// `originals` were saved, one of `journal/<op>/pre/` when the intent names a
-    /// pre-image), then writes the intent (sealed) durably; from here on a crash is rolled
-    /// back at the next start.
-    pub fn journal_intent(&self, intent: &Intent, originals: bool) -> Result<(), StateError> {
-        if originals {
-            self.sync_dir("/originals")?;
-        }
-        if intent.entries.iter().any(|e| e.pre.is_some()) {
-            self.sync_dir(&format!("/journal/{}/pre", intent.operation))?;
-        }
-        let rel = format!("/journal/{}/intent.json", intent.operation);
-        let b = serde_json::to_vec_pretty(intent).map_err(|e| self.corrupt(&rel, e))?;
-        self.write(&rel, &seal(&b))
-    }
-
-    /// Records the last step operation `op` completed (sealed), without an fsync: the
-    /// marker only says how far the operation got (it words the rolled-back message;
-    /// rolling back restarts the units whenever a path went back, whatever it says). A
-    /// power cut may leave an earlier step or a marker that does not verify, which
-    /// recovery already handles.
-    pub fn journal_progress(&self, op: &str, step: &str) -> Result<(), StateError> {
-        self.write_with(
-            &format!("/journal/{op}/progress"),
-            &seal(step.as_bytes()),
-            Durability::Lazy,
-        )
-    }
-
-    /// The commit point: the spec applied (protobuf bytes) and the record to install with
-    /// the phase to end in, each sealed and its content fsynced, one fsync of the
-    /// journal directory, then the marker and a second fsync of the directory (3 + 1
-    /// barriers: the marker is never durable before what it commits).
-    pub fn journal_commit(
-        &self,
-        op: &str,
-        spec: &[u8],
-        record: &AppliedRecord,
-        phase: i32,
-    ) -> Result<(), StateError> {
-        let dir = format!("/journal/{op}");
-        self.write_with(
-            &format!("{dir}/spec.pb"),
-            &seal(spec),
-            Durability::ContentOnly,
-        )?;
-        let rel = format!("{dir}/record.json");
-        let b = serde_json::to_vec_pretty(&serde_json::json!({"phase": phase, "record": record}))
-            .map_err(|e| self.corrupt(&rel, e))?;
-        self.write_with(&rel, &seal(&b), Durability::ContentOnly)?;
-        self.sync_dir(&dir)?;
-        self.write_with(&format!("{dir}/committed"), b"", Durability::Lazy)?;
-        self.sync_dir(&dir)
-    }
-
     /// Bytes the journal of an operation needs beyond its pre-images and originals: the
     /// intent, the spec and the record (twice each: in the journal, then installed), with
     /// room for the headers and the operation's own file.
@@ -303,10 +273,36 @@ impl StateDir {
         intent_len + 2 * (spec.len() as u64 + record_len) + 64 * 1024
     }
 
-    /// Pre-image `pre` of operation `op`, when it verifies against the length and
-    /// SHA-256 the intent recorded; else why not (with its full path).
-    pub fn journal_read_pre(&self, op: &str, pre: &PreImage) -> Result<Vec<u8>, String> {
-        let rel = format!("/journal/{op}/pre/{}", pre.file);
+    /// Pre-image `pre` of operation `op` in a journal of format `version`, when it
+    /// verifies against the length and SHA-256 the intent recorded; else why not (with
+    /// its full path).
+    pub fn journal_read_pre(
+        &self,
+        version: u32,
+        op: &str,
+        pre: &PreImage,
+    ) -> Result<Vec<u8>, String> {
+        let rel = if version == 1 {
+            format!("/journal/{op}/pre/{}", pre.file)
+        } else {
+            // format 2 names it `<op>.pre-<n>`: nothing else of the journal is read as one
+            match pre
+                .file
+                .strip_prefix(op)
+                .and_then(|r| r.strip_prefix(".pre-"))
+            {
+                Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                    format!("/journal/{}", pre.file)
+                }
+                _ => {
+                    return Err(format!(
+                        "{}: pre-image {:?} is not one of operation {op}'s",
+                        self.full("/journal"),
+                        pre.file
+                    ));
+                }
+            }
+        };
         let full = self.full(&rel);
         match self.io(self.dir.read(&rel)) {
             Err(e) => Err(e.to_string()),
@@ -326,7 +322,11 @@ impl StateDir {
     }
 
     /// A sealed journal file read back, verified and parsed by `parse`.
-    fn read_sealed<T>(&self, rel: &str, parse: impl Fn(&[u8]) -> Result<T, String>) -> Sealed<T> {
+    pub(super) fn read_sealed<T>(
+        &self,
+        rel: &str,
+        parse: impl Fn(&[u8]) -> Result<T, String>,
+    ) -> Sealed<T> {
         let full = self.full(rel);
         match self.io(self.dir.read(rel)) {
             Err(e) => Sealed::Damaged(e.to_string()),
@@ -338,48 +338,47 @@ impl StateDir {
         }
     }
 
-    /// The journals left by interrupted operations, by operation id, each file verified.
-    pub fn journals(&self) -> Result<Vec<(String, JournalState)>, StateError> {
-        let mut out = Vec::new();
-        for op in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
-            out.push((op.clone(), self.journal(&op)?));
+    /// The intent at `rel` without its checksum, when it does not verify: what it names
+    /// can be reported, never acted on.
+    pub(super) fn unverified_intent(&self, rel: &str, intent: &Sealed<Intent>) -> Option<Intent> {
+        match intent {
+            Sealed::Damaged(_) => self.dir.read(rel).ok().flatten().and_then(|b| {
+                let start = b.iter().position(|c| *c == b'{')?;
+                serde_json::from_slice(&b[start..]).ok()
+            }),
+            _ => None,
         }
-        Ok(out)
     }
 
-    fn journal(&self, op: &str) -> Result<JournalState, StateError> {
+    /// A progress marker (`staged`, `written`, ...): any one-line text that verifies (the
+    /// apply layer interprets it: `Marker::parse`; one it does not know makes the
+    /// recovery incomplete).
+    pub(super) fn read_progress(&self, rel: &str) -> Sealed<String> {
+        self.read_sealed(rel, |b| match std::str::from_utf8(b) {
+            Ok(p) if !p.is_empty() && !p.contains('\n') => Ok(p.to_string()),
+            _ => Err(format!("unknown step {:?}", String::from_utf8_lossy(b))),
+        })
+    }
+
+    /// A journal of format 1 (`journal/<op>/`, written by inplaced up to 43048f4), each
+    /// file verified: read exactly as that agent read it.
+    pub(super) fn journal_v1(&self, op: &str) -> Result<JournalState, StateError> {
         let base = format!("/journal/{op}");
         let json = |b: &[u8]| serde_json::from_slice::<Intent>(b).map_err(|e| e.to_string());
-        let intent = self.read_sealed(&format!("{base}/intent.json"), json);
-        let unverified_intent = match &intent {
-            Sealed::Damaged(_) => self
-                .dir
-                .read(&format!("{base}/intent.json"))
-                .ok()
-                .flatten()
-                .and_then(|b| {
-                    let start = b.iter().position(|c| *c == b'{')?;
-                    serde_json::from_slice(&b[start..]).ok()
-                }),
-            _ => None,
-        };
-        let progress = self.read_sealed(&format!("{base}/progress"), |b| {
-            // any marker text that verifies: the apply layer interprets it
-            // (`Marker::parse`; one it does not know makes the recovery incomplete)
-            match std::str::from_utf8(b) {
-                Ok(p) if !p.is_empty() && !p.contains('\n') => Ok(p.to_string()),
-                _ => Err(format!("unknown step {:?}", String::from_utf8_lossy(b))),
-            }
-        });
+        let rel = format!("{base}/intent.json");
+        let intent = self.read_sealed(&rel, json);
+        let unverified_intent = self.unverified_intent(&rel, &intent);
+        let progress = self.read_progress(&format!("{base}/progress"));
         let committed = if self
             .io(self.dir.stat(&format!("{base}/committed")))?
             .is_some()
         {
-            Some(self.committed(&base))
+            Some(self.committed_v1(&base))
         } else {
             None
         };
         Ok(JournalState {
+            version: 1,
             intent,
             unverified_intent,
             progress,
@@ -387,8 +386,8 @@ impl StateDir {
         })
     }
 
-    /// The record and spec of a journal past its commit point, both verified.
-    fn committed(&self, base: &str) -> Sealed<Committed> {
+    /// The record and spec of a format-1 journal past its commit point, both verified.
+    fn committed_v1(&self, base: &str) -> Sealed<Committed> {
         let record = self.read_sealed(&format!("{base}/record.json"), |b| {
             let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| e.to_string())?;
             let phase = v
@@ -402,9 +401,11 @@ impl StateDir {
         let spec = self.read_sealed(&format!("{base}/spec.pb"), |b| Ok(b.to_vec()));
         match (record, spec) {
             (Sealed::Valid((record, phase)), Sealed::Valid(spec)) => Sealed::Valid(Committed {
+                generation: 0,
                 record,
                 phase,
                 spec,
+                operation: None,
             }),
             (Sealed::Damaged(w), _) | (_, Sealed::Damaged(w)) => Sealed::Damaged(w),
             (Sealed::Absent, _) => Sealed::Damaged(format!(
@@ -420,15 +421,21 @@ impl StateDir {
         }
     }
 
-    /// Moves the journal of `op` aside whole, to `quarantine/<op>-<unix seconds>`, with
+    /// Moves the journal of `op` aside whole, to `quarantine/<op>-<unix seconds>` (format
+    /// 1: its directory; format 2: its `journal/<op>.*` files, with their names), with
     /// `report` (what it names and what is on disk) written next to it; returns the new
     /// path. Nothing is ever restored from a quarantined journal.
-    pub fn journal_quarantine(&self, op: &str, report: &str) -> Result<String, StateError> {
+    pub fn journal_quarantine(
+        &self,
+        version: u32,
+        op: &str,
+        report: &str,
+    ) -> Result<String, StateError> {
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let from = self.path.join("journal").join(op);
+        let journal = self.path.join("journal");
         let qdir = self.path.join("quarantine");
         let to = qdir.join(format!("{op}-{ts}"));
         let io = |p: &Path, what: &'static str, e: std::io::Error| {
@@ -439,8 +446,18 @@ impl StateDir {
             })
         };
         std::fs::create_dir_all(&qdir).map_err(|e| io(&qdir, "create quarantine", e))?;
-        std::fs::rename(&from, &to).map_err(|e| io(&from, "move journal to quarantine", e))?;
-        for d in [&qdir, &self.path.join("journal")] {
+        if version == 1 {
+            let from = journal.join(op);
+            std::fs::rename(&from, &to).map_err(|e| io(&from, "move journal to quarantine", e))?;
+        } else {
+            std::fs::create_dir_all(&to).map_err(|e| io(&to, "create quarantine", e))?;
+            for name in self.journal_files_of(op)? {
+                let from = journal.join(&name);
+                std::fs::rename(&from, to.join(&name))
+                    .map_err(|e| io(&from, "move journal to quarantine", e))?;
+            }
+        }
+        for d in [&to, &qdir, &journal] {
             if let Ok(f) = std::fs::File::open(d) {
                 let _ = inplace_node::sysroot::fsync(&f);
             }
@@ -463,27 +480,6 @@ impl StateDir {
             .collect();
         out.sort();
         out
-    }
-
-    /// Removes the journal of `op` (the operation is settled).
-    pub fn journal_remove(&self, op: &str) -> Result<(), StateError> {
-        let p = self.path.join("journal").join(op);
-        match std::fs::remove_dir_all(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(SysrootError::Io {
-                    path: p.display().to_string(),
-                    op: "remove journal",
-                    error: e,
-                }
-                .into());
-            }
-        }
-        if let Ok(d) = std::fs::File::open(self.path.join("journal")) {
-            let _ = inplace_node::sysroot::fsync(&d);
-        }
-        Ok(())
     }
 }
 
@@ -532,6 +528,8 @@ mod tests {
 
     fn expected() -> Intent {
         Intent {
+            version: 1,
+            staged: None,
             operation: "op-1".into(),
             entries: vec![IntentEntry {
                 path: "/etc/default/grub".into(),
@@ -545,6 +543,7 @@ mod tests {
                 }),
                 missing_dirs: vec![],
                 new_sha256: Some("sha256:bb".into()),
+                restore_over_any: false,
             }],
             effects: vec![
                 EffectEntry::Sysctl {
@@ -611,6 +610,23 @@ mod tests {
             (read.operation, read.units),
             (before.operation, before.units)
         );
+    }
+
+    /// Format 2 writes its version first and the Staging operation last, and reads back
+    /// the same; format 1 (no `version`) reads as version 1.
+    #[test]
+    fn a_format_2_intent_says_its_version() {
+        let mut v2 = expected();
+        v2.version = 2;
+        v2.staged = Some(serde_json::json!({"id": "op-1", "phase": "PHASE_STAGING"}));
+        let text = serde_json::to_string_pretty(&v2).unwrap();
+        assert!(
+            text.starts_with("{\n  \"version\": 2,\n  \"operation\""),
+            "{text}"
+        );
+        assert!(text.contains("\"stagedOperation\": {"), "{text}");
+        assert_eq!(serde_json::from_str::<Intent>(&text).unwrap(), v2);
+        assert_eq!(serde_json::from_str::<Intent>(WRITTEN).unwrap().version, 1);
     }
 
     /// An older agent's intent (no `commands`) reads as no command; one without `sysctls`

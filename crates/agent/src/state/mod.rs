@@ -6,21 +6,26 @@
 //! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
 //! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
 //! actions.log                  unit actions and reboots, with --service-manager record
-//! journal/<op>/intent.json     write-ahead intent of the running operation (see crate::apply::journal)
-//! journal/<op>/pre/<n>         pre-image of each file it writes or removes
-//! journal/<op>/progress        the last step it completed
-//! journal/<op>/spec.pb         the NodeSpec it applies, then
-//! journal/<op>/record.json     the applied record it commits, then
-//! journal/<op>/committed       the commit point: present = roll forward, absent = roll back
+//! journal/<op>.pre-<n>         pre-image of each file it writes or removes
+//! journal/<op>.intent          write-ahead intent of the running operation (see crate::apply::journal)
+//! journal/<op>.progress        the last step it completed
+//! journal/<op>.commit          the commit point: the record, the phase and the NodeSpec, one
+//!                              sealed file; present = roll forward, absent = roll back
+//! journal/<op>/                a journal of format 1 (inplaced up to 43048f4), still read
 //! quarantine/<op>-<time>/      a journal that did not verify, moved aside whole, with REPORT
 //! ```
 //!
-//! `intent.json`, `progress`, `spec.pb`, `record.json` and `applied-spec.pb` are sealed
-//! ([`seal`]: a header line with the body's SHA-256 and length); each pre-image's hash and
-//! length are in the intent. Nothing is trusted before it verifies.
+//! The journal's format is versioned (format 2 now, format 1 still recovered): its layout,
+//! the version rule and why a commit outlives its operation are in `journal_v2.rs`.
 //!
-//! Every file is written atomically and durably through [`Sysroot::write_atomic`] with mode
-//! 0600. The applied record holds hashes and non-secret settings, never file content;
+//! The intent, progress, commit and `applied-spec.pb` are sealed ([`seal`]: a header line
+//! with the body's SHA-256 and length); each pre-image's hash and length are in the intent.
+//! Nothing is trusted before it verifies.
+//!
+//! Every file is written atomically through [`Sysroot::write_atomic`] with mode 0600,
+//! durably unless said otherwise: the Staging operation, the progress marker and the
+//! record installed from a commit are written without an fsync (the intent, the journal
+//! and the commit hold what a crash needs of them). The applied record holds hashes and non-secret settings, never file content;
 //! `applied-spec.pb` holds file content (secrets), which is why every file is 0600.
 //!
 //! The module is three rooms: `record.rs` (the applied record's schema, whose fields the
@@ -35,6 +40,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod journal;
+mod journal_v2;
 mod operations;
 mod record;
 #[cfg(test)]
@@ -50,6 +56,8 @@ pub(crate) use journal::{
 pub(crate) use record::{
     AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval,
 };
+
+pub(crate) use journal_v2::JOURNAL_VERSION;
 
 use journal::{SEAL, unseal};
 
@@ -101,6 +109,8 @@ pub struct StateDir {
     dir: Sysroot,
     uid: u32,
     gid: u32,
+    /// The generation of the next format-2 commit (above any pending one).
+    generation: std::sync::atomic::AtomicU64,
     _lock: Option<std::fs::File>,
 }
 
@@ -136,6 +146,7 @@ impl StateDir {
             dir: Sysroot::open(path)?.without_failpoints(),
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
+            generation: std::sync::atomic::AtomicU64::new(1),
             _lock: None,
         })
     }
@@ -187,7 +198,7 @@ impl StateDir {
     /// Removes temporary files a crash left in the state directory (see
     /// [`Sysroot::write_atomic`]).
     pub fn remove_stale_temps(&self) -> Result<(), StateError> {
-        for dir in ["/", "/operations", "/originals"] {
+        for dir in ["/", "/operations", "/originals", "/journal"] {
             for n in self.io(self.dir.list_dir(dir))?.unwrap_or_default() {
                 if n.starts_with('.') && n.contains(".inplaced-") && n.ends_with(".tmp") {
                     let p = if dir == "/" {
@@ -285,8 +296,10 @@ impl StateDir {
         }
     }
 
-    /// Persists the applied record.
+    /// Persists the applied record, outside an operation: a pending commit is settled
+    /// first ([`StateDir::settle_commits`]).
     pub fn save_record(&self, r: &AppliedRecord) -> Result<(), StateError> {
+        self.settle_commits()?;
         let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
         self.write("/applied.json", &b)
     }
@@ -326,12 +339,14 @@ impl StateDir {
     /// Persists the NodeSpec applied last (protobuf bytes, mode 0600: it holds file
     /// content).
     pub fn save_applied_spec(&self, spec: &[u8]) -> Result<(), StateError> {
+        self.settle_commits()?;
         self.write("/applied-spec.pb", &seal(spec))
     }
 
-    /// Installs a committed record and its spec: both contents fsynced, renamed, then one
-    /// fsync of the state directory (3 barriers instead of 4); the journal that holds them
-    /// is removed only after this returns.
+    /// Installs a committed record and its spec durably: both contents fsynced, renamed,
+    /// then one fsync of the state directory (3 barriers); the journal that holds them is
+    /// removed only after this returns. Recovery's install; a running operation installs
+    /// without fsyncs ([`StateDir::install_committed`]).
     pub fn install_applied(&self, r: &AppliedRecord, spec: &[u8]) -> Result<(), StateError> {
         let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
         self.write_with("/applied.json", &b, Durability::ContentOnly)?;
@@ -444,10 +459,22 @@ impl StateDir {
     /// Loads the applied record; a record that does not parse is moved aside to
     /// `applied.json.corrupt-<unix seconds>` and an empty record is returned with a
     /// description of what happened (shown in status).
+    ///
+    /// A record that does not parse while a format-2 commit is pending is the commit's
+    /// install that a power cut cut short (it was written without an fsync): the commit's
+    /// record is returned with that said, and the journal's recovery installs it.
     pub fn load_record_or_quarantine(&self) -> Result<(AppliedRecord, Option<String>), StateError> {
         match self.load_record() {
             Ok(r) => Ok((r, None)),
             Err(StateError::Corrupt { message, .. }) => {
+                if let Ok(Some(c)) = self.pending_commit() {
+                    let why = format!(
+                        "{} did not parse ({message}); a commit pending in {} holds the applied record, which is installed again from it",
+                        self.full("/applied.json"),
+                        self.full("/journal")
+                    );
+                    return Ok((c.record, Some(why)));
+                }
                 let ts = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())

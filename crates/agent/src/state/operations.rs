@@ -36,11 +36,20 @@ fn created_key(t: Option<pbjson_types::Timestamp>) -> (i64, i32) {
 }
 
 impl StateDir {
-    /// Persists an operation durably (the file, then `operations/`).
+    /// Persists an operation durably (the file, then `operations/`), except in phase
+    /// Staging: then it is written without an fsync, because the journal's intent holds
+    /// the operation as it was in Staging (a power cut before the intent is durable
+    /// changed nothing on the node; after it, recovery settles the operation from the
+    /// intent's copy).
     pub fn save_operation(&self, op: &pb::Operation) -> Result<(), StateError> {
         let rel = format!("/operations/{}.json", op.id);
         let b = serde_json::to_vec_pretty(op).map_err(|e| self.corrupt(&rel, e))?;
-        self.write(&rel, &b)
+        let durability = if op.phase == pb::Phase::Staging as i32 {
+            inplace_node::sysroot::Durability::Lazy
+        } else {
+            inplace_node::sysroot::Durability::Durable
+        };
+        self.write_with(&rel, &b, durability)
     }
 
     /// The names of the operation files (`<id>.json`, temporary files skipped), with

@@ -227,6 +227,13 @@ fn the_seal_has_its_header_and_detects_damage() {
     assert!(unseal(b"abc").is_err());
 }
 
+fn wire_op(id: &str) -> inplace_wire::pb::Operation {
+    inplace_wire::pb::Operation {
+        id: id.into(),
+        ..Default::default()
+    }
+}
+
 fn journal_with_pre_image(s: &StateDir, op: &str) -> Intent {
     let file = s.journal_pre_image(op, 0, b"before").unwrap();
     let intent = Intent {
@@ -243,7 +250,9 @@ fn journal_with_pre_image(s: &StateDir, op: &str) -> Intent {
             }),
             missing_dirs: vec![],
             new_sha256: Some(sha256_of(b"after")),
+            restore_over_any: false,
         }],
+        version: JOURNAL_VERSION,
         ..Intent::default()
     };
     s.journal_intent(&intent, false).unwrap();
@@ -263,16 +272,19 @@ fn a_journal_reads_back_verified() {
     assert_eq!(j.progress, Sealed::Valid("written".into()));
     assert_eq!(j.committed, None);
     let pre = intent.entries[0].pre.as_ref().unwrap();
-    assert_eq!(s.journal_read_pre("op1", pre).unwrap(), b"before");
+    assert_eq!(s.journal_read_pre(2, "op1", pre).unwrap(), b"before");
 
-    s.journal_commit("op1", b"spec", &record(), 3).unwrap();
+    s.journal_commit(&wire_op("op1"), b"spec", &record(), 3)
+        .unwrap();
     let (_, j) = &s.journals().unwrap()[0];
     assert_eq!(
         j.committed,
         Some(Sealed::Valid(Committed {
+            generation: 1,
             record: record(),
             phase: 3,
             spec: b"spec".to_vec(),
+            operation: Some(serde_json::to_value(wire_op("op1")).unwrap()),
         }))
     );
     s.journal_remove("op1").unwrap();
@@ -283,12 +295,12 @@ fn a_journal_reads_back_verified() {
 fn a_damaged_intent_is_reported_with_what_it_names() {
     let (_d, s) = open();
     let intent = journal_with_pre_image(&s, "op1");
-    let p = s.path().join("journal/op1/intent.json");
+    let p = s.path().join("journal/op1.intent");
     let mut b = std::fs::read(&p).unwrap();
     b.push(b'\n');
     std::fs::write(&p, b).unwrap();
     let (_, j) = &s.journals().unwrap()[0];
-    assert!(matches!(&j.intent, Sealed::Damaged(w) if w.contains("intent.json")));
+    assert!(matches!(&j.intent, Sealed::Damaged(w) if w.contains("op1.intent")));
     assert_eq!(j.unverified_intent, Some(intent));
 }
 
@@ -296,9 +308,10 @@ fn a_damaged_intent_is_reported_with_what_it_names() {
 fn a_quarantined_journal_is_moved_whole() {
     let (_d, s) = open();
     journal_with_pre_image(&s, "op1");
-    let before = names(&s.path().join("journal/op1"));
-    let to = s.journal_quarantine("op1", "why").unwrap();
-    assert!(!s.path().join("journal/op1").exists());
+    let before = names(&s.path().join("journal"));
+    assert_eq!(before, ["op1.intent", "op1.pre-0", "op1.progress"]);
+    let to = s.journal_quarantine(2, "op1", "why").unwrap();
+    assert!(names(&s.path().join("journal")).is_empty());
     let mut after = names(Path::new(&to));
     after.retain(|n| n != "REPORT");
     assert_eq!(after, before);
@@ -307,4 +320,73 @@ fn a_quarantined_journal_is_moved_whole() {
         "why"
     );
     assert_eq!(s.quarantined(), vec![(to, "why".to_string())]);
+}
+
+/// Format 2: the commit outlives the install (the record and spec are installed without an
+/// fsync), the next operation's install removes it, and when a power cut leaves two the
+/// highest generation is the applied state.
+#[test]
+fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
+    let (_d, s) = open();
+    journal_with_pre_image(&s, "op1");
+    s.journal_commit(&wire_op("op1"), b"spec-1", &record(), 3)
+        .unwrap();
+    s.install_committed("op1", &record(), b"spec-1").unwrap();
+    assert_eq!(names(&s.path().join("journal")), ["op1.commit"]);
+    assert_eq!(s.load_record().unwrap(), record());
+    let mut second = record();
+    second.spec_hash = "sha256:second".into();
+    s.journal_commit(&wire_op("op2"), b"spec-2", &second, 3)
+        .unwrap();
+    // a power cut before op2's install: both commits, op2's is newer
+    let pending = s.pending_commit().unwrap().unwrap();
+    assert_eq!((pending.generation, pending.spec), (2, b"spec-2".to_vec()));
+    let order: Vec<u64> = s
+        .journals()
+        .unwrap()
+        .into_iter()
+        .map(|(_, j)| match j.committed {
+            Some(Sealed::Valid(c)) => c.generation,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(order, [1, 2], "oldest first: the newest is installed last");
+    s.install_committed("op2", &second, b"spec-2").unwrap();
+    assert_eq!(names(&s.path().join("journal")), ["op2.commit"]);
+    // a write of the record outside an operation settles the commit first
+    s.save_record(&record()).unwrap();
+    assert!(names(&s.path().join("journal")).is_empty());
+    assert_eq!(s.load_record().unwrap(), record());
+    assert_eq!(
+        std::fs::read(s.path().join("applied-spec.pb")).unwrap(),
+        seal(b"spec-2")
+    );
+}
+
+/// A flat journal of another format version (a newer agent's) does not verify: it is
+/// never acted on.
+#[test]
+fn a_journal_of_another_version_does_not_verify() {
+    let (_d, s) = open();
+    let mut intent = journal_with_pre_image(&s, "op1");
+    intent.version = 3;
+    s.journal_intent(&intent, false).unwrap();
+    let (_, j) = &s.journals().unwrap()[0];
+    assert!(
+        matches!(&j.intent, Sealed::Damaged(w) if w.contains("journal format 3")),
+        "{:?}",
+        j.intent
+    );
+    let head = r#"{"version":3,"generation":1,"phase":3,"record":{}}"#;
+    std::fs::write(
+        s.path().join("journal/op1.commit"),
+        seal(format!("{head}\n").as_bytes()),
+    )
+    .unwrap();
+    let (_, j) = &s.journals().unwrap()[0];
+    assert!(
+        matches!(&j.committed, Some(Sealed::Damaged(w)) if w.contains("journal format Some(3)")),
+        "{:?}",
+        j.committed
+    );
 }

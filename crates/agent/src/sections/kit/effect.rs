@@ -199,6 +199,14 @@ pub trait Effect: Debug + Send + Sync + Any {
         None
     }
 
+    /// Node paths it removes (a checkpoint a restart must not find): the journal keeps a
+    /// pre-image of each, taken at Staging, and a crash's rollback writes it back over
+    /// whatever is there then (the file the service wrote again after the removal
+    /// included). Empty: none.
+    fn journaled_removals(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Applies it: actions, progress and undo entries through `report` as they happen.
     fn apply(&self, node: &Node<'_>, report: &mut dyn Report) -> Result<(), EffectError>;
 

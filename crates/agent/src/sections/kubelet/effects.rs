@@ -23,6 +23,11 @@ impl Effect for ResetCheckpoints {
         Stage::Restart(self.unit.clone())
     }
 
+    /// The checkpoints: a crash after their removal puts them back from the journal.
+    fn journaled_removals(&self) -> Vec<String> {
+        self.files.iter().cloned().collect()
+    }
+
     /// Each step is undone on rollback: the unit's state before is kept
     /// ([`UndoEntry::Unit`]: started again once the files are back) and each checkpoint
     /// removed is kept in memory and written back ([`RestoreFile`]), so that a start that

@@ -1,0 +1,388 @@
+//! The journal's on-disk format 2, the one this agent writes: flat files in `journal/`
+//! (a directory that exists after the first operation, so no directory is created per
+//! operation), one sealed commit holding everything a roll-forward needs.
+//!
+//! ```text
+//! journal/<op>.pre-<n>    pre-image n (raw bytes; its SHA-256 and length are in the intent)
+//! journal/<op>.intent     sealed JSON: "version": 2, the paths, pre-images, effects, units,
+//!                         and the operation as it was in Staging ("stagedOperation")
+//! journal/<op>.progress   sealed step marker (never fsynced)
+//! journal/<op>.commit     sealed: one JSON line {"version": 2, "generation", "phase",
+//!                         "record", "operation"}, a newline, then the NodeSpec applied
+//!                         (protobuf bytes)
+//! ```
+//!
+//! ## The version rule
+//!
+//! The format is the layout plus the `version` field of the intent and the commit. A
+//! directory `journal/<op>/` is format 1 (inplaced up to commit 43048f4: `intent.json`
+//! without a `version`, `pre/<n>`, `progress`, `spec.pb`, `record.json`, `committed`); it
+//! is read and settled exactly as that agent did, so an agent upgraded while an operation
+//! is pending recovers it as before. Flat files are format 2. A flat intent or commit with
+//! any other `version` was written by a newer agent: it does not verify (quarantined,
+//! nothing restored from it), never guessed at. A change of the layout or of what a
+//! field means takes the next version and keeps the reader of every older one.
+//!
+//! ## Why a commit outlives its operation
+//!
+//! The commit is the applied state's durable copy: `applied.json` and `applied-spec.pb`
+//! are then written without an fsync ([`StateDir::install_committed`]), and the commit
+//! stays until something newer is durable: the next operation's commit (which removes it,
+//! again without an fsync: a power cut that brings it back leaves two commits, and the
+//! highest `generation` wins), [`StateDir::settle_commits`] (before any write of the
+//! record outside an operation), or the next start (which installs the highest commit
+//! with fsyncs and removes them all). So nothing but an operation's own commit ever
+//! writes the record while a commit is pending, and installing the highest commit again
+//! is always right.
+
+use std::sync::atomic::Ordering;
+
+use inplace_node::sysroot::Durability;
+use inplace_wire::pb;
+
+use super::{AppliedRecord, Committed, Intent, JournalState, Sealed, StateDir, StateError, seal};
+
+/// The journal format this agent writes (see the module docs for the version rule).
+pub(crate) const JOURNAL_VERSION: u32 = 2;
+
+/// What a flat journal file is, by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Intent,
+    Progress,
+    Commit,
+    Pre,
+}
+
+/// `<op>.intent` → (op, Intent); temporary files (`.` first) and other names: None.
+fn parse_name(name: &str) -> Option<(&str, Part)> {
+    if name.starts_with('.') {
+        return None;
+    }
+    for (suffix, part) in [
+        (".intent", Part::Intent),
+        (".progress", Part::Progress),
+        (".commit", Part::Commit),
+    ] {
+        if let Some(op) = name.strip_suffix(suffix) {
+            return Some((op, part)).filter(|(op, _)| !op.is_empty());
+        }
+    }
+    let (op, n) = name.rsplit_once(".pre-")?;
+    (!op.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .then_some((op, Part::Pre))
+}
+
+/// The body of a commit: its JSON line, then the spec.
+fn parse_commit(b: &[u8]) -> Result<Committed, String> {
+    let nl = b
+        .iter()
+        .position(|c| *c == b'\n')
+        .ok_or("no newline after the commit's header")?;
+    let v: serde_json::Value = serde_json::from_slice(&b[..nl]).map_err(|e| e.to_string())?;
+    let version = v.get("version").and_then(serde_json::Value::as_u64);
+    if version != Some(u64::from(JOURNAL_VERSION)) {
+        return Err(format!(
+            "journal format {version:?}: written by another inplaced; this one reads formats 1 and {JOURNAL_VERSION}"
+        ));
+    }
+    let num = |k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_i64)
+            .ok_or(format!("no {k}"))
+    };
+    Ok(Committed {
+        generation: num("generation")? as u64,
+        phase: num("phase")? as i32,
+        record: serde_json::from_value(v.get("record").cloned().unwrap_or_default())
+            .map_err(|e| e.to_string())?,
+        spec: b[nl + 1..].to_vec(),
+        operation: v.get("operation").cloned(),
+    })
+}
+
+impl StateDir {
+    /// Writes the pre-image `n` of operation `op` as `journal/<op>.pre-<n>` (its content
+    /// fsynced; its name is made durable by the intent's fsync of `journal/`); returns its
+    /// file name.
+    pub fn journal_pre_image(
+        &self,
+        op: &str,
+        n: usize,
+        content: &[u8],
+    ) -> Result<String, StateError> {
+        let file = format!("{op}.pre-{n}");
+        self.write_with(
+            &format!("/journal/{file}"),
+            content,
+            Durability::ContentOnly,
+        )?;
+        Ok(file)
+    }
+
+    /// Makes the staged originals durable (one fsync of `originals/` when `originals`
+    /// were saved), then writes the intent (sealed, format 2) as `journal/<op>.intent`:
+    /// its content, then `journal/` fsynced, which makes the pre-images' names durable
+    /// too. From here on a crash is rolled back at the next start.
+    pub fn journal_intent(&self, intent: &Intent, originals: bool) -> Result<(), StateError> {
+        if originals {
+            self.sync_dir("/originals")?;
+        }
+        let rel = format!("/journal/{}.intent", intent.operation);
+        let b = serde_json::to_vec_pretty(intent).map_err(|e| self.corrupt(&rel, e))?;
+        self.write(&rel, &seal(&b))
+    }
+
+    /// Records the last step operation `op` completed (sealed), without an fsync: the
+    /// marker only says how far the operation got (it words the rolled-back message;
+    /// rolling back restarts the units whenever a path went back, whatever it says). A
+    /// power cut may leave an earlier step or a marker that does not verify, which
+    /// recovery already handles.
+    pub fn journal_progress(&self, op: &str, step: &str) -> Result<(), StateError> {
+        self.write_with(
+            &format!("/journal/{op}.progress"),
+            &seal(step.as_bytes()),
+            Durability::Lazy,
+        )
+    }
+
+    /// The commit point: `journal/<op>.commit` (sealed: format, generation, the phase to
+    /// end in, the record and the operation `op` as it is now, then the spec applied),
+    /// its content then `journal/` fsynced (2 barriers). Being one sealed file, it is
+    /// there whole or not at all.
+    pub fn journal_commit(
+        &self,
+        op: &pb::Operation,
+        spec: &[u8],
+        record: &AppliedRecord,
+        phase: i32,
+    ) -> Result<(), StateError> {
+        let rel = format!("/journal/{}.commit", op.id);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let head = serde_json::json!({
+            "version": JOURNAL_VERSION,
+            "generation": generation,
+            "phase": phase,
+            "record": record,
+            "operation": op,
+        });
+        let mut b = serde_json::to_vec(&head).map_err(|e| self.corrupt(&rel, e))?;
+        b.push(b'\n');
+        b.extend_from_slice(spec);
+        self.write(&rel, &seal(&b))
+    }
+
+    /// Installs a committed record and its spec without an fsync (the commit is their
+    /// durable copy, kept until something newer is durable: see the module docs), then
+    /// removes, without an fsync, what of the journal is no longer needed: the intent,
+    /// progress and pre-images of `op`, and the commits of earlier operations (a power
+    /// cut that brings them back is settled by the highest generation).
+    pub fn install_committed(
+        &self,
+        op: &str,
+        r: &AppliedRecord,
+        spec: &[u8],
+    ) -> Result<(), StateError> {
+        let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
+        self.write_with("/applied.json", &b, Durability::Lazy)?;
+        self.write_with("/applied-spec.pb", &seal(spec), Durability::Lazy)?;
+        for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
+            let stale = match parse_name(&name) {
+                Some((o, Part::Commit)) => o != op,
+                Some((o, _)) => o == op,
+                None => false,
+            };
+            if stale {
+                self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs the highest pending commit with fsyncs and removes every commit (then
+    /// `journal/` fsynced): called before the record or the spec is written outside an
+    /// operation, so that no commit can later install an older record over that write.
+    pub(super) fn settle_commits(&self) -> Result<(), StateError> {
+        let commits: Vec<String> = self
+            .io(self.dir.list_dir("/journal"))?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| matches!(parse_name(n), Some((_, Part::Commit))))
+            .collect();
+        if commits.is_empty() {
+            return Ok(());
+        }
+        if let Some(c) = self.pending_commit()? {
+            self.install_applied(&c.record, &c.spec)?;
+        }
+        for name in &commits {
+            self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
+        }
+        self.sync_dir("/journal")
+    }
+
+    /// The pending format-2 commit with the highest generation that verifies, if any.
+    pub(super) fn pending_commit(&self) -> Result<Option<Committed>, StateError> {
+        let mut best: Option<Committed> = None;
+        for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
+            if matches!(parse_name(&name), Some((_, Part::Commit)))
+                && let Sealed::Valid(c) =
+                    self.read_sealed(&format!("/journal/{name}"), parse_commit)
+                && best.as_ref().is_none_or(|b| c.generation > b.generation)
+            {
+                best = Some(c);
+            }
+        }
+        Ok(best)
+    }
+
+    /// The journals left in the state directory, by operation id, each file verified:
+    /// format 1 first (directories, as listed), then format 2's operations without a
+    /// commit (rolled back), then those with one, oldest generation first (so that the
+    /// last one installed is the newest).
+    pub fn journals(&self) -> Result<Vec<(String, JournalState)>, StateError> {
+        let mut v1 = Vec::new();
+        let mut ops: std::collections::BTreeMap<String, Vec<Part>> = Default::default();
+        for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
+            let is_dir = matches!(
+                self.io(self.dir.stat(&format!("/journal/{name}")))?,
+                Some(e) if e.kind == inplace_node::sysroot::Kind::Dir
+            );
+            if is_dir {
+                v1.push((name.clone(), self.journal_v1(&name)?));
+            } else if let Some((op, part)) = parse_name(&name) {
+                ops.entry(op.to_string()).or_default().push(part);
+            }
+        }
+        let mut v2: Vec<(String, JournalState)> = ops
+            .into_iter()
+            .map(|(op, parts)| {
+                let j = self.journal_v2(&op, parts.contains(&Part::Commit));
+                (op, j)
+            })
+            .collect();
+        let key = |j: &JournalState| match &j.committed {
+            None => (0, 0),
+            Some(Sealed::Valid(c)) => (2, c.generation),
+            Some(_) => (1, 0),
+        };
+        v2.sort_by_key(|(_, j)| key(j));
+        if let Some(top) = v2.iter().map(|(_, j)| key(j).1).max() {
+            self.generation.fetch_max(top + 1, Ordering::Relaxed);
+        }
+        v1.extend(v2);
+        Ok(v1)
+    }
+
+    /// A format-2 journal, each file verified.
+    fn journal_v2(&self, op: &str, has_commit: bool) -> JournalState {
+        let rel = format!("/journal/{op}.intent");
+        let intent = self.read_sealed(&rel, |b| {
+            let i: Intent = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+            if i.version == JOURNAL_VERSION {
+                Ok(i)
+            } else {
+                Err(format!(
+                    "journal format {}: written by another inplaced; this one reads formats 1 and {JOURNAL_VERSION}",
+                    i.version
+                ))
+            }
+        });
+        let unverified_intent = self.unverified_intent(&rel, &intent);
+        let progress = self.read_progress(&format!("/journal/{op}.progress"));
+        let committed =
+            has_commit.then(|| self.read_sealed(&format!("/journal/{op}.commit"), parse_commit));
+        JournalState {
+            version: JOURNAL_VERSION,
+            intent,
+            unverified_intent,
+            progress,
+            committed,
+        }
+    }
+
+    /// The names of operation `op`'s format-2 journal files in `journal/`.
+    pub(super) fn journal_files_of(&self, op: &str) -> Result<Vec<String>, StateError> {
+        Ok(self
+            .io(self.dir.list_dir("/journal"))?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| matches!(parse_name(n), Some((o, _)) if o == op))
+            .collect())
+    }
+
+    /// The full path of operation `op`'s journal file `part` (`intent`, `progress`,
+    /// `commit`) in format `version`, for messages.
+    pub fn journal_file(&self, version: u32, op: &str, part: &str) -> String {
+        match (version, part) {
+            (1, "intent") => self.full(&format!("/journal/{op}/intent.json")),
+            (1, "commit") => self.full(&format!("/journal/{op}/committed")),
+            (1, p) => self.full(&format!("/journal/{op}/{p}")),
+            (_, p) => self.full(&format!("/journal/{op}.{p}")),
+        }
+    }
+
+    /// Removes the journal of `op` (the operation is settled): its format-1 directory
+    /// and its format-2 files, then `journal/` fsynced.
+    pub fn journal_remove(&self, op: &str) -> Result<(), StateError> {
+        let p = self.path.join("journal").join(op);
+        match std::fs::remove_dir_all(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {}
+            Err(e) => {
+                return Err(inplace_node::sysroot::SysrootError::Io {
+                    path: p.display().to_string(),
+                    op: "remove journal",
+                    error: e,
+                }
+                .into());
+            }
+        }
+        for name in self.journal_files_of(op)? {
+            self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
+        }
+        if let Ok(d) = std::fs::File::open(self.path.join("journal")) {
+            let _ = inplace_node::sysroot::fsync(&d);
+        }
+        Ok(())
+    }
+
+    /// Interrupted operations a start will settle, counted for the recoveries metric:
+    /// format-1 directories and format-2 intents (a commit alone is kept by design after
+    /// its operation settled).
+    pub fn pending_journals(state_dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(state_dir.join("journal"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| {
+                        e.path().is_dir()
+                            || matches!(
+                                parse_name(&e.file_name().to_string_lossy()),
+                                Some((_, Part::Intent))
+                            )
+                    })
+                    .count() as u64
+            })
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Part, parse_name};
+
+    #[test]
+    fn names_of_format_2() {
+        assert_eq!(parse_name("op.1.intent"), Some(("op.1", Part::Intent)));
+        assert_eq!(parse_name("a.pre-12"), Some(("a", Part::Pre)));
+        assert_eq!(
+            parse_name("a.pre-1.commit"),
+            Some(("a.pre-1", Part::Commit))
+        );
+        assert_eq!(parse_name("a.pre-"), None);
+        assert_eq!(parse_name(".a.intent.inplaced-1-2.tmp"), None);
+        assert_eq!(parse_name(".intent"), None);
+        assert_eq!(parse_name("x.progress"), Some(("x", Part::Progress)));
+    }
+}
