@@ -205,7 +205,7 @@ s5_crash() {
     # operation ends RolledBack (issue 20 §5: the phase says what happened)
     expect "interrupted operation RolledBack" "$(op_phase vm-crash-v2)" '^PHASE_ROLLED_BACK$'
     expect "interrupted operation message" "$(ctl -o json get vm-crash-v2)" '"message": ".*interrupted'
-    # the write-ahead journal of the operation (<state>/journal/<id>) is gone once settled
+    # the write-ahead journal of the operation (<state>/journal/<id>.*) is gone once settled
     expect "journal recovered (none left in the state dir)" "$(gx 'ls -A /var/lib/inplaced/journal 2>/dev/null | wc -l')" '^0$'
     # the restart names the settled operation and every path it restored (issue 12 §1)
     local journal
