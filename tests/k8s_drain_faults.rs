@@ -325,7 +325,9 @@ async fn a_missing_kubeconfig_secret_fails_at_the_deadline() {
     assert!(msg.contains("drain deadline, 3 s"), "{msg}");
     // the clock is on the Machine, so every replica counts the same one
     let ann = machine_annotations(&c).await;
-    let clock = ann["inplaced.io/waiting-for-cluster"].as_str().unwrap_or("");
+    let clock = ann["inplaced.io/waiting-for-cluster"]
+        .as_str()
+        .unwrap_or("");
     assert!(clock.starts_with("capi-site-a-edge-1-cp-7xk2p-"), "{ann}");
     let nodes: Api<Node> = Api::all(c.admin().await);
     let n = nodes.get(NODE).await.unwrap();

@@ -296,6 +296,10 @@ impl Agent {
         };
         op.push_action(format!("reverted by operation {rid}"));
         let next = op.state().expired(ok);
+        // the try stops blocking applies before its end is published: a caller that sees
+        // it RolledBack and applies at once must not be refused for it
+        self.tries.lock().remove(id);
+        self.tries.wake.notify_all();
         if self.publish(&mut op, next, message).is_ok() && ok {
             let _ = self.state.drop_try_base(id);
         }
