@@ -120,7 +120,7 @@ fn read_config_dropins(node: &NodeView<'_>, k: &mut KubeletObs) -> Result<(), Ob
         return Ok(());
     };
     let dir = dir.trim_end_matches('/').to_string();
-    let names = match node.root.list_dir(&dir) {
+    let names = match crate::sections::kit::observe::list_dir(node.root, &dir) {
         Ok(n) => n.unwrap_or_default(),
         Err(e) => {
             k.problems
