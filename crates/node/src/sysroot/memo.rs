@@ -84,9 +84,10 @@ impl Stamp {
 pub struct MemoLimits {
     /// Most values kept (256).
     pub entries: usize,
-    /// Most bytes read for the values kept, summed (4 MiB).
+    /// Most bytes read for the values kept, summed (1 MiB: the daemon's idle RSS target
+    /// is 12 MiB, so the memo may not hold a node's worth of managed files).
     pub bytes: usize,
-    /// Largest read whose value is kept (256 KiB).
+    /// Largest read whose value is kept (64 KiB; a kubelet config is 1–3 KiB).
     pub entry_bytes: usize,
     /// How long after a file's last change its values are not kept, for times with a
     /// sub-second part (50 ms: several jiffies of the coarse clock file times are taken
@@ -100,8 +101,8 @@ impl Default for MemoLimits {
     fn default() -> Self {
         MemoLimits {
             entries: 256,
-            bytes: 4 << 20,
-            entry_bytes: 256 << 10,
+            bytes: 1 << 20,
+            entry_bytes: 64 << 10,
             racy: Duration::from_millis(50),
             racy_coarse: Duration::from_secs(2),
         }
