@@ -19,6 +19,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 mod beneath;
 mod follow;
+mod memo;
 mod trusted;
 mod writable;
 
@@ -170,6 +171,8 @@ pub struct Entry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp([u64; 7]);
 
+pub use memo::{Memo, MemoLimits};
+
 impl Stamp {
     /// True when the file's content was modified less than `secs` seconds before `now`
     /// (Unix seconds), or in the future. File times come from a coarse clock (a jiffy),
@@ -284,17 +287,29 @@ fn join(parts: &[&str]) -> String {
 /// the content of a regular file no larger than `max_read`; None when it was replaced
 /// while being looked at (look again).
 fn probe_name(dir: &OwnedFd, path: &str, name: &str, max_read: u64) -> Result<Option<Probe>> {
+    Ok(probe_name_stat(dir, path, name, max_read)?.map(|(p, _)| p))
+}
+
+/// [`probe_name`] with the `fstat` of the file whose content was read (None when no
+/// content was read), so that a cache keys what was read by the stamp of that same file.
+fn probe_name_stat(
+    dir: &OwnedFd,
+    path: &str,
+    name: &str,
+    max_read: u64,
+) -> Result<Option<(Probe, Option<rustix::fs::Stat>)>> {
     let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(Some(Probe::Absent)),
+        Err(rustix::io::Errno::NOENT) => return Ok(Some((Probe::Absent, None))),
         Err(e) => return Err(io_err(path, "stat", e)),
     };
     let entry = entry_of(&st);
     if entry.kind != Kind::File || entry.len > max_read {
-        return Ok(Some(Probe::Present {
+        let found = Probe::Present {
             entry,
             content: None,
-        }));
+        };
+        return Ok(Some((found, None)));
     }
     let file = match rustix::fs::openat(
         dir,
@@ -303,7 +318,7 @@ fn probe_name(dir: &OwnedFd, path: &str, name: &str, max_read: u64) -> Result<Op
         Mode::empty(),
     ) {
         Ok(file) => file,
-        Err(rustix::io::Errno::NOENT) => return Ok(Some(Probe::Absent)),
+        Err(rustix::io::Errno::NOENT) => return Ok(Some((Probe::Absent, None))),
         // replaced by a symlink since the stat: look again
         Err(rustix::io::Errno::LOOP) => return Ok(None),
         Err(e) => return Err(io_err(path, "open", e)),
@@ -323,10 +338,11 @@ fn probe_name(dir: &OwnedFd, path: &str, name: &str, max_read: u64) -> Result<Op
     if buf.len() as u64 > max_read {
         return Ok(None);
     }
-    Ok(Some(Probe::Present {
+    let found = Probe::Present {
         entry: opened,
         content: Some(buf),
-    }))
+    };
+    Ok(Some((found, Some(st))))
 }
 
 /// The sorted names in the open directory `dir` (node path `path`), without `.` and `..`.
@@ -350,6 +366,8 @@ pub struct Sysroot {
     path: PathBuf,
     root: OwnedFd,
     failpoints: bool,
+    /// What was derived from this root's files, by their stamps ([`Memo`]).
+    memo: Memo,
 }
 
 /// What is on stable storage when a write returns (see [`Sysroot::write_atomic_with`]).
@@ -378,6 +396,7 @@ impl Sysroot {
             path,
             root,
             failpoints: true,
+            memo: Memo::default(),
         })
     }
 
@@ -460,20 +479,8 @@ impl Sysroot {
     /// modification and status-change times (ns), of `path` itself (not followed);
     /// `Ok(None)` if it is absent. Equal stamps mean the same file, unchanged, for
     /// caching what is derived from it (the kubelet's `--version`).
-    // the stat fields' integer types differ between architectures
-    #[allow(clippy::unnecessary_cast)]
     pub fn stamp(&self, path: &str) -> Result<Option<Stamp>> {
-        Ok(self.lstat(path)?.map(|st| {
-            Stamp([
-                st.st_dev,
-                st.st_ino,
-                st.st_size as u64,
-                st.st_mtime as u64,
-                st.st_mtime_nsec as u64,
-                st.st_ctime as u64,
-                st.st_ctime_nsec as u64,
-            ])
-        }))
+        Ok(self.lstat(path)?.map(|st| Stamp::of(&st)))
     }
 
     /// Looks at `path` in one walk from the root (each parent opened once, `O_NOFOLLOW`):

@@ -412,9 +412,16 @@ impl Agent {
         if gates(steps).next().is_some() {
             self.run_effects(run, &Stage::Gate)?;
         }
-        let check = self
-            .plan_with(run.spec, run.opts.clone(), run.record.clone())
-            .map_err(|e| fail(format!("verifying: {e}")))?;
+        // the sections the plan touched, observed again through the memo (issue 28 §2)
+        let host = plan::verify::Host {
+            root: &self.root,
+            state: &self.state,
+            config: &self.config,
+            runner: Some(self.runner.as_ref()),
+        };
+        let check =
+            plan::verify::replan_touched(host, run.plan, run.spec, &run.record, run.opts.clone())
+                .map_err(|e| fail(format!("verifying: {e}")))?;
         let left: Vec<&str> = check
             .report
             .changes

@@ -19,6 +19,7 @@
 pub mod diff;
 pub(crate) mod observe;
 pub(crate) mod order;
+pub(crate) mod verify;
 pub(crate) mod writable;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -6,6 +6,7 @@
 
 use crate::config::Config;
 use crate::sections::SECTIONS;
+use crate::sections::kit::Section;
 use crate::sections::kit::file_items;
 use crate::sections::kit::observe::{NodeView, ObserveError};
 use crate::sections::model::{NodeSpec, Observed};
@@ -35,6 +36,20 @@ pub(crate) fn observe_with(
     record: &AppliedRecord,
     runner: Option<&dyn inplace_node::system::CommandRunner>,
 ) -> Result<Observed, ObserveError> {
+    observe_over(SECTIONS, root, state, config, desired, record, runner)
+}
+
+/// [`observe_with`] over the given sections only (the verifying re-plan's,
+/// [`super::verify`]), in their order, after the file machinery's part.
+pub(crate) fn observe_over(
+    sections: &[&dyn Section],
+    root: &Sysroot,
+    state: &StateDir,
+    config: &Config,
+    desired: &NodeSpec,
+    record: &AppliedRecord,
+    runner: Option<&dyn inplace_node::system::CommandRunner>,
+) -> Result<Observed, ObserveError> {
     let node = NodeView {
         root,
         state,
@@ -45,7 +60,7 @@ pub(crate) fn observe_with(
     };
     let mut obs = Observed::empty();
     file_items::observe(&node, &mut obs)?;
-    for s in SECTIONS {
+    for s in sections {
         s.observe(&node, &mut obs)?;
     }
     Ok(obs)

@@ -11,7 +11,9 @@ use std::collections::BTreeSet;
 
 use crate::config::Config;
 use crate::sections::kit::change::{ChangeBuilder, disruption};
-use crate::sections::kit::observe::{FileObs, NodeView, ObserveError, observe_file};
+use crate::sections::kit::observe::{
+    FileObs, NodeView, ObserveError, observe_file, read_string_following,
+};
 use crate::sections::kit::steps::{Remove, Write};
 use crate::sections::kit::{DriftView, Input, Output};
 use crate::sections::model::Observed;
@@ -83,12 +85,8 @@ pub struct DroppedFile {
 pub(crate) fn observe(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
     let root = node.root;
     obs.accounts = Accounts::parse(
-        &root
-            .read_string_following("/etc/passwd")?
-            .unwrap_or_default(),
-        &root
-            .read_string_following("/etc/group")?
-            .unwrap_or_default(),
+        &read_string_following(root, "/etc/passwd")?.unwrap_or_default(),
+        &read_string_following(root, "/etc/group")?.unwrap_or_default(),
     );
     for (path, m) in &node.record.files {
         observe_into(node, obs, path)?;

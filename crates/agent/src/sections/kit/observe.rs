@@ -7,6 +7,8 @@
 use crate::config::Config;
 use crate::sections::model::NodeSpec;
 use crate::state::{AppliedRecord, StateDir, StateError};
+use std::sync::Arc;
+
 use inplace_node::sysroot::{Entry, Kind, Sysroot, SysrootError};
 
 /// Largest file the agent reads or writes as a managed file (64 MiB): a node agent must
@@ -125,10 +127,20 @@ pub enum ObserveError {
 }
 
 /// Observes one file path (never following symlinks, never reading more than
-/// [`MAX_FILE_BYTES`]).
+/// [`MAX_FILE_BYTES`]). Kept in the sysroot's memo while the file keeps its stamp
+/// ([`inplace_node::sysroot::Memo`]): one `stat` when it has not changed.
 pub(crate) fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, SysrootError> {
+    Ok(Arc::unwrap_or_clone(root.probe_memo(
+        path,
+        MAX_FILE_BYTES,
+        file_obs,
+    )?))
+}
+
+/// What [`Sysroot::probe`] found at `path`, as a [`FileObs`].
+fn file_obs(path: &str, found: inplace_node::sysroot::Probe) -> FileObs {
     use inplace_node::sysroot::Probe;
-    Ok(match root.probe(path, MAX_FILE_BYTES)? {
+    match found {
         Probe::Absent => FileObs::Absent,
         Probe::ParentConflict(c) => FileObs::Conflict(c.to_string()),
         Probe::Present {
@@ -149,12 +161,21 @@ pub(crate) fn observe_file(root: &Sysroot, path: &str) -> Result<FileObs, Sysroo
             ),
             k => format!("{path} is a {}, not a regular file", k.describe()),
         }),
-    })
+    }
 }
 
-/// Observes a text configuration file.
+/// Observes a text configuration file (kept like [`observe_file`]).
 pub(crate) fn observe_text(root: &Sysroot, path: &str) -> Result<TextObs, SysrootError> {
-    Ok(match observe_file(root, path)? {
+    Ok(Arc::unwrap_or_clone(root.probe_memo(
+        path,
+        MAX_FILE_BYTES,
+        text_obs,
+    )?))
+}
+
+/// What [`Sysroot::probe`] found at `path`, as a [`TextObs`].
+fn text_obs(path: &str, found: inplace_node::sysroot::Probe) -> TextObs {
+    match file_obs(path, found) {
         FileObs::Absent => TextObs::Absent,
         FileObs::Conflict(c) => TextObs::Problem(c),
         FileObs::File { content, entry } => match String::from_utf8(content) {
@@ -163,7 +184,46 @@ pub(crate) fn observe_text(root: &Sysroot, path: &str) -> Result<TextObs, Sysroo
                 "{path} is not UTF-8 text; inplaced edits only text it can keep byte for byte"
             )),
         },
-    })
+    }
+}
+
+/// [`Sysroot::read_string_following`], kept while the file it resolves to keeps its
+/// stamp. Not for `/proc` or `/sys` (their times do not follow their content).
+pub(crate) fn read_string_following(
+    root: &Sysroot,
+    path: &str,
+) -> Result<Option<String>, SysrootError> {
+    fn same(_: &str, t: Option<String>) -> Option<String> {
+        t
+    }
+    Ok(Arc::unwrap_or_clone(root.read_following_memo(path, same)?))
+}
+
+/// [`Sysroot::read_string`] (no symlink followed, at most [`MAX_FILE_BYTES`]), kept as
+/// [`observe_text`] keeps it. Its errors name the path and say why (the probe's words).
+pub(crate) fn read_string(root: &Sysroot, path: &str) -> Result<Option<String>, SysrootError> {
+    match observe_text(root, path)? {
+        TextObs::Absent => Ok(None),
+        TextObs::Text(t, _) => Ok(Some(t)),
+        TextObs::Problem(why) => Err(SysrootError::Io {
+            path: path.to_string(),
+            op: "read",
+            error: std::io::Error::other(why),
+        }),
+    }
+}
+
+/// [`Sysroot::list_dir_following`], kept while the directory keeps its stamp.
+pub(crate) fn list_dir_following(
+    root: &Sysroot,
+    path: &str,
+) -> Result<Option<Vec<String>>, SysrootError> {
+    Ok(Arc::unwrap_or_clone(root.list_dir_memo(path, true)?))
+}
+
+/// [`Sysroot::list_dir`] (no symlink followed), kept while the directory keeps its stamp.
+pub(crate) fn list_dir(root: &Sysroot, path: &str) -> Result<Option<Vec<String>>, SysrootError> {
+    Ok(Arc::unwrap_or_clone(root.list_dir_memo(path, false)?))
 }
 
 /// What a section observes the node with: the sysroot and the state directory, and what

@@ -54,7 +54,7 @@ pub(crate) fn list_dir(
     dir: &str,
 ) -> Result<Option<Vec<String>>, SysrootError> {
     let dir = dir.trim_end_matches('/');
-    let on_node = node.root.list_dir(dir)?;
+    let on_node = super::observe::list_dir(node.root, dir)?;
     let in_dir = |p: &str| {
         p.strip_prefix(dir)
             .and_then(|r| r.strip_prefix('/'))

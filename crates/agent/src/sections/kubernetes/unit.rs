@@ -4,6 +4,7 @@
 //! file name (the higher-priority directory's), sorted by file name) and the effective
 //! `ExecStart=` taken ([`inplace_formats::kubelet::unit::effective_exec_start`]).
 
+use crate::sections::kit::observe;
 use inplace_formats::kubelet::unit::{ExecStart, effective_exec_start};
 use inplace_node::sysroot::Sysroot;
 
@@ -32,11 +33,20 @@ pub(crate) fn unit_files(root: &Sysroot, unit: &str) -> Option<Vec<(String, Stri
     let main = UNIT_DIRS
         .iter()
         .map(|d| format!("{d}/{unit}"))
-        .find_map(|p| root.read_string(&p).ok().flatten().map(|t| (p, t)))?;
+        .find_map(|p| {
+            observe::read_string(root, &p)
+                .ok()
+                .flatten()
+                .map(|t| (p, t))
+        })?;
     let mut dropins: std::collections::BTreeMap<String, String> = Default::default();
     for d in UNIT_DIRS {
         let dir = format!("{d}/{unit}.d");
-        for name in root.list_dir(&dir).ok().flatten().unwrap_or_default() {
+        for name in observe::list_dir(root, &dir)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+        {
             if name.ends_with(".conf") && !dropins.contains_key(&name) {
                 dropins.insert(name.clone(), format!("{dir}/{name}"));
             }
@@ -44,7 +54,7 @@ pub(crate) fn unit_files(root: &Sysroot, unit: &str) -> Option<Vec<(String, Stri
     }
     let mut files = vec![main];
     for path in dropins.into_values() {
-        if let Ok(Some(t)) = root.read_string(&path) {
+        if let Ok(Some(t)) = observe::read_string(root, &path) {
             files.push((path, t));
         }
     }

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::sections::kit::observe::{
-    NodeView, ObserveError, TextObs, Unknown, observe_running, observe_text,
+    NodeView, ObserveError, TextObs, Unknown, list_dir_following, observe_running, observe_text,
+    read_string_following,
 };
 use crate::sections::model::Observed;
 use crate::state::Original;
@@ -76,7 +77,7 @@ fn sysctl_files(root: &Sysroot) -> (Vec<(String, String)>, Vec<Unknown>) {
         why: e.to_string(),
     };
     for dir in SYSCTL_DIRS {
-        match root.list_dir_following(dir) {
+        match list_dir_following(root, dir) {
             Ok(names) => {
                 for n in names.unwrap_or_default() {
                     if n.ends_with(".conf") {
@@ -91,7 +92,7 @@ fn sysctl_files(root: &Sysroot) -> (Vec<(String, String)>, Vec<Unknown>) {
     }
     let mut files = Vec::new();
     for (_, p) in by_name {
-        match root.read_string_following(&p) {
+        match read_string_following(root, &p) {
             Ok(Some(text)) => files.push((p, text)),
             Ok(None) => {}
             Err(e) => unreadable.push(unknown(&p, &e)),
