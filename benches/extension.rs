@@ -480,7 +480,8 @@ async fn standin_floors(
         one.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let mut tasks = Vec::new();
-    for a in addrs.iter().take(n).cloned() {
+    for a in addrs.iter().take(n) {
+        let a = a.clone();
         let id = TlsIdentity {
             server_name: host(&a),
             ..id.clone()

@@ -228,16 +228,15 @@ impl NodeAgent for StandIn {
             while !inplace_wire::phase::is_terminal(last.phase) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let Ok(o) = me.op(&id) else { return };
-                if o.phase != last.phase {
-                    if tx
+                if o.phase != last.phase
+                    && tx
                         .send(Ok(pb::OperationEvent {
                             operation: Some(o.clone()),
                         }))
                         .await
                         .is_err()
-                    {
-                        return;
-                    }
+                {
+                    return;
                 }
                 last = o;
             }
