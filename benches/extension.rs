@@ -341,6 +341,8 @@ impl Capi {
 
     async fn connect(&self) -> Send {
         let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        // as Go's net package does for every TCP connection
+        tcp.set_nodelay(true).unwrap();
         let tls = tokio_rustls::TlsConnector::from(self.cfg.clone())
             .connect("localhost".try_into().unwrap(), tcp)
             .await
