@@ -12,8 +12,16 @@
 //! and CPU per hook (utime+stime from `/proc/<pid>/stat`), and the TCP connections to
 //! agents it holds.
 //!
-//! `cargo bench --bench extension` (`BENCH_QUICK=1` for fewer rounds and N = 10 only;
-//! `BENCH_FLEET=50,100` for those fleet sizes only).
+//! Then the same with stand-in agents at N = 100, 500, 1000 (`standin.rs`: the agent's
+//! gRPC API over the agent's own mutual-TLS listener, one loopback address per Machine,
+//! replaying one real agent's answers; 1000 `inplaced` processes do not fit two cores),
+//! against floors measured in the same run (an mTLS `Inspect` round trip, and N of them at
+//! once over new connections). BENCHMARKS.md §5b has the method and the numbers.
+//!
+//! `cargo bench --bench extension` (`BENCH_QUICK=1` for fewer rounds, N = 10 real and 100
+//! stand-in agents only; `BENCH_FLEET=50,100` and `BENCH_STANDIN=500,1000` for those
+//! fleet sizes only, empty for none; `INPLACE_EXTENSION_BIN` for another extension
+//! binary in the stand-in fleet).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
