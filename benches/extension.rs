@@ -12,11 +12,21 @@
 //! and CPU per hook (utime+stime from `/proc/<pid>/stat`), and the TCP connections to
 //! agents it holds.
 //!
-//! `cargo bench --bench extension` (`BENCH_QUICK=1` for fewer rounds and N = 10 only;
-//! `BENCH_FLEET=50,100` for those fleet sizes only).
+//! Then the same with stand-in agents at N = 100, 500, 1000 (`standin.rs`: the agent's
+//! gRPC API over the agent's own mutual-TLS listener, one loopback address per Machine,
+//! replaying one real agent's answers; 1000 `inplaced` processes do not fit two cores),
+//! against floors measured in the same run (an mTLS `Inspect` round trip, and N of them at
+//! once over new connections). BENCHMARKS.md §5b has the method and the numbers.
+//!
+//! `cargo bench --bench extension` (`BENCH_QUICK=1` for fewer rounds, N = 10 real and 100
+//! stand-in agents only; `BENCH_FLEET=50,100` and `BENCH_STANDIN=500,1000` for those
+//! fleet sizes only, empty for none; `INPLACE_EXTENSION_BIN` for another extension
+//! binary in the stand-in fleet).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "extension/standin.rs"]
+mod standin;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -113,6 +123,15 @@ fn main() {
     };
     for n in sizes {
         rt.block_on(fleet(n));
+    }
+    // BENCH_STANDIN=500,1000 runs only those sizes with stand-in agents
+    let standins: Vec<usize> = match std::env::var("BENCH_STANDIN") {
+        Ok(v) => v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        Err(_) if quick => vec![100],
+        Err(_) => vec![100, 500, 1000],
+    };
+    for n in standins {
+        rt.block_on(fleet_standin(n));
     }
 }
 
@@ -286,4 +305,392 @@ async fn fleet(n: usize) {
     for mut node in nodes {
         node.stop();
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// The extension at fleet size with stand-in agents (N = 100, 500, 1000): see standin.rs.
+
+/// An HTTPS client of the extension as CAPI's managers are: one rustls config, and a
+/// kept-alive HTTP/1.1 connection per caller, reused across its calls (Go's transport
+/// keeps idle connections), opened again when the extension closed it.
+struct Capi {
+    addr: String,
+    cfg: Arc<rustls::ClientConfig>,
+}
+
+type Send = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+impl Capi {
+    fn new(ext: &common::capi::Extension) -> Capi {
+        use rustls_pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pki_types::CertificateDer::pem_slice_iter(ext.ca.as_bytes()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let (cert, key) = ext.client.clone().unwrap();
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+                .map(Result::unwrap)
+                .collect(),
+            rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        Capi {
+            addr: ext.addr.clone(),
+            cfg: Arc::new(cfg),
+        }
+    }
+
+    async fn connect(&self) -> Send {
+        let tcp = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        // as Go's net package does for every TCP connection
+        tcp.set_nodelay(true).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(self.cfg.clone())
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .expect("TLS to the extension");
+        let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        send
+    }
+
+    /// POSTs `body` to `hook`/`handler` on `conn` (connecting first when there is none or
+    /// it was closed); the answer, which must be HTTP 200.
+    async fn hook(&self, conn: &mut Option<Send>, hook: &str, handler: &str, body: &[u8]) -> Value {
+        use http_body_util::BodyExt;
+        if conn.as_mut().is_none_or(|c| c.is_closed()) {
+            *conn = Some(self.connect().await);
+        }
+        let send = conn.as_mut().unwrap();
+        send.ready().await.unwrap();
+        let req = hyper::Request::post(format!(
+            "https://localhost/hooks.runtime.cluster.x-k8s.io/v1alpha1/{hook}/{handler}"
+        ))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(
+            body,
+        )))
+        .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let b = resp.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&b).unwrap()
+    }
+}
+
+/// The extension's config for the stand-in fleet: `resolver.static` for every Machine,
+/// and connection limits that admit N hooks in flight from one source (every hook comes
+/// from the bench's one loopback address: each in-flight HTTP/1.1 request is a connection).
+fn standin_config(
+    pki: &common::capi::Pki,
+    client: &(String, String),
+    addr: &str,
+    n: usize,
+    agents: &[(String, String)],
+) -> String {
+    use common::pki::write;
+    let d = pki.dir.path();
+    let server = common::capi::Pki::localhost(&pki.ext_ca, "inplace-extension");
+    let room = n + 64;
+    let mut cfg = format!(
+        "[server]\nlisten = \"{addr}\"\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n\
+         max_connections = {room}\nhandshake_budget = {room}\nhandshakes_per_source = {room}\n\
+         [[server.clients]]\nidentity = \"{}\"\n\
+         [agent]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\ntimeout_seconds = 5\n\
+         [update]\nretry_after_seconds = 30\n[resolver]\n[resolver.static]\n",
+        write(d, "ext.crt", &server.0),
+        write(d, "ext.key", &server.1),
+        write(d, "capi-ca.crt", &pki.capi_ca.pem),
+        common::capi::CAPI_ID,
+        write(d, "agents-ca.crt", &pki.agent_ca.pem),
+        write(d, "client.crt", &client.0),
+        write(d, "client.key", &client.1),
+    );
+    for (m, a) in agents {
+        cfg.push_str(&format!("\"{m}\" = \"{a}\"\n"));
+    }
+    write(d, "extension.toml", &cfg)
+}
+
+/// Starts `inplace-extension` (`INPLACE_EXTENSION_BIN`, else this build's) with `config`.
+fn spawn_extension(
+    pki: &common::capi::Pki,
+    config: String,
+    addr: String,
+) -> common::capi::Extension {
+    let bin = std::env::var("INPLACE_EXTENSION_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_inplace-extension").to_string());
+    let log = pki.dir.path().join("extension.log");
+    let child = std::process::Command::new(bin)
+        .args(["--config", &config, "--log", "info"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ext = common::capi::Extension {
+        child,
+        addr,
+        ca: pki.ext_ca.pem.clone(),
+        log,
+        client: Some(pki.capi.clone()),
+        config: config.into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&ext.addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "inplace-extension did not listen: {}",
+            ext.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ext
+}
+
+/// The floors of the stand-in fleet, measured before the hooks: one mutual-TLS `Inspect`
+/// (with the Machine's spec) over an open connection, p50 of 200 in a row; and N at once,
+/// each over its own new connection (TCP, TLS handshake, the call), p50 and p99: what a
+/// hook that reaches its agent for the first time can not go below.
+async fn standin_floors(
+    n: usize,
+    addrs: &[String],
+    id: &inplace_edge::client::TlsIdentity,
+    spec: &inplace_wire::pb::NodeSpec,
+) -> (f64, f64, f64) {
+    use inplace_wire::pb;
+    let inspect = || pb::InspectRequest {
+        desired: Some(spec.clone()),
+        status: true,
+        operations: true,
+        skip_coverage_when_busy: true,
+        ..Default::default()
+    };
+    let mut c = inplace_edge::client::connect_tls(
+        &addrs[0],
+        &TlsIdentity {
+            server_name: host(&addrs[0]),
+            ..id.clone()
+        },
+    )
+    .await
+    .unwrap();
+    let mut one = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        c.inspect(inspect()).await.unwrap();
+        one.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let mut tasks = Vec::new();
+    for a in addrs.iter().take(n) {
+        let a = a.clone();
+        let id = TlsIdentity {
+            server_name: host(&a),
+            ..id.clone()
+        };
+        let req = inspect();
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let mut c = inplace_edge::client::connect_tls(&a, &id).await.unwrap();
+            c.inspect(req).await.unwrap();
+            t.elapsed().as_secs_f64() * 1e3
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.push(t.await.unwrap());
+    }
+    (pct(&mut one, 0.5), pct(&mut all, 0.5), pct(&mut all, 0.99))
+}
+
+use inplace_edge::client::TlsIdentity;
+use std::sync::Arc;
+
+fn host(addr: &str) -> String {
+    addr.rsplit_once(':').unwrap().0.to_string()
+}
+
+async fn fleet_standin(n: usize) {
+    let pki = common::capi::Pki::new();
+    let ext_identity = "spiffe://edge/capi/extension";
+    let client = common::pki::leaf(
+        &pki.ext_ca,
+        "capi-extension",
+        vec![rcgen::SanType::URI(ext_identity.try_into().unwrap())],
+    );
+    // one real agent's answers for the Machine's spec
+    let req0: CanUpdateMachineRequest = serde_json::from_value(machine_request(0)).unwrap();
+    let spec = capi::with_version(capi::desired_node_spec(&req0.desired), &req0.desired, true);
+    let mut real = common::Node::new("ubuntu-2404-grub");
+    real.start();
+    let rec = Arc::new(standin::Recorded::from_agent(&real.socket, spec.clone()).await);
+    real.stop();
+    drop(real);
+    let clients_ca = common::pki::write(pki.dir.path(), "standin-clients-ca.crt", &pki.ext_ca.pem);
+    let mut certs = standin::Certs {
+        dir: pki.dir.path(),
+        agent_ca: &pki.agent_ca,
+        clients_ca,
+        by_ip: Default::default(),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut agents = Vec::new();
+    let mut ports = std::collections::HashSet::new();
+    for i in 0..n {
+        let m = format!("edge-1-cp-{i:03}");
+        let a = standin::start(
+            i,
+            &m,
+            rec.clone(),
+            &mut certs,
+            ext_identity,
+            stopped.clone(),
+        )
+        .await;
+        ports.insert(a.port());
+        agents.push((format!("site-a/{m}"), a.to_string()));
+    }
+    let addrs: Vec<String> = agents.iter().map(|(_, a)| a.clone()).collect();
+    let id = TlsIdentity {
+        ca: pki.agent_ca.pem.clone().into_bytes(),
+        cert: client.0.clone().into_bytes(),
+        key: client.1.clone().into_bytes(),
+        server_name: String::new(),
+    };
+    let (floor_one, floor_n50, floor_n99) = standin_floors(n, &addrs, &id, &spec).await;
+    let addr = format!("127.0.0.1:{}", common::pki::free_port());
+    let config = standin_config(&pki, &client, &addr, n, &agents);
+    let ext = Arc::new(spawn_extension(&pki, config, addr));
+    let capi_client = Arc::new(Capi::new(&ext));
+    let pid = ext.child.id();
+    let (rss0, _) = rss_hwm_kib(pid);
+    let bodies: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+        .map(|i| {
+            let r = machine_request(i);
+            let upd = json!({
+                "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+                "kind": "UpdateMachineRequest",
+                "settings": r["settings"],
+                "desired": r["desired"],
+            });
+            (
+                serde_json::to_vec(&r).unwrap(),
+                serde_json::to_vec(&upd).unwrap(),
+            )
+        })
+        .collect();
+    // each caller's connection, opened before the hooks (CAPI's are open during a rollout)
+    let mut conns = Vec::new();
+    for _ in 0..n {
+        conns.push(Some(capi_client.connect().await));
+    }
+    let cpu0 = cpu_ms(pid);
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for ((can, upd), mut conn) in bodies.into_iter().zip(conns) {
+        let c = capi_client.clone();
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let v = c
+                .hook(&mut conn, "canupdatemachine", "can-update-machine", &can)
+                .await;
+            assert_eq!(v["status"], "Success", "{v}");
+            (t.elapsed().as_secs_f64() * 1e3, conn, upd)
+        }));
+    }
+    let mut can = Vec::new();
+    let mut next = Vec::new();
+    for t in tasks {
+        let (ms, conn, upd) = t.await.unwrap();
+        can.push(ms);
+        next.push((conn, upd));
+    }
+    let can_wall = t0.elapsed().as_secs_f64();
+    let can_cpu = cpu_ms(pid) - cpu0;
+    let held_after_can = connections_to(&ports);
+    let cpu1 = cpu_ms(pid);
+    let t1 = Instant::now();
+    let mut tasks = Vec::new();
+    for (mut conn, body) in next {
+        let c = capi_client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            for _ in 0..600 {
+                let t = Instant::now();
+                let v = c
+                    .hook(&mut conn, "updatemachine", "update-machine", &body)
+                    .await;
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                assert_eq!(v["status"], "Success", "{v}");
+                if v["retryAfterSeconds"] == 0 {
+                    return lat;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!("UpdateMachine did not finish");
+        }));
+    }
+    let mut upd = Vec::new();
+    for t in tasks {
+        upd.extend(t.await.unwrap());
+    }
+    let upd_wall = t1.elapsed().as_secs_f64();
+    let upd_cpu = cpu_ms(pid) - cpu1;
+    let (rss, hwm) = rss_hwm_kib(pid);
+    let held = connections_to(&ports);
+    let hooks = can.len() + upd.len();
+    let p = |name: &str, v: f64, unit: &str| println!("standin_{n}_{name} {v:.1} {unit}");
+    p("floor_inspect_rtt_p50", floor_one, "ms");
+    p("floor_connect_and_inspect_at_once_p50", floor_n50, "ms");
+    p("floor_connect_and_inspect_at_once_p99", floor_n99, "ms");
+    p("can_update_hooks_per_s", can.len() as f64 / can_wall, "/s");
+    let (c50, c99, cmax) = (pct(&mut can, 0.5), pct(&mut can, 0.99), pct(&mut can, 1.0));
+    p("can_update_p50", c50, "ms");
+    p("can_update_p99", c99, "ms");
+    p("can_update_max", cmax, "ms");
+    println!(
+        "standin_{n}_ratio_can_update_p99 {:.2} x (to the connect-and-inspect-at-once p99)",
+        c99 / floor_n99
+    );
+    println!("standin_{n}_update_machine_calls {} calls", upd.len());
+    println!(
+        "standin_{n}_update_machine_all_done {upd_wall:.2} s (apply {:.0} ms per node)",
+        rec.apply_time.as_secs_f64() * 1e3
+    );
+    let (u50, u99, umax) = (pct(&mut upd, 0.5), pct(&mut upd, 0.99), pct(&mut upd, 1.0));
+    p("update_machine_p50", u50, "ms");
+    p("update_machine_p99", u99, "ms");
+    p("update_machine_max", umax, "ms");
+    println!(
+        "standin_{n}_ratio_update_machine_p99 {:.2} x (to the connect-and-inspect-at-once p99)",
+        u99 / floor_n99
+    );
+    println!(
+        "standin_{n}_extension_cpu_per_hook {:.2} ms (CanUpdate {:.2}, UpdateMachine {:.2})",
+        (can_cpu + upd_cpu) / hooks as f64,
+        can_cpu / can.len() as f64,
+        upd_cpu / upd.len() as f64
+    );
+    println!("standin_{n}_extension_rss_start {rss0} KiB");
+    println!("standin_{n}_extension_rss_end {rss} KiB");
+    println!("standin_{n}_extension_rss_peak {hwm} KiB");
+    println!(
+        "standin_{n}_agent_connections_held {held_after_can} after CanUpdate, {held} at the end"
+    );
+    println!(
+        "standin_{n}_loadavg {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    drop(ext);
+    let _ = stop.send(true);
 }

@@ -84,3 +84,73 @@ async fn an_unused_pooled_channel_is_closed_after_two_minutes() {
         "still connected 130 s after the last hook"
     );
 }
+
+/// One pooled connection per agent, reused across hooks, while every channel shares the
+/// extension's one TLS client config; the node each agent reports is still checked per
+/// Machine: a Machine resolved to another Machine's agent is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_per_agent_across_hooks_and_each_agent_checked() {
+    use common::capi::{Extension, Pki, fixture};
+    let text = serde_json::to_string(&fixture(
+        "a-kubelet-args-and-sysctl/canupdatemachine-request.json",
+    ))
+    .unwrap();
+    let request = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&text.replace("edge-1-cp-7xk2p", name)).unwrap()
+    };
+    let pki = Pki::new();
+    let mut nodes = Vec::new();
+    let mut agents = Vec::new();
+    for name in ["edge-1-cp-a", "edge-1-cp-b"] {
+        let mut node = common::Node::new("ubuntu-2404-grub");
+        for f in ["/etc/hostname", "/var/lib/kubelet/kubeadm-flags.env"] {
+            let t = node.read(f).replace("edge-1-cp-7xk2p", name);
+            std::fs::write(node.path(f), t).unwrap();
+        }
+        let addr = pki.agent(&node);
+        node.start();
+        agents.push((format!("site-a/{name}"), addr));
+        nodes.push(node);
+    }
+    // Machine c is resolved to Machine a's agent
+    agents.push(("site-a/edge-1-cp-c".into(), agents[0].1.clone()));
+    let refs: Vec<(&str, &str)> = agents
+        .iter()
+        .map(|(m, a)| (m.as_str(), a.as_str()))
+        .collect();
+    let ext = Extension::start(&pki, &refs, "");
+    let port = |i: usize| -> u16 { agents[i].1.rsplit_once(':').unwrap().1.parse().unwrap() };
+    for _ in 0..3 {
+        for name in ["edge-1-cp-a", "edge-1-cp-b"] {
+            let r = ext.can_update_machine(&request(name)).await;
+            assert_eq!(r["status"], "Success", "{r}");
+        }
+    }
+    assert_eq!(
+        (established_to(port(0)), established_to(port(1))),
+        (1, 1),
+        "one pooled connection per agent after 3 hooks each"
+    );
+    let c = request("edge-1-cp-c");
+    let upd = serde_json::json!({
+        "apiVersion": "hooks.runtime.cluster.x-k8s.io/v1alpha1",
+        "kind": "UpdateMachineRequest",
+        "settings": c["settings"],
+        "desired": c["desired"],
+    });
+    let r = ext.update_machine(&upd).await;
+    assert_eq!(r["status"], "Failure", "{r}");
+    let msg = r["message"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "is node \"edge-1-cp-a\", not Machine site-a/edge-1-cp-c's node \"edge-1-cp-c\""
+        ),
+        "{msg}"
+    );
+    // the refused Machine shared agent a's pooled connection; nothing new was opened
+    assert_eq!(established_to(port(0)), 1);
+    drop(ext);
+    for mut n in nodes {
+        n.stop();
+    }
+}

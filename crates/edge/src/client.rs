@@ -56,9 +56,18 @@ pub async fn connect_tls(addr: &str, id: &TlsIdentity) -> anyhow::Result<NodeAge
 /// The channel of [`connect_tls`]: one HTTP/2 connection that multiplexes calls and
 /// reconnects through the same connector (and identity) after it breaks.
 pub async fn connect_tls_channel(addr: &str, id: &TlsIdentity) -> anyhow::Result<Channel> {
+    connect_tls_channel_with(addr, tls_client_config(id)?, &id.server_name).await
+}
+
+/// The rustls client config of `id` (its CA bundle as the only roots, its certificate and
+/// key, ALPN h2), to share between the channels of one identity: a config holds the
+/// parsed roots and key and the TLS session cache (rustls' default: 256 entries, its map
+/// allocated when the config is made), so a config per connection costs all of that per
+/// connection. Errors name the part that does not parse.
+pub fn tls_client_config(id: &TlsIdentity) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
     use anyhow::Context;
     use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(&id.ca) {
@@ -76,9 +85,21 @@ pub async fn connect_tls_channel(addr: &str, id: &TlsIdentity) -> anyhow::Result
         .with_client_auth_cert(certs, key)
         .context("client certificate and key do not match")?;
     cfg.alpn_protocols = vec![b"h2".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
-    let name = ServerName::try_from(id.server_name.clone())
-        .with_context(|| format!("server name {:?}", id.server_name))?;
+    Ok(std::sync::Arc::new(cfg))
+}
+
+/// A channel to `addr` with the client config `cfg` ([`tls_client_config`]), verifying
+/// `server_name` (DNS name or IP address) in the agent's certificate on every connect.
+pub async fn connect_tls_channel_with(
+    addr: &str,
+    cfg: std::sync::Arc<rustls::ClientConfig>,
+    server_name: &str,
+) -> anyhow::Result<Channel> {
+    use anyhow::Context;
+    use rustls_pki_types::ServerName;
+    let connector = tokio_rustls::TlsConnector::from(cfg);
+    let name = ServerName::try_from(server_name.to_string())
+        .with_context(|| format!("server name {server_name:?}"))?;
     let addr = addr.to_string();
     // HTTP/2 PINGs find a connection to a node that rebooted or vanished dead in
     // seconds, so a pooled channel reconnects instead of a call waiting out its deadline.
@@ -90,6 +111,9 @@ pub async fn connect_tls_channel(addr: &str, id: &TlsIdentity) -> anyhow::Result
             let (addr, name, connector) = (addr.clone(), name.clone(), connector.clone());
             async move {
                 let tcp = tokio::net::TcpStream::connect(&addr).await?;
+                // tonic sets TCP_NODELAY only on connections it dials itself: without it
+                // each call waits for a delayed ACK (about 40 ms per round trip).
+                tcp.set_nodelay(true)?;
                 let tls = connector.connect(name, tcp).await?;
                 Ok::<_, std::io::Error>(TokioIo::new(tls))
             }

@@ -58,6 +58,13 @@ fn run(args: Args) -> anyhow::Result<()> {
         )?),
     };
     let listen = config.server.listen.clone();
+    // Descriptors: one pooled connection per agent (up to 1024) and one per hook in
+    // flight (`server.max_connections`, pending handshakes): a soft limit of 1024 (the
+    // default of systemd and many container runtimes) runs out at fleet size.
+    match inplace_edge::accept::raise_nofile_limit() {
+        Ok((soft, hard)) => tracing::debug!(soft, hard, "RLIMIT_NOFILE"),
+        Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE"),
+    }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&listen)

@@ -74,7 +74,8 @@ impl Extension {
 
     /// A client for the Machine's agent: its pooled channel when there is one for the
     /// address and the identity files as they read now, else a new mutual-TLS
-    /// connection, pooled ([`pool`]). Returns the address, the client and the pool key
+    /// connection with the identity's one client config ([`pool::Pool::client_config`]),
+    /// pooled ([`pool`]). Returns the address, the client and the pool key
     /// (for [`pool::Pool::evict`] after a failed call).
     pub(crate) async fn agent(
         &self,
@@ -98,9 +99,13 @@ impl Extension {
         if let Some(channel) = self.pool.get(&key) {
             return Ok((addr, NodeAgentClient::new(channel), key));
         }
+        let cfg = self
+            .pool
+            .client_config(&key, &id)
+            .map_err(|e| AgentError(format!("agent at {addr}: {e:#}")))?;
         let channel = tokio::time::timeout(
             eff.agent_timeout,
-            inplace_edge::client::connect_tls_channel(&addr, &id),
+            inplace_edge::client::connect_tls_channel_with(&addr, cfg, &id.server_name),
         )
         .await
         .map_err(|_| {

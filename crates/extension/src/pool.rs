@@ -17,7 +17,7 @@
 //! a call that fails with `UNAVAILABLE` evicts its channel ([`Pool::evict`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -56,13 +56,37 @@ impl Key {
     }
 }
 
-/// The pooled channels, each with the time it was last handed out.
+/// The pooled channels, each with the time it was last handed out, and the client TLS
+/// config of the current identity.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
     entries: Mutex<HashMap<Key, (Channel, Instant)>>,
+    config: Mutex<Option<([u8; 32], Arc<rustls::ClientConfig>)>>,
 }
 
 impl Pool {
+    /// The rustls client config of identity `id` (whose digest is in `key`), made once
+    /// per identity and shared by every channel made with it: a config per connection
+    /// held its own parsed roots, key and TLS session cache (rustls allocates the cache's
+    /// 256-entry map with the config), which made the extension's memory grow by that
+    /// per agent. A new identity (a rotated certificate or key) replaces it. Errors: the
+    /// identity's parts do not parse ([`inplace_edge::client::tls_client_config`]).
+    pub(crate) fn client_config(
+        &self,
+        key: &Key,
+        id: &TlsIdentity,
+    ) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        let mut c = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((digest, cfg)) = c.as_ref()
+            && *digest == key.identity
+        {
+            return Ok(cfg.clone());
+        }
+        let cfg = inplace_edge::client::tls_client_config(id)?;
+        *c = Some((key.identity, cfg.clone()));
+        Ok(cfg)
+    }
+
     /// A clone of the channel for `key` when one is pooled and not idle past [`IDLE`].
     pub(crate) fn get(&self, key: &Key) -> Option<Channel> {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -143,6 +167,63 @@ mod tests {
             key: b"key".to_vec(),
             server_name: "node-a".into(),
         }
+    }
+
+    /// A parseable identity: a CA and a client certificate it signs (PEM).
+    fn real_id(cn: &str) -> TlsIdentity {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![cn.to_string()])
+            .unwrap()
+            .signed_by(&key, &Issuer::from_params(&ca, &ca_key))
+            .unwrap();
+        TlsIdentity {
+            ca: ca_pem.into_bytes(),
+            cert: cert.pem().into_bytes(),
+            key: key.serialize_pem().into_bytes(),
+            server_name: "node-a".into(),
+        }
+    }
+
+    #[test]
+    fn one_client_config_per_identity_for_every_agent() {
+        let pool = Pool::default();
+        let id = real_id("extension");
+        // every agent's channel is made with the one config of the identity
+        let a = pool
+            .client_config(&Key::new("10.0.0.1:9444", &id), &id)
+            .unwrap();
+        let other_node = TlsIdentity {
+            server_name: "node-b".into(),
+            ..id.clone()
+        };
+        let b = pool
+            .client_config(&Key::new("10.0.0.2:9444", &other_node), &other_node)
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        // a rotated certificate gets a config of its own, and replaces the old one
+        let rotated = real_id("extension");
+        let r = pool
+            .client_config(&Key::new("10.0.0.1:9444", &rotated), &rotated)
+            .unwrap();
+        assert!(!Arc::ptr_eq(&a, &r));
+        let again = pool
+            .client_config(&Key::new("10.0.0.2:9444", &rotated), &rotated)
+            .unwrap();
+        assert!(Arc::ptr_eq(&r, &again));
+        // an identity that does not parse is an error naming the part
+        let broken = TlsIdentity {
+            key: b"not a key".to_vec(),
+            ..id
+        };
+        let e = pool
+            .client_config(&Key::new("10.0.0.1:9444", &broken), &broken)
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("client key is not PEM"), "{e:#}");
     }
 
     #[tokio::test]
