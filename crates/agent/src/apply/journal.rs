@@ -91,6 +91,7 @@
 use super::machine::Op;
 use super::{Agent, now};
 use crate::sections::kit::effect::UndoEntry;
+use crate::sections::kit::marker::Marker;
 use crate::sections::kit::observe::{FileObs, observe_file};
 use crate::sections::kit::steps::Steps;
 use crate::state::{Committed, Intent, IntentEntry, JournalState, Sealed, sha256_of};
@@ -457,8 +458,8 @@ impl Agent {
     /// Before the commit point, from a verified intent: every pre-image verified first
     /// (one that does not: the journal is quarantined), then each path settled
     /// ([`Agent::roll_back_entry`]) in reverse, the effects' journal entries undone (live
-    /// sysctls restored), then, if a path went back, the commands run again and the units
-    /// restarted.
+    /// sysctls restored), then, if a path went back or the progress marker is past
+    /// `staged`, the commands run again and the units restarted.
     fn roll_back(
         &self,
         id: &str,
@@ -499,9 +500,13 @@ impl Agent {
                 "unknown".into()
             }
         };
-        // the units read what is on disk now: restarted whenever a path went back (the
-        // progress marker only says how far it got)
-        if !done.restored.is_empty() || !done.removed.is_empty() {
+        // the units read what is on disk now: restarted whenever a path went back, and
+        // whenever the operation may have acted (a marker past `staged`, or one that does
+        // not verify): an earlier start may have put every path back and died before
+        // its reruns and restarts, so "nothing went back" does not mean the units and the
+        // generated files are as before
+        let may_have_acted = step != Marker::Staged.text();
+        if !done.restored.is_empty() || !done.removed.is_empty() || may_have_acted {
             // what the commands generate from the restored inputs (grub.cfg from
             // /etc/default/grub) goes back too, before the units read anything
             for cmd in &rerun {
