@@ -470,3 +470,130 @@ async fn a_restored_config_field_names_the_drop_in_that_stays() {
     );
     node.stop();
 }
+
+/// The kubelet merges every `*.conf` its `filepath.WalkDir` of `--config-dir` meets,
+/// through a symlink and in subdirectories (kubernetes `cmd/kubelet/app/server.go`,
+/// `mergeKubeletConfigurations`). inplaced reads a symlinked drop-in through its link
+/// (its value overrides the field: not covered, the drop-in named), and a subdirectory
+/// makes the config fields not covered, naming it (found by the session-7 break-it
+/// tester: the field was covered and applied while the drop-in's value stayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_or_subdirectory_in_the_kubelet_config_dir_is_named() {
+    const GC90: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageGCHighThresholdPercent: 90\n";
+    let dir = |n: &Node| {
+        std::fs::write(
+            n.path("/etc/default/kubelet"),
+            "KUBELET_EXTRA_ARGS=--config-dir=/etc/kubernetes/kubelet.conf.d\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(n.path("/etc/kubernetes/kubelet.conf.d")).unwrap();
+    };
+    let symlink = |n: &Node| {
+        dir(n);
+        std::fs::write(n.path("/etc/kubelet-site.conf"), GC90).unwrap();
+        std::os::unix::fs::symlink(
+            "/etc/kubelet-site.conf",
+            n.path("/etc/kubernetes/kubelet.conf.d/50-site.conf"),
+        )
+        .unwrap();
+    };
+    let nested = |n: &Node| {
+        dir(n);
+        std::fs::create_dir_all(n.path("/etc/kubernetes/kubelet.conf.d/site")).unwrap();
+        std::fs::write(
+            n.path("/etc/kubernetes/kubelet.conf.d/site/50-site.conf"),
+            GC90,
+        )
+        .unwrap();
+    };
+    for (prep, what, said) in [
+        (
+            &symlink as &dyn Fn(&Node),
+            "a symlink (read through it)",
+            "/etc/kubernetes/kubelet.conf.d/50-site.conf".to_string(),
+        ),
+        (
+            &nested as &dyn Fn(&Node),
+            "a subdirectory",
+            "/etc/kubernetes/kubelet.conf.d/site is a subdirectory in the kubelet's --config-dir: the kubelet reads the *.conf files in it".to_string(),
+        ),
+    ] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        prep(&node);
+        node.start();
+        let y = "kubelet:\n  config:\n    imageGCHighThresholdPercent: 85\n";
+        let r = coverage(&node, y).await;
+        let c = change(&r, "kubelet.config.imageGCHighThresholdPercent");
+        assert!(!c.covered, "{what}: covered, though the kubelet merges 90 over it");
+        assert!(c.reason.contains(&said), "{what}: {}", c.reason);
+    }
+}
+
+/// Time daemons: a node symlink in chrony's confdir or timesyncd's drop-in directory
+/// pointing at a file that adds sources (already there, or written by the spec's own
+/// files item): both daemons read through the link, so `ntp` is not covered, naming the
+/// link (found by the session-7 break-it tester: covered and Succeeded while the extra
+/// sources stayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+
+async fn a_symlinked_time_daemon_file_adding_sources_is_named() {
+    const NTP: &str = "ntp:\n  servers: [ntp1.example.invalid, ntp2.example.invalid]\n";
+    let mut missed = Vec::new();
+    for (written_by_spec, chrony) in [(false, true), (true, true), (false, false), (true, false)] {
+        let mut node = Node::new(if chrony {
+            "rhel8-grubenv"
+        } else {
+            "ubuntu-2404-grub"
+        });
+        let (dir, content) = if chrony {
+            let conf = node.read("/etc/chrony.conf");
+            std::fs::write(
+                node.path("/etc/chrony.conf"),
+                format!("{conf}confdir /etc/chrony/conf.d\n"),
+            )
+            .unwrap();
+            ("/etc/chrony/conf.d", "pool site.example.invalid iburst\\n")
+        } else {
+            std::fs::write(node.path("/usr/lib/systemd/systemd-timesyncd"), "").unwrap();
+            (
+                "/etc/systemd/timesyncd.conf.d",
+                "[Time]\\nNTP=site.example.invalid\\n",
+            )
+        };
+        std::fs::create_dir_all(node.path(dir)).unwrap();
+        std::fs::create_dir_all(node.path("/etc/site")).unwrap();
+        let raw = content.replace("\\n", "\n");
+        std::fs::write(
+            node.path("/etc/site/time.conf"),
+            if written_by_spec {
+                "# site\n"
+            } else {
+                raw.as_str()
+            },
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            "/etc/site/time.conf",
+            node.path(&format!("{dir}/50-site.conf")),
+        )
+        .unwrap();
+        node.start();
+        let y = if written_by_spec {
+            format!("files:\n- path: /etc/site/time.conf\n  content: \"{content}\"\n{NTP}")
+        } else {
+            NTP.to_string()
+        };
+        let r = coverage(&node, &y).await;
+        let c = change(&r, "ntp");
+        assert!(
+            c.reason.contains(&format!("{dir}/50-site.conf")),
+            "chrony {chrony}, written by the spec {written_by_spec}: {}",
+            c.reason
+        );
+        missed.push((chrony, written_by_spec, c.covered));
+    }
+    assert!(
+        missed.iter().all(|(_, _, covered)| !covered),
+        "ntp covered although a source-adding file the daemon reads stays: {missed:?}"
+    );
+}

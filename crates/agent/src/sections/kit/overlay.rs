@@ -34,15 +34,25 @@ fn left(node: &NodeView<'_>, obs: &Observed, path: &str) -> Option<Option<String
     }
 }
 
-/// The text of `path` once the operation's file items ran (None: absent then).
+/// The text of `path` once the operation's file items ran (None: absent then). A symlink
+/// is read as its target inside the sysroot, as the consumers read it (chronyd,
+/// systemd-timesyncd, systemd's unit and environment files, the kubelet's `--config-dir`
+/// all follow links), also when the spec's own items write that target.
 pub(crate) fn read_text(
     node: &NodeView<'_>,
     obs: &Observed,
     path: &str,
 ) -> Result<Option<String>, SysrootError> {
-    match left(node, obs, path) {
+    if let Some(t) = left(node, obs, path) {
+        return Ok(t);
+    }
+    let target = node.root.resolve(path)?;
+    if target == path {
+        return node.root.read_string(path);
+    }
+    match left(node, obs, &target) {
         Some(t) => Ok(t),
-        None => node.root.read_string(path),
+        None => super::observe::read_string_following(node.root, path),
     }
 }
 

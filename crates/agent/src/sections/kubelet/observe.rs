@@ -327,11 +327,23 @@ fn read_config_dropins(
     let names = match overlay::list_dir(node, obs, &dir) {
         Ok(n) => n.unwrap_or_default(),
         Err(e) => {
-            k.problems
+            k.dropin_problems
                 .push(format!("{dir} (kubelet --config-dir): {e}"));
             return Ok(());
         }
     };
+    // the kubelet walks the directory (filepath.WalkDir in cmd/kubelet/app/server.go,
+    // mergeKubeletConfigurations): every `*.conf` below it, subdirectories included, read
+    // through symlinks. inplaced reads the files at the top level (through symlinks, as
+    // the overlay reads); a subdirectory is named, and the config's changes not covered.
+    for n in &names {
+        let p = format!("{dir}/{n}");
+        if let Some(why) = unread_dropin(node, &p) {
+            k.dropin_problems.push(format!(
+                "{p} is {why} in the kubelet's --config-dir: the kubelet reads the *.conf files in it (it walks subdirectories), inplaced does not; move them directly into {dir}"
+            ));
+        }
+    }
     let mut names: Vec<String> = names.into_iter().filter(|n| n.ends_with(".conf")).collect();
     names.sort();
     for n in names {
@@ -343,16 +355,30 @@ fn read_config_dropins(
         };
         match text {
             TextObs::Absent => {}
-            TextObs::Problem(e) => k.problems.push(e),
+            TextObs::Problem(e) => k.dropin_problems.push(e),
             TextObs::Text(t, _) => match inplace_formats::kubelet::config::parse(&t) {
                 Ok(doc) => k.config_dropins.push((p, doc)),
                 Err(e) => k
-                    .problems
+                    .dropin_problems
                     .push(format!("{p} (kubelet --config-dir drop-in): {e}")),
             },
         }
     }
     Ok(())
+}
+
+/// What the kubelet would read at `p` in its `--config-dir` that inplaced does not: a
+/// subdirectory (any name: the kubelet descends into it); None for anything else. Paths
+/// the spec's own items write are files.
+fn unread_dropin(node: &NodeView<'_>, p: &str) -> Option<&'static str> {
+    use inplace_node::sysroot::{Kind, Probe};
+    if node.desired.files.iter().any(|f| f.path == p) {
+        return None;
+    }
+    match node.root.probe(p, 0) {
+        Ok(Probe::Present { entry, .. }) if entry.kind == Kind::Dir => Some("a subdirectory"),
+        _ => None,
+    }
 }
 
 /// Unknown is not empty (issue 20 §2): a present file that holds only whitespace, where
