@@ -370,3 +370,31 @@ async fn a_crash_after_the_commit_point_rolls_forward_into_the_wait() {
     assert!(op.message.contains("not confirmed"), "{}", op.message);
     assert_eq!(root_snapshot(&node), before);
 }
+
+/// The revert of a try runs as `<id>.revert`: a caller may not choose that id, neither
+/// before the try (its revert would answer with the caller's operation and the try would
+/// claim a revert that changed nothing) nor while it waits (an operation under it would
+/// pass the try's block). Found by the session-7 break-it tester.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_may_not_take_the_revert_id_of_a_try() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let s = apply_refused(&node, TRY_SPEC, "t1.revert").await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert!(
+        s.message().contains("operation_id") && s.message().contains("the revert of a timed try"),
+        "{}",
+        s.message()
+    );
+    apply_try(&node, TRY_SPEC, "t1", 2).await.unwrap();
+    wait_phase(&node, "t1", Phase::AwaitingConfirmation, 30).await;
+    let s = apply_refused(&node, "", "t1.revert").await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    let op = wait_phase(&node, "t1", Phase::RolledBack, 30).await;
+    assert!(
+        op.message
+            .contains("reverted to the spec applied before it by operation t1.revert"),
+        "{}",
+        op.message
+    );
+}

@@ -580,6 +580,19 @@ impl Agent {
         self.apply_leaving(req, Vec::new())
     }
 
+    /// [`Agent::apply`] for a caller of the API: an operation id of the form the agent gives
+    /// the revert of a timed try ([`try_window::revert_id`]) is refused
+    /// (INVALID_ARGUMENT naming `operation_id`), so a caller can neither take a try's
+    /// revert id before the try ends (its revert would answer with that operation) nor run
+    /// an operation under it while the try waits.
+    pub(crate) fn apply_from_caller(
+        self: &Arc<Self>,
+        req: pb::ApplyRequest,
+    ) -> Result<pb::Operation, AgentError> {
+        try_window::check_not_revert_id(&req.operation_id).map_err(AgentError::InvalidRequest)?;
+        self.apply(req)
+    }
+
     /// [`Agent::apply`], leaving the node.d files `leave` as they are
     /// ([`Options::leave_files`]): parse the request, answer a dry run, claim the single
     /// operation slot, plan (refusing what is not covered), register the operation for

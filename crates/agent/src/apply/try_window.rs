@@ -68,6 +68,23 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
+/// Refuses an operation id a caller may not choose: one of the form [`revert_id`] gives
+/// (`<id>.revert`, `revert.<32 hex digits>`), reserved for the agent's revert of a try.
+pub(crate) fn check_not_revert_id(id: &str) -> Result<(), SpecError> {
+    let hashed = id
+        .strip_prefix("revert.")
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if id.ends_with(".revert") || hashed {
+        return Err(SpecError::new(
+            "operation_id",
+            format!(
+                "{id:?} has the form of the id the agent gives the revert of a timed try (<try id>.revert); choose another id"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `try_seconds` of a request, checked: at most [`MAX_TRY_SECONDS`].
 pub(crate) fn check_try_seconds(try_seconds: u32) -> Result<(), SpecError> {
     if try_seconds > MAX_TRY_SECONDS {
@@ -84,6 +101,23 @@ pub(crate) fn check_try_seconds(try_seconds: u32) -> Result<(), SpecError> {
 /// The try's deadline, Unix seconds (0 for an operation that is not a try).
 fn deadline_of(op: &pb::Operation) -> i64 {
     op.try_deadline.as_ref().map(|t| t.seconds).unwrap_or(0)
+}
+
+/// Unix milliseconds now.
+fn unix_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The try's deadline, Unix milliseconds (its nanoseconds counted: a window compared in
+/// whole seconds ended up to a second early).
+fn deadline_ms_of(op: &pb::Operation) -> i64 {
+    op.try_deadline
+        .as_ref()
+        .map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
+        .unwrap_or(0)
 }
 
 /// The message of a try entering `AwaitingConfirmation`.
@@ -235,17 +269,17 @@ impl Agent {
             self.tries.lock().remove(id);
             return;
         }
-        let deadline = deadline_of(&op);
+        let deadline = deadline_ms_of(&op);
         let mut open = self.tries.lock();
         loop {
             if open.get(id) != Some(&Window::Open) {
                 return; // confirmed (or forgotten)
             }
-            let left = deadline - unix_now();
+            let left = deadline - unix_now_ms();
             if left <= 0 {
                 break;
             }
-            let wait = Duration::from_secs(left as u64).min(Duration::from_secs(1));
+            let wait = Duration::from_millis(left as u64).min(Duration::from_secs(1));
             open = match self.tries.wake.wait_timeout(open, wait) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
@@ -354,22 +388,21 @@ impl Agent {
                 "operation {id:?} is not a timed try (apply --try); there is nothing to confirm"
             )));
         }
-        let deadline = deadline_of(&wire);
-        let late = unix_now() - deadline;
+        let late = unix_now_ms() - deadline_ms_of(&wire);
         match phase::of(&wire) {
             Phase::Succeeded => return Ok(wire),
             Phase::AwaitingConfirmation if late < 0 && open.get(id) != Some(&Window::Reverting) => {
             }
             Phase::AwaitingConfirmation => {
                 return Err(AgentError::Precondition(format!(
-                    "operation {id:?} was not confirmed in time: its {} s try window closed {} s ago and it is being reverted; apply it again to try again",
+                    "operation {id:?} was not confirmed in time: its {} s try window closed {} s ago and it is being reverted; apply it again under a new operation id to try again (the same id answers with this operation)",
                     wire.try_seconds,
-                    late.max(0)
+                    late.max(0) / 1000
                 )));
             }
             Phase::RolledBack | Phase::Failed if phase::is_terminal(wire.phase) => {
                 return Err(AgentError::Precondition(format!(
-                    "operation {id:?} can no longer be confirmed: it ended {} ({}); apply it again to try again",
+                    "operation {id:?} can no longer be confirmed: it ended {} ({}); apply it again under a new operation id to try again (the same id answers with this operation)",
                     phase::name(phase::of(&wire)),
                     wire.message
                 )));
@@ -386,7 +419,7 @@ impl Agent {
         let next = op.state().confirmed();
         let message = format!(
             "confirmed {} s before its deadline; the {} change(s) stay",
-            -late,
+            -late / 1000,
             op.wire().changes.len()
         );
         self.publish(&mut op, next, message)
@@ -402,6 +435,20 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caller_may_not_choose_a_revert_id() {
+        for id in ["t1.revert", &revert_id(&"x".repeat(128))] {
+            let e = check_not_revert_id(id).unwrap_err().to_string();
+            assert!(
+                e.contains("operation_id") && e.contains("revert of a timed try"),
+                "{e}"
+            );
+        }
+        for id in ["t1", "revert", "revert.notes", "t1.reverted"] {
+            assert!(check_not_revert_id(id).is_ok(), "{id}");
+        }
+    }
 
     #[test]
     fn revert_ids_are_valid_operation_ids() {

@@ -338,7 +338,7 @@ impl NodeAgent for Service {
         let r = req.into_inner();
         let _slot = self.planning_slot(shown.role).await?;
         shown
-            .result(blocking(move || a.apply(r)).await)
+            .result(blocking(move || a.apply_from_caller(r)).await)
             .map(|op| Response::new(shown.operation(op)))
     }
 
