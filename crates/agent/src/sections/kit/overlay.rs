@@ -11,7 +11,7 @@
 //! nothing) where the record's item leaves the spec; [`written_by`] names the item, so a
 //! refusal names both the section's change and the `files` item.
 
-use crate::sections::kit::observe::NodeView;
+use crate::sections::kit::observe::{NodeView, TextObs};
 use crate::sections::model::Observed;
 use crate::state::Original;
 use inplace_node::sysroot::SysrootError;
@@ -45,6 +45,13 @@ pub(crate) fn read_text(
 ) -> Result<Option<String>, SysrootError> {
     if let Some(t) = left(node, obs, path) {
         return Ok(t);
+    }
+    // the common case, a regular file or nothing, from the memo (one stat when unchanged);
+    // only what is not (a symlink on the way) is resolved, component by component
+    match super::observe::observe_text(node.root, path)? {
+        TextObs::Absent => return Ok(None),
+        TextObs::Text(t, _) => return Ok(Some(t)),
+        TextObs::Problem(_) => {}
     }
     let target = node.root.resolve(path)?;
     if target == path {
