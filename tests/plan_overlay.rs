@@ -238,3 +238,37 @@ async fn time_daemon_items_that_add_sources_refuse_ntp() {
     );
     node.stop();
 }
+
+/// A node symlink in sysctl.d that sorts after the agent's drop-in points at a file the
+/// spec's own `files` item writes: systemd-sysctl reads the target, so the sysctl is not
+/// covered, naming the link and the item (found by the session-7 break-it tester: it was
+/// covered, then the apply rolled back as "still different after the commit").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sysctl_d_symlink_to_a_file_the_spec_writes_is_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::create_dir_all(node.path("/etc/site")).unwrap();
+    std::fs::write(node.path("/etc/site/sysctl.conf"), "# site\n").unwrap();
+    std::os::unix::fs::symlink(
+        "/etc/site/sysctl.conf",
+        node.path("/etc/sysctl.d/99-zzz-site.conf"),
+    )
+    .unwrap();
+    node.start();
+    let y = "files:\n- path: /etc/site/sysctl.conf\n  content: \"vm.swappiness = 10\\n\"\nsysctls:\n  vm.swappiness: \"20\"\n";
+    let r = coverage(&node, y).await;
+    let c = change(&r, "sysctls[vm.swappiness]");
+    assert!(
+        !c.covered,
+        "covered, though the link's target is written with 10"
+    );
+    assert!(
+        c.reason.starts_with(
+            "/etc/sysctl.d/99-zzz-site.conf (written by files[/etc/site/sysctl.conf] in this spec) sets vm.swappiness = 10"
+        ),
+        "{}",
+        c.reason
+    );
+    // without the item the link's target sets nothing: covered
+    let r = coverage(&node, "sysctls:\n  vm.swappiness: \"20\"\n").await;
+    assert!(change(&r, "sysctls[vm.swappiness]").covered);
+}

@@ -71,11 +71,20 @@ fn key_problem(
         let mut vals = BTreeMap::new();
         vals.insert(key.clone(), value.clone());
         let mut with_ours = written.clone();
+        let targets = &input.obs.sysctls.targets;
         with_ours.insert(drop_in.clone(), Some(render_sysctl_conf(&vals)));
+        let item_of = |from: &String| {
+            input
+                .desired
+                .files
+                .iter()
+                .find(|f| f.path == *from || targets.get(from) == Some(&f.path))
+                .map(|f| f.path.clone())
+        };
         match boot_value(&input.obs.sysctls.files, key, &with_ours) {
-            Some((v, from)) if from != *drop_in && input.desired.files.iter().any(|f| f.path == from) => Some(format!(
+            Some((v, from)) if from != *drop_in && item_of(&from).is_some() => Some(format!(
                 "{from} (written by {} in this spec) sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist: keep {key} in one of the two items",
-                ChangeId::File(from.clone())
+                ChangeId::File(item_of(&from).unwrap_or_default())
             )),
             Some((v, from)) if from != *drop_in => Some(format!(
                 "{from} sets {key} = {v} and is applied after {drop_in} at boot, so the value would not persist; remove it there"
@@ -342,7 +351,7 @@ impl Sysctls {
 }
 
 /// The sysctl.d files the steps so far write (new text) or remove (None), other than the
-/// agent's drop-in.
+/// agent's drop-in; a sysctl.d symlink whose target they write or remove counts as that.
 fn sysctl_overrides(input: &Input<'_>, out: &Output) -> BTreeMap<String, Option<String>> {
     let drop_in = &input.config.sysctl.drop_in;
     let mut overrides: BTreeMap<String, Option<String>> = BTreeMap::new();
@@ -357,6 +366,15 @@ fn sysctl_overrides(input: &Input<'_>, out: &Output) -> BTreeMap<String, Option<
     for r in &out.steps.removes {
         if is_sysctl_conf(&r.path) && r.path != *drop_in {
             overrides.insert(r.path.clone(), None);
+        }
+    }
+    // a node symlink in sysctl.d reads what the steps write or remove at its target
+    for (link, target) in &input.obs.sysctls.targets {
+        if let Some(w) = out.steps.writes.iter().find(|w| w.path == *target) {
+            let text = String::from_utf8_lossy(&w.content).into_owned();
+            overrides.insert(link.clone(), Some(text));
+        } else if out.steps.removes.iter().any(|r| r.path == *target) {
+            overrides.insert(link.clone(), None);
         }
     }
     overrides

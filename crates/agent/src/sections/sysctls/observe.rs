@@ -38,6 +38,10 @@ pub struct SysctlObs {
     /// sysctl.d directories and files that could not be read: what each of them would set
     /// at boot is unknown, so no key's boot value can be told.
     pub unreadable: Vec<Unknown>,
+    /// The sysctl.d files of `files` that are symlinks (or under one), with the node path
+    /// they resolve to, when the spec has `files` items: systemd-sysctl reads the target,
+    /// which such an item may write (issue 27 §3). Empty otherwise.
+    pub targets: BTreeMap<String, String>,
 }
 
 /// Reads the live value of `key` (None: no such kernel parameter).
@@ -143,9 +147,20 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
     let (files, unreadable) = sysctl_files(node.root);
     let keys = keys_in_play(node, obs, &files);
     obs.unknown.extend(unreadable.iter().cloned());
+    let mut targets = BTreeMap::new();
+    if !desired.files.is_empty() {
+        for (p, _) in &files {
+            if let Ok(t) = node.root.resolve(p)
+                && t != *p
+            {
+                targets.insert(p.clone(), t);
+            }
+        }
+    }
     let mut sysctls = SysctlObs {
         files,
         unreadable,
+        targets,
         ..SysctlObs::default()
     };
     for key in keys {

@@ -134,6 +134,7 @@ fn observed(
             .map(|(p, t)| (p.to_string(), t.to_string()))
             .collect(),
         unreadable: Vec::new(),
+        targets: Default::default(),
     };
     obs
 }
