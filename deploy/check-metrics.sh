@@ -23,6 +23,7 @@ cat > "$work/agent.toml" <<TOML
 listen = "127.0.0.1:$agent_metrics"
 textfile = "$textfile"
 TOML
+INPLACED_RECORD_EXEC=/usr/bin/kubelet \
 "$bin/inplaced" --root "$work/node" --state-dir "$work/state" --socket "$work/agent.sock" \
     --config "$work/agent.toml" --service-manager record --log warn &
 pids+=($!)

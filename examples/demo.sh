@@ -22,7 +22,9 @@ cp -r examples/node "$work/root"
 cp examples/config.toml "$work/config.toml"
 sock="$work/inplaced.sock"
 
-"$bin/inplaced" --root "$work/root" --state-dir "$work/state" --socket "$sock" \
+# the recorder runs the example node's stand-in kubelet for `kubelet --version`
+INPLACED_RECORD_EXEC=/usr/bin/kubelet \
+    "$bin/inplaced" --root "$work/root" --state-dir "$work/state" --socket "$sock" \
     --config "$work/config.toml" --service-manager record --log warn &
 pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done

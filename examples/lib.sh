@@ -24,7 +24,8 @@ wait_port() {
 }
 
 # Starts inplaced on the node copy "$work/$1" (state "$work/$1-state", socket
-# "$work/$1.sock", recorded unit actions), serving mTLS on address $2 to the extension's
+# "$work/$1.sock", recorded unit actions, the node's stand-in kubelet run for its
+# version), serving mTLS on address $2 to the extension's
 # identity as admin, with the certificates in "$work/pki"; $3 is more config (TOML, after
 # the [api.tcp] table). Waits for its socket.
 start_agent() {
@@ -39,7 +40,9 @@ identity = "spiffe://mgmt/ns/inplace-system/sa/inplace-extension"
 role = "admin"
 ${3:-}
 TOML
-    "$bin/inplaced" --root "$work/$1" --state-dir "$work/$1-state" --socket "$work/$1.sock" \
+    # the recorder runs the node's stand-in kubelet for `kubelet --version` (README)
+    INPLACED_RECORD_EXEC=/usr/bin/kubelet \
+        "$bin/inplaced" --root "$work/$1" --state-dir "$work/$1-state" --socket "$work/$1.sock" \
         --config "$work/$1.toml" --service-manager record --log warn &
     pids+=($!)
     for _ in $(seq 100); do [ -S "$work/$1.sock" ] && return; sleep 0.1; done
