@@ -81,9 +81,7 @@ async fn drop_ins_without_config_dir_do_not_count() {
 const UNIT_DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-local.conf";
 
 fn with_unit_dropin(node: &Node, exec: &str) {
-    let p = node.path(UNIT_DROPIN);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, format!("[Service]\nExecStart=\nExecStart={exec}\n")).unwrap();
+    with_unit_env(node, &format!("ExecStart=\nExecStart={exec}\n"));
 }
 
 /// A systemd unit drop-in whose `ExecStart=` sets kubelet flags literally after

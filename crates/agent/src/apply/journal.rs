@@ -662,13 +662,7 @@ impl Agent {
                 return;
             }
         };
-        match r {
-            Ok(list) => {
-                tracing::warn!(operation = %id, path = %path, "rolled back from the journal");
-                list.push(path.clone());
-            }
-            Err(err) => done.problems.push(format!("{path}: {err}")),
-        }
+        record_settled(id, path, r, &mut done.problems);
     }
 
     /// A path an effect removed (a manager checkpoint): back to its verified pre-image
@@ -700,13 +694,7 @@ impl Agent {
                 return;
             }
         };
-        match r {
-            Ok(list) => {
-                tracing::warn!(operation = %id, path = %path, "rolled back from the journal");
-                list.push(path.clone());
-            }
-            Err(err) => done.problems.push(format!("{path}: {err}")),
-        }
+        record_settled(id, path, r, &mut done.problems);
     }
 
     /// Moves the journal aside whole: nothing is restored from it; each file it names is
@@ -771,6 +759,23 @@ impl Agent {
             "{}: not restored; before the operation {pre}, the operation writes {new}, on disk now {now} ({which})",
             e.path
         )
+    }
+}
+
+/// Records how putting `path` back went: the list the step names (`restored`, `removed`)
+/// gets the path, logged at WARN; an error is a problem naming the path.
+fn record_settled(
+    id: &str,
+    path: &str,
+    r: Result<&mut Vec<String>, inplace_node::sysroot::SysrootError>,
+    problems: &mut Vec<String>,
+) {
+    match r {
+        Ok(list) => {
+            tracing::warn!(operation = %id, path = %path, "rolled back from the journal");
+            list.push(path.to_string());
+        }
+        Err(err) => problems.push(format!("{path}: {err}")),
     }
 }
 
