@@ -102,6 +102,8 @@ struct Daemon {
     root: PathBuf,
     socket: PathBuf,
     child: Option<Child>,
+    /// More environment for the daemon (after the unit's).
+    env: Vec<(String, String)>,
 }
 
 impl Daemon {
@@ -120,6 +122,7 @@ impl Daemon {
             root,
             dir,
             child: None,
+            env: Vec::new(),
         }
     }
 
@@ -147,6 +150,7 @@ impl Daemon {
             .arg("--log")
             .arg("warn")
             .envs(unit_environment())
+            .envs(self.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -970,6 +974,7 @@ async fn run(quick: bool, n: Counts) {
     // (examples/specs/full.yaml): daemon CPU per call against the empty call
     coverage_full::coverage_full(
         &mut rep,
+        "full",
         &cov.socket.clone(),
         cov.pid(),
         if quick { 4 } else { 10 },
@@ -1004,6 +1009,28 @@ async fn run(quick: bool, n: Counts) {
     rep.floor("floor_read_hash_1000_files_p99", us(fp99), "us");
     rep.ratio("ratio_coverage_1000_files_p50_vs_floor", us(bp50), us(fp50));
     rep.ratio("ratio_coverage_1000_files_p99_vs_floor", us(bp99), us(fp99));
+    // the same after a change: one of the files rewritten (same content) before each
+    // call, so the answer is computed afresh, not kept (crates/agent/src/apply/kept.rs)
+    let (mut tk, mut fk) = (Vec::new(), Vec::new());
+    for k in 0..n.big_calls {
+        let p = &paths[(k * 7) % paths.len()];
+        let same = std::fs::read(p).unwrap();
+        std::fs::write(p, same).unwrap();
+        fk.push(plain_hash(&paths));
+        tk.push(timed_coverage(&mut c, &big).await);
+    }
+    let (kp50, fkp50) = (pct(&tk, 50.0), pct(&fk, 50.0));
+    rep.fig("coverage_1000_files_computed_p50", us(kp50), "us");
+    rep.floor(
+        "floor_read_hash_1000_files_computed_run_p50",
+        us(fkp50),
+        "us",
+    );
+    rep.ratio(
+        "ratio_coverage_1000_files_computed_p50_vs_floor",
+        us(kp50),
+        us(fkp50),
+    );
 
     // ---- 5. scaling: files (all identical to the node) and kubelet featureGates
     for (nf, calls) in [(10usize, 200usize), (100, 100), (1000, 30), (5000, 10)] {

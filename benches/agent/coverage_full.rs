@@ -1,8 +1,13 @@
 //! Coverage of `examples/specs/full.yaml` (every section: files with an owner, kubelet
 //! config and flags, sysctls, kernel arguments): the daemon CPU per call and the latency,
 //! each against an empty call measured in the same run (issue 28). Run alone, on a fresh
-//! daemon, with `BENCH_ONLY=coverage` (about 20 s): the quick way to compare two daemon
+//! daemon, with `BENCH_ONLY=coverage` (about 40 s): the quick way to compare two daemon
 //! binaries (`INPLACED_BENCH_BIN`) in interleaved runs.
+//!
+//! The same request on an unchanged node is answered from what the daemon kept
+//! (`crates/agent/src/apply/kept.rs`); `BENCH_ONLY=coverage` measures a second daemon
+//! started with `INPLACED_KEEP_COVERAGE=0` too (`coverage_full_computed_*`): the cost of
+//! an answer computed afresh, as after any change to the node.
 
 use super::*;
 
@@ -12,7 +17,14 @@ const BLOCK: usize = 50;
 
 /// Measures `blocks` pairs of blocks on the daemon `pid` behind `socket`: latency p50 and
 /// p99 of each kind, daemon CPU per call of each kind (µs, schedstat), and the ratios.
-pub(crate) async fn coverage_full(rep: &mut Report, socket: &Path, pid: u32, blocks: usize) {
+/// `what` names the figures (`full`, `full_computed`).
+pub(crate) async fn coverage_full(
+    rep: &mut Report,
+    what: &str,
+    socket: &Path,
+    pid: u32,
+    blocks: usize,
+) {
     let ch = inplace_edge::client::channel(socket).await.unwrap();
     let mut c = NodeAgentClient::new(ch.clone());
     let mut h = HealthClient::new(ch);
@@ -46,30 +58,47 @@ pub(crate) async fn coverage_full(rep: &mut Report, socket: &Path, pid: u32, blo
     }
     let n = (blocks * BLOCK) as f64;
     let (cpu_c, cpu_e) = (cpu_c * 1e3 / n, cpu_e * 1e3 / n);
-    rep.fig("coverage_full_p50", us(pct(&tc, 50.0)), "us");
-    rep.fig("coverage_full_p99", us(pct(&tc, 99.0)), "us");
-    rep.fig("coverage_full_daemon_cpu_per_call", cpu_c, "us");
-    rep.floor("floor_full_empty_call_p50", us(pct(&te, 50.0)), "us");
-    rep.floor("floor_full_empty_call_p99", us(pct(&te, 99.0)), "us");
-    rep.floor("floor_empty_call_daemon_cpu", cpu_e, "us");
+    rep.fig(&format!("coverage_{what}_p50"), us(pct(&tc, 50.0)), "us");
+    rep.fig(&format!("coverage_{what}_p99"), us(pct(&tc, 99.0)), "us");
+    rep.fig(&format!("coverage_{what}_daemon_cpu_per_call"), cpu_c, "us");
+    rep.floor(
+        &format!("floor_{what}_empty_call_p50"),
+        us(pct(&te, 50.0)),
+        "us",
+    );
+    rep.floor(
+        &format!("floor_{what}_empty_call_p99"),
+        us(pct(&te, 99.0)),
+        "us",
+    );
+    rep.floor(&format!("floor_{what}_empty_call_daemon_cpu"), cpu_e, "us");
     rep.ratio(
-        "ratio_coverage_full_p50_vs_empty",
+        &format!("ratio_coverage_{what}_p50_vs_empty"),
         us(pct(&tc, 50.0)),
         us(pct(&te, 50.0)),
     );
     rep.ratio(
-        "ratio_coverage_full_p99_vs_empty",
+        &format!("ratio_coverage_{what}_p99_vs_empty"),
         us(pct(&tc, 99.0)),
         us(pct(&te, 99.0)),
     );
-    rep.ratio("ratio_coverage_full_daemon_cpu_vs_empty", cpu_c, cpu_e);
+    rep.ratio(
+        &format!("ratio_coverage_{what}_daemon_cpu_vs_empty"),
+        cpu_c,
+        cpu_e,
+    );
 }
 
 /// `BENCH_ONLY=coverage`: a fresh daemon on a copy of `examples/node`, then
-/// [`coverage_full`] with 10 pairs of blocks (4 quick).
+/// [`coverage_full`] with 10 pairs of blocks (4 quick); then the same with a daemon that
+/// keeps no answer.
 pub(crate) async fn only(rep: &mut Report, quick: bool) {
-    let mut d = Daemon::new("covfull");
-    d.start().await;
-    coverage_full(rep, &d.socket.clone(), d.pid(), if quick { 4 } else { 10 }).await;
-    d.stop().await;
+    let blocks = if quick { 4 } else { 10 };
+    for (what, keep) in [("full", "1"), ("full_computed", "0")] {
+        let mut d = Daemon::new("covfull");
+        d.env.push(("INPLACED_KEEP_COVERAGE".into(), keep.into()));
+        d.start().await;
+        coverage_full(rep, what, &d.socket.clone(), d.pid(), blocks).await;
+        d.stop().await;
+    }
 }

@@ -6,6 +6,7 @@
 pub(crate) mod capi;
 pub(crate) mod k8s;
 pub(crate) mod pki;
+pub(crate) mod scrape;
 mod tree;
 pub(crate) mod upstream;
 

@@ -17,6 +17,7 @@
 //! | `inplaced_state_problems` | gauge | | problems found in the agent's own state |
 //! | `inplaced_journal_recoveries_total` | counter | | interrupted operations recovered from the journal at start-up |
 //! | `inplaced_coverage_duration_seconds` | histogram | | `GetCoverage` latency |
+//! | `inplaced_coverage_answers_total` | counter | `answer` | `GetCoverage` answers: `kept` (the node unchanged since the same request was computed), `computed` |
 //! | `inplaced_apply_duration_seconds` | histogram | | operation duration, start to final phase |
 //! | `inplaced_tls_handshakes_refused_total` | counter | `reason` | TCP connections (API, metrics) dropped before they were served, every reason exported at 0 ([`inplace_edge::refusals::Reason`]) |
 //!
@@ -54,6 +55,7 @@ pub(crate) struct NodeMetrics {
     problems: Gauge,
     recoveries: Counter,
     coverage: Histogram,
+    coverage_answers: Family<Labels, Counter>,
     apply: Histogram,
     counted: Mutex<BTreeSet<String>>,
     started: i64,
@@ -114,12 +116,18 @@ impl NodeMetrics {
             problems: Gauge::default(),
             recoveries: Counter::default(),
             coverage: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            coverage_answers: Family::default(),
             apply: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
             counted: Mutex::new(BTreeSet::new()),
             started: now_seconds(),
             registry: Registry::default(),
         };
         m.recoveries.inc_by(recoveries);
+        for answer in ["kept", "computed"] {
+            let _ = m
+                .coverage_answers
+                .get_or_create(&labels(&[("answer", answer)]));
+        }
         // Every final phase at 0 from the start: a series that first appears at 1 gives
         // `increase()` nothing to compare, and the first rollback after a start would
         // not fire `InplacedOperationRolledBack` (deploy/alerts.yaml).
@@ -190,6 +198,11 @@ impl NodeMetrics {
             self.coverage.clone(),
         );
         registry.register(
+            "coverage_answers",
+            "GetCoverage answers, kept (the node unchanged) or computed",
+            self.coverage_answers.clone(),
+        );
+        registry.register(
             "apply_duration_seconds",
             "Operation duration, start to final phase",
             self.apply.clone(),
@@ -201,9 +214,17 @@ impl NodeMetrics {
         );
     }
 
-    /// Records one coverage call's latency.
-    pub(crate) fn observe_coverage(&self, seconds: f64) {
+    /// Records one coverage call's latency and, when it was answered, whether its answer
+    /// was kept (`Some(true)`) or computed.
+    pub(crate) fn observe_coverage(&self, seconds: f64, kept: Option<bool>) {
         self.coverage.observe(seconds);
+        let Some(kept) = kept else {
+            return;
+        };
+        let answer = if kept { "kept" } else { "computed" };
+        self.coverage_answers
+            .get_or_create(&labels(&[("answer", answer)]))
+            .inc();
     }
 
     /// Updates every gauge from `status` and counts newly settled operations of `history`

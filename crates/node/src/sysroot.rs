@@ -20,8 +20,11 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 mod beneath;
 mod follow;
 mod memo;
+pub mod trace;
 mod trusted;
 mod writable;
+
+use trace::Dep;
 
 /// Errors of sysroot access; each names the node path.
 #[derive(Debug, thiserror::Error)]
@@ -368,7 +371,12 @@ pub struct Sysroot {
     failpoints: bool,
     /// What was derived from this root's files, by their stamps ([`Memo`]).
     memo: Memo,
+    /// This root among the sysroots of the process, for a [`trace`] of reads.
+    id: u64,
 }
+
+/// The next [`Sysroot::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// What is on stable storage when a write returns (see [`Sysroot::write_atomic_with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,7 +405,35 @@ impl Sysroot {
             root,
             failpoints: true,
             memo: Memo::default(),
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// Notes for a running [`trace`] that an answer depends on `path` and every
+    /// directory above it (not followed); a kernel interface's path can not be looked at
+    /// that way, and poisons the trace.
+    fn note_path(&self, path: &str) {
+        if trace::active() {
+            if trace::is_volatile(path) {
+                trace::poison(&format!("{path} was read in a way a trace can not check"));
+            } else {
+                trace::note(self.id, || Dep::Lexical(path.to_string()));
+            }
+        }
+    }
+
+    /// Notes `dep` for a running [`trace`].
+    fn note(&self, dep: impl FnOnce() -> Dep) {
+        trace::note(self.id, dep);
+    }
+
+    /// Passes `r` on; an I/O error (not an answer the node's files alone decide: `EIO`,
+    /// a file replaced while read) poisons a running [`trace`].
+    fn noted<T>(r: Result<T>) -> Result<T> {
+        if let Err(SysrootError::Io { path, op, .. }) = &r {
+            trace::poison(&format!("{path}: {op} failed"));
+        }
+        r
     }
 
     /// The same, without the `write-temp` failpoint (for the agent's own state files, so
@@ -455,7 +491,15 @@ impl Sysroot {
 
     /// Metadata of `path` without following symlinks; `Ok(None)` if it (or a parent) is absent.
     pub fn stat(&self, path: &str) -> Result<Option<Entry>> {
-        Ok(self.lstat(path)?.map(|st| entry_of(&st)))
+        let r = Self::noted(self.lstat(path).map(|st| st.map(|st| entry_of(&st))));
+        if trace::is_volatile(path) {
+            if let Ok(e) = &r {
+                self.note(|| Dep::Meta(path.to_string(), *e));
+            }
+        } else {
+            self.note_path(path);
+        }
+        r
     }
 
     /// The raw `lstat` of `path` (the root itself for `/`); `Ok(None)` if it is absent.
@@ -480,7 +524,8 @@ impl Sysroot {
     /// `Ok(None)` if it is absent. Equal stamps mean the same file, unchanged, for
     /// caching what is derived from it (the kubelet's `--version`).
     pub fn stamp(&self, path: &str) -> Result<Option<Stamp>> {
-        Ok(self.lstat(path)?.map(|st| Stamp::of(&st)))
+        self.note_path(path);
+        Ok(Self::noted(self.lstat(path))?.map(|st| Stamp::of(&st)))
     }
 
     /// Looks at `path` in one walk from the root (each parent opened once, `O_NOFOLLOW`):
@@ -488,6 +533,11 @@ impl Sysroot {
     /// regular file no larger than `max_read` bytes. This is what coverage needs per file,
     /// at the cost of one `openat` per component.
     pub fn probe(&self, path: &str, max_read: u64) -> Result<Probe> {
+        self.note_path(path);
+        Self::noted(self.probe_untraced(path, max_read))
+    }
+
+    fn probe_untraced(&self, path: &str, max_read: u64) -> Result<Probe> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Err(SysrootError::BadPath {
@@ -594,6 +644,18 @@ impl Sysroot {
 
     /// Reads a regular file without following symlinks; `Ok(None)` if absent.
     pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let r = Self::noted(self.read_untraced(path));
+        if trace::is_volatile(path) {
+            if let Ok(c) = &r {
+                self.note(|| Dep::Content(path.to_string(), c.clone()));
+            }
+        } else {
+            self.note_path(path);
+        }
+        r
+    }
+
+    fn read_untraced(&self, path: &str) -> Result<Option<Vec<u8>>> {
         let Some((f, len)) = self.open_read_len(path)? else {
             return Ok(None);
         };
@@ -609,7 +671,8 @@ impl Sysroot {
     /// Opens a regular file for reading without following symlinks (a large file is
     /// then streamed, never held in memory); `Ok(None)` if absent.
     pub fn open_read(&self, path: &str) -> Result<Option<std::fs::File>> {
-        Ok(self.open_read_len(path)?.map(|(f, _)| f))
+        self.note_path(path);
+        Ok(Self::noted(self.open_read_len(path))?.map(|(f, _)| f))
     }
 
     /// [`Sysroot::open_read`] with the file's size when it was opened (bytes).
@@ -665,6 +728,11 @@ impl Sysroot {
     /// Target of the symlink at `path` (not followed); `Ok(None)` if `path` is absent or
     /// not a symlink.
     pub fn read_link(&self, path: &str) -> Result<Option<String>> {
+        self.note_path(path);
+        Self::noted(self.read_link_untraced(path))
+    }
+
+    fn read_link_untraced(&self, path: &str) -> Result<Option<String>> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Ok(None);
@@ -707,11 +775,12 @@ impl Sysroot {
 
     /// Sorted names in a directory; `Ok(None)` if it is absent.
     pub fn list_dir(&self, path: &str) -> Result<Option<Vec<String>>> {
+        self.note_path(path);
         let parts = components(path)?;
         let Some(dir) = self.open_dir(&parts)? else {
             return Ok(None);
         };
-        names_in(&dir, path).map(Some)
+        Self::noted(names_in(&dir, path).map(Some))
     }
 
     /// Opens the parent directory of `path`, creating missing directories with mode 0755

@@ -137,6 +137,7 @@ pub trait CommandRunner: Send + Sync + std::fmt::Debug {
     /// Runs a read-only command (`kubelet --version`, `apt-mark showhold`) for its
     /// output: what observation asks, never recorded as an action.
     fn query(&self, argv: &[String]) -> Result<String, SystemError> {
+        crate::sysroot::trace::poison(&format!("ran {}", argv.join(" ")));
         self.run(argv)
     }
 }
@@ -255,6 +256,7 @@ impl Rebooter for Systemd {
 
 impl CommandRunner for Systemd {
     fn run(&self, argv: &[String]) -> Result<String, SystemError> {
+        crate::sysroot::trace::poison(&format!("ran {}", argv.join(" ")));
         run_command(argv)
     }
 }
@@ -401,12 +403,14 @@ impl Rebooter for Recorder {
 
 impl CommandRunner for Recorder {
     fn run(&self, argv: &[String]) -> Result<String, SystemError> {
+        crate::sysroot::trace::poison(&format!("ran {}", argv.join(" ")));
         self.record(format!("run {}", argv.join(" ")))?;
         self.exec(argv).unwrap_or(Ok(String::new()))
     }
 
     /// Stand-ins are run, unrecorded; any other query fails (there is no host to ask).
     fn query(&self, argv: &[String]) -> Result<String, SystemError> {
+        crate::sysroot::trace::poison(&format!("ran {}", argv.join(" ")));
         self.exec(argv).unwrap_or_else(|| {
             Err(SystemError {
                 action: argv.join(" "),

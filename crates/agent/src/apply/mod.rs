@@ -49,6 +49,7 @@ mod drift;
 mod effects;
 mod engine;
 mod journal;
+mod kept;
 mod machine;
 mod own_problems;
 mod reboot_method;
@@ -250,12 +251,13 @@ pub(crate) struct Agent {
     /// Why mutations are refused (the state directory can not be written), if they are.
     unavailable: Mutex<Option<String>>,
     drift_lock: Mutex<()>,
-    /// The last `kubelet --version` answer, with the path the binary resolved to and its
-    /// stamp: asked again only when either changes.
-    kubelet_version: Mutex<Option<((String, inplace_node::sysroot::Stamp), String)>>,
+    /// Version queries' answers, kept while their programs stay the same ([`kept`]).
+    versions: kept::KeptVersions,
     inner: Mutex<Inner>,
     /// The timed tries waiting in this run ([`try_window`]).
     tries: try_window::Tries,
+    /// Coverage answers kept while the node stays the same ([`kept`]).
+    kept: kept::KeptCoverage,
 }
 
 fn now() -> pbjson_types::Timestamp {
@@ -355,9 +357,10 @@ impl Agent {
             live_problems: Mutex::default(),
             unavailable: Mutex::new(None),
             drift_lock: Mutex::new(()),
-            kubelet_version: Mutex::new(None),
+            versions: kept::KeptVersions::default(),
             inner: Mutex::new(Inner::default()),
             tries: try_window::Tries::default(),
+            kept: kept::KeptCoverage::from_env(),
         });
         agent.recover_journals();
         // the state as the journals left it: the record a roll-forward installed
@@ -415,6 +418,16 @@ impl Agent {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The command runner for observation: version queries answered from
+    /// [`kept::KeptVersions`] while their programs stay the same.
+    fn version_queries(&self) -> kept::VersionQueries<'_> {
+        kept::VersionQueries {
+            inner: self.runner.as_ref(),
+            root: &self.root,
+            kept: &self.versions,
+        }
+    }
+
     fn options(&self, policy: RebootPolicy) -> Options {
         Options {
             reboot_forbidden: policy == RebootPolicy::Forbidden,
@@ -434,7 +447,8 @@ impl Agent {
         opts: Options,
         record: AppliedRecord,
     ) -> Result<Plan, AgentError> {
-        let runner = Some(self.runner.as_ref());
+        let queries = self.version_queries();
+        let runner: Option<&dyn CommandRunner> = Some(&queries);
         let obs = plan::observe::observe_with(
             &self.root,
             &self.state,
@@ -498,19 +512,38 @@ impl Agent {
         self.state.path()
     }
 
-    /// Coverage of `desired` under `policy` (no side effects).
-    pub(crate) fn coverage(
+    /// Coverage of `desired` under `policy` (no side effects), with `diff` the report's
+    /// `diffs` of every file the plan writes or removes ([`crate::plan::diff`]; the caller
+    /// has checked that it may see confidential content when `diff.show_content` is set),
+    /// and whether the answer was a kept one (true) or computed (false), for
+    /// `inplaced_coverage_answers_total`.
+    ///
+    /// An answer is kept while every file it read stays the same, and given again
+    /// ([`kept`]): the same request on an unchanged node costs one look per file read.
+    pub(crate) fn coverage_answer(
         &self,
         desired: &pb::NodeSpec,
         policy: RebootPolicy,
-    ) -> Result<pb::CoverageReport, AgentError> {
-        self.coverage_with(desired, policy, None)
+        diff: Option<&pb::DiffOptions>,
+    ) -> Result<(pb::CoverageReport, bool), AgentError> {
+        let Some(key) = kept::key(desired, policy, diff) else {
+            return self
+                .coverage_computed(desired, policy, diff)
+                .map(|r| (r, false));
+        };
+        let roots = [&self.root, self.state.sysroot()];
+        if let Some(r) = self.kept.get(&key, &roots) {
+            return Ok((r, true));
+        }
+        self.kept
+            .compute(key, &roots, || {
+                self.coverage_computed(desired, policy, diff)
+            })
+            .map(|r| (r, false))
     }
 
-    /// [`Agent::coverage`], with `diff` the report's `diffs` of every file the plan
-    /// writes or removes ([`crate::plan::diff`]); the caller has checked that it may
-    /// see confidential content when `diff.show_content` is set.
-    pub(crate) fn coverage_with(
+    /// [`Agent::coverage_answer`], computed.
+    fn coverage_computed(
         &self,
         desired: &pb::NodeSpec,
         policy: RebootPolicy,

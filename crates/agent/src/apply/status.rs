@@ -3,6 +3,7 @@
 
 use super::Agent;
 use super::AgentError;
+use inplace_node::system::CommandRunner;
 use inplace_wire::pb;
 use inplace_wire::pb::Phase;
 
@@ -111,48 +112,20 @@ impl Agent {
     }
 
     /// `kubelet --version` of the kubelet in `[kubernetes] bin_dir` ("" when absent or
-    /// it can not be asked). Asked once per binary: the answer is kept with the path the
-    /// binary resolves to (symlinks followed) and its
-    /// [`stamp`](inplace_node::sysroot::Sysroot::stamp), and asked again only when either
-    /// changes (an upgrade replaces the file, a link is retargeted), so a status poll does
-    /// not start a process every time. A file
-    /// modified in the last 2 s is asked every time ([`inplace_node::sysroot::Stamp::is_recent`]).
+    /// it can not be asked). Asked once per binary ([`super::kept::KeptVersions`]: asked
+    /// again when the file or a link on its way changes), so a status poll does not start
+    /// a process every time.
     fn kubernetes_version(&self) -> String {
         let kubelet = self.config.kubernetes.bin_path("kubelet");
-        let Some(stamps) = self.stamps_following(&kubelet) else {
+        if self.stamps_following(&kubelet).is_none() {
             return String::new();
-        };
-        let mut cached = self
-            .kubelet_version
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some((s, v)) = cached.as_ref()
-            && *s == stamps
-        {
-            return v.clone();
         }
-        let version = self
-            .runner
+        self.version_queries()
             .query(&[kubelet, "--version".into()])
             .ok()
             .and_then(|o| crate::kubernetes::parse_kubelet_version(&o).ok())
-            .map(|v| v.to_string());
-        // not kept: a kubelet that could not answer, or one modified in the last
-        // seconds, whose stamp a rewrite within the same clock tick would leave equal
-        // (symlinks on the way are replaced, never modified, so only the file counts)
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let settled = !stamps.1.is_recent(now, 2);
-        match version {
-            Some(v) => {
-                if settled {
-                    *cached = Some((stamps, v.clone()));
-                }
-                v
-            }
-            None => String::new(),
-        }
+            .map(|v| v.to_string())
+            .unwrap_or_default()
     }
 
     /// The file `path` names once symlinks are followed ([`inplace_node::sysroot::Sysroot::resolve`]),

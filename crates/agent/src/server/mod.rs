@@ -323,8 +323,10 @@ impl NodeAgent for Service {
             pb::RebootPolicy::try_from(r.reboot_policy).unwrap_or(pb::RebootPolicy::Unspecified);
         let _slot = self.planning_slot(shown.role).await?;
         let t = std::time::Instant::now();
-        let r = blocking(move || a.coverage_with(&desired, policy, r.diff.as_ref())).await;
-        self.metrics.observe_coverage(t.elapsed().as_secs_f64());
+        let r = blocking(move || a.coverage_answer(&desired, policy, r.diff.as_ref())).await;
+        self.metrics
+            .observe_coverage(t.elapsed().as_secs_f64(), r.as_ref().ok().map(|c| c.1));
+        let r = r.map(|(report, _)| report);
         shown.result(r).map(Response::new)
     }
 
@@ -507,10 +509,11 @@ impl NodeAgent for Service {
         let _slot = self.planning_slot(shown.role).await?;
         let a = self.agent.clone();
         let t = std::time::Instant::now();
-        let cov = blocking(move || a.coverage(&desired, policy)).await;
-        self.metrics.observe_coverage(t.elapsed().as_secs_f64());
+        let cov = blocking(move || a.coverage_answer(&desired, policy, None)).await;
+        self.metrics
+            .observe_coverage(t.elapsed().as_secs_f64(), cov.as_ref().ok().map(|c| c.1));
         match cov {
-            Ok(c) => out.coverage = Some(c),
+            Ok((c, _)) => out.coverage = Some(c),
             Err(s) => out.coverage_error = Some(as_error(s)),
         }
         Ok(Response::new(out))

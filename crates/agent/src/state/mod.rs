@@ -288,6 +288,11 @@ impl StateDir {
         }
     }
 
+    /// The state directory as a sysroot (for a trace of what a computation read).
+    pub(crate) fn sysroot(&self) -> &Sysroot {
+        &self.dir
+    }
+
     /// Loads the applied record (empty if none was written yet).
     pub fn load_record(&self) -> Result<AppliedRecord, StateError> {
         match self.io(self.dir.read("/applied.json"))? {

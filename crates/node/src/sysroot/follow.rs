@@ -6,6 +6,7 @@
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 
+use super::trace::Dep;
 use super::{Result, Sysroot, components, io_err};
 
 impl Sysroot {
@@ -13,6 +14,20 @@ impl Sysroot {
     /// resolving them inside the sysroot (`/etc/os-release -> ../usr/lib/os-release`).
     /// At most 8 links are followed. Never used for managed paths.
     pub fn read_string_following(&self, path: &str) -> Result<Option<String>> {
+        self.note_following(path);
+        Self::noted(self.read_string_following_untraced(path))
+    }
+
+    /// Notes for a running trace that an answer depends on what `path` resolves to.
+    pub(super) fn note_following(&self, path: &str) {
+        if super::trace::is_volatile(path) {
+            super::trace::poison(&format!("{path} was read in a way a trace can not check"));
+        } else {
+            self.note(|| Dep::Following(path.to_string()));
+        }
+    }
+
+    fn read_string_following_untraced(&self, path: &str) -> Result<Option<String>> {
         components(path)?;
         match super::beneath::open_following(&self.root, path, false) {
             Ok(None) => return Ok(None),
@@ -31,12 +46,15 @@ impl Sysroot {
     /// ([`Sysroot::resolve`]: `/lib/sysctl.d` on a merged-/usr node, where `/lib ->
     /// usr/lib`); `Ok(None)` if it is absent. Never used for managed paths.
     pub fn list_dir_following(&self, path: &str) -> Result<Option<Vec<String>>> {
+        self.note_following(path);
         components(path)?;
-        match super::beneath::open_following(&self.root, path, true) {
-            Ok(None) => Ok(None),
-            Ok(Some(dir)) => super::names_in(&dir, path).map(Some),
-            Err(()) => self.list_dir(&self.resolve(path)?),
-        }
+        Self::noted(
+            match super::beneath::open_following(&self.root, path, true) {
+                Ok(None) => Ok(None),
+                Ok(Some(dir)) => super::names_in(&dir, path).map(Some),
+                Err(()) => self.list_dir(&self.resolve(path)?),
+            },
+        )
     }
 
     /// The node path `path` names once every symlink on the way (a parent directory as

@@ -66,7 +66,7 @@ impl Stamp {
     /// True when neither time has a sub-second part: the file system keeps whole (or
     /// two) seconds (FAT, ext3's small inodes), or, one time in a billion, a fine one
     /// landed on a whole second; either way the coarse margin applies.
-    fn is_coarse(&self) -> bool {
+    pub(super) fn is_coarse(&self) -> bool {
         self.0[4] == 0 && self.0[6] == 0
     }
 
@@ -316,6 +316,16 @@ impl Sysroot {
         max_read: u64,
         derive: fn(&str, Probe) -> T,
     ) -> Result<Arc<T>> {
+        self.note_path(path);
+        Self::noted(self.probe_memo_untraced(path, max_read, derive))
+    }
+
+    fn probe_memo_untraced<T: Send + Sync + 'static>(
+        &self,
+        path: &str,
+        max_read: u64,
+        derive: fn(&str, Probe) -> T,
+    ) -> Result<Arc<T>> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Err(SysrootError::BadPath {
@@ -376,6 +386,15 @@ impl Sysroot {
         path: &str,
         derive: fn(&str, Option<String>) -> T,
     ) -> Result<Arc<T>> {
+        self.note_following(path);
+        Self::noted(self.read_following_memo_untraced(path, derive))
+    }
+
+    fn read_following_memo_untraced<T: Send + Sync + 'static>(
+        &self,
+        path: &str,
+        derive: fn(&str, Option<String>) -> T,
+    ) -> Result<Arc<T>> {
         components(path)?;
         let read_at = now();
         match super::beneath::open_following(&self.root, path, false) {
@@ -425,6 +444,15 @@ impl Sysroot {
     /// # Errors
     /// Those of the listing.
     pub fn list_dir_memo(&self, path: &str, follow: bool) -> Result<Arc<Option<Vec<String>>>> {
+        if follow {
+            self.note_following(path);
+        } else {
+            self.note_path(path);
+        }
+        Self::noted(self.list_dir_memo_untraced(path, follow))
+    }
+
+    fn list_dir_memo_untraced(&self, path: &str, follow: bool) -> Result<Arc<Option<Vec<String>>>> {
         let parts = components(path)?;
         let read_at = now();
         let dir = if follow {

@@ -64,6 +64,7 @@ impl Sysroot {
     /// sysroot's `/` pass [`crate::trust::check`] (no symlink followed);
     /// `Ok(None)` when it or a directory on its way is absent.
     pub fn read_trusted(&self, path: &str) -> std::result::Result<Option<Vec<u8>>, TrustError> {
+        self.note_path(path);
         let parts = components(path).map_err(|_| TrustError::BadPath {
             path: path.to_string(),
             why: "not an absolute, normalized node path",
@@ -85,6 +86,7 @@ impl Sysroot {
     /// Checks the directory `path` and every one above it up to the sysroot's `/`
     /// against [`crate::trust::check`]; `Ok(false)` when one is absent.
     pub fn check_trusted_dir(&self, path: &str) -> std::result::Result<bool, TrustError> {
+        self.note_path(path);
         let parts = components(path).map_err(|_| TrustError::BadPath {
             path: path.to_string(),
             why: "not an absolute, normalized node path",

@@ -8,6 +8,7 @@
 use rustix::fs::{IFlags, Mode, OFlags, StatVfsMountFlags};
 use std::os::fd::{AsFd, OwnedFd};
 
+use super::trace::Dep;
 use super::{Result, Sysroot, components, io_err, join};
 
 /// The attribute of `fd` that stops a replace or a removal, in words (None: none, or a
@@ -32,6 +33,11 @@ impl Sysroot {
     /// looking at the file, its nearest existing directory and that directory's
     /// filesystem; `Ok(None)` when nothing known stops it. Never follows a symlink.
     pub fn write_blocker(&self, path: &str, bytes: u64) -> Result<Option<String>> {
+        self.note_path(path);
+        Self::noted(self.write_blocker_untraced(path, bytes))
+    }
+
+    fn write_blocker_untraced(&self, path: &str, bytes: u64) -> Result<Option<String>> {
         let parts = components(path)?;
         let Some((name, parents)) = parts.split_last() else {
             return Ok(None);
@@ -64,16 +70,19 @@ impl Sysroot {
         }
         let vfs = rustix::fs::fstatvfs(&dir).map_err(|e| io_err(&dir_path, "statvfs", e))?;
         if vfs.f_flag.contains(StatVfsMountFlags::RDONLY) {
+            self.note(|| Dep::ReadOnly(dir_path.clone()));
             return Ok(Some(format!(
                 "{dir_path} is on a read-only mount (statvfs ST_RDONLY): remount it read-write, or manage the setting elsewhere"
             )));
         }
         let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
         if bytes > free {
+            super::trace::poison("a file system's free space was named");
             return Ok(Some(format!(
                 "the filesystem of {dir_path} has {free} bytes free and the new content of {path} needs {bytes}: free space there"
             )));
         }
+        self.note(|| Dep::Room(dir_path, bytes));
         Ok(None)
     }
 }
@@ -83,8 +92,8 @@ impl Sysroot {
     /// is absent or not a regular file. An atomic replace (rename over it) leaves the
     /// other links with the old content.
     pub fn hard_links(&self, path: &str) -> Result<Option<u64>> {
-        Ok(self
-            .lstat(path)?
+        self.note_path(path);
+        Ok(Self::noted(self.lstat(path))?
             .filter(|st| {
                 rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
             })

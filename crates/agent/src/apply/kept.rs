@@ -1,0 +1,206 @@
+//! Coverage answers kept while the node stays the same (issue 28): the extension asks
+//! `GetCoverage` for the same spec on every reconcile of a Machine, and an unchanged node
+//! was read, parsed and planned in full each time (about 900 µs of the daemon's CPU for
+//! `examples/specs/full.yaml`, where an empty call costs 20 µs).
+//!
+//! An answer is computed under a [`trace`] of every read of the node and of the state
+//! directory; its [`Seal`] keeps one look per path read (an `lstat` for most), and a later
+//! call for the same request is answered from here when every look sees the same again
+//! ([`inplace_node::sysroot::trace`] says what a look covers and what it does not). The
+//! planner is a pure function of what those reads return and of the request, so the kept
+//! answer is the one a fresh computation would give. A computation that ran a command
+//! (`kubelet --version`), asked the network (a release's checksums) or read a file
+//! changed a moment ago is not kept.
+//!
+//! Bounded: [`SLOTS`] answers, none over [`MAX_REPORT_BYTES`] encoded nor for a spec
+//! over [`MAX_SPEC_BYTES`], the least recently used out first.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use inplace_node::sysroot::trace::{self, Seal};
+use inplace_node::sysroot::{Stamp, Sysroot};
+use inplace_node::system::{CommandRunner, SystemError};
+use inplace_wire::pb;
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+/// Most answers kept (a few specs asked in turn, e.g. by several callers).
+pub(crate) const SLOTS: usize = 4;
+/// Largest answer kept, encoded (256 KiB: the daemon's idle RSS target is 12 MiB).
+pub(crate) const MAX_REPORT_BYTES: usize = 256 << 10;
+
+/// Largest spec whose answer is kept, encoded (1 MiB): the key is a hash of the encoded
+/// spec, and a larger one (up to `policy.max_spec_bytes`, 64 MiB) would be encoded once
+/// more per call only to be hashed, where four such calls at once are bounded by the
+/// unit's `MemoryMax` (tests/memory_bounds.rs).
+pub(crate) const MAX_SPEC_BYTES: usize = 1 << 20;
+
+/// What a request is kept under: SHA-256 of the spec, the reboot policy and the diff
+/// options, encoded.
+pub(crate) type Key = [u8; 32];
+
+/// The key of a `GetCoverage` request; None (never kept) for a spec over
+/// [`MAX_SPEC_BYTES`] encoded.
+pub(crate) fn key(
+    desired: &pb::NodeSpec,
+    policy: pb::RebootPolicy,
+    diff: Option<&pb::DiffOptions>,
+) -> Option<Key> {
+    if desired.encoded_len() > MAX_SPEC_BYTES {
+        return None;
+    }
+    let mut h = Sha256::new();
+    h.update(desired.encode_to_vec());
+    h.update((policy as i32).to_le_bytes());
+    match diff {
+        None => h.update([0]),
+        Some(d) => {
+            h.update([1]);
+            h.update(d.encode_to_vec());
+        }
+    }
+    Some(h.finalize().into())
+}
+
+struct Kept {
+    key: Key,
+    seal: Seal,
+    report: pb::CoverageReport,
+}
+
+/// The kept answers ([`SLOTS`] at most, most recently used last).
+#[derive(Default)]
+pub(crate) struct KeptCoverage {
+    slots: Mutex<Vec<Arc<Kept>>>,
+    /// Nothing is kept (`INPLACED_KEEP_COVERAGE=0`: a diagnostic switch, and the
+    /// benchmark's floor of a computed answer).
+    off: bool,
+}
+
+impl std::fmt::Debug for KeptCoverage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptCoverage")
+            .field("answers", &self.lock().len())
+            .finish()
+    }
+}
+
+impl KeptCoverage {
+    /// Kept answers, unless the environment says `INPLACED_KEEP_COVERAGE=0`.
+    pub(crate) fn from_env() -> KeptCoverage {
+        KeptCoverage {
+            off: std::env::var_os("INPLACED_KEEP_COVERAGE").is_some_and(|v| v == "0"),
+            ..KeptCoverage::default()
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Kept>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The answer kept under `key` when its seal still holds over `roots`; an answer whose
+    /// seal broke is dropped.
+    pub(crate) fn get(&self, key: &Key, roots: &[&Sysroot]) -> Option<pb::CoverageReport> {
+        if self.off {
+            return None;
+        }
+        let kept = {
+            let mut s = self.lock();
+            let i = s.iter().position(|k| k.key == *key)?;
+            let k = s.remove(i);
+            s.push(k.clone());
+            k
+        };
+        if kept.seal.holds(roots) {
+            return Some(kept.report.clone());
+        }
+        self.lock().retain(|k| !Arc::ptr_eq(k, &kept));
+        None
+    }
+
+    /// Computes `compute()` under a trace and keeps its answer when the trace seals over
+    /// `roots` (see the module docs); errors are never kept.
+    pub(crate) fn compute<E>(
+        &self,
+        key: Key,
+        roots: &[&Sysroot],
+        compute: impl FnOnce() -> Result<pb::CoverageReport, E>,
+    ) -> Result<pb::CoverageReport, E> {
+        if self.off {
+            return compute();
+        }
+        let (report, t) = trace::record(compute);
+        let report = report?;
+        if report.encoded_len() <= MAX_REPORT_BYTES
+            && let Ok(seal) = t.seal(roots)
+        {
+            let mut s = self.lock();
+            s.retain(|k| k.key != key);
+            if s.len() >= SLOTS {
+                s.remove(0);
+            }
+            s.push(Arc::new(Kept {
+                key,
+                seal,
+                report: report.clone(),
+            }));
+        }
+        Ok(report)
+    }
+}
+
+/// Answers of read-only version queries (`kubelet --version`, `kubeadm version -o
+/// short`), each kept with the path its program resolves to (symlinks followed) and that
+/// file's [`Stamp`], and asked again only when either changes (an upgrade replaces the
+/// file, a link is retargeted): a status poll or a coverage call does not start a process
+/// every time, and a coverage that found its answers here can be kept. An answer from a
+/// program modified in the last 2 s is not kept (a rewrite within the same tick of the
+/// coarse clock could leave its stamp equal), nor a failed one.
+#[derive(Debug, Default)]
+pub(crate) struct KeptVersions {
+    answers: Mutex<HashMap<Vec<String>, Answer>>,
+}
+
+/// A query's output, with the path its program resolved to and that file's stamp.
+type Answer = ((String, Stamp), String);
+
+/// A [`CommandRunner`] whose queries are answered from [`KeptVersions`] when the program
+/// is unchanged; everything else goes to `inner`.
+#[derive(Debug)]
+pub(crate) struct VersionQueries<'a> {
+    pub inner: &'a dyn CommandRunner,
+    pub root: &'a Sysroot,
+    pub kept: &'a KeptVersions,
+}
+
+impl CommandRunner for VersionQueries<'_> {
+    fn run(&self, argv: &[String]) -> Result<String, SystemError> {
+        self.inner.run(argv)
+    }
+
+    fn query(&self, argv: &[String]) -> Result<String, SystemError> {
+        let program = argv.first().and_then(|p| {
+            let real = self.root.resolve(p).ok()?;
+            let stamp = self.root.stamp(&real).ok()??;
+            Some((real, stamp))
+        });
+        let Some(program) = program else {
+            return self.inner.query(argv);
+        };
+        let lock = || self.kept.answers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((s, out)) = lock().get(argv)
+            && *s == program
+        {
+            return Ok(out.clone());
+        }
+        let out = self.inner.query(argv)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if !program.1.is_recent(now, 2) {
+            lock().insert(argv.to_vec(), (program, out.clone()));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,391 @@
+//! What a computation read from the node, so that its answer can be kept while the node
+//! stays the same (issue 28: coverage of an unchanged node re-read and re-planned every
+//! file on every call; the [`super::Memo`] saves reads and parses, not the plan).
+//!
+//! [`record`] runs a computation with a trace on the calling thread: every read of a
+//! [`Sysroot`] on that thread notes what its answer depends on ([`Dep`]). [`Trace::seal`]
+//! then looks at each dependency once more and keeps what it saw; [`Seal::holds`] looks
+//! again later and says whether every look sees the same. When it does, every read of
+//! the computation would answer the same, so a computation that depends on nothing but
+//! its arguments and these reads (the planner is one: `plan` is a pure function of the
+//! observation) would answer the same too.
+//!
+//! **What is looked at** (one system call each, no descriptor opened for a plain path):
+//! - a path read without following symlinks (every managed path, [`Sysroot::probe`],
+//!   [`Sysroot::read`], [`Sysroot::list_dir`], [`Sysroot::stat`], the trust checks): the
+//!   `lstat` stamp ([`Stamp`]: device, inode, size, mtime and ctime in ns) of the path and
+//!   of every directory above it, from the sysroot's descriptor. A file rewritten, replaced,
+//!   renamed, chmod-ed, chown-ed, given an attribute (`chattr` changes ctime) or linked
+//!   elsewhere (its link count, ctime) changes its stamp; an entry added to or removed from
+//!   a directory changes the directory's; a directory on the way replaced by a symlink or a
+//!   file changes the stamp of that component (another inode and kind).
+//! - a path read following symlinks inside the sysroot ([`Sysroot::read_string_following`],
+//!   [`Sysroot::list_dir_following`]): the `fstat` stamp of what it resolves to, opened
+//!   again with `openat2(RESOLVE_IN_ROOT)` as the read opened it, plus the chain above.
+//! - a written path's room ([`Sysroot::write_blocker`]): the file system is still not
+//!   read-only and still has the bytes free (`statvfs`); an answer naming a number of free
+//!   bytes is never kept (the number moves).
+//! - a kernel interface (`/proc`, `/sys`: their times do not follow their content): the
+//!   content read, and the metadata, compared whole on each look.
+//!
+//! **Racily clean** (as the memo, git's `racy-git.txt`): a trace is not sealed when a
+//! stamp it sees changed less than [`RACY`] (or [`RACY_COARSE`] for whole-second times)
+//! before the computation began, or later: a write during the computation, or within the
+//! same tick of the coarse clock file times come from, could leave the stamp equal with
+//! other content. A write after the seal gets a time later than every time the seal kept,
+//! so the stamp differs.
+//!
+//! **Only the calling thread is traced**: a computation that reads on another thread
+//! (none does: the planner runs on one blocking thread) would be kept without those reads.
+//!
+//! **Not traced, so not sealed**: anything a computation asks outside the sysroot. A
+//! command run for its output (the command seam calls [`poison`]) or a request over the
+//! network must call [`poison`], and the trace then refuses to seal. Not covered, as for
+//! the memo: a file system whose times come from another clock (NFS with a skewed server),
+//! an `mmap` write not yet flushed, and a clock stepped back onto a kept ctime to the
+//! nanosecond with a same-size in-place rewrite.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, StatVfsMountFlags};
+
+use super::{Entry, Stamp, Sysroot};
+
+/// A change this close before a computation began keeps its trace from being sealed
+/// (50 ms: several ticks of the coarse clock file times come from, 4 ms at HZ=250).
+pub const RACY: Duration = Duration::from_millis(50);
+/// The same for file times without a sub-second part (2 s: FAT keeps 2 s).
+pub const RACY_COARSE: Duration = Duration::from_secs(2);
+
+/// Most bytes of a kernel interface file kept to compare (a larger one is not sealed).
+const MAX_CONTENT: usize = 64 << 10;
+
+/// What one read's answer depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Dep {
+    /// The path and every directory above it, not followed.
+    Lexical(String),
+    /// What the path resolves to inside the sysroot, symlinks followed.
+    Following(String),
+    /// The file system of this directory takes `bytes` more (not read-only, that much free).
+    Room(String, u64),
+    /// The file system of this directory is mounted read-only.
+    ReadOnly(String),
+    /// A kernel interface file's content (None: absent).
+    Content(String, Option<Vec<u8>>),
+    /// A kernel interface path's metadata (None: absent).
+    Meta(String, Option<Entry>),
+}
+
+/// The dependencies noted on this thread while [`record`] runs.
+#[derive(Debug)]
+pub struct Trace {
+    /// When the computation began (since the Unix epoch).
+    started: Duration,
+    /// (the sysroot's id, what was read).
+    deps: Vec<(u64, Dep)>,
+    /// Why the trace can not be sealed (the first reason noted).
+    poisoned: Option<String>,
+}
+
+thread_local! {
+    static ACTIVE: RefCell<Option<Trace>> = const { RefCell::new(None) };
+}
+
+/// True for the node paths of kernel interfaces, whose file times do not follow their
+/// content (`/proc`, `/sys`).
+pub(super) fn is_volatile(path: &str) -> bool {
+    ["/proc", "/sys"]
+        .iter()
+        .any(|p| path == *p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
+}
+
+fn now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// Runs `f` with a trace on this thread and returns its answer with the trace. A trace
+/// already running (a nested call) gets every dependency of this one as well.
+pub fn record<T>(f: impl FnOnce() -> T) -> (T, Trace) {
+    let fresh = Trace {
+        started: now(),
+        deps: Vec::new(),
+        poisoned: None,
+    };
+    let outer = ACTIVE.with(|a| a.borrow_mut().replace(fresh));
+    let out = f();
+    let trace = ACTIVE
+        .with(|a| std::mem::replace(&mut *a.borrow_mut(), outer))
+        .expect("the trace this call began");
+    ACTIVE.with(|a| {
+        if let Some(o) = a.borrow_mut().as_mut() {
+            o.deps.extend(trace.deps.iter().cloned());
+            if o.poisoned.is_none() {
+                o.poisoned.clone_from(&trace.poisoned);
+            }
+        }
+    });
+    (out, trace)
+}
+
+/// Says that the running computation (if any) asked something no trace can look at
+/// again (a command's output, a network answer): its trace will not be sealed.
+pub fn poison(why: &str) {
+    ACTIVE.with(|a| {
+        if let Some(t) = a.borrow_mut().as_mut()
+            && t.poisoned.is_none()
+        {
+            t.poisoned = Some(why.to_string());
+        }
+    });
+}
+
+/// Notes `dep()` for the sysroot `root` when a trace runs on this thread.
+pub(super) fn note(root: u64, dep: impl FnOnce() -> Dep) {
+    ACTIVE.with(|a| {
+        if let Some(t) = a.borrow_mut().as_mut() {
+            t.deps.push((root, dep()));
+        }
+    });
+}
+
+/// True when a trace runs on this thread (a reader notes only then).
+pub(super) fn active() -> bool {
+    ACTIVE.with(|a| a.borrow().is_some())
+}
+
+/// What one look saw at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    /// The stamp of what is there.
+    Stamp(Stamp),
+    /// Nothing (`ENOENT`).
+    Absent,
+    /// A component on the way is not a directory (`ENOTDIR`).
+    NotDir,
+    /// Any other answer (the look failed: the seal does not hold).
+    Failed,
+}
+
+/// One look of a [`Seal`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Look {
+    /// `lstat` of the path.
+    Lstat(String),
+    /// `fstat` of the path opened following symlinks inside the sysroot.
+    Follow(String),
+    /// `statvfs` of the directory: not read-only, and at least this many bytes free.
+    Room(String),
+    /// `statvfs` of the directory: read-only.
+    ReadOnly(String),
+    /// The content of a kernel interface file.
+    Content(String),
+    /// The metadata of a kernel interface path.
+    Meta(String),
+}
+
+/// What a look expects to see again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
+    Seen(Seen),
+    Bytes(u64),
+    Flag,
+    Content(Option<Vec<u8>>),
+    Meta(Option<Entry>),
+}
+
+/// A sealed trace: the looks that must see again what they saw for the computation's
+/// answer to hold ([`Seal::holds`]).
+#[derive(Debug, Clone)]
+pub struct Seal {
+    /// (index of the sysroot in the list given to [`Trace::seal`], look, expected).
+    looks: Vec<(usize, Look, Expect)>,
+}
+
+impl Trace {
+    /// Why this trace can not be sealed, if a reader said so ([`poison`]).
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    /// How many reads were noted.
+    pub fn len(&self) -> usize {
+        self.deps.len()
+    }
+
+    /// True when nothing was read.
+    pub fn is_empty(&self) -> bool {
+        self.deps.is_empty()
+    }
+
+    /// Looks at every dependency once and keeps what it sees, in `roots` (every sysroot
+    /// the computation read). Errors (why the answer can not be kept): the trace was
+    /// poisoned, a read was of another sysroot, a look failed, saw something other than
+    /// the read saw (a kernel interface changed), or saw a racily clean stamp (see the
+    /// module docs).
+    pub fn seal(self, roots: &[&Sysroot]) -> Result<Seal, String> {
+        if let Some(why) = self.poisoned {
+            return Err(why);
+        }
+        let mut looks: BTreeMap<(usize, Look), Expect> = BTreeMap::new();
+        for (id, dep) in self.deps {
+            let Some(r) = roots.iter().position(|r| r.id == id) else {
+                return Err("a read of a sysroot the seal was not given".into());
+            };
+            match dep {
+                Dep::Lexical(p) => {
+                    for a in chain(&p) {
+                        looks.insert((r, Look::Lstat(a.to_string())), Expect::Flag);
+                    }
+                }
+                Dep::Following(p) => {
+                    for a in chain(&p) {
+                        looks.insert((r, Look::Lstat(a.to_string())), Expect::Flag);
+                    }
+                    looks.insert((r, Look::Follow(p)), Expect::Flag);
+                }
+                Dep::Room(d, bytes) => {
+                    let e = looks.entry((r, Look::Room(d))).or_insert(Expect::Bytes(0));
+                    if let Expect::Bytes(b) = e {
+                        *b = (*b).max(bytes);
+                    }
+                }
+                Dep::ReadOnly(d) => {
+                    looks.insert((r, Look::ReadOnly(d)), Expect::Flag);
+                }
+                Dep::Content(p, c) => {
+                    if c.as_ref().is_some_and(|c| c.len() > MAX_CONTENT) {
+                        return Err(format!("{p} is too large to compare"));
+                    }
+                    let e = Expect::Content(c);
+                    if looks
+                        .insert((r, Look::Content(p.clone())), e.clone())
+                        .is_some_and(|o| o != e)
+                    {
+                        return Err(format!("{p} changed while being read"));
+                    }
+                }
+                Dep::Meta(p, m) => {
+                    let e = Expect::Meta(m);
+                    if looks
+                        .insert((r, Look::Meta(p.clone())), e.clone())
+                        .is_some_and(|o| o != e)
+                    {
+                        return Err(format!("{p} changed while being read"));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(looks.len());
+        for ((r, look), expect) in looks {
+            let expect = match (&look, expect) {
+                (Look::Lstat(p) | Look::Follow(p), _) => {
+                    let seen = look_at(roots[r], &look);
+                    match &seen {
+                        Seen::Failed => return Err(format!("{p} could not be looked at")),
+                        Seen::Stamp(s) if is_racy(s, self.started) => {
+                            return Err(format!("{p} changed a moment ago"));
+                        }
+                        _ => {}
+                    }
+                    Expect::Seen(seen)
+                }
+                (_, e) => {
+                    if !holds(roots[r], &look, &e) {
+                        return Err(
+                            "a kernel interface or a file system changed while being read".into(),
+                        );
+                    }
+                    e
+                }
+            };
+            out.push((r, look, expect));
+        }
+        Ok(Seal { looks: out })
+    }
+}
+
+impl Seal {
+    /// True when every look sees again what it saw when sealed, in the same `roots` (in
+    /// the same order as given to [`Trace::seal`]). Stops at the first difference.
+    pub fn holds(&self, roots: &[&Sysroot]) -> bool {
+        self.looks
+            .iter()
+            .all(|(r, look, expect)| roots.get(*r).is_some_and(|root| holds(root, look, expect)))
+    }
+
+    /// How many looks [`Seal::holds`] makes.
+    pub fn looks(&self) -> usize {
+        self.looks.len()
+    }
+}
+
+/// `/a/b/c` → `/a`, `/a/b`, `/a/b/c` (the root itself is the sysroot's descriptor).
+fn chain(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/')
+        .skip(1)
+        .map(|(i, _)| &path[..i])
+        .chain(std::iter::once(path))
+        .filter(|p| !p.is_empty() && *p != "/")
+}
+
+fn is_racy(s: &Stamp, started: Duration) -> bool {
+    let margin = if s.is_coarse() { RACY_COARSE } else { RACY };
+    s.is_racy(started, margin)
+}
+
+fn relative(path: &str) -> &str {
+    match path.trim_start_matches('/') {
+        "" => ".",
+        r => r,
+    }
+}
+
+fn look_at(root: &Sysroot, look: &Look) -> Seen {
+    let answer = match look {
+        Look::Lstat(p) => rustix::fs::statat(&root.root, relative(p), AtFlags::SYMLINK_NOFOLLOW),
+        Look::Follow(p) => match super::beneath::open_following(&root.root, p, false) {
+            Ok(Some(fd)) => rustix::fs::fstat(&fd),
+            Ok(None) => Err(rustix::io::Errno::NOENT),
+            Err(()) => return Seen::Failed,
+        },
+        _ => return Seen::Failed,
+    };
+    match answer {
+        Ok(st) => Seen::Stamp(Stamp::of(&st)),
+        Err(rustix::io::Errno::NOENT) => Seen::Absent,
+        Err(rustix::io::Errno::NOTDIR) => Seen::NotDir,
+        Err(_) => Seen::Failed,
+    }
+}
+
+fn holds(root: &Sysroot, look: &Look, expect: &Expect) -> bool {
+    match (look, expect) {
+        (Look::Lstat(_) | Look::Follow(_), Expect::Seen(seen)) => {
+            *seen != Seen::Failed && look_at(root, look) == *seen
+        }
+        (Look::Room(d), Expect::Bytes(bytes)) => statvfs(root, d).is_some_and(|v| {
+            !v.f_flag.contains(StatVfsMountFlags::RDONLY)
+                && v.f_bavail.saturating_mul(v.f_frsize) >= *bytes
+        }),
+        (Look::ReadOnly(d), Expect::Flag) => {
+            statvfs(root, d).is_some_and(|v| v.f_flag.contains(StatVfsMountFlags::RDONLY))
+        }
+        (Look::Content(p), Expect::Content(c)) => root.read(p).ok().as_ref() == Some(c),
+        (Look::Meta(p), Expect::Meta(m)) => root.stat(p).ok().as_ref() == Some(m),
+        _ => false,
+    }
+}
+
+/// `statvfs` of the directory `dir` by its host path (one system call; the seal looks at
+/// the directory's chain as well, so no symlink has come onto the way).
+fn statvfs(root: &Sysroot, dir: &str) -> Option<rustix::fs::StatVfs> {
+    rustix::fs::statvfs(root.path.join(relative(dir))).ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! A sealed trace holds exactly while what its reads depend on stays the same.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::super::Sysroot;
+use super::{poison, record};
+
+/// A node with a few files, old enough (past [`super::RACY`]) to be sealed.
+fn node() -> (tempfile::TempDir, Sysroot) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    for (f, c) in [
+        ("etc/kubernetes/kubelet.conf", "a: 1\n"),
+        ("etc/sysctl.d/10-a.conf", "vm.x = 1\n"),
+        ("usr/lib/sysctl.d/20-b.conf", "vm.y = 2\n"),
+        ("proc/cmdline", "root=/dev/sda1 quiet\n"),
+    ] {
+        std::fs::create_dir_all(p.join(f).parent().unwrap()).unwrap();
+        std::fs::write(p.join(f), c).unwrap();
+    }
+    std::os::unix::fs::symlink(
+        "/usr/lib/sysctl.d/20-b.conf",
+        p.join("etc/sysctl.d/20-b.conf"),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    let root = Sysroot::open(p).unwrap();
+    (d, root)
+}
+
+/// The reads coverage makes, of every kind a trace notes.
+fn reads(root: &Sysroot) -> String {
+    let mut out = String::new();
+    out += &format!(
+        "{:?}",
+        root.read_string("/etc/kubernetes/kubelet.conf").unwrap()
+    );
+    out += &format!(
+        "{:?}",
+        root.probe("/etc/kubernetes/absent.conf", 1 << 16).unwrap()
+    );
+    out += &format!("{:?}", root.list_dir("/etc/sysctl.d").unwrap());
+    out += &format!(
+        "{:?}",
+        root.read_string_following("/etc/sysctl.d/20-b.conf")
+            .unwrap()
+    );
+    out += &format!("{:?}", root.read_string("/proc/cmdline").unwrap());
+    out += &format!("{:?}", root.stat("/proc/cmdline").unwrap());
+    out
+}
+
+fn sealed(root: &Sysroot) -> super::Seal {
+    let (_, trace) = record(|| reads(root));
+    assert!(!trace.is_empty());
+    trace.seal(&[root]).unwrap()
+}
+
+#[test]
+fn an_unchanged_node_holds() {
+    let (_d, root) = node();
+    let seal = sealed(&root);
+    assert!(seal.holds(&[&root]));
+    assert!(seal.holds(&[&root]), "looking does not change what is seen");
+    assert!(seal.looks() >= 8, "{} looks", seal.looks());
+}
+
+/// Each change a read depends on breaks the seal (one fresh node and seal per change).
+#[test]
+fn every_change_a_read_depends_on_breaks_the_seal() {
+    type Change = fn(&Path);
+    let changes: Vec<(&str, Change)> = vec![
+        ("same-size rewrite of a read file", |p| {
+            std::fs::write(p.join("etc/kubernetes/kubelet.conf"), "a: 2\n").unwrap()
+        }),
+        ("chmod of a read file", |p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                p.join("etc/kubernetes/kubelet.conf"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .unwrap()
+        }),
+        ("a file that was absent appears", |p| {
+            std::fs::write(p.join("etc/kubernetes/absent.conf"), "x").unwrap()
+        }),
+        ("an entry added to a listed directory", |p| {
+            std::fs::write(p.join("etc/sysctl.d/30-c.conf"), "vm.z = 3\n").unwrap()
+        }),
+        ("a followed link's target rewritten", |p| {
+            std::fs::write(p.join("usr/lib/sysctl.d/20-b.conf"), "vm.y = 3\n").unwrap()
+        }),
+        ("a followed link pointed elsewhere (same content)", |p| {
+            std::fs::write(p.join("usr/lib/sysctl.d/21-b.conf"), "vm.y = 2\n").unwrap();
+            let l = p.join("etc/sysctl.d/20-b.conf");
+            std::fs::remove_file(&l).unwrap();
+            std::os::unix::fs::symlink("/usr/lib/sysctl.d/21-b.conf", &l).unwrap();
+        }),
+        ("a parent directory replaced by a symlink to a copy", |p| {
+            let k = p.join("etc/kubernetes");
+            std::fs::rename(&k, p.join("etc/k8s")).unwrap();
+            std::os::unix::fs::symlink("k8s", &k).unwrap();
+        }),
+        ("a kernel interface's content", |p| {
+            std::fs::write(p.join("proc/cmdline"), "root=/dev/sda1 quiet splash\n").unwrap()
+        }),
+        ("a read file hard-linked elsewhere (its link count)", |p| {
+            std::fs::hard_link(p.join("etc/kubernetes/kubelet.conf"), p.join("etc/kc")).unwrap()
+        }),
+    ];
+    for (what, change) in changes {
+        let (d, root) = node();
+        let seal = sealed(&root);
+        assert!(seal.holds(&[&root]), "{what}: before");
+        change(d.path());
+        assert!(!seal.holds(&[&root]), "{what}: the seal still holds");
+    }
+}
+
+#[test]
+fn a_change_outside_the_reads_keeps_the_seal() {
+    let (d, root) = node();
+    let seal = sealed(&root);
+    std::fs::create_dir_all(d.path().join("var/lib/other")).unwrap();
+    std::fs::write(d.path().join("var/lib/other/x"), "y").unwrap();
+    std::fs::write(d.path().join("usr/lib/sysctl.d/99-not-listed.conf"), "y").unwrap();
+    assert!(seal.holds(&[&root]));
+}
+
+#[test]
+fn a_file_changed_a_moment_ago_is_not_sealed() {
+    let (d, root) = node();
+    std::fs::write(d.path().join("etc/kubernetes/kubelet.conf"), "a: 3\n").unwrap();
+    let (_, trace) = record(|| reads(&root));
+    let why = trace.seal(&[&root]).unwrap_err();
+    assert_eq!(why, "/etc/kubernetes/kubelet.conf changed a moment ago");
+}
+
+#[test]
+fn a_file_changed_during_the_computation_is_not_sealed() {
+    let (d, root) = node();
+    let (_, trace) = record(|| {
+        let out = reads(&root);
+        std::fs::write(d.path().join("etc/kubernetes/kubelet.conf"), "a: 9\n").unwrap();
+        out
+    });
+    assert_eq!(
+        trace.seal(&[&root]).unwrap_err(),
+        "/etc/kubernetes/kubelet.conf changed a moment ago"
+    );
+}
+
+#[test]
+fn a_poisoned_trace_is_not_sealed_and_a_nested_one_poisons_the_outer() {
+    let (_d, root) = node();
+    let ((_, inner), outer) = record(|| {
+        reads(&root);
+        record(|| poison("ran kubelet --version"))
+    });
+    assert_eq!(inner.poisoned(), Some("ran kubelet --version"));
+    assert_eq!(outer.seal(&[&root]).unwrap_err(), "ran kubelet --version");
+}
+
+#[test]
+fn a_read_of_a_sysroot_not_given_is_not_sealed() {
+    let (_d, root) = node();
+    let (_d2, other) = node();
+    let (_, trace) = record(|| {
+        reads(&root);
+        other.read("/etc/kubernetes/kubelet.conf").unwrap()
+    });
+    assert!(trace.seal(&[&root]).is_err());
+}
+
+#[test]
+fn no_trace_runs_outside_record() {
+    let (_d, root) = node();
+    reads(&root);
+    assert!(!super::active());
+    let (_, t) = record(|| ());
+    assert!(t.is_empty());
+    assert!(!super::active());
+}
