@@ -57,7 +57,7 @@ pub(crate) use journal::{
     Committed, EffectEntry, Intent, IntentEntry, JournalState, PreImage, Sealed, seal,
 };
 pub(crate) use record::{
-    AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval,
+    AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval, StagedTrial,
 };
 
 pub(crate) use journal_v2::JOURNAL_VERSION;
