@@ -162,3 +162,48 @@ async fn a_trial_over_a_pending_trial_then_fallback_claims_only_what_booted() {
     let r = coverage(&node, "kernelArgs: [inplaced.e2e=1]\n").await;
     assert!(!r.changes.is_empty(), "the record claims inplaced.e2e=1");
 }
+
+/// The trial an operation staged is a typed field of the applied record
+/// (`kernelArgsTrial.artefact`), written when the trial entry is staged, not read back
+/// from the operation's action strings: with the entry deleted and the operation's
+/// actions gone (reworded by another version, or never written), the boot is still
+/// told from a plain reboot, Failed naming the entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_staged_trial_is_recorded_typed_not_parsed_from_actions() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    staged(&mut node, "typed", SCRIPT).await;
+    node.stop();
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(node.state.join("applied.json")).unwrap()).unwrap();
+    assert_eq!(
+        record["kernelArgsTrial"],
+        serde_json::json!({ "artefact": SCRIPT }),
+        "{record:#}"
+    );
+    let p = node.state.join("operations/typed.json");
+    let mut op: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    op["actions"] = serde_json::json!([]);
+    std::fs::write(&p, serde_json::to_vec_pretty(&op).unwrap()).unwrap();
+    std::fs::remove_file(node.path(SCRIPT)).unwrap();
+    node.boot_into(&format!("{UBUNTU_PROC} {TRIAL_ARGS}"), BOOT_2);
+    assert_failed_naming(&node, "typed", SCRIPT).await;
+    assert!(!node.read("/etc/default/grub").contains("inplaced.e2e=1"));
+}
+
+/// A record written before the field existed (no `kernelArgsTrial`) is read as before:
+/// the agent starts, manages what it records, and reports no problem with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_without_the_trial_field_is_read() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let op = apply(&node, "sysctls:\n  vm.swappiness: \"10\"\n", "old").await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+    node.stop();
+    let p = node.state.join("applied.json");
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(!text.contains("kernelArgsTrial"), "{text}");
+    node.start();
+    let s = status(&node).await;
+    assert!(s.problems.is_empty(), "{:?}", s.problems);
+    assert_eq!(s.managed_items, 1);
+}

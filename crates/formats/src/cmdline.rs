@@ -473,6 +473,27 @@ pub fn edit_in_place<T: InPlace>(
     Ok(())
 }
 
+/// The UTF-8 byte-order mark (bytes EF BB BF) as text.
+pub const UTF8_BOM: &str = "\u{feff}";
+
+/// Why a plain command-line file's text (`/etc/kernel/cmdline`) can not be used as the
+/// boot tools read it; None when it can.
+///
+/// A leading UTF-8 byte-order mark: systemd's kernel-install reads
+/// `/etc/kernel/cmdline` and writes its text into the new boot entry's `options` line
+/// (or a UKI's `.cmdline`) without looking for a BOM (neither the C kernel-install of
+/// systemd 255+ nor 90-loaderentry.install before it strips one), and the kernel splits
+/// arguments on ASCII whitespace only (`lib/cmdline.c`), so the three bytes become part
+/// of the first argument (`\xEF\xBB\xBFroot=...`: an unknown parameter, and the
+/// root file system is not found). Editing around the mark would keep a file that
+/// breaks every kernel installed later; removing it silently would change a byte the
+/// administrator wrote. The caller refuses, naming the file and the fix.
+pub fn plain_file_problem(text: &str) -> Option<&'static str> {
+    text.starts_with(UTF8_BOM).then_some(
+        "starts with a UTF-8 byte-order mark (bytes EF BB BF): kernel-install copies its text into new boot entries as is, so the kernel would read the mark as part of its first argument",
+    )
+}
+
 /// A plain command line held as is (`/etc/kernel/cmdline`, a test's string): decoded and
 /// raw text are the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -539,6 +560,22 @@ mod tests {
         // `foo=bar"` keeps its quote in the kernel (the crate drops it).
         let c = Cmdline::parse("x foo=bar\" y\"");
         assert_eq!(c.args()[1].value(), Some("bar\" y\""));
+    }
+
+    #[test]
+    fn a_plain_file_with_a_bom_is_refused() {
+        assert!(
+            plain_file_problem("\u{feff}root=/dev/sda1 ro\n").is_some_and(
+                |p| p.starts_with("starts with a UTF-8 byte-order mark (bytes EF BB BF)")
+            )
+        );
+        assert_eq!(plain_file_problem("root=/dev/sda1 ro\n"), None);
+        // a BOM further in is an ordinary (odd) character of an argument, not a mark
+        assert_eq!(plain_file_problem("ro \u{feff}x\n"), None);
+        assert_eq!(plain_file_problem(""), None);
+        // what the kernel would make of it: the mark glued to the first argument
+        let c = Cmdline::parse("\u{feff}root=/dev/sda1 ro");
+        assert_eq!(c.args()[0].key(), "\u{feff}root");
     }
 
     #[test]

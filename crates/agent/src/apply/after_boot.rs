@@ -128,8 +128,13 @@ impl Agent {
         }
         // the operation staged a trial but its artefact is gone or unreadable: nothing
         // carries what to commit, so the boot is never read as a plain reboot's success
-        if let Some(entry) = crate::bootloader::trial::staged_by(&op.wire().actions) {
-            return self.lost_trial(op, boot_id, &entry);
+        let staged = self
+            .state
+            .load_record()
+            .ok()
+            .and_then(|r| r.kernel_args_trial);
+        if let Some(t) = staged {
+            return self.lost_trial(op, boot_id, &t.artefact);
         }
         let next = op.state().booted(boot_id);
         if !enter_now(op, next, format!("booted (boot id {boot_id}); verifying")) {
@@ -513,6 +518,7 @@ impl Agent {
         r.kernel_args_removed
             .retain(|p| !meta.remove.contains(&p.arg));
         r.kernel_args_staged_in.clear();
+        r.kernel_args_trial = None;
         self.state.save_record(&r).map_err(|e| e.to_string())?;
         if let Ok(Some(mut spec)) = self.state.load_applied_spec() {
             spec.kernel_args = previous.clone();

@@ -178,6 +178,18 @@ impl Agent {
             return Err(staging("No space left on device (os error 28)".into()));
         }
         self.journal_fits(run).map_err(staging)?;
+        // nothing taken as the node's own that a quarantined journal leaves in doubt
+        let touched = steps
+            .writes
+            .iter()
+            .map(|w| (w.path.as_str(), w.expect.as_str()));
+        let removed = steps
+            .removes
+            .iter()
+            .map(|r| (r.path.as_str(), r.expect.as_str()));
+        self.state
+            .check_claims(touched.chain(removed), &run.record)
+            .map_err(|e| staging(e.to_string()))?;
         let mut originals = false;
         for w in &steps.writes {
             if let Some(orig) = &w.save_original {

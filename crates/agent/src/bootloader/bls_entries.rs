@@ -193,7 +193,9 @@ impl Bls {
                 Err(why) => problem = Some(why),
             }
         }
-        sources.extend(agreement_sources(root)?);
+        let (agreement, refused) = agreement_sources(root)?;
+        sources.extend(agreement);
+        problem = problem.or(refused);
         let left_alone = rescue_entries(&rescue, grubenv_needed, &mut boot_with);
         let trial = trial_base(root, dir, &entries[0], kernelopts.as_deref())?;
         Ok(Some(Bls {
@@ -339,10 +341,19 @@ fn grubenv_source(root: &Sysroot) -> Result<Result<Source, String>, NoBackend> {
 }
 
 /// `/etc/kernel/cmdline` and `GRUB_CMDLINE_LINUX`, when present: kept in agreement so a
-/// kernel installed later boots with the same arguments.
-fn agreement_sources(root: &Sysroot) -> Result<Vec<Source>, NoBackend> {
+/// kernel installed later boots with the same arguments. The second value is why the
+/// backend can not edit them: an `/etc/kernel/cmdline` that kernel-install would pass to
+/// the kernel wrongly (a byte-order mark, [`inplace_formats::cmdline::plain_file_problem`])
+/// is refused naming it and the fix, never written around.
+fn agreement_sources(root: &Sysroot) -> Result<(Vec<Source>, Option<String>), NoBackend> {
     let mut sources = Vec::new();
+    let mut problem = None;
     if let Some(text) = read_text(root, "/etc/kernel/cmdline")? {
+        if let Some(why) = inplace_formats::cmdline::plain_file_problem(&text) {
+            problem = Some(format!(
+                "/etc/kernel/cmdline {why}; remove the 3 bytes (sed -i '1s/^\\xEF\\xBB\\xBF//' /etc/kernel/cmdline), then apply again"
+            ));
+        }
         sources.push(Source {
             path: "/etc/kernel/cmdline".into(),
             what: "/etc/kernel/cmdline",
@@ -362,7 +373,7 @@ fn agreement_sources(root: &Sysroot) -> Result<Vec<Source>, NoBackend> {
             format: SourceFormat::GrubVar,
         });
     }
-    Ok(sources)
+    Ok((sources, problem))
 }
 
 /// The rescue entries left alone, described; one that reads `$kernelopts` boots with

@@ -270,29 +270,6 @@ pub(crate) fn artefact_paths() -> Vec<String> {
     out
 }
 
-/// Whether an operation's actions show it staged a trial: it ran the command that sets
-/// the one-shot (`grub-reboot inplaced-trial`, `grub2-reboot inplaced-trial`, `bootctl
-/// set-oneshot inplaced-trial.conf`). Returns the artefact it wrote (`wrote <path> (…)`),
-/// or else the artefact paths it may have, joined by " or ". None when it staged no
-/// trial. This is what the operation knows whatever became of the artefact since.
-pub(crate) fn staged_by(actions: &[String]) -> Option<String> {
-    let conf = format!("{TRIAL_ID}.conf");
-    let set_one_shot = actions.iter().any(|a| {
-        a.strip_prefix("ran ")
-            .and_then(|argv| argv.split_whitespace().last())
-            .is_some_and(|last| last == TRIAL_ID || last == conf)
-    });
-    if !set_one_shot {
-        return None;
-    }
-    let paths = artefact_paths();
-    let wrote = actions.iter().find_map(|a| {
-        let path = a.strip_prefix("wrote ")?.split(" (").next()?;
-        paths.iter().any(|p| p == path).then(|| path.to_string())
-    });
-    Some(wrote.unwrap_or_else(|| paths.join(" or ")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,41 +347,5 @@ mod tests {
         assert!(s.contains("GRUB_CMDLINE_LINUX='quiet it'\\''s'\n"), "{s}");
         assert!(s.contains("\"${GRUB_CMDLINE_LINUX_DEFAULT} \"'panic=10'\n"));
         assert!(s.contains("'inplaced-trial'"));
-    }
-
-    #[test]
-    fn staged_by_needs_the_one_shot_and_names_the_artefact() {
-        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            staged_by(&a(&[
-                "wrote /etc/grub.d/99_inplaced_trial (0755 0:0)",
-                "ran update-grub",
-                "ran grub-reboot inplaced-trial",
-            ])),
-            Some(GRUB_SCRIPT.to_string())
-        );
-        assert_eq!(
-            staged_by(&a(&[
-                "wrote /efi/loader/entries/inplaced-trial.conf (0644 0:0)",
-                "ran bootctl set-oneshot inplaced-trial.conf",
-            ])),
-            Some("/efi/loader/entries/inplaced-trial.conf".to_string())
-        );
-        // dropping a trial clears the one-shot; it stages none
-        assert_eq!(
-            staged_by(&a(&[
-                "removed /etc/grub.d/99_inplaced_trial",
-                "ran grub-editenv /boot/grub/grubenv unset next_entry",
-                "ran bootctl set-oneshot ",
-            ])),
-            None
-        );
-        assert_eq!(staged_by(&a(&["wrote /etc/default/grub (0644 0:0)"])), None);
-        // the one-shot without the write (a journal replay) still names every place
-        assert!(
-            staged_by(&a(&["ran grub2-reboot inplaced-trial"]))
-                .is_some_and(|p| p.contains(GRUB_SCRIPT)
-                    && p.contains("/boot/loader/entries/inplaced-trial.conf"))
-        );
     }
 }

@@ -31,7 +31,10 @@
 //! again without an fsync: a power cut that brings it back leaves two commits, and the
 //! highest `generation` wins), [`StateDir::settle_commits`] (before any write of the
 //! record outside an operation), or the next start (which installs the highest commit
-//! with fsyncs and removes them all). So nothing but an operation's own commit ever
+//! with fsyncs and removes them all). Pruning the history settles the commits too before
+//! it removes an operation whose commit is pending ([`StateDir::prune`]): the next start
+//! would otherwise settle that operation again from its commit, bringing it back in the
+//! phase it committed. So nothing but an operation's own commit ever
 //! writes the record while a commit is pending, and installing the highest commit again
 //! is always right.
 
@@ -219,6 +222,19 @@ impl StateDir {
             self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
         }
         self.sync_dir("/journal")
+    }
+
+    /// The operations that have a format-2 commit in `journal/` (verified or not).
+    pub(super) fn commit_owners(&self) -> Result<std::collections::BTreeSet<String>, StateError> {
+        Ok(self
+            .io(self.dir.list_dir("/journal"))?
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|n| match parse_name(n) {
+                Some((op, Part::Commit)) => Some(op.to_string()),
+                _ => None,
+            })
+            .collect())
     }
 
     /// The pending format-2 commit with the highest generation that verifies, if any.

@@ -12,7 +12,9 @@
 //! journal/<op>.commit          the commit point: the record, the phase and the NodeSpec, one
 //!                              sealed file; present = roll forward, absent = roll back
 //! journal/<op>/                a journal of format 1 (inplaced up to 43048f4), still read
-//! quarantine/<op>-<time>/      a journal that did not verify, moved aside whole, with REPORT
+//! quarantine/<op>-<time>/      a journal that did not verify, moved aside whole, with REPORT;
+//!                              while it is there, the files it names are claimed only as
+//!                              they were before its operation (claims.rs)
 //! ```
 //!
 //! The journal's format is versioned (format 2 now, format 1 still recovered): its layout,
@@ -39,6 +41,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod claims;
 mod journal;
 mod journal_v2;
 mod operations;
@@ -54,7 +57,7 @@ pub(crate) use journal::{
     Committed, EffectEntry, Intent, IntentEntry, JournalState, PreImage, Sealed, seal,
 };
 pub(crate) use record::{
-    AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval,
+    AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval, StagedTrial,
 };
 
 pub(crate) use journal_v2::JOURNAL_VERSION;
@@ -77,6 +80,10 @@ pub enum StateError {
         /// Pid recorded by the holder, or "unknown".
         pid: String,
     },
+    /// The apply would record as the node's own a file that a quarantined journal
+    /// leaves in doubt (`claims.rs`): each path, the journal and the fix.
+    #[error("{0}")]
+    Unvouched(String),
     /// A state file does not parse.
     #[error("{path}: corrupt state file: {message}; move it aside to start from an empty record")]
     Corrupt {

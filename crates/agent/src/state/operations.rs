@@ -162,14 +162,35 @@ impl StateDir {
     /// Keeps the newest `keep` operations; older ones are deleted once they ended for good
     /// (an operation still waiting for a reboot is kept whatever its age). Reads only the
     /// operations' heads.
+    ///
+    /// An operation's format-2 commit outlives it as the durable copy of the applied
+    /// state (`journal_v2.rs`), and the next start settles a commit whose operation file
+    /// is gone from the commit's own copy of the operation, in the phase it committed:
+    /// a pruned operation would come back, a confirmed try as `AwaitingConfirmation`
+    /// (then reverted at its deadline), a `Succeeded` one as "completed after an agent
+    /// restart". So before an operation whose commit is still pending is pruned, the
+    /// commits are settled ([`StateDir::settle_commits`]: the highest installed with
+    /// fsyncs, every commit removed, `journal/` fsynced): the operation is then gone
+    /// for good, and a power cut that brings its file back brings back what it was.
     pub fn prune(&self, keep: usize) -> Result<(), StateError> {
-        for op in self.operation_heads()?.iter().skip(keep) {
-            if inplace_wire::phase::is_terminal(op.phase) {
-                // a pruned file that a power cut brings back is pruned again next time
-                self.io(self
-                    .dir
-                    .remove_deferred(&format!("/operations/{}.json", op.id)))?;
-            }
+        let doomed: Vec<OperationHead> = self
+            .operation_heads()?
+            .into_iter()
+            .skip(keep)
+            .filter(|op| inplace_wire::phase::is_terminal(op.phase))
+            .collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        let committed = self.commit_owners()?;
+        if doomed.iter().any(|op| committed.contains(&op.id)) {
+            self.settle_commits()?;
+        }
+        for op in doomed {
+            // a pruned file that a power cut brings back is pruned again next time
+            self.io(self
+                .dir
+                .remove_deferred(&format!("/operations/{}.json", op.id)))?;
         }
         Ok(())
     }

@@ -88,6 +88,15 @@ pub struct PendingRemoval {
     pub boot_id: String,
 }
 
+/// A trial boot entry staged by a kernel-argument change ([`AppliedRecord::kernel_args_trial`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedTrial {
+    /// The trial artefact written (`/etc/grub.d/99_inplaced_trial`,
+    /// `<entries>/inplaced-trial.conf`).
+    pub artefact: String,
+}
+
 /// What the agent applied last.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -114,6 +123,15 @@ pub struct AppliedRecord {
     /// `/proc/cmdline` (drift otherwise).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub kernel_args_staged_in: String,
+    /// The trial boot entry the kernel-argument change applied last staged
+    /// (`crate::bootloader::trial`): set by the plan that stages it, carried by a plan
+    /// that leaves that trial pending, None from any other plan and after a trial's
+    /// rollback. After the boot, an operation waiting for it whose trial entry is gone is
+    /// told from a plain reboot by this field (never by its action strings). Absent in
+    /// records of older agents: read as None (such an operation whose entry is lost is
+    /// then verified as a plain reboot, in `/proc/cmdline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_args_trial: Option<StagedTrial>,
     /// Managed sysctls by dotted key.
     pub sysctls: BTreeMap<String, ManagedValue<String>>,
     /// The value text of each line a managed sysctl already had in the agent's own

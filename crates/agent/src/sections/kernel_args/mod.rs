@@ -20,7 +20,7 @@ use crate::sections::kit::observe::{NodeView, ObserveError};
 use crate::sections::kit::steps::Steps;
 use crate::sections::kit::{AfterBoot, Boot, DriftView, Input, Output, Section};
 use crate::sections::model::Observed;
-use crate::state::{AppliedRecord, PendingRemoval};
+use crate::state::{AppliedRecord, PendingRemoval, StagedTrial};
 use effects::BootCommand;
 use inplace_formats::cmdline::{Arg, Cmdline};
 use inplace_wire::ids::ChangeId;
@@ -662,16 +662,23 @@ impl KernelArgs {
         match trial.and_then(Result::ok) {
             // a reboot-level change boots once as a trial; the default waits for the commit
             Some(t) if problem.is_none() && changed && any_reboot => {
+                // recorded with the plan (typed), so the boot after it knows a trial was
+                // staged even when its entry is lost
+                out.next.kernel_args_trial = t.writes.first().map(|w| StagedTrial {
+                    artefact: w.path.clone(),
+                });
                 effects::trial_steps(&mut out.steps, t)
             }
             _ => {
-                // a pending trial this plan does not renew is dropped: its one-shot must
-                // not boot what is no longer wanted
-                if problem.is_none()
-                    && let Some(p) = backend.pending_trial()
-                    && trial_is_stale(&p.meta, desired)
-                {
-                    effects::drop_trial_steps(&mut out.steps, &p);
+                match backend.pending_trial() {
+                    // a pending trial this plan does not renew is dropped: its one-shot
+                    // must not boot what is no longer wanted
+                    Some(p) if problem.is_none() && trial_is_stale(&p.meta, desired) => {
+                        effects::drop_trial_steps(&mut out.steps, &p);
+                    }
+                    // one left pending is still the one staged
+                    Some(_) => out.next.kernel_args_trial = input.record.kernel_args_trial.clone(),
+                    None => {}
                 }
                 self.edit_steps(&mut out.steps, backend, &args, &problem, edits, any_reboot)
             }
