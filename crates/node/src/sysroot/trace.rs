@@ -19,6 +19,9 @@
 //!   elsewhere (its link count, ctime) changes its stamp; an entry added to or removed from
 //!   a directory changes the directory's; a directory on the way replaced by a symlink or a
 //!   file changes the stamp of that component (another inode and kind).
+//!   The sysroot's own `/` is not stamped (an entry added to it changes its times), but
+//!   its owner, group and mode are looked at: the trust checks ([`Sysroot::read_trusted`])
+//!   read them, and a `/` made writable by others must refuse what it allowed.
 //! - a path read following symlinks inside the sysroot ([`Sysroot::read_string_following`],
 //!   [`Sysroot::list_dir_following`]): the `fstat` stamp of what it resolves to, opened
 //!   again with `openat2(RESOLVE_IN_ROOT)` as the read opened it, plus the chain above.
@@ -186,6 +189,10 @@ enum Look {
     Content(String),
     /// The metadata of a kernel interface path.
     Meta(String),
+    /// The owner, group and mode of the sysroot's own `/` (the trust checks read them:
+    /// [`Sysroot::read_trusted`] checks from `/` down; its times are not looked at, as
+    /// an entry added to `/` changes them and each path's chain covers its own entries).
+    Root,
 }
 
 /// What a look expects to see again.
@@ -196,6 +203,8 @@ enum Expect {
     Flag,
     Content(Option<Vec<u8>>),
     Meta(Option<Entry>),
+    /// (uid, gid, mode) of the sysroot's `/`.
+    Owner(u32, u32, u32),
 }
 
 /// A sealed trace: the looks that must see again what they saw for the computation's
@@ -238,11 +247,13 @@ impl Trace {
             };
             match dep {
                 Dep::Lexical(p) => {
+                    looks.insert((r, Look::Root), Expect::Flag);
                     for a in chain(&p) {
                         looks.insert((r, Look::Lstat(a.to_string())), Expect::Flag);
                     }
                 }
                 Dep::Following(p) => {
+                    looks.insert((r, Look::Root), Expect::Flag);
                     for a in chain(&p) {
                         looks.insert((r, Look::Lstat(a.to_string())), Expect::Flag);
                     }
@@ -294,6 +305,10 @@ impl Trace {
                     }
                     Expect::Seen(seen)
                 }
+                (Look::Root, _) => match owner(roots[r]) {
+                    Some(o) => o,
+                    None => return Err("the sysroot's / could not be looked at".into()),
+                },
                 (_, e) => {
                     if !holds(roots[r], &look, &e) {
                         return Err(
@@ -377,8 +392,15 @@ fn holds(root: &Sysroot, look: &Look, expect: &Expect) -> bool {
         }
         (Look::Content(p), Expect::Content(c)) => root.read(p).ok().as_ref() == Some(c),
         (Look::Meta(p), Expect::Meta(m)) => root.stat(p).ok().as_ref() == Some(m),
+        (Look::Root, e @ Expect::Owner(..)) => owner(root).as_ref() == Some(e),
         _ => false,
     }
+}
+
+/// The owner, group and mode of the sysroot's `/` (the descriptor it was opened as).
+fn owner(root: &Sysroot) -> Option<Expect> {
+    let st = rustix::fs::fstat(&root.root).ok()?;
+    Some(Expect::Owner(st.st_uid, st.st_gid, st.st_mode))
 }
 
 /// `statvfs` of the directory `dir` by its host path (one system call; the seal looks at

@@ -182,3 +182,20 @@ fn no_trace_runs_outside_record() {
     assert!(t.is_empty());
     assert!(!super::active());
 }
+
+/// The trust checks read the sysroot's own `/` (its owner and mode): a `/` made writable
+/// by others breaks the seal; an entry added to `/` (its times) does not.
+#[test]
+fn the_roots_mode_is_looked_at_and_not_its_times() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, root) = node();
+    let seal = sealed(&root);
+    std::fs::create_dir(d.path().join("srv")).unwrap();
+    assert!(seal.holds(&[&root]));
+    let mode = |m: u32| std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(m));
+    let was = std::fs::metadata(d.path()).unwrap().permissions().mode();
+    mode(0o777).unwrap();
+    assert!(!seal.holds(&[&root]));
+    mode(was).unwrap();
+    assert!(seal.holds(&[&root]));
+}
