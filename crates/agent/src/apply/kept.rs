@@ -156,10 +156,17 @@ impl KeptCoverage {
 /// file, a link is retargeted): a status poll or a coverage call does not start a process
 /// every time, and a coverage that found its answers here can be kept. An answer from a
 /// program modified in the last 2 s is not kept (a rewrite within the same tick of the
-/// coarse clock could leave its stamp equal), nor a failed one.
+/// coarse clock could leave its stamp equal), nor a failed one, nor one from a program
+/// reached by a link whose file name does not begin with the program's (a multi-call
+/// program such as `snap`, which answers from files its stamp does not cover).
 #[derive(Debug, Default)]
 pub(crate) struct KeptVersions {
     answers: Mutex<HashMap<Vec<String>, Answer>>,
+}
+
+/// The last component of a path.
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// A query's output, with the path its program resolved to and that file's stamp.
@@ -182,6 +189,13 @@ impl CommandRunner for VersionQueries<'_> {
     fn query(&self, argv: &[String]) -> Result<String, SystemError> {
         let program = argv.first().and_then(|p| {
             let real = self.root.resolve(p).ok()?;
+            // a multi-call program (`/snap/bin/kubelet -> /usr/bin/snap`, busybox) answers
+            // by the name it was run as, from files its stamp does not cover (`snap
+            // refresh` retargets `/snap/<name>/current`): asked every time. A versioned
+            // name (`kubelet -> /etc/alternatives/kubelet -> kubelet-1.34`) is kept.
+            if !file_name(&real).starts_with(file_name(p)) {
+                return None;
+            }
             let stamp = self.root.stamp(&real).ok()??;
             Some((real, stamp))
         });
