@@ -404,6 +404,18 @@ async fn sysctl_d_symlinks_and_their_targets() {
         },
     )
     .await;
+    scenario(
+        "/etc/sysctl.d swapped for a link to a copy",
+        &node,
+        &addr,
+        &r,
+        |n| {
+            cp_a(&n.path("/etc/sysctl.d"), &n.path("/etc/sysctl.d.real"));
+            std::fs::remove_dir_all(n.path("/etc/sysctl.d")).unwrap();
+            symlink("sysctl.d.real", n.path("/etc/sysctl.d")).unwrap();
+        },
+    )
+    .await;
 }
 
 /// The kubelet's flags env, its unit's EnvironmentFile, a unit drop-in added, and the
