@@ -222,6 +222,28 @@ async fn the_sysroot_root_made_untrusted_refuses_a_kept_drop_in() {
         }),
         ..Default::default()
     };
+    scenario("the kept drop-in rewritten", &node, &addr, &r, |n| {
+        write(
+            n,
+            "/etc/inplaced/node.d/20-x.yaml",
+            "sysctls:\n  vm.swappiness: \"6\"\n",
+        );
+    })
+    .await;
+    scenario("node.d made writable by its group", &node, &addr, &r, |n| {
+        std::fs::set_permissions(
+            n.path("/etc/inplaced/node.d"),
+            std::fs::Permissions::from_mode(0o775),
+        )
+        .unwrap();
+    })
+    .await;
+    std::fs::set_permissions(
+        node.path("/etc/inplaced/node.d"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    settle();
     let root = node.root.clone();
     scenario("/ made writable by others", &node, &addr, &r, |_| {
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -670,6 +692,23 @@ async fn read_only_bind_mount_of_a_written_directory() {
         true,
     )
     .await;
+    // the answer that names the read-only mount is kept, and goes when it is writable again
+    scenario_on(
+        "remounted read-write",
+        &node,
+        &addr,
+        &r,
+        |_| {
+            let ok = std::process::Command::new("mount")
+                .args(["-o", "remount,bind,rw"])
+                .arg(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "remount rw");
+        },
+        true,
+    )
+    .await;
     drop(guard);
 }
 
@@ -813,4 +852,45 @@ async fn a_spec_over_a_mebibyte_is_computed_and_right() {
     let after = ask(&node, &r).await;
     assert_ne!(after, first);
     assert_eq!(after, fresh(&node, &r).await);
+}
+
+/// The file system a written file is on fills up (through a file in a directory the
+/// coverage does not read): only the free-space look can see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_system_of_a_written_file_fills_up() {
+    let mut guard = None;
+    let (node, addr) = counted("ubuntu-2404-grub", |n| {
+        let dir = n.path("/etc/kept");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount tmpfs");
+        guard = Some(Mounted(dir.clone()));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/junk"), "").unwrap();
+    });
+    let content = "y".repeat(64 << 10);
+    let r = req(&format!(
+        "files:\n  - path: /etc/kept/a.conf\n    content: \"{content}\"\n"
+    ));
+    scenario_on(
+        "the file system filled",
+        &node,
+        &addr,
+        &r,
+        |n| {
+            // fill it, leaving less than the new content needs
+            let junk = n.path("/etc/kept/sub/junk");
+            let mut f = std::fs::OpenOptions::new().append(true).open(junk).unwrap();
+            let chunk = vec![b'j'; 4096];
+            while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+        },
+        true,
+    )
+    .await;
+    drop(guard);
 }
