@@ -222,14 +222,21 @@ async fn the_sysroot_root_made_untrusted_refuses_a_kept_drop_in() {
         }),
         ..Default::default()
     };
-    scenario("the kept drop-in rewritten", &node, &addr, &r, |n| {
-        write(
-            n,
-            "/etc/inplaced/node.d/20-x.yaml",
-            "sysctls:\n  vm.swappiness: \"6\"\n",
-        );
-    })
-    .await;
+    // the kept drop-in rewritten: a daemon started on a copy would apply node.d at its
+    // start, so the answer is checked for the new value instead
+    let first = ask(&node, &r).await;
+    settle();
+    let (kept, _) = answers(&addr);
+    assert_eq!(ask(&node, &r).await, first);
+    assert_eq!(answers(&addr).0, kept + 1.0);
+    write(
+        &node,
+        "/etc/inplaced/node.d/20-x.yaml",
+        "sysctls:\n  vm.swappiness: \"6\"\n",
+    );
+    let after = ask(&node, &r).await;
+    assert!(after.contains("after: \"6\""), "{first}\n{after}");
+    settle();
     scenario("node.d made writable by its group", &node, &addr, &r, |n| {
         std::fs::set_permissions(
             n.path("/etc/inplaced/node.d"),
