@@ -238,11 +238,17 @@ fn resolve(
     obs: &Observed,
     env: &kunit::ServiceEnv,
     var: &str,
+    scanned: &mut EnvFiles,
 ) -> Option<(String, usize, String)> {
     let from_files = env.files.iter().rev().find_map(|f| {
-        let text = overlay::read_text(node, obs, &f.path).ok().flatten()?;
-        let (line, value) = kunit::env_file_value(&text, var)?;
-        Some((f.path.clone(), line, value))
+        let values = scanned.entry(f.path.clone()).or_insert_with(|| {
+            overlay::read_text(node, obs, &f.path)
+                .ok()
+                .flatten()
+                .map(|t| kunit::env_file_values(&t))
+        });
+        let (_, line, value) = values.as_ref()?.iter().rev().find(|(k, _, _)| k == var)?;
+        Some((f.path.clone(), *line, value.clone()))
     });
     from_files.or_else(|| {
         env.vars
@@ -250,6 +256,11 @@ fn resolve(
             .map(|s| (s.file.clone(), s.line, s.value.clone()))
     })
 }
+
+/// The environment files of the kubelet's unit read in one observation: path → every
+/// assignment in it (None: not readable), so that each file is read and scanned once,
+/// however many variables the command line expands.
+type EnvFiles = std::collections::HashMap<String, Option<Vec<(String, usize, String)>>>;
 
 /// The flags of a variable's value as `$VAR` splits it on `ExecStart=`: whitespace-
 /// separated words, each `--name[=value]` (a word that is not a flag is skipped).
@@ -280,9 +291,10 @@ fn unit_env(node: &NodeView<'_>, obs: &Observed, env: &kunit::ServiceEnv, k: &mu
     };
     let flags_path = &node.config.kubelet.flags_path;
     let mut after_kubeadm = false;
+    let mut scanned = EnvFiles::new();
     for w in &words {
         for var in kunit::var_refs(w) {
-            let found = resolve(node, obs, env, &var);
+            let found = resolve(node, obs, env, &var, &mut scanned);
             if var == KUBEADM_VAR {
                 after_kubeadm = true;
                 k.kubeadm_source = kubeadm_source(env, found, flags_path, &exec_file);
