@@ -272,3 +272,33 @@ async fn a_sysctl_d_symlink_to_a_file_the_spec_writes_is_named() {
     let r = coverage(&node, "sysctls:\n  vm.swappiness: \"20\"\n").await;
     assert!(change(&r, "sysctls[vm.swappiness]").covered);
 }
+
+/// The same through a symlinked directory: `/run/sysctl.d` is a link to a directory
+/// whose file the spec's own `files` item writes. The file's name is no link, its
+/// directory is: the resolution still finds the item's path (issue 28 checks for a link
+/// with one `stat` first, which must see the directory's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sysctl_d_file_under_a_symlinked_directory_the_spec_writes_is_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::create_dir_all(node.path("/etc/site.d")).unwrap();
+    std::fs::write(node.path("/etc/site.d/99-zzz-site.conf"), "# site\n").unwrap();
+    std::fs::create_dir_all(node.path("/run")).unwrap();
+    std::os::unix::fs::symlink("/etc/site.d", node.path("/run/sysctl.d")).unwrap();
+    node.start();
+    let y = "files:\n- path: /etc/site.d/99-zzz-site.conf\n  content: \"vm.swappiness = 10\\n\"\nsysctls:\n  vm.swappiness: \"20\"\n";
+    let r = coverage(&node, y).await;
+    let c = change(&r, "sysctls[vm.swappiness]");
+    assert!(
+        !c.covered,
+        "covered, though the file under the linked directory is written with 10"
+    );
+    assert!(
+        c.reason.starts_with(
+            "/run/sysctl.d/99-zzz-site.conf (written by files[/etc/site.d/99-zzz-site.conf] in this spec) sets vm.swappiness = 10"
+        ),
+        "{}",
+        c.reason
+    );
+    let r = coverage(&node, "sysctls:\n  vm.swappiness: \"20\"\n").await;
+    assert!(change(&r, "sysctls[vm.swappiness]").covered);
+}

@@ -6,8 +6,10 @@
 use super::trial::{self, PendingTrial, TrialMeta, TrialPlan, TrialWrite};
 use super::{KernelArgsBackend, NoBackend, Source, SourceFormat, read_text};
 use inplace_formats::cmdline::{Arg, Cmdline};
-use inplace_formats::grub_default;
-use inplace_node::sysroot::Sysroot;
+use std::sync::Arc;
+
+use inplace_formats::grub_default::Fragment;
+use inplace_node::sysroot::{Probe, Sysroot};
 
 /// `GRUB_CMDLINE_LINUX` in `/etc/default/grub` or, when a `/etc/default/grub.d/*.cfg`
 /// reassigns it, in the last such file (where the setting takes effect).
@@ -155,16 +157,16 @@ impl GrubDefault {
     /// The backend of `/etc/default/grub` and its fragments; [`NoBackend`] when the file
     /// is missing or `/etc/default/grub.d` can not be listed.
     pub(super) fn probe(root: &Sysroot) -> Result<GrubDefault, NoBackend> {
-        let Some(text) = read_text(root, "/etc/default/grub")? else {
+        let Some(main) = read_fragment(root, "/etc/default/grub")? else {
             return Err(NoBackend(
                 "no supported boot configuration found: neither Boot Loader Specification entries nor /etc/default/grub".into(),
             ));
         };
-        let fragments = fragments(root, text)?;
-        let (path, text) = last_assigning(&fragments, "GRUB_CMDLINE_LINUX")
+        let fragments = fragments(root, main)?;
+        let (path, frag) = last_assigning(&fragments, "GRUB_CMDLINE_LINUX")
             .unwrap_or_else(|| fragments[0].clone());
         let mut problem = None;
-        let value = match grub_default::read_var(&text, "GRUB_CMDLINE_LINUX") {
+        let value = match frag.read_var("GRUB_CMDLINE_LINUX") {
             Ok(v) => v.unwrap_or_default(),
             Err(e) => {
                 problem = Some(format!(
@@ -181,7 +183,7 @@ impl GrubDefault {
         } else {
             "/boot/grub/grub.cfg"
         };
-        let grub_cfg = (cfg_path.to_string(), read_text(root, cfg_path)?);
+        let grub_cfg = (cfg_path.to_string(), read_kept_text(root, cfg_path)?);
         let trial_script = read_text(root, trial::GRUB_SCRIPT)?;
         let grubenv = cfg_path.replace("grub.cfg", "grubenv");
         let next_entry = root
@@ -199,7 +201,7 @@ impl GrubDefault {
                 path,
                 what: "GRUB_CMDLINE_LINUX",
                 cmdline: Cmdline::parse(&value),
-                bytes: text.into_bytes(),
+                bytes: frag.text().as_bytes().to_vec(),
                 format: SourceFormat::GrubVar,
             }],
             default,
@@ -213,22 +215,72 @@ impl GrubDefault {
     }
 }
 
-/// `/etc/default/grub` (whose `text` is read) and every `/etc/default/grub.d/*.cfg`, as
-/// (path, text) in the order grub-mkconfig sources them: the last file that assigns a
-/// variable decides its value.
-fn fragments(root: &Sysroot, text: String) -> Result<Vec<(String, String)>, NoBackend> {
-    let mut fragments = vec![("/etc/default/grub".to_string(), text)];
+/// A fragment read as [`read_text`] reads it, lexed; kept in the sysroot's memo while the
+/// file stays the same (issue 28: every coverage call lexed each file five times), so
+/// that [`GrubDefault::probe`] only combines the files' lexed forms. What is not a
+/// regular UTF-8 file is read by [`read_text`] each time, which words the answer.
+fn read_fragment(root: &Sysroot, path: &str) -> Result<Option<Arc<Fragment>>, NoBackend> {
+    /// The fragment of a regular UTF-8 file the probe read; None for anything else.
+    fn lexed(_: &str, found: Probe) -> Option<Arc<Fragment>> {
+        text_of(found).map(|t| Arc::new(Fragment::new(t)))
+    }
+    if let Ok(kept) = root.probe_memo(path, KEPT_MAX, lexed)
+        && let Some(f) = kept.as_ref()
+    {
+        return Ok(Some(f.clone()));
+    }
+    Ok(read_text(root, path)?.map(|t| Arc::new(Fragment::new(t))))
+}
+
+/// [`read_text`], kept in the sysroot's memo while a regular UTF-8 file stays the same
+/// (`grub.cfg`, read on every call for a trial's check); anything else is read by
+/// [`read_text`] each time, which words the answer.
+fn read_kept_text(root: &Sysroot, path: &str) -> Result<Option<String>, NoBackend> {
+    fn text(_: &str, found: Probe) -> Option<String> {
+        text_of(found)
+    }
+    if let Ok(kept) = root.probe_memo(path, KEPT_MAX, text)
+        && let Some(t) = kept.as_ref()
+    {
+        return Ok(Some(t.clone()));
+    }
+    read_text(root, path)
+}
+
+/// The text of a regular UTF-8 file a probe read; None for anything else.
+fn text_of(found: Probe) -> Option<String> {
+    match found {
+        Probe::Present {
+            entry,
+            content: Some(c),
+        } if entry.kind == inplace_node::sysroot::Kind::File => String::from_utf8(c).ok(),
+        _ => None,
+    }
+}
+
+/// Largest file kept (a larger one is read each time; `/etc/default/grub` is about
+/// 1 KiB, a `grub.cfg` 5–20 KiB; the memo keeps at most 64 KiB per file anyway).
+const KEPT_MAX: u64 = 1 << 20;
+
+/// `/etc/default/grub` (`main`, read) and every `/etc/default/grub.d/*.cfg`, as
+/// (path, lexed text) in the order grub-mkconfig sources them: the last file that
+/// assigns a variable decides its value.
+fn fragments(
+    root: &Sysroot,
+    main: Arc<Fragment>,
+) -> Result<Vec<(String, Arc<Fragment>)>, NoBackend> {
+    let mut fragments = vec![("/etc/default/grub".to_string(), main)];
     // a directory that can not be listed is not an empty one: a fragment in it may
     // reassign GRUB_CMDLINE_LINUX, so what grub-mkconfig would write is unknown
-    let names = root.list_dir("/etc/default/grub.d").map_err(|e| {
+    let names = root.list_dir_memo("/etc/default/grub.d", false).map_err(|e| {
         NoBackend(format!(
             "{e}; a /etc/default/grub.d/*.cfg file may reassign GRUB_CMDLINE_LINUX, so the next boot's kernel arguments can not be told"
         ))
     })?;
-    if let Some(names) = names {
+    if let Some(names) = names.as_ref() {
         for n in names.iter().filter(|n| n.ends_with(".cfg")) {
             let p = format!("/etc/default/grub.d/{n}");
-            if let Some(t) = read_text(root, &p)? {
+            if let Some(t) = read_fragment(root, &p)? {
                 fragments.push((p, t));
             }
         }
@@ -236,18 +288,21 @@ fn fragments(root: &Sysroot, text: String) -> Result<Vec<(String, String)>, NoBa
     Ok(fragments)
 }
 
-/// The last fragment that assigns `var`, as (path, text).
-fn last_assigning(fragments: &[(String, String)], var: &str) -> Option<(String, String)> {
+/// The last fragment that assigns `var`, as (path, lexed text).
+fn last_assigning(
+    fragments: &[(String, Arc<Fragment>)],
+    var: &str,
+) -> Option<(String, Arc<Fragment>)> {
     fragments
         .iter()
         .rev()
-        .find(|(_, t)| grub_default::assigns(t, var))
-        .map(|(p, t)| (p.clone(), t.clone()))
+        .find(|(_, f)| f.assigns(var))
+        .map(|(p, f)| (p.clone(), f.clone()))
 }
 
 /// The notes of the backend's reason: `GRUB_CMDLINE_LINUX` edited in a fragment
 /// (`path`), `GRUB_CMDLINE_LINUX_DEFAULT` overridden by one.
-fn notes(fragments: &[(String, String)], path: &str) -> Vec<String> {
+fn notes(fragments: &[(String, Arc<Fragment>)], path: &str) -> Vec<String> {
     let mut notes = Vec::new();
     if path != "/etc/default/grub" {
         notes.push(format!(
@@ -267,8 +322,7 @@ fn notes(fragments: &[(String, String)], path: &str) -> Vec<String> {
 /// The command that regenerates `grub.cfg`: `grub2-mkconfig -o /boot/grub2/grub.cfg`
 /// on the RPM family (by `ID` and `ID_LIKE` of `/etc/os-release`), else `update-grub`.
 fn regenerate_command(root: &Sysroot) -> Vec<String> {
-    let os = root
-        .read_string_following("/etc/os-release")
+    let os = crate::sections::kit::observe::read_string_following(root, "/etc/os-release")
         .ok()
         .flatten()
         .unwrap_or_default();
@@ -303,16 +357,16 @@ fn regenerate_command(root: &Sysroot) -> Vec<String> {
 /// `GRUB_CMDLINE_LINUX`), described with the file that sets it last; a value that can
 /// not be evaluated is a note of the backend's reason and None.
 fn grub_cmdline_default(
-    fragments: &[(String, String)],
+    fragments: &[(String, Arc<Fragment>)],
     problem: &mut Option<String>,
 ) -> Option<(String, Cmdline)> {
     const VAR: &str = "GRUB_CMDLINE_LINUX_DEFAULT";
-    match grub_default::value_after(fragments, VAR) {
+    match Fragment::value_after(fragments.iter().map(|(p, f)| (p.as_str(), &**f)), VAR) {
         Ok(Some(v)) => {
             let from = fragments
                 .iter()
                 .rev()
-                .find(|(_, t)| grub_default::assigns(t, VAR))
+                .find(|(_, f)| f.assigns(VAR))
                 .map(|(p, _)| p.as_str())
                 .unwrap_or_default();
             Some((format!("{VAR} (set last by {from})"), Cmdline::parse(&v)))

@@ -103,6 +103,15 @@ enum Last {
 }
 
 fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
+    last_state_of(frag, events(frag).as_deref(), var)
+}
+
+/// [`last_state`] with the fragment's events `ev` ([`events`] of `frag`) at hand.
+fn last_state_of(
+    frag: &str,
+    ev: Result<&[Event], &GrubError>,
+    var: &str,
+) -> Result<Last, GrubError> {
     if !is_name(var) {
         return Err(GrubError::InvalidName(var.to_owned()));
     }
@@ -110,7 +119,7 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
     if let Some(rest) = bom {
         bom_first_line(rest)?;
     }
-    let ev = match events(frag) {
+    let ev = match ev {
         Err(GrubError::Syntax { line: 1, what }) if bom.is_some() => {
             return Err(GrubError::ByteOrderMark {
                 what: format!(
@@ -118,9 +127,9 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
                 ),
             });
         }
-        r => r?,
+        r => r.map_err(Clone::clone)?,
     };
-    let Some(e) = ev.into_iter().rev().find(|e| e.name() == var) else {
+    let Some(e) = ev.iter().rev().find(|e| e.name() == var) else {
         if let Some(rest) = bom
             && rest.starts_with(&format!("{var}="))
         {
@@ -137,7 +146,7 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
             context: Some(how),
             ..
         } => Err(GrubError::Unevaluable {
-            line,
+            line: *line,
             var: var.to_owned(),
             how,
             text: format!("unset {var}"),
@@ -150,6 +159,7 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
             context,
             ..
         } => {
+            let (start, end, line) = (*start, *end, *line);
             let text = frag[start..end].to_owned();
             match (context, value) {
                 (Some(how), _) | (None, Err(how)) => Err(GrubError::Unevaluable {
@@ -158,7 +168,11 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
                     how,
                     text,
                 }),
-                (None, Ok(value)) => Ok(Last::Value { start, end, value }),
+                (None, Ok(value)) => Ok(Last::Value {
+                    start,
+                    end,
+                    value: value.clone(),
+                }),
             }
         }
     }
@@ -170,23 +184,89 @@ fn last_state(frag: &str, var: &str) -> Result<Last, GrubError> {
 /// (`VAR="$VAR more"`, `VAR="${VAR} more"`) is evaluated with the value so far. Any other
 /// expansion is an error naming the fragment.
 pub fn value_after(fragments: &[(String, String)], var: &str) -> Result<Option<String>, String> {
-    let mut cur: Option<String> = None;
-    for (path, text) in fragments {
-        if !assigns(text, var) {
-            continue;
-        }
-        cur = match read_var(text, var) {
-            Ok(v) => v,
-            Err(GrubError::Unevaluable {
-                text: raw, line, ..
-            }) => Some(
-                self_append(&raw, var, cur.as_deref().unwrap_or(""))
-                    .ok_or_else(|| format!("{path}: line {line}: {var} can not be evaluated"))?,
-            ),
-            Err(e) => return Err(format!("{path}: {e}")),
-        };
+    let lexed: Vec<(&str, Fragment)> = fragments
+        .iter()
+        .map(|(p, t)| (p.as_str(), Fragment::new(t.clone())))
+        .collect();
+    Fragment::value_after(lexed.iter().map(|(p, f)| (*p, f)), var)
+}
+
+/// A fragment's text lexed once, for the answers that would each lex it again
+/// ([`assigns`], [`read_var`], [`value_after`]; [`Fragment::assigns`],
+/// [`Fragment::read_var`], [`Fragment::value_after`] answer the same). A pure function
+/// of the text: the agent keeps it while the file stays the same (issue 28).
+#[derive(Debug)]
+pub struct Fragment {
+    text: String,
+    events: Result<Vec<Event>, GrubError>,
+}
+
+impl Fragment {
+    /// Lexes `text`.
+    pub fn new(text: String) -> Fragment {
+        let events = events(&text);
+        Fragment { text, events }
     }
-    Ok(cur)
+
+    /// The text lexed.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// [`assigns`] of the text.
+    pub fn assigns(&self, var: &str) -> bool {
+        match &self.events {
+            Ok(ev) => assigns_in(ev, var),
+            Err(_) => assigns(&self.text, var),
+        }
+    }
+
+    /// [`read_var`] of the text.
+    ///
+    /// # Errors
+    /// Those of [`read_var`].
+    pub fn read_var(&self, var: &str) -> Result<Option<String>, GrubError> {
+        Ok(
+            match last_state_of(&self.text, self.events.as_deref(), var)? {
+                Last::Absent => None,
+                Last::Value { value, .. } => Some(value.text().to_owned()),
+            },
+        )
+    }
+
+    /// [`value_after`] of (path, fragment) pairs in the order they are sourced.
+    ///
+    /// # Errors
+    /// Those of [`value_after`].
+    pub fn value_after<'a>(
+        fragments: impl IntoIterator<Item = (&'a str, &'a Fragment)>,
+        var: &str,
+    ) -> Result<Option<String>, String> {
+        let mut cur: Option<String> = None;
+        for (path, frag) in fragments {
+            if !frag.assigns(var) {
+                continue;
+            }
+            cur = match frag.read_var(var) {
+                Ok(v) => v,
+                Err(GrubError::Unevaluable {
+                    text: raw, line, ..
+                }) => Some(
+                    self_append(&raw, var, cur.as_deref().unwrap_or("")).ok_or_else(|| {
+                        format!("{path}: line {line}: {var} can not be evaluated")
+                    })?,
+                ),
+                Err(e) => return Err(format!("{path}: {e}")),
+            };
+        }
+        Ok(cur)
+    }
+}
+
+/// True if the events `ev` assign `var` ([`assigns`] of a fragment that lexes).
+fn assigns_in(ev: &[Event], var: &str) -> bool {
+    ev.iter()
+        .any(|e| matches!(e, Event::Assign { name, .. } if name == var))
 }
 
 /// `VAR="$VAR more"` (or `${VAR}`, optionally after `export `) with `$VAR` replaced by
@@ -400,9 +480,7 @@ pub fn edit_cmdline_var(
 /// start of a word counts).
 pub fn assigns(fragment: &str, var: &str) -> bool {
     match events(fragment) {
-        Ok(ev) => ev
-            .iter()
-            .any(|e| matches!(e, Event::Assign { name, .. } if name == var)),
+        Ok(ev) => assigns_in(&ev, var),
         Err(_) => {
             let pat = format!("{var}=");
             fragment.lines().any(|l| {
@@ -648,6 +726,23 @@ mod tests {
             let _ = assigns(&s, "X");
             if let Ok(out) = set_var(&s, "X", &v) {
                 proptest::prop_assert_eq!(read_var(&out, "X").unwrap(), Some(v));
+            }
+        }
+
+        /// A [`Fragment`] answers as [`assigns`] and [`read_var`] answer on its text
+        /// (lexed once, against once per question): shell-like noise, with and without
+        /// a byte-order mark, and a variable name that is not one.
+        #[test]
+        fn fragment_answers_as_the_functions(
+            s in "(X=|Y=|export |unset X|\\$X|\"|'|`|\\\\|#|;|&&|\\||\\(|\\)|if |fi|\n| |a|b)*",
+            bom in proptest::bool::ANY,
+        ) {
+            let s = if bom { format!("{BOM}{s}") } else { s };
+            let f = Fragment::new(s.clone());
+            proptest::prop_assert_eq!(f.text(), s.as_str());
+            for var in ["X", "Y", "Z", "1X"] {
+                proptest::prop_assert_eq!(f.assigns(var), assigns(&s, var));
+                proptest::prop_assert_eq!(f.read_var(var), read_var(&s, var));
             }
         }
 

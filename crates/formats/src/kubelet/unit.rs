@@ -176,6 +176,19 @@ pub fn env_file_value(text: &str, var: &str) -> Option<(usize, String)> {
     Some((line, a.value.text().to_string()))
 }
 
+/// Every assignment of an environment file `text` (systemd's env-file parser), in the
+/// file's order: (variable, 1-based line, value). The last one of a variable is
+/// [`env_file_value`]'s answer; one scan for all the variables looked up in a file.
+pub fn env_file_values(text: &str) -> Vec<(String, usize, String)> {
+    crate::envfile::scan(text)
+        .iter()
+        .map(|a| {
+            let line = text[..a.key_start.min(text.len())].matches('\n').count() + 1;
+            (a.key.to_string(), line, a.value.text().to_string())
+        })
+        .collect()
+}
+
 /// The variables an `ExecStart=` word expands (`$VAR` as a whole word, split on
 /// whitespace; `${VAR}` anywhere in it), per systemd.service(5) "Command lines".
 pub fn var_refs(word: &str) -> Vec<String> {
@@ -365,5 +378,23 @@ mod tests {
             effective_exec_start([("u", UNIT), ("x", "[Unit]\nExecStart=/x\n")]),
             at("/usr/bin/kubelet", "u")
         );
+    }
+
+    /// Every assignment of a file, in order, with its line: the last one of a variable
+    /// is what [`env_file_value`] answers, for every variable of the file.
+    #[test]
+    fn env_file_values_agree_with_env_file_value() {
+        let text = "# c\nA=1\nexport B=\"two words\"\nA='3'\n\nC=x\\\ny\nD=4";
+        let all = env_file_values(text);
+        assert_eq!(all.len(), 5, "{all:?}");
+        for var in ["A", "B", "C", "D", "E"] {
+            let last = all
+                .iter()
+                .rev()
+                .find(|(k, _, _)| k == var)
+                .map(|(_, l, v)| (*l, v.clone()));
+            assert_eq!(last, env_file_value(text, var), "{var}");
+        }
+        assert_eq!(env_file_value(text, "A"), Some((4, "3".to_string())));
     }
 }

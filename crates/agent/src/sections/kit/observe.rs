@@ -174,7 +174,7 @@ pub(crate) fn observe_text(root: &Sysroot, path: &str) -> Result<TextObs, Sysroo
 }
 
 /// What [`Sysroot::probe`] found at `path`, as a [`TextObs`].
-fn text_obs(path: &str, found: inplace_node::sysroot::Probe) -> TextObs {
+pub(crate) fn text_obs(path: &str, found: inplace_node::sysroot::Probe) -> TextObs {
     match file_obs(path, found) {
         FileObs::Absent => TextObs::Absent,
         FileObs::Conflict(c) => TextObs::Problem(c),

@@ -321,8 +321,9 @@ impl Kubelet {
     }
 }
 
-/// The parsed KubeletConfiguration file: its text, metadata and document.
-type Parsed = Result<(String, inplace_node::sysroot::Entry, Value), String>;
+/// The parsed KubeletConfiguration file: its parse (text and document), metadata and
+/// value.
+type Parsed<'a> = Result<(&'a kcfg::Document, inplace_node::sysroot::Entry, &'a Value), String>;
 
 /// The config part's edits, with the ids of their changes.
 #[derive(Default)]
@@ -352,19 +353,31 @@ impl Kubelet {
         if desired_leaves.is_empty() && input.record.kubelet_config.is_empty() {
             return false;
         }
+        // the file parsed once, kept by the observation while the file stays the same
+        // (issue 28); parsed here when the observation has no parse of this very text
+        let fresh;
         let parsed: Parsed = match &input.obs.kubelet.config {
             TextObs::Absent => Err(format!(
                 "no KubeletConfiguration file at {cfg_path}; set kubelet.config_path in the agent config if the kubelet reads another file"
             )),
             TextObs::Problem(p) => Err(p.clone()),
-            TextObs::Text(text, entry) => kcfg::parse(text)
-                .map(|doc| (text.clone(), *entry, doc))
-                .map_err(|e| format!("{cfg_path}: {e}")),
+            TextObs::Text(text, entry) => {
+                let doc = match &input.obs.kubelet.config_doc {
+                    Some(d) if d.text() == text => &**d,
+                    _ => {
+                        fresh = kcfg::Document::parse(text.clone());
+                        &fresh
+                    }
+                };
+                doc.value()
+                    .map(|v| (doc, *entry, v))
+                    .map_err(|e| format!("{cfg_path}: {e}"))
+            }
         };
         let mut ce = ConfigEdits::default();
-        // the fields' source texts with one parse of the file (one per field was O(N²))
+        // the fields' source texts with the one parse of the file (one per field was O(N²))
         let raws = match &parsed {
-            Ok((text, _, _)) => kcfg::raw_scalars(text, desired_leaves.iter().map(|(p, _)| &p[..])),
+            Ok((doc, _, _)) => doc.raw_scalars(desired_leaves.iter().map(|(p, _)| &p[..])),
             Err(_) => vec![None; desired_leaves.len()],
         };
         for ((path, value), raw) in desired_leaves.iter().zip(raws) {
@@ -378,7 +391,7 @@ impl Kubelet {
                 &mut ce,
             );
         }
-        let Ok((text, entry, doc)) = &parsed else {
+        let Ok((text, entry, doc)) = parsed else {
             return false;
         };
         for (id, m) in &input.record.kubelet_config {
@@ -413,7 +426,7 @@ impl Kubelet {
         if ce.edits.is_empty() {
             return false;
         }
-        self.write_config(input, out, d, (text, entry), &ce)
+        self.write_config(input, out, d, (text, &entry), &ce)
     }
 
     /// Plans one desired config field: recorded with its prior value (when the file
@@ -488,11 +501,11 @@ impl Kubelet {
         input: &Input<'_>,
         out: &mut Output,
         d: &Disruptions,
-        (text, entry): (&str, &inplace_node::sysroot::Entry),
+        (doc, entry): (&kcfg::Document, &inplace_node::sysroot::Entry),
         ce: &ConfigEdits,
     ) -> bool {
         let cfg_path = &input.config.kubelet.config_path;
-        match kcfg::edit(text, &ce.edits) {
+        match doc.edit(&ce.edits) {
             Ok(edited) if edited.faithful => {
                 out.steps.writes.push(Write {
                     path: cfg_path.clone(),

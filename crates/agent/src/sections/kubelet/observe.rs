@@ -5,9 +5,14 @@
 //! as systemd.exec(5) does, and the `--config-dir` drop-ins. Files a `files` item of the
 //! spec writes are read as the operation leaves them ([`overlay`], issue 27 §3).
 
-use crate::sections::kit::observe::{NodeView, ObserveError, TextObs, Unknown, observe_text};
+use std::sync::Arc;
+
+use crate::sections::kit::observe::{
+    MAX_FILE_BYTES, NodeView, ObserveError, TextObs, Unknown, observe_text, text_obs,
+};
 use crate::sections::kit::overlay;
 use crate::sections::model::Observed;
+use inplace_formats::kubelet::config as kcfg;
 use inplace_formats::kubelet::flags as kflags;
 use inplace_formats::kubelet::flags::Flag;
 use inplace_formats::kubelet::unit as kunit;
@@ -41,6 +46,10 @@ impl EnvFlags {
 pub struct KubeletObs {
     /// The KubeletConfiguration file.
     pub config: TextObs,
+    /// The KubeletConfiguration file parsed, when it is text: kept in the memo with the
+    /// text while the file stays the same ([`ConfigObs`]), so that a plan does not parse
+    /// it again (issue 28). The plan uses it only when its text is `config`'s.
+    pub config_doc: Option<Arc<kcfg::Document>>,
     /// kubeadm's flags env file.
     pub flags: TextObs,
     /// Flags of the variables the kubelet's command line expands other than
@@ -76,6 +85,7 @@ impl Default for KubeletObs {
     fn default() -> Self {
         KubeletObs {
             config: TextObs::Absent,
+            config_doc: None,
             flags: TextObs::Absent,
             extra_args: Vec::new(),
             before_kubeadm: Vec::new(),
@@ -104,13 +114,17 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
         return Ok(());
     }
     let config = &node.config.kubelet;
+    let kept = node
+        .root
+        .probe_memo(&config.config_path, MAX_FILE_BYTES, config_obs)?;
     let mut kubelet = KubeletObs {
         config: never_empty(
             obs,
-            observe_text(node.root, &config.config_path)?,
+            kept.text.clone(),
             &config.config_path,
             "a kubelet's KubeletConfiguration file",
         ),
+        config_doc: kept.doc.clone(),
         flags: never_empty(
             obs,
             observe_text(node.root, &config.flags_path)?,
@@ -148,6 +162,23 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
     read_config_dropins(node, obs, &mut kubelet)?;
     obs.kubelet = kubelet;
     Ok(())
+}
+
+/// The KubeletConfiguration file as [`observe_text`] observes it, and its text parsed:
+/// what the memo keeps of the file.
+struct ConfigObs {
+    text: TextObs,
+    doc: Option<Arc<kcfg::Document>>,
+}
+
+/// [`ConfigObs`] of what the probe found at `path`: a pure function of the file (the
+/// memo's contract).
+fn config_obs(path: &str, found: inplace_node::sysroot::Probe) -> ConfigObs {
+    let text = text_obs(path, found);
+    let doc = text
+        .text()
+        .map(|(t, _)| Arc::new(kcfg::Document::parse(t.to_string())));
+    ConfigObs { text, doc }
 }
 
 /// The metadata of a text the planner only reads (a `--config-dir` drop-in).
@@ -207,11 +238,17 @@ fn resolve(
     obs: &Observed,
     env: &kunit::ServiceEnv,
     var: &str,
+    scanned: &mut EnvFiles,
 ) -> Option<(String, usize, String)> {
     let from_files = env.files.iter().rev().find_map(|f| {
-        let text = overlay::read_text(node, obs, &f.path).ok().flatten()?;
-        let (line, value) = kunit::env_file_value(&text, var)?;
-        Some((f.path.clone(), line, value))
+        let values = scanned.entry(f.path.clone()).or_insert_with(|| {
+            overlay::read_text(node, obs, &f.path)
+                .ok()
+                .flatten()
+                .map(|t| kunit::env_file_values(&t))
+        });
+        let (_, line, value) = values.as_ref()?.iter().rev().find(|(k, _, _)| k == var)?;
+        Some((f.path.clone(), *line, value.clone()))
     });
     from_files.or_else(|| {
         env.vars
@@ -219,6 +256,11 @@ fn resolve(
             .map(|s| (s.file.clone(), s.line, s.value.clone()))
     })
 }
+
+/// The environment files of the kubelet's unit read in one observation: path → every
+/// assignment in it (None: not readable), so that each file is read and scanned once,
+/// however many variables the command line expands.
+type EnvFiles = std::collections::HashMap<String, Option<Vec<(String, usize, String)>>>;
 
 /// The flags of a variable's value as `$VAR` splits it on `ExecStart=`: whitespace-
 /// separated words, each `--name[=value]` (a word that is not a flag is skipped).
@@ -249,9 +291,10 @@ fn unit_env(node: &NodeView<'_>, obs: &Observed, env: &kunit::ServiceEnv, k: &mu
     };
     let flags_path = &node.config.kubelet.flags_path;
     let mut after_kubeadm = false;
+    let mut scanned = EnvFiles::new();
     for w in &words {
         for var in kunit::var_refs(w) {
-            let found = resolve(node, obs, env, &var);
+            let found = resolve(node, obs, env, &var, &mut scanned);
             if var == KUBEADM_VAR {
                 after_kubeadm = true;
                 k.kubeadm_source = kubeadm_source(env, found, flags_path, &exec_file);

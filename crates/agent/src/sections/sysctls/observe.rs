@@ -105,6 +105,20 @@ fn sysctl_files(root: &Sysroot) -> (Vec<(String, String)>, Vec<Unknown>) {
     (files, unreadable)
 }
 
+/// The node path the sysctl.d file `p` resolves to, when a symlink is on the way (its
+/// own name or a parent directory); None when it is `p` itself or can not be resolved.
+/// A regular file found with no symlink followed (its parents opened `O_NOFOLLOW`, the
+/// name not followed) has no link on the way: one `stat`, where the resolution reads
+/// every component's link (issue 28).
+fn link_target(root: &Sysroot, p: &str) -> Option<String> {
+    if let Ok(Some(e)) = root.stat(p)
+        && e.kind == Kind::File
+    {
+        return None;
+    }
+    root.resolve(p).ok().filter(|t| t != p)
+}
+
 /// Every key whose live value the plan reads: managed, recorded, or set by a sysctl.d
 /// file (on the node, in the spec, or an original about to be restored).
 fn keys_in_play(node: &NodeView<'_>, obs: &Observed, files: &[(String, String)]) -> Vec<String> {
@@ -150,9 +164,7 @@ pub(super) fn read(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), Observ
     let mut targets = BTreeMap::new();
     if !desired.files.is_empty() {
         for (p, _) in &files {
-            if let Ok(t) = node.root.resolve(p)
-                && t != *p
-            {
+            if let Some(t) = link_target(node.root, p) {
                 targets.insert(p.clone(), t);
             }
         }

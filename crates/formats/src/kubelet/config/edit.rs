@@ -417,12 +417,20 @@ pub fn raw_scalars<'p>(
     paths: impl IntoIterator<Item = &'p [String]>,
 ) -> Vec<Option<String>> {
     let text = split_bom(text).1;
-    let root = parse_tree(text).ok();
+    raw_scalars_in(text, parse_tree(text).ok().as_ref(), paths)
+}
+
+/// [`raw_scalars`] of `text` (without a byte-order mark) whose syntax tree is `root`.
+fn raw_scalars_in<'p>(
+    text: &str,
+    root: Option<&Node>,
+    paths: impl IntoIterator<Item = &'p [String]>,
+) -> Vec<Option<String>> {
     let mut keys = Keys::default();
     paths
         .into_iter()
         .map(|path| {
-            let mut node = root.as_ref()?;
+            let mut node = root?;
             for (i, k) in path.iter().enumerate() {
                 let (entries, _) = editable_map(node).ok()?;
                 let j = keys.find(node, entries, k, &path[..i]).ok()??;
@@ -432,6 +440,78 @@ pub fn raw_scalars<'p>(
                 .then(|| text[node.start()..node.end()].to_string())
         })
         .collect()
+}
+
+/// A KubeletConfiguration text parsed once, for the answers that would each parse it
+/// again: [`parse`] ([`Document::value`]), [`raw_scalars`] and [`edit()`]
+/// ([`Document::raw_scalars`], [`Document::edit`]), each the same as the function's on
+/// [`Document::text`]. A pure function of the text: the agent keeps it while the file
+/// stays the same (issue 28: the plan parsed the file three times per coverage call).
+#[derive(Debug)]
+pub struct Document {
+    text: String,
+    /// The syntax tree of the text after a byte-order mark.
+    tree: Result<Node, ConfigError>,
+    /// [`parse`] of the whole text.
+    value: Result<Value, ConfigError>,
+    /// The value of `tree`, when the text has a byte-order mark (else `value` is it).
+    after_bom: Option<Result<Value, ConfigError>>,
+}
+
+impl Document {
+    /// Parses `text` once.
+    pub fn parse(text: String) -> Document {
+        let (bom, rest) = split_bom(&text);
+        let tree = parse_tree(rest);
+        let (value, after_bom) = match &tree {
+            Ok(root) if bom.is_empty() => (parse_root(root), None),
+            Ok(root) => (parse(&text), Some(parse_root(root))),
+            Err(_) => (parse(&text), None),
+        };
+        Document {
+            text,
+            tree,
+            value,
+            after_bom,
+        }
+    }
+
+    /// The text parsed.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// [`parse`] of the text.
+    ///
+    /// # Errors
+    /// Those of [`parse`].
+    pub fn value(&self) -> Result<&Value, &ConfigError> {
+        self.value.as_ref()
+    }
+
+    /// [`raw_scalars`] of the text.
+    pub fn raw_scalars<'p>(
+        &self,
+        paths: impl IntoIterator<Item = &'p [String]>,
+    ) -> Vec<Option<String>> {
+        raw_scalars_in(split_bom(&self.text).1, self.tree.as_ref().ok(), paths)
+    }
+
+    /// [`edit()`] of the text.
+    ///
+    /// # Errors
+    /// Those of [`edit()`].
+    pub fn edit(&self, edits: &[LeafEdit]) -> Result<Edited, ConfigError> {
+        let before = self.after_bom.as_ref().unwrap_or(&self.value);
+        let (Ok(root), Ok(before)) = (&self.tree, before) else {
+            // the error, worded by the edit itself
+            return edit(&self.text, edits);
+        };
+        let (bom, text) = split_bom(&self.text);
+        let mut out = edit_tree(text, root, before, edits)?;
+        out.text.insert_str(0, bom);
+        Ok(out)
+    }
 }
 
 /// The splice of a removal: the lines of the shallowest entry that no longer exists
@@ -667,17 +747,27 @@ fn split_bom(text: &str) -> (&str, &str) {
 fn edit_text(text: &str, edits: &[LeafEdit]) -> Result<Edited, ConfigError> {
     let root = parse_tree(text)?;
     let before = parse_root(&root)?;
+    edit_tree(text, &root, &before, edits)
+}
+
+/// [`edit_text`] with the text's syntax tree `root` and its value `before` at hand.
+fn edit_tree(
+    text: &str,
+    root: &Node,
+    before: &Value,
+    edits: &[LeafEdit],
+) -> Result<Edited, ConfigError> {
     let mut expected = before.clone();
     for e in edits {
         apply(&mut expected, e)?;
     }
-    if expected == before {
+    if expected == *before {
         return Ok(Edited {
             text: text.to_string(),
             faithful: true,
         });
     }
-    if let Some(out) = edit_batch(text, &root, &before, &expected, edits)
+    if let Some(out) = edit_batch(text, root, before, &expected, edits)
         && parse(&out).ok().as_ref() == Some(&expected)
     {
         return Ok(Edited {
@@ -689,7 +779,7 @@ fn edit_text(text: &str, edits: &[LeafEdit]) -> Result<Edited, ConfigError> {
 }
 
 impl LeafEdit {
-    fn path(&self) -> &[String] {
+    pub(super) fn path(&self) -> &[String] {
         match self {
             LeafEdit::Set(p, _) | LeafEdit::SetRaw(p, _, _) | LeafEdit::Remove(p) => p,
         }

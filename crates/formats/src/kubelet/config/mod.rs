@@ -54,7 +54,7 @@ mod tree;
 use serde_json::{Map, Value};
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, StructureStyle};
 
-pub use edit::{edit, raw_scalar, raw_scalars};
+pub use edit::{Document, edit, raw_scalar, raw_scalars};
 pub use render::render_scalar;
 use render::*;
 pub use scalars::parse;

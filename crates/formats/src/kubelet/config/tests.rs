@@ -666,6 +666,34 @@ proptest! {
         }
     }
 
+    /// A [`Document`] answers as [`parse`], [`raw_scalars`] and [`edit`] answer on its
+    /// text: the fixtures, with and without a byte-order mark, and YAML-like noise.
+    #[test]
+    fn h_document_answers_as_the_functions(
+        fixture in 0..FIXTURES.len(),
+        bom in any::<bool>(),
+        noise in "([a-c]|: |:|-|- |\n|  |#|\\{|\\}|\\[|\\]|&a|\\*a|'|\"|,|---)*",
+        use_noise in any::<bool>(),
+        edits in proptest::collection::vec(edit_strategy(), 0..5),
+    ) {
+        let body = if use_noise { noise } else { FIXTURES[fixture].1.to_string() };
+        let text = if bom { format!("\u{feff}{body}") } else { body };
+        let doc = Document::parse(text.clone());
+        prop_assert_eq!(doc.text(), text.as_str());
+        let err = |e: &ConfigError| e.to_string();
+        let want = parse(&text);
+        prop_assert_eq!(doc.value().map_err(err), want.as_ref().map_err(err));
+        let paths: Vec<FieldPath> = edits.iter().map(|e| e.path().to_vec()).collect();
+        prop_assert_eq!(
+            doc.raw_scalars(paths.iter().map(|p| &p[..])),
+            raw_scalars(&text, paths.iter().map(|p| &p[..]))
+        );
+        prop_assert_eq!(
+            doc.edit(&edits).map_err(|e| e.to_string()),
+            edit(&text, &edits).map_err(|e| e.to_string())
+        );
+    }
+
     #[test]
     fn g_no_panic_on_arbitrary_text(text in any::<String>(), path in path_strategy()) {
         let _ = parse(&text);
