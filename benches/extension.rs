@@ -179,10 +179,13 @@ fn connections_to(ports: &std::collections::HashSet<u16>) -> usize {
 }
 
 /// Established TCP connections of process `pid` (its socket descriptors, matched by inode
-/// in /proc/net/tcp) to any of `ports`: what the extension itself holds to agents. The
-/// host-wide count ([`connections_to`]) also counts the bench's own connections and any
-/// server-side row whose peer's ephemeral port happens to equal an agent's port.
-fn connections_of(pid: u32, ports: &std::collections::HashSet<u16>) -> usize {
+/// in /proc/net/tcp) to any of the addresses `to` (as /proc/net/tcp writes them,
+/// [`proc_addr`]): what the extension itself holds to agents. The host-wide count
+/// ([`connections_to`]) also counts the bench's own connections and any row whose peer
+/// has an agent's port number on another address (the kernel gives a client socket of
+/// 127.0.0.1 a port number that a stand-in listens on at 127.0.0.x: at N = 1000 the
+/// extension's own hook connections from the bench matched 4 agent ports in one run).
+fn connections_of(pid: u32, to: &std::collections::HashSet<String>) -> usize {
     let mut inodes = std::collections::HashSet::new();
     if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
         for e in d.flatten() {
@@ -201,15 +204,19 @@ fn connections_of(pid: u32, ports: &std::collections::HashSet<u16>) -> usize {
         .skip(1)
         .filter(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            let remote = f
-                .get(2)
-                .and_then(|r| r.split_once(':'))
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-            f.get(3) == Some(&"01")
-                && remote.is_some_and(|p| ports.contains(&p))
-                && f.get(9).is_some_and(|i| inodes.contains(*i))
+            f.len() > 9 && f[3] == "01" && to.contains(f[2]) && inodes.contains(f[9])
         })
         .count()
+}
+
+/// An IPv4 address as /proc/net/tcp writes it (`0100007F:1F90` for 127.0.0.1:8080).
+fn proc_addr(a: std::net::SocketAddr) -> String {
+    match a.ip() {
+        std::net::IpAddr::V4(ip) => {
+            format!("{:08X}:{:04X}", u32::from_le_bytes(ip.octets()), a.port())
+        }
+        std::net::IpAddr::V6(_) => String::new(),
+    }
 }
 
 /// `Threads` of `pid`.
@@ -599,6 +606,7 @@ async fn fleet_standin(n: usize) {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     let mut ports = std::collections::HashSet::new();
+    let mut remotes = std::collections::HashSet::new();
     for i in 0..n {
         let m = format!("edge-1-cp-{i:03}");
         let a = standin::start(
@@ -611,6 +619,7 @@ async fn fleet_standin(n: usize) {
         )
         .await;
         ports.insert(a.port());
+        remotes.insert(proc_addr(a));
         agents.push((format!("site-a/{m}"), a.to_string()));
     }
     let addrs: Vec<String> = agents.iter().map(|(_, a)| a.clone()).collect();
@@ -624,7 +633,7 @@ async fn fleet_standin(n: usize) {
     // the floor's N connections close when their channels' tasks run: wait for that, so
     // the stand-ins serve only the extension and the counts below are the extension's
     let closing = Instant::now();
-    while connections_of(std::process::id(), &ports) > 0
+    while connections_of(std::process::id(), &remotes) > 0
         && closing.elapsed() < Duration::from_secs(10)
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -679,8 +688,8 @@ async fn fleet_standin(n: usize) {
     let can_wall = t0.elapsed().as_secs_f64();
     let can_cpu = cpu_ms(pid) - cpu0;
     let held_after_can = connections_to(&ports);
-    let ext_held_after_can = connections_of(pid, &ports);
-    let bench_held_after_can = connections_of(std::process::id(), &ports);
+    let ext_held_after_can = connections_of(pid, &remotes);
+    let bench_held_after_can = connections_of(std::process::id(), &remotes);
     let (rss_can, _) = rss_hwm_kib(pid);
     let cpu1 = cpu_ms(pid);
     let t1 = Instant::now();
@@ -712,7 +721,7 @@ async fn fleet_standin(n: usize) {
     let upd_cpu = cpu_ms(pid) - cpu1;
     let (rss, hwm) = rss_hwm_kib(pid);
     let held = connections_to(&ports);
-    let ext_held = connections_of(pid, &ports);
+    let ext_held = connections_of(pid, &remotes);
     let ext_threads = threads(pid);
     let hooks = can.len() + upd.len();
     let p = |name: &str, v: f64, unit: &str| println!("standin_{n}_{name} {v:.1} {unit}");
