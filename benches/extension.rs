@@ -21,7 +21,8 @@
 //! `cargo bench --bench extension` (`BENCH_QUICK=1` for fewer rounds, N = 10 real and 100
 //! stand-in agents only; `BENCH_FLEET=50,100` and `BENCH_STANDIN=500,1000` for those
 //! fleet sizes only, empty for none; `INPLACE_EXTENSION_BIN` for another extension
-//! binary in the stand-in fleet).
+//! binary in the stand-in fleet; `BENCH_HOLD=<seconds>` keeps each stand-in fleet and its
+//! connections that long after printing, to attach a profiler to the extension).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -175,6 +176,56 @@ fn connections_to(ports: &std::collections::HashSet<u16>) -> usize {
             f.get(3) == Some(&"01") && remote.is_some_and(|p| ports.contains(&p))
         })
         .count()
+}
+
+/// Established TCP connections of process `pid` (its socket descriptors, matched by inode
+/// in /proc/net/tcp) to any of the addresses `to` (as /proc/net/tcp writes them,
+/// [`proc_addr`]): what the extension itself holds to agents. The host-wide count
+/// ([`connections_to`]) also counts the bench's own connections and any row whose peer
+/// has an agent's port number on another address (the kernel gives a client socket of
+/// 127.0.0.1 a port number that a stand-in listens on at 127.0.0.x: at N = 1000 the
+/// extension's own hook connections from the bench matched 4 agent ports in one run).
+fn connections_of(pid: u32, to: &std::collections::HashSet<String>) -> usize {
+    let mut inodes = std::collections::HashSet::new();
+    if let Ok(d) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in d.flatten() {
+            if let Ok(t) = std::fs::read_link(e.path())
+                && let Some(i) = t
+                    .to_str()
+                    .and_then(|t| t.strip_prefix("socket:["))
+                    .and_then(|t| t.strip_suffix(']'))
+            {
+                inodes.insert(i.to_string());
+            }
+        }
+    }
+    let t = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    t.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 9 && f[3] == "01" && to.contains(f[2]) && inodes.contains(f[9])
+        })
+        .count()
+}
+
+/// An IPv4 address as /proc/net/tcp writes it (`0100007F:1F90` for 127.0.0.1:8080).
+fn proc_addr(a: std::net::SocketAddr) -> String {
+    match a.ip() {
+        std::net::IpAddr::V4(ip) => {
+            format!("{:08X}:{:04X}", u32::from_le_bytes(ip.octets()), a.port())
+        }
+        std::net::IpAddr::V6(_) => String::new(),
+    }
+}
+
+/// `Threads` of `pid`.
+fn threads(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn pct(xs: &mut [f64], q: f64) -> f64 {
@@ -555,6 +606,7 @@ async fn fleet_standin(n: usize) {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut agents = Vec::new();
     let mut ports = std::collections::HashSet::new();
+    let mut remotes = std::collections::HashSet::new();
     for i in 0..n {
         let m = format!("edge-1-cp-{i:03}");
         let a = standin::start(
@@ -567,6 +619,7 @@ async fn fleet_standin(n: usize) {
         )
         .await;
         ports.insert(a.port());
+        remotes.insert(proc_addr(a));
         agents.push((format!("site-a/{m}"), a.to_string()));
     }
     let addrs: Vec<String> = agents.iter().map(|(_, a)| a.clone()).collect();
@@ -577,6 +630,14 @@ async fn fleet_standin(n: usize) {
         server_name: String::new(),
     };
     let (floor_one, floor_n50, floor_n99) = standin_floors(n, &addrs, &id, &spec).await;
+    // the floor's N connections close when their channels' tasks run: wait for that, so
+    // the stand-ins serve only the extension and the counts below are the extension's
+    let closing = Instant::now();
+    while connections_of(std::process::id(), &remotes) > 0
+        && closing.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let addr = format!("127.0.0.1:{}", common::pki::free_port());
     let config = standin_config(&pki, &client, &addr, n, &agents);
     let ext = Arc::new(spawn_extension(&pki, config, addr));
@@ -627,6 +688,9 @@ async fn fleet_standin(n: usize) {
     let can_wall = t0.elapsed().as_secs_f64();
     let can_cpu = cpu_ms(pid) - cpu0;
     let held_after_can = connections_to(&ports);
+    let ext_held_after_can = connections_of(pid, &remotes);
+    let bench_held_after_can = connections_of(std::process::id(), &remotes);
+    let (rss_can, _) = rss_hwm_kib(pid);
     let cpu1 = cpu_ms(pid);
     let t1 = Instant::now();
     let mut tasks = Vec::new();
@@ -657,6 +721,8 @@ async fn fleet_standin(n: usize) {
     let upd_cpu = cpu_ms(pid) - cpu1;
     let (rss, hwm) = rss_hwm_kib(pid);
     let held = connections_to(&ports);
+    let ext_held = connections_of(pid, &remotes);
+    let ext_threads = threads(pid);
     let hooks = can.len() + upd.len();
     let p = |name: &str, v: f64, unit: &str| println!("standin_{n}_{name} {v:.1} {unit}");
     p("floor_inspect_rtt_p50", floor_one, "ms");
@@ -691,10 +757,18 @@ async fn fleet_standin(n: usize) {
         upd_cpu / upd.len() as f64
     );
     println!("standin_{n}_extension_rss_start {rss0} KiB");
+    println!("standin_{n}_extension_rss_after_can_update {rss_can} KiB");
     println!("standin_{n}_extension_rss_end {rss} KiB");
+    println!("standin_{n}_extension_threads {ext_threads}");
     println!("standin_{n}_extension_rss_peak {hwm} KiB");
     println!(
         "standin_{n}_agent_connections_held {held_after_can} after CanUpdate, {held} at the end"
+    );
+    println!(
+        "standin_{n}_agent_connections_held_by_extension {ext_held_after_can} after CanUpdate, {ext_held} at the end"
+    );
+    println!(
+        "standin_{n}_agent_connections_held_by_the_bench {bench_held_after_can} after CanUpdate (the floor's)"
     );
     println!(
         "standin_{n}_loadavg {}",
@@ -702,6 +776,15 @@ async fn fleet_standin(n: usize) {
             .unwrap_or_default()
             .trim()
     );
+    // BENCH_HOLD=<seconds>: keep the extension, its hook connections and the stand-ins as
+    // they are for that long (to attach a heap profiler, or call malloc_trim with gdb)
+    if let Some(s) = std::env::var("BENCH_HOLD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        println!("standin_{n}_holding {s} s, extension pid {pid}");
+        tokio::time::sleep(Duration::from_secs(s)).await;
+    }
     drop(ext);
     let _ = stop.send(true);
 }

@@ -20,6 +20,8 @@ pub(crate) struct Extension {
     resolver: Box<dyn AgentResolver>,
     /// One mutual-TLS channel per agent, reused across hooks.
     pub(crate) pool: std::sync::Arc<pool::Pool>,
+    /// Hooks in flight, for giving freed memory back after a burst.
+    pub(crate) activity: std::sync::Arc<crate::memory::Activity>,
     /// The Kubernetes side (`[cluster]`): drain, Node readiness, Events, addresses.
     pub(crate) kube: Option<crate::cluster::Kube>,
 }
@@ -50,6 +52,7 @@ impl Extension {
             config,
             resolver: Box::new(Chain(chain)),
             pool: std::sync::Arc::default(),
+            activity: std::sync::Arc::default(),
         }
     }
 
@@ -67,9 +70,23 @@ impl Extension {
     }
 
     /// Closes the pool's idle channels every [`pool::PRUNE_EVERY`] until the extension
-    /// is dropped; [`crate::http::serve`] runs it.
+    /// is dropped, and gives memory freed since the last trim back
+    /// ([`crate::memory::Activity::trim_if_used`]); [`crate::http::serve`] runs it.
     pub(crate) fn prune_pool(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        pool::Pool::prune_forever(std::sync::Arc::downgrade(&self.pool))
+        let pool = std::sync::Arc::downgrade(&self.pool);
+        let activity = std::sync::Arc::downgrade(&self.activity);
+        async move {
+            loop {
+                tokio::time::sleep(pool::PRUNE_EVERY).await;
+                let (Some(p), Some(a)) = (pool.upgrade(), activity.upgrade()) else {
+                    return;
+                };
+                p.prune();
+                // memory freed by the hooks that ended in the last second: a burst that
+                // is still going, or whose last hook came within a second of a trim
+                a.trim_if_used(std::time::Duration::ZERO);
+            }
+        }
     }
 
     /// A client for the Machine's agent: its pooled channel when there is one for the

@@ -26,6 +26,7 @@ pub mod config;
 mod extension;
 mod hooks;
 mod http;
+mod memory;
 mod metrics;
 mod pool;
 mod resolve;

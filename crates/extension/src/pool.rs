@@ -10,11 +10,12 @@
 //!
 //! Bounds: at most [`MAX_CHANNELS`] entries (the least recently used goes first), and an
 //! entry unused for [`IDLE`] is dropped (looked for every [`PRUNE_EVERY`]), closing its
-//! connection, so memory is the pool's
-//! connections and nothing per Machine beyond them. A connection to a node that rebooted
-//! or vanished without a FIN is found dead by HTTP/2 keep-alive pings ([`KEEPALIVE`],
-//! answered within [`KEEPALIVE_TIMEOUT`]) rather than by a hook waiting for its deadline;
-//! a call that fails with `UNAVAILABLE` evicts its channel ([`Pool::evict`]).
+//! connection, so memory is the pool's connections (at most [`MAX_CHANNELS`], about
+//! 66 KiB each) and the connections of the hooks in flight, nothing per Machine beyond
+//! them. A connection to a node that rebooted or vanished without a FIN is found dead by
+//! HTTP/2 keep-alive pings ([`KEEPALIVE`], answered within [`KEEPALIVE_TIMEOUT`]) rather
+//! than by a hook waiting for its deadline; a call that fails with `UNAVAILABLE` evicts
+//! its channel ([`Pool::evict`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,13 +26,23 @@ use tonic::transport::Channel;
 
 use inplace_edge::client::TlsIdentity;
 
-/// Most channels kept (one per agent; a management cluster's extension rarely talks to
-/// more nodes at once).
-pub(crate) const MAX_CHANNELS: usize = 1024;
+/// Most channels kept (one per agent). An idle pooled connection costs the extension
+/// about 66 KiB (rustls client state, h2's 16 KiB write buffer and read buffer, tonic's
+/// buffer task and its queue): measured at N = 1000 with the pool bound at 128, 256, 512
+/// and 1024, RSS after the hooks 31, 43, 62 and 91 MiB (BENCHMARKS.md, "Issue 28: the
+/// extension's memory at N = 1000"). 256 keeps a thousand-Machine rollout under 64 MiB;
+/// its price is a TLS handshake for an agent that was pushed out: CAPI polls each
+/// Machine in UpdateMachine every `retryAfterSeconds` (30 s by default), so with more
+/// than 256 Machines in flight at once a poll costs a handshake (about a millisecond of
+/// CPU), and a rollout's usual working set (its `maxSurge`/`maxUnavailable` Machines)
+/// stays pooled. The least recently used entry goes first; its connection closes when
+/// the last hook using it is done (a tonic channel lives as long as a clone of it).
+pub(crate) const MAX_CHANNELS: usize = 256;
 /// A channel unused this long is closed.
 pub(crate) const IDLE: Duration = Duration::from_secs(120);
-/// How often idle channels are looked for.
-pub(crate) const PRUNE_EVERY: Duration = Duration::from_secs(5);
+/// How often idle channels are looked for (and freed memory given back,
+/// [`crate::memory::Activity::trim_if_used`]).
+pub(crate) const PRUNE_EVERY: Duration = crate::memory::TRIM_EVERY;
 /// What a channel is for: address, server name, identity digest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
@@ -124,23 +135,12 @@ impl Pool {
 
     /// Drops every channel unused for [`IDLE`], closing its connection (the last clone
     /// of a tonic channel going ends its connection task). Run every [`PRUNE_EVERY`] by
-    /// [`Pool::prune_forever`], so an idle channel closes within `IDLE + PRUNE_EVERY`
-    /// also when no later hook comes.
+    /// [`crate::extension::Extension::prune_pool`], so an idle channel closes within
+    /// `IDLE + PRUNE_EVERY` also when no later hook comes.
     pub(crate) fn prune(&self) {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         e.retain(|_, (_, used)| now.duration_since(*used) < IDLE);
-    }
-
-    /// [`Pool::prune`] every [`PRUNE_EVERY`], for as long as the pool lives.
-    pub(crate) async fn prune_forever(pool: std::sync::Weak<Self>) {
-        loop {
-            tokio::time::sleep(PRUNE_EVERY).await;
-            match pool.upgrade() {
-                Some(p) => p.prune(),
-                None => return,
-            }
-        }
     }
 
     /// Drops the channel for `key` (its connection failed): the next call connects anew.
@@ -256,6 +256,8 @@ mod tests {
         assert_eq!(pool.len(), MAX_CHANNELS);
         // the first ones put were the least recently used: they went
         assert!(pool.get(&Key::new("10.0.0.0:9444", &id("c"))).is_none());
-        assert!(pool.get(&Key::new("10.0.4.4:9444", &id("c"))).is_some());
+        let last = MAX_CHANNELS + 4;
+        let last = format!("10.0.{}.{}:9444", last / 256, last % 256);
+        assert!(pool.get(&Key::new(&last, &id("c"))).is_some());
     }
 }

@@ -310,6 +310,8 @@ async fn respond(
     requests: &Arc<Budget>,
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
+    // the last hook in flight gives freed memory back when it ends (crate::memory)
+    let _busy = ext.activity.busy();
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     // The clock starts when the request arrives, before the body is read.
