@@ -493,8 +493,9 @@ impl Sysroot {
     pub fn stat(&self, path: &str) -> Result<Option<Entry>> {
         let r = Self::noted(self.lstat(path).map(|st| st.map(|st| entry_of(&st))));
         if trace::is_volatile(path) {
-            if let Ok(e) = &r {
-                self.note(|| Dep::Meta(path.to_string(), *e));
+            match &r {
+                Ok(e) => self.note(|| Dep::Meta(path.to_string(), *e)),
+                Err(e) => trace::poison(&e.to_string()),
             }
         } else {
             self.note_path(path);
@@ -646,8 +647,9 @@ impl Sysroot {
     pub fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
         let r = Self::noted(self.read_untraced(path));
         if trace::is_volatile(path) {
-            if let Ok(c) = &r {
-                self.note(|| Dep::Content(path.to_string(), c.clone()));
+            match &r {
+                Ok(c) => self.note(|| Dep::Content(path.to_string(), c.clone())),
+                Err(e) => trace::poison(&e.to_string()),
             }
         } else {
             self.note_path(path);

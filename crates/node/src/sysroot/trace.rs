@@ -54,7 +54,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, StatVfsMountFlags};
 
-use super::{Entry, Stamp, Sysroot};
+use super::{Entry, Kind, Stamp, Sysroot};
 
 /// A change this close before a computation began keeps its trace from being sealed
 /// (50 ms: several ticks of the coarse clock file times come from, 4 ms at HZ=250).
@@ -164,8 +164,8 @@ pub(super) fn active() -> bool {
 /// What one look saw at a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
-    /// The stamp of what is there.
-    Stamp(Stamp),
+    /// The stamp of what is there, and what it is.
+    Stamp(Stamp, Kind),
     /// Nothing (`ENOENT`).
     Absent,
     /// A component on the way is not a directory (`ENOTDIR`).
@@ -185,10 +185,8 @@ enum Look {
     Room(String),
     /// `statvfs` of the directory: read-only.
     ReadOnly(String),
-    /// The content of a kernel interface file.
-    Content(String),
-    /// The metadata of a kernel interface path.
-    Meta(String),
+    /// A kernel interface path: its metadata and, when read, its content (one open).
+    Kernel(String),
     /// The owner, group and mode of the sysroot's own `/` (the trust checks read them:
     /// [`Sysroot::read_trusted`] checks from `/` down; its times are not looked at, as
     /// an entry added to `/` changes them and each path's chain covers its own entries).
@@ -201,8 +199,12 @@ enum Expect {
     Seen(Seen),
     Bytes(u64),
     Flag,
-    Content(Option<Vec<u8>>),
-    Meta(Option<Entry>),
+    /// What a kernel interface path showed: its metadata (None: absent) when it was
+    /// looked at, its content (None: absent) when it was read.
+    Kernel {
+        meta: Option<Option<Entry>>,
+        content: Option<Option<Vec<u8>>>,
+    },
     /// (uid, gid, mode) of the sysroot's `/`.
     Owner(u32, u32, u32),
 }
@@ -272,23 +274,9 @@ impl Trace {
                     if c.as_ref().is_some_and(|c| c.len() > MAX_CONTENT) {
                         return Err(format!("{p} is too large to compare"));
                     }
-                    let e = Expect::Content(c);
-                    if looks
-                        .insert((r, Look::Content(p.clone())), e.clone())
-                        .is_some_and(|o| o != e)
-                    {
-                        return Err(format!("{p} changed while being read"));
-                    }
+                    kernel(&mut looks, r, p, None, Some(c))?;
                 }
-                Dep::Meta(p, m) => {
-                    let e = Expect::Meta(m);
-                    if looks
-                        .insert((r, Look::Meta(p.clone())), e.clone())
-                        .is_some_and(|o| o != e)
-                    {
-                        return Err(format!("{p} changed while being read"));
-                    }
-                }
+                Dep::Meta(p, m) => kernel(&mut looks, r, p, Some(m), None)?,
             }
         }
         let mut out = Vec::with_capacity(looks.len());
@@ -298,7 +286,7 @@ impl Trace {
                     let seen = look_at(roots[r], &look);
                     match &seen {
                         Seen::Failed => return Err(format!("{p} could not be looked at")),
-                        Seen::Stamp(s) if is_racy(s, self.started) => {
+                        Seen::Stamp(s, _) if is_racy(s, self.started) => {
                             return Err(format!("{p} changed a moment ago"));
                         }
                         _ => {}
@@ -320,8 +308,88 @@ impl Trace {
             };
             out.push((r, look, expect));
         }
-        Ok(Seal { looks: out })
+        Ok(Seal { looks: pruned(out) })
     }
+}
+
+/// Adds what a read of the kernel interface `p` showed to its look; an answer that
+/// differs from an earlier read's in the same computation is an error (it changed while
+/// being read).
+fn kernel(
+    looks: &mut BTreeMap<(usize, Look), Expect>,
+    r: usize,
+    p: String,
+    meta: Option<Option<Entry>>,
+    content: Option<Option<Vec<u8>>>,
+) -> Result<(), String> {
+    let changed = || format!("{p} changed while being read");
+    let e = looks
+        .entry((r, Look::Kernel(p.clone())))
+        .or_insert(Expect::Kernel {
+            meta: None,
+            content: None,
+        });
+    let Expect::Kernel {
+        meta: m,
+        content: c,
+    } = e
+    else {
+        return Err(changed());
+    };
+    if let Some(meta) = meta {
+        if m.as_ref().is_some_and(|old| *old != meta) {
+            return Err(changed());
+        }
+        *m = Some(meta);
+    }
+    if let Some(content) = content {
+        if c.as_ref().is_some_and(|old| *old != content) {
+            return Err(changed());
+        }
+        *c = Some(content);
+    }
+    Ok(())
+}
+
+/// The looks whose answer the others already decide, left out (one system call each,
+/// every call of a kept answer):
+/// - a path below one seen absent, or seen as something other than a directory or a
+///   symlink: it is absent (or not reachable) as long as that one looks the same;
+/// - a followed path with no symlink on its chain nor at its end: it resolves to the
+///   lexical path, whose own look is there.
+fn pruned(looks: Vec<(usize, Look, Expect)>) -> Vec<(usize, Look, Expect)> {
+    let seen: std::collections::HashMap<(usize, String), Seen> = looks
+        .iter()
+        .filter_map(|(r, look, e)| match (look, e) {
+            (Look::Lstat(p), Expect::Seen(s)) => Some(((*r, p.clone()), s.clone())),
+            _ => None,
+        })
+        .collect();
+    let at = |r: usize, p: &str| seen.get(&(r, p.to_string()));
+    let dead_end = |s: Option<&Seen>| match s {
+        Some(Seen::Absent | Seen::NotDir) => true,
+        Some(Seen::Stamp(_, k)) => !matches!(k, Kind::Dir | Kind::Symlink),
+        _ => false,
+    };
+    looks
+        .into_iter()
+        .filter(|(r, look, _)| match look {
+            Look::Lstat(p) => !chain(p)
+                .filter(|a| *a != p.as_str())
+                .any(|a| dead_end(at(*r, a))),
+            Look::Follow(p) => chain(p).any(|a| {
+                !matches!(
+                    at(*r, a),
+                    Some(
+                        Seen::Stamp(_, Kind::Dir | Kind::File | Kind::Other)
+                            | Seen::Absent
+                            | Seen::NotDir
+                    )
+                )
+            }),
+            _ => true,
+        })
+        .collect()
 }
 
 impl Seal {
@@ -371,7 +439,7 @@ fn look_at(root: &Sysroot, look: &Look) -> Seen {
         _ => return Seen::Failed,
     };
     match answer {
-        Ok(st) => Seen::Stamp(Stamp::of(&st)),
+        Ok(st) => Seen::Stamp(Stamp::of(&st), super::kind_of(&st)),
         Err(rustix::io::Errno::NOENT) => Seen::Absent,
         Err(rustix::io::Errno::NOTDIR) => Seen::NotDir,
         Err(_) => Seen::Failed,
@@ -390,11 +458,51 @@ fn holds(root: &Sysroot, look: &Look, expect: &Expect) -> bool {
         (Look::ReadOnly(d), Expect::Flag) => {
             statvfs(root, d).is_some_and(|v| v.f_flag.contains(StatVfsMountFlags::RDONLY))
         }
-        (Look::Content(p), Expect::Content(c)) => root.read(p).ok().as_ref() == Some(c),
-        (Look::Meta(p), Expect::Meta(m)) => root.stat(p).ok().as_ref() == Some(m),
+        (Look::Kernel(p), Expect::Kernel { meta, content }) => {
+            look_kernel(root, p, content.is_some()).is_some_and(|(m, c)| {
+                meta.as_ref().is_none_or(|want| *want == m)
+                    && content.as_ref().is_none_or(|want| *want == c)
+            })
+        }
         (Look::Root, e @ Expect::Owner(..)) => owner(root).as_ref() == Some(e),
         _ => false,
     }
+}
+
+/// A kernel interface path opened once as [`Sysroot::read`] and [`Sysroot::stat`] reach
+/// it (below the sysroot, no symlink followed: `openat2(RESOLVE_IN_ROOT |
+/// RESOLVE_NO_SYMLINKS)`), with its metadata and, when `read`, its content (a regular file
+/// only, at most [`MAX_CONTENT`] bytes); None when it can not be looked at that way (the
+/// look then fails: the seal does not hold).
+fn look_kernel(root: &Sysroot, p: &str, read: bool) -> Option<(Option<Entry>, Option<Vec<u8>>)> {
+    use std::io::Read;
+    let fd = match rustix::fs::openat2(
+        &root.root,
+        relative(p),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::IN_ROOT
+            | rustix::fs::ResolveFlags::NO_SYMLINKS
+            | rustix::fs::ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Some((None, None)),
+        Err(_) => return None,
+    };
+    let st = rustix::fs::fstat(&fd).ok()?;
+    let entry = super::entry_of(&st);
+    if !read {
+        return Some((Some(entry), None));
+    }
+    if entry.kind != Kind::File {
+        return None;
+    }
+    let mut buf = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_CONTENT as u64 + 1)
+        .read_to_end(&mut buf)
+        .ok()?;
+    Some((Some(entry), Some(buf)))
 }
 
 /// The owner, group and mode of the sysroot's `/` (the descriptor it was opened as).

@@ -85,6 +85,16 @@ fn every_change_a_read_depends_on_breaks_the_seal() {
         ("a file that was absent appears", |p| {
             std::fs::write(p.join("etc/kubernetes/absent.conf"), "x").unwrap()
         }),
+        ("a directory that was absent appears with the file below it", |p| {
+            std::fs::create_dir_all(p.join("etc/nothere/deeper")).unwrap();
+            std::fs::write(p.join("etc/nothere/deeper/x.conf"), "x").unwrap()
+        }),
+        ("a file on the way replaced by a directory", |p| {
+            let k = p.join("etc/kubernetes/kubelet.conf");
+            std::fs::remove_file(&k).unwrap();
+            std::fs::create_dir(&k).unwrap();
+            std::fs::write(k.join("x"), "x").unwrap()
+        }),
         ("an entry added to a listed directory", |p| {
             std::fs::write(p.join("etc/sysctl.d/30-c.conf"), "vm.z = 3\n").unwrap()
         }),
@@ -198,4 +208,20 @@ fn the_roots_mode_is_looked_at_and_not_its_times() {
     assert!(!seal.holds(&[&root]));
     mode(was).unwrap();
     assert!(seal.holds(&[&root]));
+}
+
+/// What other looks decide is not looked at: below an absent directory, and a followed
+/// path with no symlink on its way (one look each per kept call).
+#[test]
+fn looks_decided_by_others_are_left_out() {
+    let (_d, root) = node();
+    let seal = |f: &dyn Fn()| record(f).1.seal(&[&root]).unwrap().looks();
+    // `/` and `/nothere`: nothing below it
+    assert_eq!(seal(&|| drop(root.probe("/nothere/a/b/c", 1024).unwrap())), 2);
+    // `/`, `/etc`, `/etc/kubernetes`, the file: no followed look of its own
+    let plain = seal(&|| drop(root.read_string_following("/etc/kubernetes/kubelet.conf")));
+    assert_eq!(plain, 4);
+    // a link at the end: the followed look is kept
+    let linked = seal(&|| drop(root.read_string_following("/etc/sysctl.d/20-b.conf")));
+    assert_eq!(linked, 5);
 }
