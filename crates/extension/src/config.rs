@@ -768,6 +768,13 @@ impl Config {
             Some(v) => parse_try_seconds(v).map_err(|e| format!("settings.trySeconds: {e}"))?,
             None => self.update.try_seconds,
         };
+        // as update.try_seconds is refused at start without [cluster]: a try nothing could
+        // confirm would otherwise be applied as an ordinary change, silently
+        if try_seconds > 0 && self.cluster.is_none() {
+            return Err(format!(
+                "settings.trySeconds: {try_seconds} needs the extension's [cluster] table (the Node's Lease confirms a timed try); add [cluster] to the extension's config, or remove the setting"
+            ));
+        }
         let unknown = settings
             .keys()
             .filter(|k| !SETTINGS.contains(&k.as_str()))
@@ -861,6 +868,13 @@ mod tests {
                 .unwrap_err()
                 .contains("settings.trySeconds: \"5m\" is not a whole number of seconds")
         );
+        // the setting without [cluster]: refused as the config key is, never ignored
+        let bare = Config::parse(MIN, "t").unwrap();
+        assert_eq!(
+            bare.effective(&s("30")).unwrap_err(),
+            "settings.trySeconds: 30 needs the extension's [cluster] table (the Node's Lease confirms a timed try); add [cluster] to the extension's config, or remove the setting"
+        );
+        assert_eq!(bare.effective(&s("0")).unwrap().try_seconds, 0);
     }
 
     /// The configuration `deploy/extension.yaml` ships is valid, and requires CAPI's

@@ -101,6 +101,19 @@ fn waiting(eff: &Effective, msg: String) -> UpdateMachineResponse {
     UpdateMachineResponse::new(Status::Success, msg, eff.retry_after_seconds)
 }
 
+/// When CAPI should call again while a timed try waits for its Node: half the seconds
+/// left in the try (at least 1), and never later than `retry_after`: a call after the try's
+/// deadline finds it reverted, so `retryAfterSeconds` (30) longer than the try would
+/// revert every try (a fresh user's finding). No deadline known: `retry_after`.
+pub(crate) fn retry_within_try(retry_after: i32, secs_left: Option<i64>) -> i32 {
+    match secs_left {
+        Some(left) => i32::try_from(left / 2)
+            .unwrap_or(i32::MAX)
+            .clamp(1, retry_after.max(1)),
+        None => retry_after,
+    }
+}
+
 impl Extension {
     /// Drives the update of `desired` (whose bootstrap config's NodeSpec is `base`,
     /// [`capi::desired_node_spec`]) on the node: (the answer, the operation id). With a
@@ -432,24 +445,28 @@ impl Extension {
             i128::from(u.seconds) * 1_000_000_000 + i128::from(u.nanos)
         });
         if let Err(why) = k.node_ready_since(t, version, since).await {
-            let left = op.try_deadline.as_ref().map_or(String::new(), |d| {
-                let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                format!(" in {} s", (d.seconds - now).max(0))
-            });
-            return Err(waiting(
+            let now = k8s_openapi::jiff::Timestamp::now().as_second();
+            let secs_left = op.try_deadline.as_ref().map(|d| (d.seconds - now).max(0));
+            let left = secs_left.map_or(String::new(), |s| format!(" in {s} s"));
+            let mut w = waiting(
                 eff,
                 format!(
                     "timed try {}: {why}; not confirmed yet (the node reverts the change{left} unless it is confirmed)",
                     op.id
                 ),
-            ));
+            );
+            w.retry_after_seconds = retry_within_try(eff.retry_after_seconds, secs_left);
+            return Err(w);
         }
         let req = pb::ConfirmRequest {
             operation_id: op.id.clone(),
         };
         match call(eff.agent_timeout, "confirm", c.confirm(req)).await {
             Ok(op) => {
-                tracing::info!(operation = %op.id, "timed try confirmed: the Node is Ready");
+                tracing::info!(
+                    operation = %op.id,
+                    "timed try confirmed: the Node is Ready and its kubelet renewed its Lease after the change"
+                );
                 Ok(op)
             }
             // too late: the agent reverted it; the next call answers from its phase

@@ -122,3 +122,15 @@ fn update_machine_answers_are_labelled_as_before() {
         ]
     );
 }
+
+/// While a timed try waits for its Node, CAPI is asked back within the try: half the
+/// seconds left (at least 1), never later than `retryAfterSeconds`.
+#[test]
+fn a_waiting_try_is_asked_back_before_its_deadline() {
+    use super::driver::retry_within_try;
+    assert_eq!(retry_within_try(30, Some(9)), 4);
+    assert_eq!(retry_within_try(30, Some(1)), 1);
+    assert_eq!(retry_within_try(30, Some(0)), 1);
+    assert_eq!(retry_within_try(30, Some(600)), 30);
+    assert_eq!(retry_within_try(30, None), 30);
+}

@@ -85,10 +85,13 @@ fn every_change_a_read_depends_on_breaks_the_seal() {
         ("a file that was absent appears", |p| {
             std::fs::write(p.join("etc/kubernetes/absent.conf"), "x").unwrap()
         }),
-        ("a directory that was absent appears with the file below it", |p| {
-            std::fs::create_dir_all(p.join("etc/nothere/deeper")).unwrap();
-            std::fs::write(p.join("etc/nothere/deeper/x.conf"), "x").unwrap()
-        }),
+        (
+            "a directory that was absent appears with the file below it",
+            |p| {
+                std::fs::create_dir_all(p.join("etc/nothere/deeper")).unwrap();
+                std::fs::write(p.join("etc/nothere/deeper/x.conf"), "x").unwrap()
+            },
+        ),
         ("a file on the way replaced by a directory", |p| {
             let k = p.join("etc/kubernetes/kubelet.conf");
             std::fs::remove_file(&k).unwrap();
@@ -217,7 +220,10 @@ fn looks_decided_by_others_are_left_out() {
     let (_d, root) = node();
     let seal = |f: &dyn Fn()| record(f).1.seal(&[&root]).unwrap().looks();
     // `/` and `/nothere`: nothing below it
-    assert_eq!(seal(&|| drop(root.probe("/nothere/a/b/c", 1024).unwrap())), 2);
+    assert_eq!(
+        seal(&|| drop(root.probe("/nothere/a/b/c", 1024).unwrap())),
+        2
+    );
     // `/`, `/etc`, `/etc/kubernetes`, the file: no followed look of its own
     let plain = seal(&|| drop(root.read_string_following("/etc/kubernetes/kubelet.conf")));
     assert_eq!(plain, 4);
