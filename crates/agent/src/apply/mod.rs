@@ -542,6 +542,20 @@ impl Agent {
             .map(|r| (r, false))
     }
 
+    /// The kept answer of this request when the node is unchanged since it was computed
+    /// ([`kept`]); None otherwise (then [`Agent::coverage_answer`]). One look per path
+    /// the answer read and no parse nor plan: cheap enough for the server to ask on its
+    /// async worker before it hands a computation to a blocking thread.
+    pub(crate) fn kept_coverage(
+        &self,
+        desired: &pb::NodeSpec,
+        policy: RebootPolicy,
+        diff: Option<&pb::DiffOptions>,
+    ) -> Option<pb::CoverageReport> {
+        let key = kept::key(desired, policy, diff)?;
+        self.kept.get(&key, &[&self.root, self.state.sysroot()])
+    }
+
     /// [`Agent::coverage_answer`], computed.
     fn coverage_computed(
         &self,
