@@ -319,6 +319,8 @@ impl Agent {
                 synced.insert(parent_of(&r.path));
                 run.undo.push(Undo::File(r.path.clone(), before));
                 run.op.push_action(format!("removed {}", r.path));
+                // killed between two removals (tests/crash_removal.rs)
+                inplace_node::failpoint::hit("remove");
             }
         }
         // each directory once, before its now empty subdirectories are removed
