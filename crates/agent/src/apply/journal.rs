@@ -406,11 +406,7 @@ impl Agent {
                 let saved = next
                     .and_then(|n| op.enter(n, settled.message.clone(), now()))
                     .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        self.state
-                            .save_operation(op.wire())
-                            .map_err(|e| e.to_string())
-                    });
+                    .and_then(|()| self.save_op(op.wire()).map_err(|e| e.to_string()));
                 if let Err(e) = saved {
                     self.problem(format!("operation {id}: {} ({e})", settled.message));
                 }
