@@ -253,6 +253,21 @@ fn rss_kib(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// RssAnon of `pid` (heap, stacks: what the daemon's own allocations hold; VmRSS adds
+/// the binary's file-backed pages), KiB.
+fn rss_anon_kib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Threads of `pid` now.
+fn threads(pid: u32) -> f64 {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) as f64
+}
+
 /// utime + stime of `pid` (all threads), in ms (from clock ticks).
 fn cpu_ms(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -737,6 +752,30 @@ async fn run(quick: bool, n: Counts) {
         }
         return;
     }
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "apply") {
+        note(format!("binary {} quick={quick}", daemon_binary()));
+        let mut app = Daemon::new("apply");
+        std::fs::create_dir_all(app.path("/etc/bench-apply")).unwrap();
+        app.start().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        rep.fig("rss_idle_apply_node", rss_kib(app.pid()), "KiB");
+        let (ca, ch) = apply_block(&app, &mut rep, &n).await;
+        drop(ca);
+        drop(ch);
+        app.stop().await;
+        for l in &rep.tail {
+            println!("{l}");
+        }
+        return;
+    }
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "memory") {
+        note(format!("binary {} quick={quick}", daemon_binary()));
+        memory_under_operations(quick, &mut rep).await;
+        for l in &rep.tail {
+            println!("{l}");
+        }
+        return;
+    }
     note(format!(
         "binary {} quick={quick} nproc={}",
         daemon_binary(),
@@ -775,103 +814,7 @@ async fn run(quick: bool, n: Counts) {
     rep.fig("rss_idle", rss_idle_cov, "KiB");
     rep.fig("rss_idle_apply_node", rss_idle_app, "KiB");
 
-    // ---- 2. durable apply throughput (on A), interleaved with the plain loop
-    let plain_dir = app.dir.path().join("plain");
-    std::fs::create_dir_all(&plain_dir).unwrap();
-    let ch_a = inplace_edge::client::channel(&app.socket).await.unwrap();
-    let mut ca = NodeAgentClient::new(ch_a.clone());
-    let empty = pb::NodeSpec::default();
-    let mut revert = 0usize;
-    // warm-up: one apply and revert
-    timed_apply(&mut ca, &new_files_spec("warm", 10), "warm").await;
-    revert += 1;
-    timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
-    let mut t200 = Vec::new();
-    let mut p200 = Vec::new();
-    // the removal of the 200 files (the revert), and its floor: unlink, one directory fsync
-    let (mut r200, mut u200) = (Vec::new(), Vec::new());
-    for k in 0..n.apply_reps_200 {
-        let spec = new_files_spec(&format!("r{k}"), 200);
-        let plain: Vec<(String, Vec<u8>)> = spec
-            .files
-            .iter()
-            .map(|f| {
-                (
-                    Path::new(&f.path)
-                        .file_name()
-                        .unwrap()
-                        .to_string_lossy()
-                        .into_owned(),
-                    f.content.clone(),
-                )
-            })
-            .collect();
-        p200.push(plain_durable(&plain_dir, &plain));
-        u200.push(plain_cleanup(&plain_dir, &plain));
-        t200.push(timed_apply(&mut ca, &spec, &format!("apply200-{k}")).await);
-        revert += 1;
-        r200.push(timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await);
-        note(format!(
-            "apply 200 files {k}: {:.1} ms, plain {:.1} ms",
-            ms(t200[k]),
-            ms(p200[k])
-        ));
-    }
-    let mut t1 = Vec::new();
-    let mut p1 = Vec::new();
-    // daemon CPU (schedstat, all threads) over the block of 1-file applies
-    let mut cpu1 = 0.0;
-    for k in 0..n.apply_reps_1 {
-        let spec = new_files_spec(&format!("one{k}"), 1);
-        let plain = vec![(format!("one{k}.conf"), spec.files[0].content.clone())];
-        p1.push(plain_durable(&plain_dir, &plain));
-        plain_cleanup(&plain_dir, &plain);
-        let s0 = sched(app.pid());
-        t1.push(timed_apply(&mut ca, &spec, &format!("apply1-{k}")).await);
-        cpu1 += sched_delta(&s0, &sched(app.pid())).0;
-        revert += 1;
-        timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
-    }
-    let (a200, f200) = (pct(&t200, 50.0), pct(&p200, 50.0));
-    let (a1, f1) = (pct(&t1, 50.0), pct(&p1, 50.0));
-    rep.fig("apply_200_files_p50", ms(a200), "ms");
-    rep.fig("apply_200_files_min", ms(pct(&t200, 0.0)), "ms");
-    rep.fig("apply_200_files_per_file", us(a200) / 200.0, "us");
-    rep.fig("apply_1_file_p50", ms(a1), "ms");
-    rep.fig("apply_1_file_min", ms(pct(&t1, 0.0)), "ms");
-    rep.fig("apply_fixed_overhead_p50", ms(a1.saturating_sub(f1)), "ms");
-    rep.fig("apply_1_file_daemon_cpu", cpu1 / t1.len() as f64, "ms");
-    let (rm200, fu200) = (pct(&r200, 50.0), pct(&u200, 50.0));
-    rep.fig("remove_200_files_p50", ms(rm200), "ms");
-    rep.floor("floor_unlink_200_files_p50", ms(fu200), "ms");
-    rep.ratio("ratio_remove_200_vs_floor_p50", ms(rm200), ms(fu200));
-    rep.floor("floor_durable_200_files_p50", ms(f200), "ms");
-    rep.floor("floor_durable_200_files_min", ms(pct(&p200, 0.0)), "ms");
-    rep.floor("floor_durable_1_file_p50", ms(f1), "ms");
-    rep.ratio("ratio_apply_200_vs_floor_p50", ms(a200), ms(f200));
-    rep.ratio(
-        "ratio_apply_200_vs_floor_min",
-        ms(pct(&t200, 0.0)),
-        ms(pct(&p200, 0.0)),
-    );
-    rep.ratio("ratio_apply_1_vs_floor_p50", ms(a1), ms(f1));
-
-    // the durable barriers of one operation, counted by strace (when it is installed)
-    for (label, n_files) in [("1_file", 1usize), ("200_files", 200)] {
-        let spec = new_files_spec(&format!("fs{n_files}"), n_files);
-        let pid = app.pid();
-        let applied = fsyncs(pid, timed_apply(&mut ca, &spec, &format!("fsync-{label}"))).await;
-        revert += 1;
-        let removed = fsyncs(
-            pid,
-            timed_apply(&mut ca, &empty, &format!("revert-{revert}")),
-        )
-        .await;
-        if let (Some(a), Some(r)) = (applied, removed) {
-            rep.fig(&format!("fsyncs_apply_{label}"), a as f64, "fsyncs");
-            rep.fig(&format!("fsyncs_remove_{label}"), r as f64, "fsyncs");
-        }
-    }
+    let (mut ca, ch_a) = apply_block(&app, &mut rep, &n).await;
 
     // leave 200 managed files on A, so its idle window includes the drift watcher's work
     timed_apply(&mut ca, &new_files_spec("managed", 200), "managed").await;
@@ -1104,6 +1047,133 @@ async fn run(quick: bool, n: Counts) {
 // ------------------------------------------------------------------------------------------
 // 6. Memory under operations (issue 16 section 1)
 
+/// The apply section on daemon A: 200-file applies and their removals against the plain
+/// loops, 1-file applies with the daemon's CPU, the fsyncs of one operation. Alone with
+/// `BENCH_ONLY=apply`.
+async fn apply_block(
+    app: &Daemon,
+    rep: &mut Report,
+    n: &Counts,
+) -> (NodeAgentClient<Channel>, Channel) {
+    // ---- 2. durable apply throughput (on A), interleaved with the plain loop
+    let plain_dir = app.dir.path().join("plain");
+    std::fs::create_dir_all(&plain_dir).unwrap();
+    let ch_a = inplace_edge::client::channel(&app.socket).await.unwrap();
+    let mut ca = NodeAgentClient::new(ch_a.clone());
+    let empty = pb::NodeSpec::default();
+    let mut revert = 0usize;
+    // warm-up: one apply and revert
+    timed_apply(&mut ca, &new_files_spec("warm", 10), "warm").await;
+    revert += 1;
+    timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
+    let mut t200 = Vec::new();
+    let mut p200 = Vec::new();
+    // the removal of the 200 files (the revert), and its floor: unlink, one directory fsync
+    let (mut r200, mut u200) = (Vec::new(), Vec::new());
+    for k in 0..n.apply_reps_200 {
+        let spec = new_files_spec(&format!("r{k}"), 200);
+        let plain: Vec<(String, Vec<u8>)> = spec
+            .files
+            .iter()
+            .map(|f| {
+                (
+                    Path::new(&f.path)
+                        .file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                    f.content.clone(),
+                )
+            })
+            .collect();
+        p200.push(plain_durable(&plain_dir, &plain));
+        u200.push(plain_cleanup(&plain_dir, &plain));
+        t200.push(timed_apply(&mut ca, &spec, &format!("apply200-{k}")).await);
+        revert += 1;
+        r200.push(timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await);
+        note(format!(
+            "apply 200 files {k}: {:.1} ms, plain {:.1} ms",
+            ms(t200[k]),
+            ms(p200[k])
+        ));
+    }
+    let mut t1 = Vec::new();
+    let mut p1 = Vec::new();
+    // daemon CPU (schedstat, all threads) over the block of 1-file applies
+    let mut cpu1 = 0.0;
+    // the same from /proc/<pid>/stat (utime + stime, clock ticks): it includes threads that
+    // exited during the apply (one per operation until issue 28 session 8), which the
+    // schedstat sum of the threads alive at the end leaves out
+    let mut cpu1_all = 0.0;
+    let mut anon = Vec::new();
+    for k in 0..n.apply_reps_1 {
+        let spec = new_files_spec(&format!("one{k}"), 1);
+        let plain = vec![(format!("one{k}.conf"), spec.files[0].content.clone())];
+        p1.push(plain_durable(&plain_dir, &plain));
+        plain_cleanup(&plain_dir, &plain);
+        let s0 = sched(app.pid());
+        let c0 = cpu_ms(app.pid());
+        t1.push(timed_apply(&mut ca, &spec, &format!("apply1-{k}")).await);
+        cpu1 += sched_delta(&s0, &sched(app.pid())).0;
+        cpu1_all += cpu_ms(app.pid()) - c0;
+        anon.push(rss_anon_kib(app.pid()));
+        revert += 1;
+        timed_apply(&mut ca, &empty, &format!("revert-{revert}")).await;
+    }
+    let (a200, f200) = (pct(&t200, 50.0), pct(&p200, 50.0));
+    let (a1, f1) = (pct(&t1, 50.0), pct(&p1, 50.0));
+    rep.fig("apply_200_files_p50", ms(a200), "ms");
+    rep.fig("apply_200_files_min", ms(pct(&t200, 0.0)), "ms");
+    rep.fig("apply_200_files_per_file", us(a200) / 200.0, "us");
+    rep.fig("apply_1_file_p50", ms(a1), "ms");
+    rep.fig("apply_1_file_min", ms(pct(&t1, 0.0)), "ms");
+    rep.fig("apply_fixed_overhead_p50", ms(a1.saturating_sub(f1)), "ms");
+    rep.fig("apply_1_file_daemon_cpu", cpu1 / t1.len() as f64, "ms");
+    rep.fig(
+        "apply_1_file_daemon_cpu_all_threads",
+        cpu1_all / t1.len() as f64,
+        "ms",
+    );
+    rep.fig(
+        "rss_anon_after_1_file_applies",
+        anon.last().copied().unwrap_or(0.0),
+        "KiB",
+    );
+    let (rm200, fu200) = (pct(&r200, 50.0), pct(&u200, 50.0));
+    rep.fig("remove_200_files_p50", ms(rm200), "ms");
+    rep.floor("floor_unlink_200_files_p50", ms(fu200), "ms");
+    rep.ratio("ratio_remove_200_vs_floor_p50", ms(rm200), ms(fu200));
+    rep.floor("floor_durable_200_files_p50", ms(f200), "ms");
+    rep.floor("floor_durable_200_files_min", ms(pct(&p200, 0.0)), "ms");
+    rep.floor("floor_durable_1_file_p50", ms(f1), "ms");
+    rep.ratio("ratio_apply_200_vs_floor_p50", ms(a200), ms(f200));
+    rep.ratio(
+        "ratio_apply_200_vs_floor_min",
+        ms(pct(&t200, 0.0)),
+        ms(pct(&p200, 0.0)),
+    );
+    rep.ratio("ratio_apply_1_vs_floor_p50", ms(a1), ms(f1));
+
+    // the durable barriers of one operation, counted by strace (when it is installed)
+    for (label, n_files) in [("1_file", 1usize), ("200_files", 200)] {
+        let spec = new_files_spec(&format!("fs{n_files}"), n_files);
+        let pid = app.pid();
+        let applied = fsyncs(pid, timed_apply(&mut ca, &spec, &format!("fsync-{label}"))).await;
+        revert += 1;
+        let removed = fsyncs(
+            pid,
+            timed_apply(&mut ca, &empty, &format!("revert-{revert}")),
+        )
+        .await;
+        if let (Some(a), Some(r)) = (applied, removed) {
+            rep.fig(&format!("fsyncs_apply_{label}"), a as f64, "fsyncs");
+            rep.fig(&format!("fsyncs_remove_{label}"), r as f64, "fsyncs");
+        }
+    }
+
+    (ca, ch_a)
+}
+
 /// RSS of a daemon that ran 200 operations of 200 files (100 applies of 200 new files,
 /// each followed by the removal of all of them), idle afterwards; then, on the same
 /// daemon, 8 clients calling `GetCoverage` of the example spec in a loop while operations
@@ -1136,6 +1206,12 @@ async fn memory_under_operations(quick: bool, rep: &mut Report) {
         rss_kib(d.pid()),
         "KiB",
     );
+    rep.fig(
+        &format!("rss_anon_idle_after_{ops}_operations_of_200_files"),
+        rss_anon_kib(d.pid()),
+        "KiB",
+    );
+    rep.fig("threads_idle_after_operations", threads(d.pid()), "threads");
     note(format!(
         "memory: {ops} operations done; {window:?} of coverage clients and operations"
     ));
@@ -1173,12 +1249,14 @@ async fn memory_under_operations(quick: bool, rep: &mut Report) {
     let sampler = {
         let stop = stop.clone();
         tokio::spawn(async move {
-            let mut xs = Vec::new();
+            let (mut xs, mut anon, mut th) = (Vec::new(), 0.0f64, 0.0f64);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 xs.push(rss_kib(pid));
+                anon = anon.max(rss_anon_kib(pid));
+                th = th.max(threads(pid));
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            xs
+            (xs, anon, th)
         })
     };
     let t = Instant::now();
@@ -1200,7 +1278,13 @@ async fn memory_under_operations(quick: bool, rep: &mut Report) {
         calls += c;
         errors += e;
     }
-    let xs = sampler.await.unwrap();
+    let (xs, anon_peak, threads_peak) = sampler.await.unwrap();
+    rep.fig(
+        "rss_anon_peak_8_coverage_clients_and_operations",
+        anon_peak,
+        "KiB",
+    );
+    rep.fig("threads_peak_under_load", threads_peak, "threads");
     let half = xs.len() / 2;
     let peak = xs.iter().cloned().fold(0.0, f64::max);
     let last_half = xs[half..].iter().cloned().fold(0.0, f64::max);

@@ -4,8 +4,12 @@
 //! an apply of new files into an existing directory (the intent and `journal/` 2, each
 //! file's content, the directory 1, the commit and `journal/` 2, the settled operation and
 //! `operations/` 2; the Staging operation, the installed record and spec and the
-//! journal's clean-up take none), and 7 + one per file for their removal (each pre-image's
-//! content, the intent 2, the directory 1, the commit 2, the settled operation 2). The
+//! journal's clean-up take none), and 7 for their removal however many (the intent 2, the
+//! directory 1, the commit 2, the settled operation 2: the files still have the content
+//! the applied spec gave them, so their pre-images are read from the spec's durable copy
+//! and none is copied; 7 + one per file before). A new content of a managed file is 7 + 1
+//! for the same reason; a file that is not the spec's (changed on the node) still has its
+//! pre-image copied (one fsync more). The
 //! history stays whole although the phases between Staging and the settled one are not
 //! written to disk and Staging is written without an fsync.
 
@@ -66,14 +70,42 @@ async fn an_operation_takes_exactly_the_barriers_of_the_journal_order() {
         let op = apply(&node, "files: []\n", &rm).await;
         assert_eq!(op.phase, pb::Phase::Succeeded as i32, "{}", op.message);
         assert!(!node.path("/etc/bench-barriers/f0.conf").exists());
-        assert_eq!(fsyncs_of(&node, &rm).await, 7 + n as u64, "removal of {n}");
+        assert_eq!(fsyncs_of(&node, &rm).await, 7, "removal of {n}");
     }
+    // a new content for a managed file: its pre-image is the spec's, not copied
+    apply(&node, &files_yaml(2), "two").await;
+    let changed = files_yaml(2).replace("value 1", "value 1 changed");
+    let op = apply(&node, &changed, "two-changed").await;
+    assert_eq!(op.phase, pb::Phase::Succeeded as i32, "{}", op.message);
+    assert_eq!(fsyncs_of(&node, "two-changed").await, 7 + 1);
+    // a managed file changed on the node since: its content is no item of the spec, so
+    // its pre-image is copied (its content fsynced: one more)
+    std::fs::write(
+        node.path("/etc/bench-barriers/f0.conf"),
+        "edited on the node\n",
+    )
+    .unwrap();
+    let op = apply(
+        &node,
+        &changed.replace("value 0", "value 0 again"),
+        "two-over-edit",
+    )
+    .await;
+    assert_eq!(op.phase, pb::Phase::Succeeded as i32, "{}", op.message);
+    assert_eq!(fsyncs_of(&node, "two-over-edit").await, 7 + 1 + 1);
+    let op = apply(&node, "files: []\n", "two-removed").await;
+    assert_eq!(op.phase, pb::Phase::Succeeded as i32, "{}", op.message);
+    assert_eq!(fsyncs_of(&node, "two-removed").await, 7);
     // the history and each operation are whole: read back from disk, settled
     let ops = node.operations().await;
     let ids: Vec<&str> = ops.iter().map(|o| o.id.as_str()).collect();
     assert_eq!(
         ids,
         [
+            "two-removed",
+            "two-over-edit",
+            "two-changed",
+            "two",
             "three-removed",
             "three",
             "one-removed",

@@ -12,6 +12,7 @@
 //! | `stage` | pre-images and the intent are in the journal; nothing written yet |
 //! | `write-temp` | a temporary file is written and fsynced, not yet renamed over its target |
 //! | `write` | after each file write (renamed; its directory is fsynced after the last write) |
+//! | `remove` | after each file removal (unlinked; its directory is fsynced after the last one) |
 //! | `sysctl` | after the live sysctl writes |
 //! | `act` | after the unit actions, before the health check and verification |
 //! | `record` | the new applied record and the commit marker are in the journal |

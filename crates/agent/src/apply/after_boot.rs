@@ -47,7 +47,7 @@ impl Agent {
                 AtStart::Leave => false,
             };
             if settled {
-                self.state.save_operation(op.wire())?;
+                self.save_op(op.wire())?;
             }
         }
         self.orphan_trial_entries()?;
@@ -220,8 +220,17 @@ impl Agent {
 
     /// Operations waiting for a reboot are superseded by a new operation: their staged
     /// changes are replaced, so a later reboot must not be read as theirs.
+    ///
+    /// The history is read only while an operation may be waiting (`Agent::maybe_waiting`:
+    /// always after a start, then only after an operation was saved waiting); the flag is
+    /// cleared before the read, so a waiting operation saved meanwhile sets it again.
     pub(super) fn supersede_waiting(&self, new_id: &str) {
+        use std::sync::atomic::Ordering;
+        if !self.maybe_waiting.swap(false, Ordering::SeqCst) {
+            return;
+        }
         let Ok(heads) = self.state.operation_heads() else {
+            self.maybe_waiting.store(true, Ordering::SeqCst);
             return;
         };
         let waiting = heads.into_iter().filter(|h| {
@@ -233,6 +242,8 @@ impl Agent {
         });
         for h in waiting {
             let Ok(Some(wire)) = self.state.get_operation(&h.id) else {
+                // not superseded: look again next time
+                self.maybe_waiting.store(true, Ordering::SeqCst);
                 continue;
             };
             let mut op = Op::read_back(wire);
@@ -240,7 +251,9 @@ impl Agent {
                 "superseded by operation {new_id} before the reboot; its staged changes were replaced"
             );
             let next = op.state().superseded();
-            let _ = self.publish(&mut op, next, msg);
+            if self.publish(&mut op, next, msg).is_err() {
+                self.maybe_waiting.store(true, Ordering::SeqCst);
+            }
         }
     }
 
@@ -443,7 +456,7 @@ impl Agent {
         if !enter_now(op, next, message) {
             return false;
         }
-        if let Err(e) = self.state.save_operation(op.wire()) {
+        if let Err(e) = self.save_op(op.wire()) {
             tracing::error!(operation = %op.id(), error = %e, "saving the operation before the trial's reboot back");
         }
         tracing::warn!(operation = %op.id(), "{HEALTH_DEADLINE}: rebooting into the old default");

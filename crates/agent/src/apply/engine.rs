@@ -331,6 +331,8 @@ impl Agent {
                 synced.insert(parent_of(&r.path));
                 run.undo.push(Undo::File(r.path.clone(), before));
                 run.op.push_action(format!("removed {}", r.path));
+                // killed between two removals (tests/crash_removal.rs)
+                inplace_node::failpoint::hit("remove");
             }
         }
         // each directory once, before its now empty subdirectories are removed
@@ -580,6 +582,19 @@ impl Agent {
     /// persists the operation, tells its watchers and systemd. A transition the machine
     /// refused (`next` is an error, or was made from another state) changes, persists and
     /// publishes nothing: it is logged and returned.
+    /// Persists `op` (`StateDir::save_operation`), noting when it waits for a reboot
+    /// (see `Agent::maybe_waiting`). Every save of an operation goes through here.
+    pub(super) fn save_op(
+        &self,
+        op: &inplace_wire::pb::Operation,
+    ) -> Result<(), crate::state::StateError> {
+        if matches!(phase::of(op), Phase::RebootRequired | Phase::Rebooting) {
+            self.maybe_waiting
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.state.save_operation(op)
+    }
+
     pub(super) fn publish(
         &self,
         op: &mut Op,
@@ -598,7 +613,7 @@ impl Agent {
             inner.running = None;
         }
         if persisted(phase)
-            && let Err(e) = self.state.save_operation(op)
+            && let Err(e) = self.save_op(op)
         {
             tracing::error!(operation = %op.id, error = %e, "persisting operation");
         }

@@ -13,8 +13,10 @@
 //!    Validating, Committing, Acting and Verifying are published to watchers only: a
 //!    crash in them is settled from the journal, which sets the operation's phase.
 //! 1. `originals/<hash>` for first overwrites and `journal/<op>.pre-<n>` (the pre-image
-//!    of every path the operation or its effects write or remove): each file's content
-//!    fsynced, then `originals/` fsynced once; then `journal/<op>.intent` (paths,
+//!    of every path the operation or its effects write or remove, except a file that
+//!    still has the content of a file item of the applied spec: its pre-image names the
+//!    spec, whose durable copy already holds the bytes, see `PRE_FROM_APPLIED_SPEC`):
+//!    each file's content fsynced, then `originals/` fsynced once; then `journal/<op>.intent` (paths,
 //!    pre-image metadata, directories to be created, prior sysctl values, units, the
 //!    Staging operation): content, then `journal/` fsynced, which makes the pre-images'
 //!    names durable too.
@@ -38,10 +40,11 @@
 //!
 //! A 1-file apply of a new file into an existing directory does 8 fsyncs (2 + 2 + 2 + 2:
 //! intent, file, commit, settled operation; 18 in format 1); each further file adds one
-//! (its content), each further directory one, each pre-image or original one; a 1-file
-//! removal does 8 too (its pre-image's content, the intent, the directory, the commit, the
-//! settled operation; 21 in format 1). The first operation on a fresh state directory
-//! adds 4 (creating `operations/` and `journal/`).
+//! (its content), each further directory one, each pre-image or original one; removing
+//! n managed files that are still what the spec gave them does 7 (the intent, one per
+//! directory, the commit, the settled operation: no pre-image is copied; 21 for one file
+//! in format 1, 8 + n while every pre-image was copied). The first operation on a fresh
+//! state directory adds 4 (creating `operations/` and `journal/`).
 //!
 //! Format 1 (`journal/<op>/`, inplaced up to 43048f4: the intent, `pre/<n>`, `progress`,
 //! then `spec.pb` and `record.json` and the empty `committed` marker, the installed
@@ -154,8 +157,10 @@ impl Agent {
             })
             .chain(steps.removes.iter().map(|r| (r.path.as_str(), None, false)))
             .chain(removals.iter().map(|p| (p.as_str(), None, true)));
+        let applied = std::cell::OnceCell::new();
         for (n, (path, new_sha256, restore_over_any)) in paths.enumerate() {
-            let pre = self.pre_image(&op.id, n, path)?;
+            let from_spec = (!restore_over_any).then_some(&applied);
+            let pre = self.pre_image(&op.id, n, path, from_spec)?;
             let mut missing_dirs = Vec::new();
             if let Ok(Parents::Missing(first)) = self.root.parents(path) {
                 let mut d = String::new();
@@ -201,23 +206,38 @@ impl Agent {
     }
 
     /// The pre-image of `path` (None: absent), written to the journal as operation
-    /// `op`'s `n`th.
+    /// `op`'s `n`th; or, when `applied` is given and a durable copy of the applied spec
+    /// has a file item with exactly this content (a managed file removed or overwritten
+    /// that is still what the agent wrote), named as the spec's
+    /// ([`crate::state::PRE_FROM_APPLIED_SPEC`]): no copy and no fsync. Either way the
+    /// file is read now, and its SHA-256, length, mode and owner are the ones it has now:
+    /// a rollback restores exactly those, from the spec's copy after verifying it.
     fn pre_image(
         &self,
         op: &str,
         n: usize,
         path: &str,
+        applied: Option<&std::cell::OnceCell<crate::state::AppliedContents>>,
     ) -> Result<Option<crate::state::PreImage>, String> {
         Ok(
             match observe_file(&self.root, path).map_err(|e| e.to_string())? {
                 FileObs::File { content, entry } => {
-                    let file = self
-                        .state
-                        .journal_pre_image(op, n, &content)
-                        .map_err(|e| e.to_string())?;
+                    let sha256 = crate::state::sha256_of(&content);
+                    let in_spec = applied.is_some_and(|a| {
+                        a.get_or_init(|| self.state.applied_contents())
+                            .get(content.len() as u64, &sha256)
+                            .is_some_and(|b| b == content.as_slice())
+                    });
+                    let file = if in_spec {
+                        crate::state::PRE_FROM_APPLIED_SPEC.to_string()
+                    } else {
+                        self.state
+                            .journal_pre_image(op, n, &content)
+                            .map_err(|e| e.to_string())?
+                    };
                     Some(crate::state::PreImage {
                         file,
-                        sha256: crate::state::sha256_of(&content),
+                        sha256,
                         len: content.len() as u64,
                         mode: entry.mode,
                         uid: entry.uid,
@@ -300,7 +320,13 @@ impl Agent {
         match &j.intent {
             Sealed::Damaged(why) => bad.push(why.clone()),
             Sealed::Valid(intent) => {
-                for pre in intent.entries.iter().filter_map(|e| e.pre.as_ref()) {
+                // a pre-image read from the applied spec is no file of this journal
+                for pre in intent
+                    .entries
+                    .iter()
+                    .filter_map(|e| e.pre.as_ref())
+                    .filter(|p| v1 || !p.is_from_applied_spec())
+                {
                     if let Err(why) = self.state.journal_read_pre(j.version, id, pre) {
                         bad.push(why);
                     }
@@ -380,11 +406,7 @@ impl Agent {
                 let saved = next
                     .and_then(|n| op.enter(n, settled.message.clone(), now()))
                     .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        self.state
-                            .save_operation(op.wire())
-                            .map_err(|e| e.to_string())
-                    });
+                    .and_then(|()| self.save_op(op.wire()).map_err(|e| e.to_string()));
                 if let Err(e) = saved {
                     self.problem(format!("operation {id}: {} ({e})", settled.message));
                 }
@@ -585,9 +607,13 @@ impl Agent {
     ) -> Result<Vec<Option<Vec<u8>>>, String> {
         let mut pres = Vec::new();
         let mut bad = Vec::new();
+        let applied = std::cell::OnceCell::new();
         for e in &intent.entries {
             match &e.pre {
-                Some(pre) => match self.state.journal_read_pre(j.version, id, pre) {
+                Some(pre) => match self
+                    .state
+                    .journal_read_pre_with(j.version, id, pre, &applied)
+                {
                     Ok(b) => pres.push(Some(b)),
                     Err(why) => bad.push(why),
                 },

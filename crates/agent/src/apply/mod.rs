@@ -57,6 +57,7 @@ mod rollback;
 mod status;
 mod try_window;
 pub(crate) mod watch;
+mod workers;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -258,6 +259,11 @@ pub(crate) struct Agent {
     tries: try_window::Tries,
     /// Coverage answers kept while the node stays the same ([`kept`]).
     kept: kept::KeptCoverage,
+    /// False only while no operation can be waiting for a reboot: cleared by
+    /// [`Agent::supersede_waiting`] when its scan of the history found none, set whenever
+    /// an operation is saved in RebootRequired or Rebooting ([`Agent::save_op`]). Saves
+    /// every apply a read of every operation file's head (issue 28).
+    maybe_waiting: std::sync::atomic::AtomicBool,
 }
 
 fn now() -> pbjson_types::Timestamp {
@@ -361,6 +367,7 @@ impl Agent {
             inner: Mutex::new(Inner::default()),
             tries: try_window::Tries::default(),
             kept: kept::KeptCoverage::from_env(),
+            maybe_waiting: std::sync::atomic::AtomicBool::new(true),
         });
         agent.recover_journals();
         // the state as the journals left it: the record a roll-forward installed
@@ -707,9 +714,11 @@ impl Agent {
             opts,
             ..
         } = r;
-        std::thread::Builder::new()
-            .name(format!("op-{id}"))
-            .spawn(move || agent.run(op, spec, spec_pb, plan, opts))
+        // on a reused thread (workers.rs); the operation's id is in every log line
+        workers::OPERATIONS
+            .run("operation", move || {
+                agent.run(op, spec, spec_pb, plan, opts)
+            })
             .map_err(|e| release(AgentError::Internal(format!("spawn operation thread: {e}"))))?;
         Ok(first)
     }

@@ -12,12 +12,23 @@ use inplace_node::sysroot::SysrootError;
 
 use super::{AppliedRecord, StateDir, StateError, sha256_of};
 
+/// [`PreImage::file`] of a pre-image not copied into the journal because its content is
+/// a file item of the applied spec (format 2): a managed file the operation removes or
+/// overwrites that still has the content the spec gave it. Its bytes are read back from
+/// the spec's durable copies (the pending commits in `journal/`, `applied-spec.pb`) and
+/// verified against the length and SHA-256 the intent recorded, like a copied one. No
+/// `.pre-<n>` file is ever named so; an agent that does not know the name finds the
+/// pre-image missing and quarantines the journal (nothing restored), as it does a journal
+/// of a newer format.
+pub(crate) const PRE_FROM_APPLIED_SPEC: &str = "applied-spec";
+
 /// The pre-image of a file an operation writes or removes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PreImage {
     /// File name under `journal/<op>/pre/` (format 1), or under `journal/` (format 2:
-    /// `<op>.pre-<n>`).
+    /// `<op>.pre-<n>`), or [`PRE_FROM_APPLIED_SPEC`] (format 2: the content is the
+    /// applied spec's).
     pub file: String,
     /// `sha256:<hex>` of the pre-image, recorded before the intent is written: a
     /// pre-image is restored only when it still has it.
@@ -260,7 +271,84 @@ pub(super) fn unseal(bytes: &[u8]) -> Result<&[u8], String> {
     }
     Ok(body)
 }
+impl PreImage {
+    /// The content is the applied spec's ([`PRE_FROM_APPLIED_SPEC`]), not a journal file.
+    pub fn is_from_applied_spec(&self) -> bool {
+        self.file == PRE_FROM_APPLIED_SPEC
+    }
+}
+
+/// The file contents of the applied spec's durable copies, by length and SHA-256: what a
+/// pre-image [`PreImage::is_from_applied_spec`] is read back from
+/// ([`StateDir::applied_contents`]).
+#[derive(Debug, Default)]
+pub struct AppliedContents(std::collections::HashMap<(u64, String), Vec<u8>>);
+
+impl AppliedContents {
+    /// The content of length `len` and SHA-256 `sha256`, if a copy holds it.
+    pub fn get(&self, len: u64, sha256: &str) -> Option<&[u8]> {
+        self.0.get(&(len, sha256.to_string())).map(Vec::as_slice)
+    }
+}
+
 impl StateDir {
+    /// The file contents of every copy of the applied spec that verifies: each pending
+    /// format-2 commit in `journal/` and `applied-spec.pb`. Before an operation's commit
+    /// point at least one of them holds the spec that was applied when its intent was
+    /// written, durably: the previous operation's commit stays until this operation's
+    /// commit (or a start, or a write of the record outside an operation, which first
+    /// installs it with fsyncs). Any of them may be older or newer: a content is taken
+    /// only by its length and SHA-256.
+    pub fn applied_contents(&self) -> AppliedContents {
+        let mut out = AppliedContents::default();
+        let mut add = |spec: &[u8]| {
+            if let Ok(spec) = <inplace_wire::pb::NodeSpec as prost::Message>::decode(spec) {
+                for f in spec.files {
+                    let key = (f.content.len() as u64, sha256_of(&f.content));
+                    out.0.entry(key).or_insert(f.content);
+                }
+            }
+        };
+        for c in self.commits() {
+            add(&c.spec);
+        }
+        if let Ok(Some(b)) = self.dir.read("/applied-spec.pb") {
+            match unseal(&b) {
+                Ok(body) => add(body),
+                // raw protobuf, from an agent before the journal had checksums
+                Err(_) if !b.starts_with(SEAL.as_bytes()) => add(&b),
+                Err(_) => {}
+            }
+        }
+        out
+    }
+
+    /// Pre-image `pre` of operation `op` in a journal of format `version`, reading a
+    /// pre-image [`PreImage::is_from_applied_spec`] from `applied` (loaded on first need).
+    pub fn journal_read_pre_with(
+        &self,
+        version: u32,
+        op: &str,
+        pre: &PreImage,
+        applied: &std::cell::OnceCell<AppliedContents>,
+    ) -> Result<Vec<u8>, String> {
+        if version == 1 || !pre.is_from_applied_spec() {
+            return self.journal_read_pre(version, op, pre);
+        }
+        let contents = applied.get_or_init(|| self.applied_contents());
+        match contents.get(pre.len, &pre.sha256) {
+            Some(b) if b.len() as u64 == pre.len && sha256_of(b) == pre.sha256 => Ok(b.to_vec()),
+            _ => Err(format!(
+                "{}: pre-image {} ({} bytes, to be read from the applied spec) is in no copy of it ({} and the pending commits in {})",
+                self.full("/journal"),
+                pre.sha256,
+                pre.len,
+                self.full("/applied-spec.pb"),
+                self.full("/journal")
+            )),
+        }
+    }
+
     /// Bytes the journal of an operation needs beyond its pre-images and originals: the
     /// intent, the spec and the record (twice each: in the journal, then installed), with
     /// room for the headers and the operation's own file.

@@ -3,7 +3,11 @@
 //! operation), one sealed commit holding everything a roll-forward needs.
 //!
 //! ```text
-//! journal/<op>.pre-<n>    pre-image n (raw bytes; its SHA-256 and length are in the intent)
+//! journal/<op>.pre-<n>    pre-image n (raw bytes; its SHA-256 and length are in the intent);
+//!                         none for a path whose content is a file item of the applied spec
+//!                         (the intent's pre-image names "applied-spec", see
+//!                         `PRE_FROM_APPLIED_SPEC`: read back from the commits or
+//!                         `applied-spec.pb`, verified by the same length and SHA-256)
 //! journal/<op>.intent     sealed JSON: "version": 2, the paths, pre-images, effects, units,
 //!                         and the operation as it was in Staging ("stagedOperation")
 //! journal/<op>.progress   sealed step marker (never fsynced)
@@ -235,6 +239,25 @@ impl StateDir {
                 _ => None,
             })
             .collect())
+    }
+
+    /// Every pending format-2 commit that verifies (in `journal/`'s order).
+    pub(super) fn commits(&self) -> Vec<Committed> {
+        let mut out = Vec::new();
+        for name in self
+            .io(self.dir.list_dir("/journal"))
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+        {
+            if matches!(parse_name(&name), Some((_, Part::Commit)))
+                && let Sealed::Valid(c) =
+                    self.read_sealed(&format!("/journal/{name}"), parse_commit)
+            {
+                out.push(c);
+            }
+        }
+        out
     }
 
     /// The pending format-2 commit with the highest generation that verifies, if any.

@@ -6,7 +6,9 @@
 //! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
 //! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
 //! actions.log                  unit actions and reboots, with --service-manager record
-//! journal/<op>.pre-<n>         pre-image of each file it writes or removes
+//! journal/<op>.pre-<n>         pre-image of each file it writes or removes, unless the file
+//!                              still has the content the applied spec gave it (then the
+//!                              intent names the applied spec as its source: no copy)
 //! journal/<op>.intent          write-ahead intent of the running operation (see crate::apply::journal)
 //! journal/<op>.progress        the last step it completed
 //! journal/<op>.commit          the commit point: the record, the phase and the NodeSpec, one
@@ -54,7 +56,8 @@ use inplace_node::sysroot::{Durability, Sysroot, SysrootError};
 use inplace_wire::pb;
 
 pub(crate) use journal::{
-    Committed, EffectEntry, Intent, IntentEntry, JournalState, PreImage, Sealed, seal,
+    AppliedContents, Committed, EffectEntry, Intent, IntentEntry, JournalState,
+    PRE_FROM_APPLIED_SPEC, PreImage, Sealed, seal,
 };
 pub(crate) use record::{
     AppliedRecord, ManagedField, ManagedFile, ManagedValue, Original, PendingRemoval, StagedTrial,
