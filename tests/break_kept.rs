@@ -9,19 +9,11 @@
 mod common;
 
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::Path;
-use std::time::Duration;
 
 use common::k8s::{binaries, install_standins};
-use common::pki::free_port;
-use common::scrape::{sample, scrape};
+use common::kept::{age, answers, counted, cp_a, settle, uncached_copy};
 use common::{Node, spec};
 use inplace_wire::pb;
-
-/// Past the racy margin (50 ms), so that a computed answer is kept.
-fn settle() {
-    std::thread::sleep(Duration::from_millis(150));
-}
 
 /// A request's answer as text: the report without facts, or the error's code and message
 /// with the daemon's own directories named alike.
@@ -48,35 +40,10 @@ fn req(yaml: &str) -> pb::GetCoverageRequest {
     }
 }
 
-fn cp_a(from: &Path, to: &Path) {
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
 /// The answer of a daemon that keeps nothing, on a copy of `node`'s root, state and
 /// config (without the metrics listener), with the same environment.
 async fn fresh(node: &Node, req: &pb::GetCoverageRequest) -> Answer {
-    let mut f = Node::new("ubuntu-2404-grub");
-    std::fs::remove_dir_all(&f.root).unwrap();
-    cp_a(&node.root, &f.root);
-    if node.state.exists() {
-        cp_a(&node.state, &f.state);
-        let _ = std::fs::remove_file(f.state.join("lock"));
-    }
-    let config = std::fs::read_to_string(&node.config).unwrap();
-    let config: String = config
-        .lines()
-        .filter(|l| !l.starts_with("[metrics]") && !l.starts_with("listen ="))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(&f.config, config).unwrap();
-    f.env = node.env.clone();
-    f.env.push(("INPLACED_KEEP_COVERAGE".into(), "0".into()));
+    let mut f = uncached_copy(node);
     f.start();
     ask(&f, req).await
 }
@@ -95,40 +62,6 @@ async fn fresh_here(node: &Node, req: &pb::GetCoverageRequest) -> Answer {
     f.start();
     let a = ask(&f, req).await;
     a.replace(&f.state.display().to_string(), "<state>")
-}
-
-/// `inplaced_coverage_answers_total{answer}`: (kept, computed).
-fn answers(addr: &str) -> (f64, f64) {
-    let (_, body) = scrape(addr);
-    let n = |a: &str| {
-        sample(
-            &body,
-            &format!("inplaced_coverage_answers_total{{answer=\"{a}\"}}"),
-        )
-        .unwrap_or(0.0)
-    };
-    (n("kept"), n("computed"))
-}
-
-/// A node of `fixture` with the metrics listener on loopback, prepared by `prepare`
-/// before the daemon starts; returns it with the listener's address.
-fn counted(fixture: &str, prepare: impl FnOnce(&mut Node)) -> (Node, String) {
-    let mut node = Node::new(fixture);
-    let addr = format!("127.0.0.1:{}", free_port());
-    std::fs::write(&node.config, format!("[metrics]\nlisten = \"{addr}\"\n")).unwrap();
-    prepare(&mut node);
-    node.start();
-    settle();
-    (node, addr)
-}
-
-/// Puts a file's (or a symlink's target's) mtime an hour back.
-fn age(p: &Path) {
-    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-    std::fs::File::open(p)
-        .unwrap()
-        .set_modified(hour_ago)
-        .unwrap();
 }
 
 /// Asks, asks again (must be a kept answer, equal to the first), makes `change`, asks

@@ -10,53 +10,20 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::k8s::install_standins;
-use common::pki::free_port;
-use common::scrape::{sample, scrape};
+use common::kept::{age, answers, counted, settle, uncached_copy};
 use common::{Node, apply, coverage};
 use inplace_wire::pb;
-
-/// Past the racy margin (50 ms), so that a computed answer is kept.
-fn settle() {
-    std::thread::sleep(Duration::from_millis(150));
-}
 
 /// A spec that reads every kind of dependency: files, kubelet config and flags,
 /// sysctls (live values and sysctl.d), kernel arguments (GRUB defaults, `/proc/cmdline`).
 const SPEC: &str = "files:\n  - path: /etc/kept/a.conf\n    content: \"a\\n\"\nkubelet:\n  config:\n    serializeImagePulls: false\n  flags:\n    max-pods: \"250\"\nsysctls:\n  vm.max_map_count: \"262144\"\nkernelArgs: [isolcpus=2-7]\n";
 
-/// The same node answered by a second daemon that keeps nothing, on a copy of its root
-/// and state (the two daemons never share a state directory).
+/// The same node answered by a second daemon that keeps nothing.
 async fn computed(node: &Node, yaml: &str) -> pb::CoverageReport {
-    let mut fresh = Node::new("ubuntu-2404-grub");
-    std::fs::remove_dir_all(&fresh.root).unwrap();
-    copy(&node.root, &fresh.root);
-    if node.state.exists() {
-        copy_state(&node.state, &fresh.state);
-    }
-    fresh
-        .env
-        .push(("INPLACED_KEEP_COVERAGE".into(), "0".into()));
+    let mut fresh = uncached_copy(node);
     fresh.start();
     coverage(&fresh, yaml).await
-}
-
-fn copy(from: &std::path::Path, to: &std::path::Path) {
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
-/// The state directory without the running daemon's lock.
-fn copy_state(from: &std::path::Path, to: &std::path::Path) {
-    copy(from, to);
-    let _ = std::fs::remove_file(to.join("lock"));
 }
 
 /// What a report says, without the fields that name the node's own run (facts).
@@ -154,41 +121,15 @@ async fn an_apply_changes_the_answer_at_once() {
     }
 }
 
-/// `inplaced_coverage_answers_total{answer}` on the daemon's metrics listener.
-fn answers(addr: &str) -> (f64, f64) {
-    let (_, body) = scrape(addr);
-    let n = |a: &str| {
-        sample(
-            &body,
-            &format!("inplaced_coverage_answers_total{{answer=\"{a}\"}}"),
-        )
-    };
-    (n("kept").unwrap(), n("computed").unwrap())
-}
-
-/// Puts the file's mtime an hour back.
-fn age(p: &std::path::Path) {
-    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-    std::fs::File::open(p)
-        .unwrap()
-        .set_modified(hour_ago)
-        .unwrap();
-}
-
 /// A node with the metrics listener on loopback and the stand-in kubelet and kubeadm of
-/// `version`, run for their `--version`.
+/// `version` (installed an hour ago), run for their `--version`.
 fn counted_node(version: &str) -> (Node, String) {
-    let mut node = Node::new("ubuntu-2404-grub");
-    let addr = format!("127.0.0.1:{}", free_port());
-    std::fs::write(&node.config, format!("[metrics]\nlisten = \"{addr}\"\n")).unwrap();
-    install_standins(&mut node, version);
-    // installed an hour ago: a program modified in the last 2 s is asked every time
-    for b in ["kubelet", "kubeadm"] {
-        age(&node.path(&format!("/usr/bin/{b}")));
-    }
-    node.start();
-    settle();
-    (node, addr)
+    counted("ubuntu-2404-grub", |node| {
+        install_standins(node, version);
+        for b in ["kubelet", "kubeadm"] {
+            age(&node.path(&format!("/usr/bin/{b}")));
+        }
+    })
 }
 
 /// The same request on an unchanged node is answered from what was kept (counted as
@@ -238,12 +179,9 @@ async fn the_same_request_is_kept_and_a_replaced_kubelet_asked_again() {
 /// `INPLACED_KEEP_COVERAGE=0`: every answer is computed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_kept_when_switched_off() {
-    let mut node = Node::new("ubuntu-2404-grub");
-    let addr = format!("127.0.0.1:{}", free_port());
-    std::fs::write(&node.config, format!("[metrics]\nlisten = \"{addr}\"\n")).unwrap();
-    node.env.push(("INPLACED_KEEP_COVERAGE".into(), "0".into()));
-    node.start();
-    settle();
+    let (node, addr) = counted("ubuntu-2404-grub", |n| {
+        n.env.push(("INPLACED_KEEP_COVERAGE".into(), "0".into()))
+    });
     for _ in 0..3 {
         coverage(&node, SPEC).await;
         settle();

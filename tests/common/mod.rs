@@ -5,6 +5,7 @@
 
 pub(crate) mod capi;
 pub(crate) mod k8s;
+pub(crate) mod kept;
 pub(crate) mod pki;
 pub(crate) mod scrape;
 mod tree;
