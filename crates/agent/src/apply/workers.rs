@@ -22,14 +22,13 @@ pub(super) struct Workers {
     /// Idle threads: (thread number, the sender of its next job).
     idle: Mutex<Vec<(u64, Sender<Job>)>>,
     next: std::sync::atomic::AtomicU64,
-    /// Run once by a thread idle for [`crate::cli::allocator::TRIM_AFTER`] after a job.
+    /// Run once by a thread idle for [`crate::allocator::TRIM_AFTER`] after a job.
     on_idle: Option<fn()>,
 }
 
 /// The threads of operations; one idle after its operation gives the allocator's free
-/// pages back ([`crate::cli::allocator::release_free_memory`]).
-pub(super) static OPERATIONS: Workers =
-    Workers::new(Some(crate::cli::allocator::release_free_memory));
+/// pages back ([`crate::allocator::release_free_memory`]).
+pub(super) static OPERATIONS: Workers = Workers::new(Some(crate::allocator::release_free_memory));
 
 impl Workers {
     const fn new(on_idle: Option<fn()>) -> Workers {
@@ -73,7 +72,7 @@ impl Workers {
             self.idle().push((n, tx.clone()));
             let mut wait = IDLE;
             if let Some(f) = self.on_idle {
-                let settle = crate::cli::allocator::TRIM_AFTER;
+                let settle = crate::allocator::TRIM_AFTER;
                 match rx.recv_timeout(settle) {
                     Ok(j) => {
                         job = j;

@@ -322,9 +322,14 @@ fn notes(fragments: &[(String, Arc<Fragment>)], path: &str) -> Vec<String> {
 /// The command that regenerates `grub.cfg`: `grub2-mkconfig -o /boot/grub2/grub.cfg`
 /// on the RPM family (by `ID` and `ID_LIKE` of `/etc/os-release`), else `update-grub`.
 fn regenerate_command(root: &Sysroot) -> Vec<String> {
-    let os = crate::sections::kit::observe::read_string_following(root, "/etc/os-release")
+    // kept in the sysroot's memo while the file it resolves to keeps its stamp
+    fn text(_: &str, t: Option<String>) -> Option<String> {
+        t
+    }
+    let os = root
+        .read_following_memo("/etc/os-release", text)
         .ok()
-        .flatten()
+        .and_then(|t| (*t).clone())
         .unwrap_or_default();
     let id_like = format!(
         "{} {}",

@@ -63,7 +63,7 @@ pub struct Args {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn main() -> ExitCode {
     // before any thread exists (cli/allocator.rs says why)
-    super::allocator::limit_arenas();
+    crate::allocator::limit_arenas();
     let args = Args::parse();
     inplace_edge::logging::init(&args.log);
     inplace_edge::process::exit(run(args))
