@@ -519,51 +519,47 @@ impl Agent {
         self.state.path()
     }
 
-    /// Coverage of `desired` under `policy` (no side effects), with `diff` the report's
-    /// `diffs` of every file the plan writes or removes ([`crate::plan::diff`]; the caller
-    /// has checked that it may see confidential content when `diff.show_content` is set),
-    /// and whether the answer was a kept one (true) or computed (false), for
-    /// `inplaced_coverage_answers_total`.
-    ///
-    /// An answer is kept while every file it read stays the same, and given again
-    /// ([`kept`]): the same request on an unchanged node costs one look per file read.
-    pub(crate) fn coverage_answer(
-        &self,
-        desired: &pb::NodeSpec,
-        policy: RebootPolicy,
-        diff: Option<&pb::DiffOptions>,
-    ) -> Result<(pb::CoverageReport, bool), AgentError> {
-        let Some(key) = kept::key(desired, policy, diff) else {
-            return self
-                .coverage_computed(desired, policy, diff)
-                .map(|r| (r, false));
-        };
-        let roots = [&self.root, self.state.sysroot()];
-        if let Some(r) = self.kept.get(&key, &roots) {
-            return Ok((r, true));
-        }
-        self.kept
-            .compute(key, &roots, || {
-                self.coverage_computed(desired, policy, diff)
-            })
-            .map(|r| (r, false))
-    }
-
-    /// The kept answer of this request when the node is unchanged since it was computed
-    /// ([`kept`]); None otherwise (then [`Agent::coverage_answer`]). One look per path
-    /// the answer read and no parse nor plan: cheap enough for the server to ask on its
-    /// async worker before it hands a computation to a blocking thread.
+    /// The kept answer of this coverage request when the node is unchanged since it was
+    /// computed ([`kept`]: one look per path the answer read, no parse nor plan: cheap
+    /// enough for the server to ask on its async worker), else what
+    /// [`Agent::coverage_computed_keeping`] needs to compute it.
     pub(crate) fn kept_coverage(
         &self,
         desired: &pb::NodeSpec,
         policy: RebootPolicy,
         diff: Option<&pb::DiffOptions>,
-    ) -> Option<pb::CoverageReport> {
-        let key = kept::key(desired, policy, diff)?;
-        self.kept.get(&key, &[&self.root, self.state.sysroot()])
+    ) -> Lookup {
+        let Some(key) = kept::key(desired, policy, diff) else {
+            return Lookup::Compute(None);
+        };
+        match self.kept.get(&key, &[&self.root, self.state.sysroot()]) {
+            Some(r) => Lookup::Kept(Box::new(r)),
+            None => Lookup::Compute(Some(key)),
+        }
     }
 
-    /// [`Agent::coverage_answer`], computed.
+    /// Coverage of `desired` under `policy` (no side effects), with `diff` the report's
+    /// `diffs` of every file the plan writes or removes ([`crate::plan::diff`]; the caller
+    /// has checked that it may see confidential content when `diff.show_content` is set),
+    /// computed, and kept under `key` (from [`Agent::kept_coverage`]) while every file it
+    /// read stays the same.
+    pub(crate) fn coverage_computed_keeping(
+        &self,
+        key: Option<kept::Key>,
+        desired: &pb::NodeSpec,
+        policy: RebootPolicy,
+        diff: Option<&pb::DiffOptions>,
+    ) -> Result<pb::CoverageReport, AgentError> {
+        let compute = || self.coverage_computed(desired, policy, diff);
+        match key {
+            Some(key) => self
+                .kept
+                .compute(key, &[&self.root, self.state.sysroot()], compute),
+            None => compute(),
+        }
+    }
+
+    /// [`Agent::coverage_computed_keeping`], without keeping.
     fn coverage_computed(
         &self,
         desired: &pb::NodeSpec,
@@ -944,6 +940,14 @@ impl Agent {
     pub(crate) fn root(&self) -> &Sysroot {
         &self.root
     }
+}
+
+/// What [`Agent::kept_coverage`] found.
+pub(crate) enum Lookup {
+    /// The kept answer.
+    Kept(Box<pb::CoverageReport>),
+    /// None kept: compute it (and keep it under this key, when it has one).
+    Compute(Option<kept::Key>),
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::apply::{Agent, AgentError};
+use crate::apply::{Agent, AgentError, Lookup};
 use inplace_edge::listener::Role;
 use inplace_edge::{accept, calls, handshakes, refusals, tls};
 use inplace_wire::limits;
@@ -326,8 +326,14 @@ impl NodeAgent for Service {
         // a kept answer here, without the hand-over to a blocking thread (two thread
         // switches cost as much as the answer's looks); a computation there
         let r = match a.kept_coverage(&desired, policy, r.diff.as_ref()) {
-            Some(report) => Ok((report, true)),
-            None => blocking(move || a.coverage_answer(&desired, policy, r.diff.as_ref())).await,
+            Lookup::Kept(report) => Ok((*report, true)),
+            Lookup::Compute(key) => {
+                blocking(move || {
+                    a.coverage_computed_keeping(key, &desired, policy, r.diff.as_ref())
+                        .map(|c| (c, false))
+                })
+                .await
+            }
         };
         self.metrics
             .observe_coverage(t.elapsed().as_secs_f64(), r.as_ref().ok().map(|c| c.1));
@@ -515,8 +521,14 @@ impl NodeAgent for Service {
         let a = self.agent.clone();
         let t = std::time::Instant::now();
         let cov = match a.kept_coverage(&desired, policy, None) {
-            Some(report) => Ok((report, true)),
-            None => blocking(move || a.coverage_answer(&desired, policy, None)).await,
+            Lookup::Kept(report) => Ok((*report, true)),
+            Lookup::Compute(key) => {
+                blocking(move || {
+                    a.coverage_computed_keeping(key, &desired, policy, None)
+                        .map(|c| (c, false))
+                })
+                .await
+            }
         };
         self.metrics
             .observe_coverage(t.elapsed().as_secs_f64(), cov.as_ref().ok().map(|c| c.1));
