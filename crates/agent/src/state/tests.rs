@@ -390,3 +390,33 @@ fn a_journal_of_another_version_does_not_verify() {
         j.committed
     );
 }
+
+/// The progress marker: the first is a new file (0600); a marker at least as long is
+/// written over it in place (same inode); a shorter one replaces the file; each reads
+/// back verified as itself.
+#[test]
+fn a_progress_marker_is_rewritten_in_place_when_it_grows() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, s) = open();
+    std::fs::create_dir_all(s.path().join("journal")).unwrap();
+    let p = s.path().join("journal/op.progress");
+    let read = || s.read_progress("/journal/op.progress");
+    s.journal_progress("op", "staged").unwrap();
+    let first = std::fs::metadata(&p).unwrap();
+    assert_eq!(first.mode() & 0o7777, 0o600);
+    assert_eq!(read(), Sealed::Valid("staged".to_string()));
+    s.journal_progress("op", "written").unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().ino(), first.ino());
+    assert_eq!(read(), Sealed::Valid("written".to_string()));
+    assert_eq!(std::fs::read(&p).unwrap(), seal(b"written"));
+    s.journal_progress("op", "acted").unwrap();
+    assert_eq!(read(), Sealed::Valid("acted".to_string()));
+    assert_eq!(std::fs::read(&p).unwrap(), seal(b"acted"));
+    // a link in its place is never written through (refused, as every state write is)
+    std::fs::remove_file(&p).unwrap();
+    let target = s.path().join("elsewhere");
+    std::fs::write(&target, b"").unwrap();
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    assert!(s.journal_progress("op", "written").is_err());
+    assert_eq!(std::fs::read(&target).unwrap(), b"");
+}
