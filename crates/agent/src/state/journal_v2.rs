@@ -193,13 +193,23 @@ impl StateDir {
     ) -> Result<(), StateError> {
         let rel = format!("/journal/{}.commit", op.id);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let head = serde_json::json!({
-            "version": JOURNAL_VERSION,
-            "generation": generation,
-            "phase": phase,
-            "record": record,
-            "operation": op,
-        });
+        // serialised straight from the values (no `serde_json::Value` copy of the
+        // record and the operation); the keys are those `parse_commit` reads
+        #[derive(serde::Serialize)]
+        struct Head<'a> {
+            version: u32,
+            generation: u64,
+            phase: i32,
+            record: &'a AppliedRecord,
+            operation: &'a pb::Operation,
+        }
+        let head = Head {
+            version: JOURNAL_VERSION,
+            generation,
+            phase,
+            record,
+            operation: op,
+        };
         let mut b = serde_json::to_vec(&head).map_err(|e| self.corrupt(&rel, e))?;
         b.push(b'\n');
         b.extend_from_slice(spec);

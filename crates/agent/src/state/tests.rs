@@ -341,6 +341,12 @@ fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
     // a power cut before op2's install: both commits, op2's is newer
     let pending = s.pending_commit().unwrap().unwrap();
     assert_eq!((pending.generation, pending.spec), (2, b"spec-2".to_vec()));
+    // the record, the phase and the operation read back as written
+    assert_eq!((pending.record, pending.phase), (second.clone(), 3));
+    assert_eq!(
+        pending.operation.as_ref().and_then(|o| o["id"].as_str()),
+        Some("op2")
+    );
     let order: Vec<u64> = s
         .journals()
         .unwrap()
