@@ -754,6 +754,14 @@ async fn run(quick: bool, n: Counts) {
     }
     if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "apply") {
         note(format!("binary {} quick={quick}", daemon_binary()));
+        // more 1-file applies for a steadier CPU figure or a profile of them
+        let mut n = n;
+        if let Some(reps) = std::env::var("BENCH_APPLY_REPS_1")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            n.apply_reps_1 = reps;
+        }
         let mut app = Daemon::new("apply");
         std::fs::create_dir_all(app.path("/etc/bench-apply")).unwrap();
         app.start().await;
@@ -1106,6 +1114,7 @@ async fn apply_block(
     // schedstat sum of the threads alive at the end leaves out
     let mut cpu1_all = 0.0;
     let mut anon = Vec::new();
+    note("1-file applies begin");
     for k in 0..n.apply_reps_1 {
         let spec = new_files_spec(&format!("one{k}"), 1);
         let plain = vec![(format!("one{k}.conf"), spec.files[0].content.clone())];

@@ -95,6 +95,29 @@ async fn a_crash_during_an_upgrade_is_settled_failed_naming_the_step() {
     );
 }
 
+/// A crash after the upgrade completed, the files were written and the units acted on
+/// (failpoint `act`) is still a Kubernetes upgrade the journal can not undo: the engine's
+/// own markers (`written`, `acted`) must not hide the upgrade's, or the roll-back would
+/// end `RolledBack` with the new binaries in place.
+#[tokio::test]
+async fn a_crash_after_a_completed_upgrade_is_settled_failed() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    node.die_at("act", TO_135).await;
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
+    assert!(
+        op.message
+            .contains("roll-back incomplete: a Kubernetes upgrade had begun (last step: upgraded)"),
+        "{}",
+        op.message
+    );
+}
+
 /// A spec that upgrades Kubernetes and edits the kubelet's config.yaml (which `kubeadm
 /// upgrade node` rewrites first) is not covered, with the reason and the fix, instead of
 /// rolling back "changed since the plan" on every run; the fix works.

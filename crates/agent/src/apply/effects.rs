@@ -21,6 +21,7 @@ impl Report for Follow<'_, '_> {
     }
 
     fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) {
+        self.run.marked = true;
         let _ = self
             .agent
             .state

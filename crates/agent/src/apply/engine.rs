@@ -53,6 +53,10 @@ pub(super) struct Run<'a> {
     pub undo: &'a mut Vec<Undo>,
     /// The record to commit (directories created are added to it).
     pub record: AppliedRecord,
+    /// An effect wrote its own progress marker ([`Marker::Kubernetes`]): the engine's
+    /// later markers would hide what recovery must know (that the journal can not undo
+    /// that step), so they are not written.
+    pub marked: bool,
 }
 
 /// The state entered next (as the machine returned it), with its message, and a
@@ -120,6 +124,7 @@ impl Agent {
             plan: &plan,
             opts,
             undo: &mut undo,
+            marked: false,
         };
         if let Err(fail) = self.execute(run) {
             self.roll_back_run(&mut op, &undo, fail);
@@ -205,6 +210,8 @@ impl Agent {
         self.state
             .journal_intent(&intent, originals)
             .map_err(|e| staging(e.to_string()))?;
+        // the witness that the intent was complete: an intent missing beside it is
+        // damage (quarantined), not a crash before the intent (tests/journal.rs)
         self.state
             .journal_progress(run.op.id(), &Marker::Staged.text())
             .map_err(|e| staging(e.to_string()))?;
@@ -265,9 +272,11 @@ impl Agent {
         self.run_effects(run, &Stage::AfterFiles)?;
         // named after the live sysctls, the effects after the files
         inplace_node::failpoint::hit("sysctl");
-        let _ = self
-            .state
-            .journal_progress(run.op.id(), &Marker::Written.text());
+        if !run.marked {
+            let _ = self
+                .state
+                .journal_progress(run.op.id(), &Marker::Written.text());
+        }
         Ok(Step::to(
             run.op.state().committed(),
             "running commands and unit actions",
@@ -356,11 +365,21 @@ impl Agent {
     fn acting(&self, run: &mut Run<'_>) -> Result<Step, Fail> {
         self.act(run)
             .map_err(|e| Fail::rolled_back(format!("acting: {e}")))?;
-        let _ = self
-            .state
-            .journal_progress(run.op.id(), &Marker::Acted.text());
-        inplace_node::failpoint::hit("act");
         let steps = &run.plan.steps;
+        // `acted` and `written` mean the same to recovery (the units are restarted either
+        // way); `acted` is written only when there was something to act on, to word the
+        // message of a roll-back
+        let acted = steps.at(&Stage::BeforeUnits).next().is_some()
+            || steps.daemon_reload
+            || !steps.reloads.is_empty()
+            || !steps.try_restarts.is_empty()
+            || !steps.restarts.is_empty();
+        if acted && !run.marked {
+            let _ = self
+                .state
+                .journal_progress(run.op.id(), &Marker::Acted.text());
+        }
+        inplace_node::failpoint::hit("act");
         let gates = gates(steps)
             .filter_map(|g| g.announce())
             .collect::<Vec<_>>();

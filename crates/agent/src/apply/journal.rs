@@ -20,15 +20,17 @@
 //!    pre-image metadata, directories to be created, prior sysctl values, units, the
 //!    Staging operation): content, then `journal/` fsynced, which makes the pre-images'
 //!    names durable too.
-//!    Failpoint `stage`. `progress` = `staged`, not fsynced.
+//!    Failpoint `stage`. No `progress` yet: an intent without one reads as `staged`.
 //! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename (failpoints
 //!    `write-temp`, `write`); removals unlink; then each directory written into or
 //!    removed from is fsynced once; then live sysctls (`sysctl`); `progress` = `written`.
-//! 3. Commands and unit actions; `progress` = `acted` (failpoint `act`); the kubelet's
-//!    health gate; verification by re-planning. `progress` is never fsynced: it only
-//!    words the message of a roll-back (which restarts the units whenever a path went
-//!    back, whatever it says); a power cut can leave an earlier step, or a marker that
-//!    does not verify, which recovery reports and handles.
+//! 3. Commands and unit actions; `progress` = `acted` when there were any (failpoint
+//!    `act`); the kubelet's health gate; verification by re-planning. `progress` is
+//!    never fsynced: it only words the message of a roll-back (which restarts the units
+//!    whenever a path went back, or the marker is past `staged`); a power cut can leave
+//!    an earlier step, or a marker that does not verify, which recovery reports and
+//!    handles. Once an effect wrote its own marker (a Kubernetes upgrade's step, which
+//!    the journal can not undo), `written` and `acted` are not written over it.
 //! 4. The commit point: `journal/<op>.commit`, one sealed file with the record, the phase
 //!    to end in and the spec: content, then `journal/` fsynced (failpoint `record`).
 //! 5. `applied.json` and `applied-spec.pb` installed without an fsync, the intent,

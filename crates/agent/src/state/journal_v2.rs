@@ -145,12 +145,39 @@ impl StateDir {
     /// rolling back restarts the units whenever a path went back, whatever it says). A
     /// power cut may leave an earlier step or a marker that does not verify, which
     /// recovery already handles.
+    ///
+    /// A marker at least as long as the one there (`staged` → `written`) is written over
+    /// it in place, one `pwrite` of less than a page (a kill leaves the old marker or the
+    /// new one): no new file, which on a file system that skips recently freed inodes
+    /// (ext4 without a journal) costs more than the rest of the write. A first or a
+    /// shorter marker is written to a new file and renamed, as before.
     pub fn journal_progress(&self, op: &str, step: &str) -> Result<(), StateError> {
-        self.write_with(
-            &format!("/journal/{op}.progress"),
-            &seal(step.as_bytes()),
-            Durability::Lazy,
-        )
+        let rel = format!("/journal/{op}.progress");
+        let sealed = seal(step.as_bytes());
+        if !inplace_node::failpoint::sticky("state-full") && self.overwrite(&rel, &sealed) {
+            return Ok(());
+        }
+        self.write_with(&rel, &sealed, Durability::Lazy)
+    }
+
+    /// Writes `bytes` over the regular file `rel` in place when it exists and is no
+    /// longer than `bytes` (then one write covers it whole); false when not done.
+    fn overwrite(&self, rel: &str, bytes: &[u8]) -> bool {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let path = self.path.join(rel.trim_start_matches('/'));
+        let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            // a link there is not followed (the atomic write then refuses it)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+        else {
+            return false;
+        };
+        match f.metadata() {
+            Ok(m) if m.is_file() && m.len() <= bytes.len() as u64 => {}
+            _ => return false,
+        }
+        f.write_all_at(bytes, 0).is_ok()
     }
 
     /// The commit point: `journal/<op>.commit` (sealed: format, generation, the phase to
@@ -166,13 +193,23 @@ impl StateDir {
     ) -> Result<(), StateError> {
         let rel = format!("/journal/{}.commit", op.id);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let head = serde_json::json!({
-            "version": JOURNAL_VERSION,
-            "generation": generation,
-            "phase": phase,
-            "record": record,
-            "operation": op,
-        });
+        // serialised straight from the values (no `serde_json::Value` copy of the
+        // record and the operation); the keys are those `parse_commit` reads
+        #[derive(serde::Serialize)]
+        struct Head<'a> {
+            version: u32,
+            generation: u64,
+            phase: i32,
+            record: &'a AppliedRecord,
+            operation: &'a pb::Operation,
+        }
+        let head = Head {
+            version: JOURNAL_VERSION,
+            generation,
+            phase,
+            record,
+            operation: op,
+        };
         let mut b = serde_json::to_vec(&head).map_err(|e| self.corrupt(&rel, e))?;
         b.push(b'\n');
         b.extend_from_slice(spec);

@@ -121,6 +121,8 @@ pub struct StateDir {
     gid: u32,
     /// The generation of the next format-2 commit (above any pending one).
     generation: std::sync::atomic::AtomicU64,
+    /// Operation heads by file name and stamp (`operations.rs`).
+    heads: std::sync::Mutex<operations::HeadCache>,
     _lock: Option<std::fs::File>,
 }
 
@@ -157,6 +159,7 @@ impl StateDir {
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
             generation: std::sync::atomic::AtomicU64::new(1),
+            heads: Default::default(),
             _lock: None,
         })
     }

@@ -35,6 +35,70 @@ fn created_key(t: Option<pbjson_types::Timestamp>) -> (i64, i32) {
     t.map(|t| (t.seconds, t.nanos)).unwrap_or((0, 0))
 }
 
+/// An operation file's head, skipping its changes and actions.
+fn parse_head(b: &[u8]) -> serde_json::Result<OperationHead> {
+    let h: HeadJson = serde_json::from_slice(b)?;
+    Ok(OperationHead {
+        id: h.id,
+        phase: h.phase.map(|p| p as i32).unwrap_or(0),
+        created: created_key(h.created),
+    })
+}
+
+/// What changes when a file is replaced or rewritten: device, inode, size, and the
+/// modification and status-change times (ns). The state directory's own files are
+/// looked at directly (the agent owns the directory; no path from a spec is involved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// How long after a file's last change its stamp is trusted to tell a later change
+/// ([`FileStamp::is_racy`]). File times come from the kernel's coarse clock, which lags
+/// the real-time clock by less than one tick (10 ms at the lowest `HZ`, 100).
+const RACY_NS: i128 = 50_000_000;
+
+impl FileStamp {
+    /// The stamp of `path` (not followed); None when it can not be read.
+    pub(super) fn of(path: &std::path::Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+
+    /// Git's "racily clean" rule: a stamp taken (at `now`, read before the look) so soon
+    /// after the file's last change that a further change could leave the same stamp (the
+    /// same file times) says nothing about later content, so what was read with it is
+    /// not kept. The margin is [`RACY_NS`], or 2 s on a file system whose times have no
+    /// nanoseconds (1 s or 2 s granularity); a file changed in the future (the clock was
+    /// set back) is always racy.
+    pub(super) fn is_racy(&self, now: std::time::SystemTime) -> bool {
+        let ns = |(s, n): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(n);
+        let Ok(now) = now.duration_since(std::time::UNIX_EPOCH) else {
+            return true;
+        };
+        let now = now.as_nanos() as i128;
+        let changed = ns(self.mtime).max(ns(self.ctime));
+        let coarse = self.mtime.1 == 0 && self.ctime.1 == 0;
+        let margin = if coarse { 2_000_000_000 } else { RACY_NS };
+        changed + margin > now
+    }
+}
+
+/// The heads parsed from operation files, by file name, with the stamp of the file they
+/// were parsed from ([`StateDir::operation_heads`]).
+pub(super) type HeadCache = std::collections::HashMap<String, (FileStamp, OperationHead)>;
+
 impl StateDir {
     /// Persists an operation durably (the file, then `operations/`), except in phase
     /// Staging: then it is written without an fsync, because the journal's intent holds
@@ -106,21 +170,53 @@ impl StateDir {
     /// The [`OperationHead`] of every operation, newest first, as [`list_operations`]
     /// orders and skips them.
     ///
+    /// A head is parsed again only when its file's [`FileStamp`] changed since it was
+    /// last parsed ([`HeadCache`]): pruning after every operation and `status` read the
+    /// heads of up to `history.keep` files, and a 200-file operation's file is about
+    /// 100 KB of JSON to scan for its head.
+    ///
     /// [`list_operations`]: StateDir::list_operations
     pub fn operation_heads(&self) -> Result<Vec<OperationHead>, StateError> {
-        self.read_operations(
-            |b| {
-                let h: HeadJson = serde_json::from_slice(b)?;
-                let head = OperationHead {
-                    id: h.id.clone(),
-                    phase: h.phase.map(|p| p as i32).unwrap_or(0),
-                    created: created_key(h.created),
-                };
-                Ok((h.id, head))
-            },
-            |h| h.created,
-            |h| &h.id,
-        )
+        let files = self.operation_files()?;
+        let mut kept = self.heads.lock().unwrap_or_else(|p| p.into_inner());
+        // rebuilt from the listing: entries of files that are gone go with them
+        let mut old = std::mem::take(&mut *kept);
+        let mut heads = Vec::with_capacity(files.len());
+        for (id, name) in files {
+            let path = self.path.join("operations").join(&name);
+            // the time before the look: a change after it has a later time
+            let now = std::time::SystemTime::now();
+            let stamp = FileStamp::of(&path);
+            let cached = old.remove(&name);
+            if let (Some(s), Some((was, head))) = (stamp, cached)
+                && s == was
+            {
+                heads.push(head.clone());
+                kept.insert(name, (was, head));
+                continue;
+            }
+            let rel = format!("/operations/{name}");
+            let Some(b) = self.io(self.dir.read(&rel))? else {
+                continue;
+            };
+            match parse_head(&b) {
+                Ok(head) if head.id == id => {
+                    if let Some(s) = stamp.filter(|s| !s.is_racy(now)) {
+                        kept.insert(name, (s, head.clone()));
+                    }
+                    heads.push(head);
+                }
+                Ok(_) => {
+                    tracing::warn!(file = %rel, "operation file whose id is not its name; skipped")
+                }
+                Err(e) => {
+                    tracing::warn!(file = %rel, error = %e, "unreadable operation file; skipped")
+                }
+            }
+        }
+        drop(kept);
+        heads.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| b.id.cmp(&a.id)));
+        Ok(heads)
     }
 
     /// Moves `operations/<id>.json` (which does not parse) aside to
@@ -193,5 +289,141 @@ impl StateDir {
                 .remove_deferred(&format!("/operations/{}.json", op.id)))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    fn open() -> (tempfile::TempDir, StateDir) {
+        let d = tempfile::tempdir().unwrap();
+        let s = StateDir::open(&d.path().join("state")).unwrap();
+        (d, s)
+    }
+
+    fn op(id: &str, phase: pb::Phase, created: i64) -> pb::Operation {
+        pb::Operation {
+            id: id.into(),
+            phase: phase as i32,
+            created: Some(pbjson_types::Timestamp {
+                seconds: created,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Waits until a file written now is past the racy window, so its head is kept.
+    fn past_racy_window() {
+        std::thread::sleep(Duration::from_nanos(RACY_NS as u64 * 2));
+    }
+
+    fn cached(s: &StateDir, name: &str) -> Option<i32> {
+        let c = s.heads.lock().unwrap();
+        c.get(name).map(|(_, h)| h.phase)
+    }
+
+    fn stamp(mtime: (i64, i64), ctime: (i64, i64)) -> FileStamp {
+        FileStamp {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime,
+            ctime,
+        }
+    }
+
+    #[test]
+    fn a_stamp_is_racy_within_the_margin_after_its_last_change() {
+        let at =
+            |s: i64, ns: u64| UNIX_EPOCH + Duration::from_secs(s as u64) + Duration::from_nanos(ns);
+        let t = stamp((100, 500), (100, 900));
+        // the later of the two times counts
+        assert!(t.is_racy(at(100, 900 + RACY_NS as u64 - 1)));
+        assert!(!t.is_racy(at(100, 900 + RACY_NS as u64 + 1)));
+        let m = stamp((100, 900), (100, 500));
+        assert!(m.is_racy(at(100, 900 + RACY_NS as u64 - 1)));
+        // changed in the future (the clock was set back)
+        assert!(t.is_racy(at(99, 0)));
+        // no nanoseconds: a file system with 1 or 2 s times
+        let coarse = stamp((100, 0), (100, 0));
+        assert!(coarse.is_racy(at(101, 900_000_000)));
+        assert!(!coarse.is_racy(at(102, 1)));
+    }
+
+    /// A file rewritten in place with the same length (same device, inode and size) is
+    /// told by its times: the head is parsed again, and pruning sees the new phase.
+    #[test]
+    fn a_head_kept_is_parsed_again_when_its_file_is_rewritten() {
+        let (_d, s) = open();
+        s.save_operation(&op("old", pb::Phase::RebootRequired, 10))
+            .unwrap();
+        s.save_operation(&op("new", pb::Phase::Succeeded, 20))
+            .unwrap();
+        past_racy_window();
+        let heads = s.operation_heads().unwrap();
+        assert_eq!(
+            heads.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(),
+            ["new", "old"]
+        );
+        assert_eq!(
+            cached(&s, "old.json"),
+            Some(pb::Phase::RebootRequired as i32)
+        );
+        // pruning keeps an operation waiting for a reboot, whatever its age
+        s.prune(1).unwrap();
+        let path = s.path().join("operations/old.json");
+        assert!(path.exists());
+        // "old" ended: the same file rewritten in place, the same length
+        let before = std::fs::read(&path).unwrap();
+        let mut after = serde_json::to_vec_pretty(&op("old", pb::Phase::Succeeded, 10)).unwrap();
+        assert!(after.len() <= before.len());
+        after.resize(before.len(), b' ');
+        use std::io::Write;
+        let ino = FileStamp::of(&path).unwrap().ino;
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all(&after).unwrap();
+        drop(f);
+        assert_eq!(FileStamp::of(&path).unwrap().ino, ino);
+        assert_eq!(FileStamp::of(&path).unwrap().size, before.len() as u64);
+        let heads = s.operation_heads().unwrap();
+        assert_eq!(heads[1].phase, pb::Phase::Succeeded as i32);
+        // so pruning removes it now, and its head leaves the cache
+        s.prune(1).unwrap();
+        assert!(!path.exists());
+        assert_eq!(s.operation_heads().unwrap().len(), 1);
+        assert_eq!(cached(&s, "old.json"), None);
+    }
+
+    /// A head read within the racy window is not kept; a file that is gone leaves the
+    /// cache.
+    #[test]
+    fn only_settled_files_heads_are_kept_and_only_while_listed() {
+        let (_d, s) = open();
+        s.save_operation(&op("a", pb::Phase::Succeeded, 1)).unwrap();
+        // changed "later than now" (a clock set back): read, never kept
+        let path = s.path().join("operations/a.json");
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(SystemTime::now() + Duration::from_secs(3600))
+            .unwrap();
+        assert_eq!(s.operation_heads().unwrap().len(), 1);
+        assert_eq!(cached(&s, "a.json"), None);
+        s.save_operation(&op("a", pb::Phase::Succeeded, 1)).unwrap();
+        past_racy_window();
+        assert_eq!(s.operation_heads().unwrap().len(), 1);
+        assert!(cached(&s, "a.json").is_some());
+        std::fs::remove_file(&path).unwrap();
+        assert!(s.operation_heads().unwrap().is_empty());
+        assert_eq!(cached(&s, "a.json"), None);
+        // an unparsable file is never kept, and still skipped
+        std::fs::write(&path, b"{").unwrap();
+        past_racy_window();
+        assert!(s.operation_heads().unwrap().is_empty());
+        assert_eq!(cached(&s, "a.json"), None);
     }
 }

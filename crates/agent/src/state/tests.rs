@@ -341,6 +341,12 @@ fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
     // a power cut before op2's install: both commits, op2's is newer
     let pending = s.pending_commit().unwrap().unwrap();
     assert_eq!((pending.generation, pending.spec), (2, b"spec-2".to_vec()));
+    // the record, the phase and the operation read back as written
+    assert_eq!((pending.record, pending.phase), (second.clone(), 3));
+    assert_eq!(
+        pending.operation.as_ref().and_then(|o| o["id"].as_str()),
+        Some("op2")
+    );
     let order: Vec<u64> = s
         .journals()
         .unwrap()
@@ -389,4 +395,34 @@ fn a_journal_of_another_version_does_not_verify() {
         "{:?}",
         j.committed
     );
+}
+
+/// The progress marker: the first is a new file (0600); a marker at least as long is
+/// written over it in place (same inode); a shorter one replaces the file; each reads
+/// back verified as itself.
+#[test]
+fn a_progress_marker_is_rewritten_in_place_when_it_grows() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, s) = open();
+    std::fs::create_dir_all(s.path().join("journal")).unwrap();
+    let p = s.path().join("journal/op.progress");
+    let read = || s.read_progress("/journal/op.progress");
+    s.journal_progress("op", "staged").unwrap();
+    let first = std::fs::metadata(&p).unwrap();
+    assert_eq!(first.mode() & 0o7777, 0o600);
+    assert_eq!(read(), Sealed::Valid("staged".to_string()));
+    s.journal_progress("op", "written").unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().ino(), first.ino());
+    assert_eq!(read(), Sealed::Valid("written".to_string()));
+    assert_eq!(std::fs::read(&p).unwrap(), seal(b"written"));
+    s.journal_progress("op", "acted").unwrap();
+    assert_eq!(read(), Sealed::Valid("acted".to_string()));
+    assert_eq!(std::fs::read(&p).unwrap(), seal(b"acted"));
+    // a link in its place is never written through (refused, as every state write is)
+    std::fs::remove_file(&p).unwrap();
+    let target = s.path().join("elsewhere");
+    std::fs::write(&target, b"").unwrap();
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    assert!(s.journal_progress("op", "written").is_err());
+    assert_eq!(std::fs::read(&target).unwrap(), b"");
 }
