@@ -20,7 +20,8 @@
 //!    pre-image metadata, directories to be created, prior sysctl values, units, the
 //!    Staging operation): content, then `journal/` fsynced, which makes the pre-images'
 //!    names durable too.
-//!    Failpoint `stage`. No `progress` yet: an intent without one reads as `staged`.
+//!    Failpoint `stage`. `progress` = `staged`, a new file, not fsynced: the witness
+//!    that the intent was complete (an intent missing beside it is damage).
 //! 2. Each file: temporary file, write, fchown, fchmod, fsync, rename (failpoints
 //!    `write-temp`, `write`); removals unlink; then each directory written into or
 //!    removed from is fsynced once; then live sysctls (`sysctl`); `progress` = `written`.
