@@ -11,15 +11,13 @@ use std::collections::BTreeSet;
 
 use crate::config::Config;
 use crate::sections::kit::change::{ChangeBuilder, disruption};
-use crate::sections::kit::observe::{
-    FileObs, NodeView, ObserveError, observe_file, read_string_following,
-};
+use crate::sections::kit::observe::{FileObs, NodeView, ObserveError, observe_file};
 use crate::sections::kit::steps::{Remove, Write};
 use crate::sections::kit::{DriftView, Input, Output};
 use crate::sections::model::Observed;
 use crate::state::{ManagedFile, Original, backup_name};
-use inplace_node::accounts::Accounts;
 use inplace_node::accounts::IdRef;
+use inplace_node::accounts::{Accounts, Groups, Users};
 use inplace_node::digest::sha256_hex;
 use inplace_wire::ids::ChangeId;
 use inplace_wire::pb;
@@ -84,9 +82,17 @@ pub struct DroppedFile {
 /// reverted from it).
 pub(crate) fn observe(node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
     let root = node.root;
-    obs.accounts = Accounts::parse(
-        &read_string_following(root, "/etc/passwd")?.unwrap_or_default(),
-        &read_string_following(root, "/etc/group")?.unwrap_or_default(),
+    // each database parsed once per file version, kept in the sysroot's memo (a plan and
+    // its verifying re-plan parsed both every time: 8.5 % of an apply's instructions)
+    fn users(_: &str, t: Option<String>) -> Users {
+        Users::parse(&t.unwrap_or_default())
+    }
+    fn groups(_: &str, t: Option<String>) -> Groups {
+        Groups::parse(&t.unwrap_or_default())
+    }
+    obs.accounts = Accounts::from_parts(
+        root.read_following_memo("/etc/passwd", users)?,
+        root.read_following_memo("/etc/group", groups)?,
     );
     for (path, m) in &node.record.files {
         observe_into(node, obs, path)?;
