@@ -65,7 +65,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         )?),
     };
     let listen = config.server.listen.clone();
-    // Descriptors: one pooled connection per agent (up to 256) and one per hook in
+    // Descriptors: one pooled connection per agent (up to pool::MAX_CHANNELS) and one per hook in
     // flight (`server.max_connections`, pending handshakes): a soft limit of 1024 (the
     // default of systemd and many container runtimes) runs out at fleet size.
     match inplace_edge::accept::raise_nofile_limit() {

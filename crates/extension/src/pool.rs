@@ -30,14 +30,17 @@ use inplace_edge::client::TlsIdentity;
 /// about 66 KiB (rustls client state, h2's 16 KiB write buffer and read buffer, tonic's
 /// buffer task and its queue): measured at N = 1000 with the pool bound at 128, 256, 512
 /// and 1024, RSS after the hooks 31, 43, 62 and 91 MiB (BENCHMARKS.md, "Issue 28: the
-/// extension's memory at N = 1000"). 256 keeps a thousand-Machine rollout under 64 MiB;
-/// its price is a TLS handshake for an agent that was pushed out: CAPI polls each
-/// Machine in UpdateMachine every `retryAfterSeconds` (30 s by default), so with more
-/// than 256 Machines in flight at once a poll costs a handshake (about a millisecond of
-/// CPU), and a rollout's usual working set (its `maxSurge`/`maxUnavailable` Machines)
-/// stays pooled. The least recently used entry goes first; its connection closes when
+/// extension's memory at N = 1000"). 128 keeps a thousand-Machine rollout under 64 MiB at
+/// its peak, not only after it: at N = 1000 (stand-in fleet, 1000 hooks in flight and
+/// 1000 kept-alive HTTPS connections) the peak RSS was 69-74 MiB with 256 and 59-63 MiB
+/// with 128, with the same p99 (0.7-0.85 s): past the bound every poll costs a handshake
+/// either way. Its price is a TLS handshake for an agent that was pushed out: CAPI polls
+/// each Machine in UpdateMachine every `retryAfterSeconds` (30 s by default), so with
+/// more than 128 Machines in flight at once a poll costs a handshake (about a
+/// millisecond of CPU), and a rollout's usual working set (its
+/// `maxSurge`/`maxUnavailable` Machines) stays pooled. The least recently used entry goes first; its connection closes when
 /// the last hook using it is done (a tonic channel lives as long as a clone of it).
-pub(crate) const MAX_CHANNELS: usize = 256;
+pub(crate) const MAX_CHANNELS: usize = 128;
 /// A channel unused this long is closed.
 pub(crate) const IDLE: Duration = Duration::from_secs(120);
 /// How often idle channels are looked for (and freed memory given back,
