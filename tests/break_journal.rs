@@ -235,6 +235,32 @@ async fn pruning_acts_on_an_operation_files_true_phase_not_a_cached_one() {
         "pruning deleted an operation waiting for a reboot"
     );
 
+    // 4. rewritten within the same moment as it was written and read (no time to tell
+    //    them apart by their stamps): what was read then is not kept
+    let p4 = ops.join("old4.json");
+    std::fs::write(&p4, ended("old4")).unwrap();
+    std::fs::set_permissions(&p4, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let t4 = std::fs::metadata(&p4).unwrap().modified().unwrap();
+    status(&node).await;
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::options().write(true).open(&p4).unwrap();
+        f.write_all(&waiting("old4")).unwrap();
+    }
+    restore_mtime(&p4, t4);
+    std::thread::sleep(Duration::from_millis(300));
+    let g = apply(
+        &node,
+        "files:\n  - path: /etc/break-journal.conf\n    content: \"g\\n\"\n",
+        "g",
+    )
+    .await;
+    assert_eq!(g.phase, Phase::Succeeded as i32, "{}", g.message);
+    assert!(
+        p4.exists(),
+        "pruning deleted an operation waiting for a reboot"
+    );
+
     // and the reverse: cached as waiting, then ended in place: pruned by the next one
     let t1 = settle_and_cache(&p1);
     status(&node).await;
@@ -348,5 +374,57 @@ async fn a_sealed_commit_with_a_damaged_header_rolls_back() {
             std::fs::read(node.path("/etc/break-journal.conf")).ok(),
             before
         );
+    }
+}
+
+/// `body` sealed as the agent seals a progress marker.
+fn sealed(body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "inplaced-sealed sha256:{} len={}\n",
+        hex::encode(sha2::Sha256::digest(body)),
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A marker torn between `staged` and `written` (what a power cut during the in-place
+/// write may leave: the new marker's first bytes over the old one's) does not verify:
+/// recovery rolls back from the journal, restarts the units in case and says so; the
+/// node is as before.
+#[tokio::test]
+async fn a_torn_progress_marker_rolls_back_and_says_it_does_not_verify() {
+    let old = sealed(b"staged");
+    let new = sealed(b"written");
+    assert!(new.len() > old.len());
+    for cut in [30, 60, new.len() - 3, new.len() - 1] {
+        let mut node = Node::new("ubuntu-2404-grub");
+        // dies after the files, before 'written'
+        node.die_at("sysctl", SPEC).await;
+        let marker = node.state.join("journal/crash.progress");
+        assert_eq!(std::fs::read(&marker).unwrap(), old);
+        let mut torn = new[..cut].to_vec();
+        if cut < old.len() {
+            torn.extend_from_slice(&old[cut..]);
+        }
+        assert!(torn != new && torn != old, "cut {cut}");
+        std::fs::write(&marker, &torn).unwrap();
+        node.start();
+        let op = node.settle("crash").await;
+        assert_eq!(
+            op.phase,
+            Phase::RolledBack as i32,
+            "cut {cut}: {}",
+            op.message
+        );
+        assert!(
+            op.message.contains("(last step: unknown)")
+                && op.message.contains("the progress marker does not verify"),
+            "cut {cut}: {}",
+            op.message
+        );
+        assert!(!node.path("/etc/break-journal.conf").exists(), "cut {cut}");
+        assert!(!marker.exists(), "cut {cut}");
     }
 }
