@@ -160,21 +160,33 @@ impl StateDir {
         self.write_with(&rel, &sealed, Durability::Lazy)
     }
 
-    /// Writes `bytes` over the regular file `rel` in place when it exists and is no
-    /// longer than `bytes` (then one write covers it whole); false when not done.
+    /// Writes `bytes` over the regular file `rel` in place when it exists, is no longer
+    /// than `bytes` (then one write covers it whole) and is the journal's own file, as
+    /// [`StateDir::write_with`] leaves it (one link, 0600, the agent's owner): false when
+    /// not done, and the caller writes a new file renamed over it. Anything else there
+    /// (a FIFO, which would block the open; a hard link to another file, written
+    /// through; a stale file of another mode or owner) is replaced, as before.
     fn overwrite(&self, rel: &str, bytes: &[u8]) -> bool {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
         let path = self.path.join(rel.trim_start_matches('/'));
         let Ok(f) = std::fs::OpenOptions::new()
             .write(true)
-            // a link there is not followed (the atomic write then refuses it)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            // a link there is not followed (the atomic write then refuses it); a FIFO
+            // or device is not waited on
+            .custom_flags(
+                (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32,
+            )
             .open(&path)
         else {
             return false;
         };
         match f.metadata() {
-            Ok(m) if m.is_file() && m.len() <= bytes.len() as u64 => {}
+            Ok(m)
+                if m.is_file()
+                    && m.len() <= bytes.len() as u64
+                    && m.nlink() == 1
+                    && m.mode() & 0o7777 == 0o600
+                    && (m.uid(), m.gid()) == (self.uid, self.gid) => {}
             _ => return false,
         }
         f.write_all_at(bytes, 0).is_ok()
