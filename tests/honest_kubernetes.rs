@@ -118,6 +118,35 @@ async fn a_crash_after_a_completed_upgrade_is_settled_failed() {
     );
 }
 
+/// The same crash with the progress marker torn (a power cut during its write in place):
+/// the marker could have been the upgrade's, so the roll-back is incomplete (Failed),
+/// never `RolledBack` with the new binaries in place.
+#[tokio::test]
+async fn a_torn_marker_of_an_operation_with_an_upgrade_is_settled_failed() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    node.die_at("act", TO_135).await;
+    let marker = node.state.join("journal/crash.progress");
+    let sealed = std::fs::read(&marker).unwrap();
+    // the first bytes of another marker over it, as a torn write leaves them
+    let mut torn = sealed.clone();
+    torn[sealed.len() / 2..].iter_mut().for_each(|b| *b = b'x');
+    std::fs::write(&marker, &torn).unwrap();
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
+    assert!(
+        op.message.contains(
+            "roll-back incomplete: the progress marker does not verify and the operation carried a Kubernetes upgrade"
+        ),
+        "{}",
+        op.message
+    );
+}
+
 /// A spec that upgrades Kubernetes and edits the kubelet's config.yaml (which `kubeadm
 /// upgrade node` rewrites first) is not covered, with the reason and the fix, instead of
 /// rolling back "changed since the plan" on every run; the fix works.

@@ -547,7 +547,7 @@ impl Agent {
         // the phase says what happened (issue 20 §5): the journal's pre-images were put
         // back, whatever the step reached; RolledBack only when they undo everything
         // the step reached (issue 27 §1)
-        let incomplete = super::rollback::after_crash(&step, &self.config);
+        let incomplete = super::rollback::after_crash(&step, carries_upgrade(intent), &self.config);
         done.problems.extend(incomplete.iter().cloned());
         // a unit that did not come back is not the node as before: Failed, named
         let units_down = !done.units_down.is_empty();
@@ -879,4 +879,20 @@ fn rolled_back_message(step: &str, done: &RolledBack, note: Option<String>) -> S
         "{INTERRUPTED} the agent stopped (last step: {step}); rolled back from the write-ahead journal: {}; re-apply with the same operation id to converge",
         parts.join("; ")
     )
+}
+
+/// Whether the operation of `intent` carried a Kubernetes upgrade: a change
+/// `kubernetes.version` in its Staging copy (`Intent::staged`, proto3 JSON of the
+/// `Operation`). An intent of format 1 has no copy: false, as that agent read it.
+fn carries_upgrade(intent: &Intent) -> bool {
+    intent
+        .staged
+        .as_ref()
+        .and_then(|op| op.get("changes"))
+        .and_then(|c| c.as_array())
+        .is_some_and(|changes| {
+            changes.iter().any(|c| {
+                c.get("id").and_then(|i| i.as_str()) == Some(inplace_wire::ids::KUBERNETES_VERSION)
+            })
+        })
 }

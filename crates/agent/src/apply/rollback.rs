@@ -407,12 +407,21 @@ impl Agent {
 /// What the journal could not put back after a crash whose last progress marker is
 /// `step` ([`Marker::not_journaled`]), prefixed with [`ROLLBACK_INCOMPLETE`]: None when
 /// its pre-images and effect entries undo everything. A marker that verifies but that no
-/// step writes is incomplete too: what it reached is not known. (`unknown`, a marker
-/// that does not verify, is already a problem of its own: the units are restarted.)
-pub(super) fn after_crash(step: &str, config: &crate::config::Config) -> Option<String> {
+/// step writes is incomplete too: what it reached is not known. `unknown`, a marker
+/// that does not verify, is a problem of its own (the units are restarted) and
+/// incomplete only when the operation carried a Kubernetes upgrade (`upgrade_carried`):
+/// the torn marker may have been one of its steps, which the journal can not undo.
+pub(super) fn after_crash(
+    step: &str,
+    upgrade_carried: bool,
+    config: &crate::config::Config,
+) -> Option<String> {
     let backup = &config.kubernetes.backup_dir;
     let why = match Marker::parse(step) {
         Some(m) => m.not_journaled(backup)?,
+        None if step == "unknown" && upgrade_carried => format!(
+            "the progress marker does not verify and the operation carried a Kubernetes upgrade, which may have begun: the binaries or packages it installed and what kubeadm upgrade node rewrote are not in the journal and were not put back; the previous binaries are kept in {backup} as <binary>-<version>"
+        ),
         None if step == "unknown" => return None,
         None => format!(
             "the progress marker {step:?} is not one the engine writes, so what the operation reached is not known"
@@ -433,7 +442,7 @@ mod tests {
     fn every_marker_has_a_meaning_after_a_crash() {
         let config = crate::config::Config::default();
         for m in Marker::examples() {
-            let r = after_crash(&m.text(), &config);
+            let r = after_crash(&m.text(), false, &config);
             let want = match &m {
                 Marker::Kubernetes(step) => Some(format!(
                     "{ROLLBACK_INCOMPLETE}: a Kubernetes upgrade had begun (last step: {step}): the binaries or packages it installed and what kubeadm upgrade node rewrote are not in the journal and were not put back; the previous binaries are kept in /var/lib/inplaced-kubernetes/previous as <binary>-<version>"
@@ -443,11 +452,17 @@ mod tests {
             assert_eq!(r, want, "{m:?}");
         }
         assert!(
-            after_crash("rebooting", &config)
+            after_crash("rebooting", false, &config)
                 .unwrap()
                 .contains("\"rebooting\" is not one the engine writes")
         );
-        assert_eq!(after_crash("unknown", &config), None);
+        assert_eq!(after_crash("unknown", false, &config), None);
+        // a torn marker of an operation with an upgrade: it may have been the upgrade's
+        assert!(
+            after_crash("unknown", true, &config)
+                .unwrap()
+                .starts_with(&format!("{ROLLBACK_INCOMPLETE}: the progress marker does not verify and the operation carried a Kubernetes upgrade"))
+        );
     }
 
     /// The message says what happened once: nothing changed, what was undone (and
