@@ -101,21 +101,12 @@ async fn a_crash_during_an_upgrade_is_settled_failed_naming_the_step() {
 /// end `RolledBack` with the new binaries in place.
 #[tokio::test]
 async fn a_crash_after_a_completed_upgrade_is_settled_failed() {
-    let mirror = Mirror::start();
-    mirror.release("v1.35.2");
-    let mut node = Node::new("ubuntu-2404-grub");
-    install_standins(&mut node, "v1.34.3");
-    std::fs::write(&node.config, url_config(&mirror)).unwrap();
-    node.die_at("act", TO_135).await;
-    node.start();
-    let op = node.settle("crash").await;
-    assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
-    assert!(
-        op.message
-            .contains("roll-back incomplete: a Kubernetes upgrade had begun (last step: upgraded)"),
-        "{}",
-        op.message
-    );
+    let (_mirror, mut node) = upgraded_then_killed_at_act().await;
+    settled_incomplete(
+        &mut node,
+        "roll-back incomplete: a Kubernetes upgrade had begun (last step: upgraded)",
+    )
+    .await;
 }
 
 /// The same crash with the progress marker torn (a power cut during its write in place):
@@ -123,28 +114,38 @@ async fn a_crash_after_a_completed_upgrade_is_settled_failed() {
 /// never `RolledBack` with the new binaries in place.
 #[tokio::test]
 async fn a_torn_marker_of_an_operation_with_an_upgrade_is_settled_failed() {
-    let mirror = Mirror::start();
-    mirror.release("v1.35.2");
-    let mut node = Node::new("ubuntu-2404-grub");
-    install_standins(&mut node, "v1.34.3");
-    std::fs::write(&node.config, url_config(&mirror)).unwrap();
-    node.die_at("act", TO_135).await;
+    let (_mirror, mut node) = upgraded_then_killed_at_act().await;
     let marker = node.state.join("journal/crash.progress");
     let sealed = std::fs::read(&marker).unwrap();
     // the first bytes of another marker over it, as a torn write leaves them
     let mut torn = sealed.clone();
     torn[sealed.len() / 2..].iter_mut().for_each(|b| *b = b'x');
     std::fs::write(&marker, &torn).unwrap();
+    settled_incomplete(
+        &mut node,
+        "roll-back incomplete: the progress marker does not verify and the operation carried a Kubernetes upgrade",
+    )
+    .await;
+}
+
+/// A node upgraded from v1.34.3 to v1.35.2 (the `url` source on a mirror, kept alive by
+/// the returned value) whose agent was killed at failpoint `act`, not started again.
+async fn upgraded_then_killed_at_act() -> (Mirror, Node) {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    node.die_at("act", TO_135).await;
+    (mirror, node)
+}
+
+/// Starts the agent and asserts that the crashed operation settled Failed, saying `why`.
+async fn settled_incomplete(node: &mut Node, why: &str) {
     node.start();
     let op = node.settle("crash").await;
     assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
-    assert!(
-        op.message.contains(
-            "roll-back incomplete: the progress marker does not verify and the operation carried a Kubernetes upgrade"
-        ),
-        "{}",
-        op.message
-    );
+    assert!(op.message.contains(why), "{}", op.message);
 }
 
 /// A spec that upgrades Kubernetes and edits the kubelet's config.yaml (which `kubeadm
