@@ -116,6 +116,27 @@ async fn a_progress_marker_written_over_a_stale_one_has_the_journals_mode() {
     );
 }
 
+/// `bytes` written to `p` with the state directory's mode (0600).
+fn write_0600(p: &Path, bytes: &[u8]) {
+    std::fs::write(p, bytes).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// `bytes` written over the start of the existing file `p` (same inode).
+fn overwrite_in_place(p: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    let mut f = std::fs::File::options().write(true).open(p).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+/// Applies a one-file spec whose content is `tag` as operation `tag` (which prunes the
+/// history after it) and asserts that it succeeded.
+async fn prune_by_applying(node: &Node, tag: &str) {
+    let spec = format!("files:\n  - path: /etc/break-journal.conf\n    content: \"{tag}\\n\"\n");
+    let op = apply(node, &spec, tag).await;
+    assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
+}
+
 /// An operation file's head cached as ended (Succeeded), then rewritten in place as
 /// waiting for a reboot with the same length, inode and modification time: pruning must
 /// keep it (an operation waiting for a reboot is kept whatever its age), and the history
@@ -162,26 +183,15 @@ async fn pruning_acts_on_an_operation_files_true_phase_not_a_cached_one() {
 
     // 1. rewritten in place: same inode, same size, mtime put back
     let p1 = ops.join("old1.json");
-    std::fs::write(&p1, ended("old1")).unwrap();
-    std::fs::set_permissions(&p1, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_0600(&p1, &ended("old1"));
     let t1 = settle_and_cache(&p1);
     status(&node).await; // reads every head: old1's is kept as Succeeded
     let ino = std::fs::metadata(&p1).unwrap().ino();
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::options().write(true).open(&p1).unwrap();
-        f.write_all(&waiting("old1")).unwrap();
-    }
+    overwrite_in_place(&p1, &waiting("old1"));
     restore_mtime(&p1, t1);
     assert_eq!(std::fs::metadata(&p1).unwrap().ino(), ino);
     assert_eq!(std::fs::metadata(&p1).unwrap().len(), len as u64);
-    let c = apply(
-        &node,
-        "files:\n  - path: /etc/break-journal.conf\n    content: \"c\\n\"\n",
-        "c",
-    )
-    .await;
-    assert_eq!(c.phase, Phase::Succeeded as i32, "{}", c.message);
+    prune_by_applying(&node, "c").await;
     assert!(
         p1.exists(),
         "pruning deleted an operation waiting for a reboot"
@@ -192,21 +202,13 @@ async fn pruning_acts_on_an_operation_files_true_phase_not_a_cached_one() {
 
     // 2. removed and made again (same size, the old mtime): maybe the same inode
     let p2 = ops.join("old2.json");
-    std::fs::write(&p2, ended("old2")).unwrap();
-    std::fs::set_permissions(&p2, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_0600(&p2, &ended("old2"));
     let t2 = settle_and_cache(&p2);
     status(&node).await;
     std::fs::remove_file(&p2).unwrap();
-    std::fs::write(&p2, waiting("old2")).unwrap();
-    std::fs::set_permissions(&p2, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_0600(&p2, &waiting("old2"));
     restore_mtime(&p2, t2);
-    let d = apply(
-        &node,
-        "files:\n  - path: /etc/break-journal.conf\n    content: \"d\\n\"\n",
-        "d",
-    )
-    .await;
-    assert_eq!(d.phase, Phase::Succeeded as i32, "{}", d.message);
+    prune_by_applying(&node, "d").await;
     assert!(
         p2.exists(),
         "pruning deleted an operation waiting for a reboot"
@@ -214,22 +216,14 @@ async fn pruning_acts_on_an_operation_files_true_phase_not_a_cached_one() {
 
     // 3. replaced by rename (a new inode), the old mtime
     let p3 = ops.join("old3.json");
-    std::fs::write(&p3, ended("old3")).unwrap();
-    std::fs::set_permissions(&p3, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_0600(&p3, &ended("old3"));
     let t3 = settle_and_cache(&p3);
     status(&node).await;
     let tmp = ops.join(".old3.tmp");
-    std::fs::write(&tmp, waiting("old3")).unwrap();
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_0600(&tmp, &waiting("old3"));
     restore_mtime(&tmp, t3);
     std::fs::rename(&tmp, &p3).unwrap();
-    let e = apply(
-        &node,
-        "files:\n  - path: /etc/break-journal.conf\n    content: \"e\\n\"\n",
-        "e",
-    )
-    .await;
-    assert_eq!(e.phase, Phase::Succeeded as i32, "{}", e.message);
+    prune_by_applying(&node, "e").await;
     assert!(
         p3.exists(),
         "pruning deleted an operation waiting for a reboot"
@@ -238,24 +232,13 @@ async fn pruning_acts_on_an_operation_files_true_phase_not_a_cached_one() {
     // 4. rewritten within the same moment as it was written and read (no time to tell
     //    them apart by their stamps): what was read then is not kept
     let p4 = ops.join("old4.json");
-    std::fs::write(&p4, ended("old4")).unwrap();
-    std::fs::set_permissions(&p4, std::fs::Permissions::from_mode(0o600)).unwrap();
+    write_0600(&p4, &ended("old4"));
     let t4 = std::fs::metadata(&p4).unwrap().modified().unwrap();
     status(&node).await;
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::options().write(true).open(&p4).unwrap();
-        f.write_all(&waiting("old4")).unwrap();
-    }
+    overwrite_in_place(&p4, &waiting("old4"));
     restore_mtime(&p4, t4);
     std::thread::sleep(Duration::from_millis(300));
-    let g = apply(
-        &node,
-        "files:\n  - path: /etc/break-journal.conf\n    content: \"g\\n\"\n",
-        "g",
-    )
-    .await;
-    assert_eq!(g.phase, Phase::Succeeded as i32, "{}", g.message);
+    prune_by_applying(&node, "g").await;
     assert!(
         p4.exists(),
         "pruning deleted an operation waiting for a reboot"
@@ -264,19 +247,9 @@ async fn pruning_acts_on_an_operation_files_true_phase_not_a_cached_one() {
     // and the reverse: cached as waiting, then ended in place: pruned by the next one
     let t1 = settle_and_cache(&p1);
     status(&node).await;
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::options().write(true).open(&p1).unwrap();
-        f.write_all(&ended("old1")).unwrap();
-    }
+    overwrite_in_place(&p1, &ended("old1"));
     restore_mtime(&p1, t1);
-    let f = apply(
-        &node,
-        "files:\n  - path: /etc/break-journal.conf\n    content: \"f\\n\"\n",
-        "f",
-    )
-    .await;
-    assert_eq!(f.phase, Phase::Succeeded as i32, "{}", f.message);
+    prune_by_applying(&node, "f").await;
     assert!(
         !p1.exists(),
         "an ended operation past `keep` was not pruned"
