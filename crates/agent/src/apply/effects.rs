@@ -20,12 +20,14 @@ impl Report for Follow<'_, '_> {
         let _ = self.agent.publish(self.run.op, same, message);
     }
 
+    /// An effect's marker is a step the journal can not undo: written durably, so that a
+    /// power cut can not bring back an earlier marker (`journal_progress_durable`).
     fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) {
         self.run.marked = true;
         let _ = self
             .agent
             .state
-            .journal_progress(self.run.op.id(), &marker.text());
+            .journal_progress_durable(self.run.op.id(), &marker.text());
     }
 
     fn action(&mut self, text: String) {

@@ -26,12 +26,14 @@
 //!    `write-temp`, `write`); removals unlink; then each directory written into or
 //!    removed from is fsynced once; then live sysctls (`sysctl`); `progress` = `written`.
 //! 3. Commands and unit actions; `progress` = `acted` when there were any (failpoint
-//!    `act`); the kubelet's health gate; verification by re-planning. `progress` is
-//!    never fsynced: it only words the message of a roll-back (which restarts the units
-//!    whenever a path went back, or the marker is past `staged`); a power cut can leave
-//!    an earlier step, or a marker that does not verify, which recovery reports and
-//!    handles. Once an effect wrote its own marker (a Kubernetes upgrade's step, which
-//!    the journal can not undo), `written` and `acted` are not written over it.
+//!    `act`); the kubelet's health gate; verification by re-planning. The engine's own
+//!    markers are never fsynced: they only word the message of a roll-back (which
+//!    restarts the units whenever a path went back, or the marker is past `staged`); a
+//!    power cut can leave an earlier step, or a marker that does not verify, which
+//!    recovery reports and handles. An effect's marker (a Kubernetes upgrade's step,
+//!    which the journal can not undo) is written durably, so no power cut brings back
+//!    an earlier one, and `written` and `acted` are not written over it; one that does
+//!    not verify in an operation carrying an upgrade is an incomplete roll-back.
 //! 4. The commit point: `journal/<op>.commit`, one sealed file with the record, the phase
 //!    to end in and the spec: content, then `journal/` fsynced (failpoint `record`).
 //! 5. `applied.json` and `applied-spec.pb` installed without an fsync, the intent,

@@ -10,7 +10,8 @@
 //!                         `applied-spec.pb`, verified by the same length and SHA-256)
 //! journal/<op>.intent     sealed JSON: "version": 2, the paths, pre-images, effects, units,
 //!                         and the operation as it was in Staging ("stagedOperation")
-//! journal/<op>.progress   sealed step marker (never fsynced)
+//! journal/<op>.progress   sealed step marker (never fsynced, but for an effect's step
+//!                         the journal can not undo: a Kubernetes upgrade's)
 //! journal/<op>.commit     sealed: one JSON line {"version": 2, "generation", "phase",
 //!                         "record", "operation"}, a newline, then the NodeSpec applied
 //!                         (protobuf bytes)
@@ -138,6 +139,19 @@ impl StateDir {
         let rel = format!("/journal/{}.intent", intent.operation);
         let b = serde_json::to_vec_pretty(intent).map_err(|e| self.corrupt(&rel, e))?;
         self.write(&rel, &seal(&b))
+    }
+
+    /// Records a step the journal can not undo (a Kubernetes upgrade's: binaries
+    /// replaced, `kubeadm upgrade node`), durably: a new file, fsynced, renamed, the
+    /// directory fsynced. A power cut must not leave an earlier marker, which recovery
+    /// would read as a step the journal undoes whole (a roll-back reported complete with
+    /// the new binaries in place). Two fsyncs a step, for the few steps of an upgrade.
+    pub fn journal_progress_durable(&self, op: &str, step: &str) -> Result<(), StateError> {
+        self.write_with(
+            &format!("/journal/{op}.progress"),
+            &seal(step.as_bytes()),
+            Durability::Durable,
+        )
     }
 
     /// Records the last step operation `op` completed (sealed), without an fsync: the

@@ -426,3 +426,27 @@ fn a_progress_marker_is_rewritten_in_place_when_it_grows() {
     assert!(s.journal_progress("op", "written").is_err());
     assert_eq!(std::fs::read(&target).unwrap(), b"");
 }
+
+/// An engine marker is written without an fsync; an effect's (a Kubernetes upgrade's
+/// step, which the journal can not undo) durably: its content and its name, so that no
+/// power cut brings back an earlier marker. Both read back as written.
+#[test]
+fn an_effects_marker_is_durable_the_engines_are_not() {
+    let (_t, s) = open();
+    std::fs::create_dir_all(s.path().join("journal")).unwrap();
+    let before = inplace_node::sysroot::fsyncs_on_this_thread();
+    s.journal_progress("op1", "staged").unwrap();
+    s.journal_progress("op1", "written").unwrap();
+    assert_eq!(inplace_node::sysroot::fsyncs_on_this_thread(), before);
+    s.journal_progress_durable("op1", "kubernetes: upgraded")
+        .unwrap();
+    assert_eq!(
+        inplace_node::sysroot::fsyncs_on_this_thread(),
+        before + 2,
+        "the marker's content and the journal directory"
+    );
+    assert_eq!(
+        s.read_progress("/journal/op1.progress"),
+        Sealed::Valid("kubernetes: upgraded".to_string())
+    );
+}
