@@ -8,6 +8,7 @@
 use serde::Deserialize;
 
 use super::{StateDir, StateError};
+use inplace_node::sysroot::Stamp;
 use inplace_wire::pb;
 
 /// An operation's id, phase and creation time, read without its changes and actions.
@@ -45,59 +46,10 @@ fn parse_head(b: &[u8]) -> serde_json::Result<OperationHead> {
     })
 }
 
-/// What changes when a file is replaced or rewritten: device, inode, size, and the
-/// modification and status-change times (ns). The state directory's own files are
-/// looked at directly (the agent owns the directory; no path from a spec is involved).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FileStamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-/// How long after a file's last change its stamp is trusted to tell a later change
-/// ([`FileStamp::is_racy`]). File times come from the kernel's coarse clock, which lags
-/// the real-time clock by less than one tick (10 ms at the lowest `HZ`, 100).
-const RACY_NS: i128 = 50_000_000;
-
-impl FileStamp {
-    /// The stamp of `path` (not followed); None when it can not be read.
-    pub(super) fn of(path: &std::path::Path) -> Option<FileStamp> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::symlink_metadata(path).ok()?;
-        Some(FileStamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        })
-    }
-
-    /// Git's "racily clean" rule: a stamp taken (at `now`, read before the look) so soon
-    /// after the file's last change that a further change could leave the same stamp (the
-    /// same file times) says nothing about later content, so what was read with it is
-    /// not kept. The margin is [`RACY_NS`], or 2 s on a file system whose times have no
-    /// nanoseconds (1 s or 2 s granularity); a file changed in the future (the clock was
-    /// set back) is always racy.
-    pub(super) fn is_racy(&self, now: std::time::SystemTime) -> bool {
-        let ns = |(s, n): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(n);
-        let Ok(now) = now.duration_since(std::time::UNIX_EPOCH) else {
-            return true;
-        };
-        let now = now.as_nanos() as i128;
-        let changed = ns(self.mtime).max(ns(self.ctime));
-        let coarse = self.mtime.1 == 0 && self.ctime.1 == 0;
-        let margin = if coarse { 2_000_000_000 } else { RACY_NS };
-        changed + margin > now
-    }
-}
-
 /// The heads parsed from operation files, by file name, with the stamp of the file they
-/// were parsed from ([`StateDir::operation_heads`]).
-pub(super) type HeadCache = std::collections::HashMap<String, (FileStamp, OperationHead)>;
+/// were parsed from ([`StateDir::operation_heads`]): device, inode, size, mtime and ctime
+/// (ns), which change when a file is replaced or rewritten.
+pub(super) type HeadCache = std::collections::HashMap<String, (Stamp, OperationHead)>;
 
 impl StateDir {
     /// Persists an operation durably (the file, then `operations/`), except in phase
@@ -170,7 +122,7 @@ impl StateDir {
     /// The [`OperationHead`] of every operation, newest first, as [`list_operations`]
     /// orders and skips them.
     ///
-    /// A head is parsed again only when its file's [`FileStamp`] changed since it was
+    /// A head is parsed again only when its file's [`Stamp`] changed since it was
     /// last parsed ([`HeadCache`]): pruning after every operation and `status` read the
     /// heads of up to `history.keep` files, and a 200-file operation's file is about
     /// 100 KB of JSON to scan for its head.
@@ -183,10 +135,12 @@ impl StateDir {
         let mut old = std::mem::take(&mut *kept);
         let mut heads = Vec::with_capacity(files.len());
         for (id, name) in files {
-            let path = self.path.join("operations").join(&name);
+            let rel = format!("/operations/{name}");
             // the time before the look: a change after it has a later time
-            let now = std::time::SystemTime::now();
-            let stamp = FileStamp::of(&path);
+            let read_at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let stamp = self.dir.stamp(&rel).ok().flatten();
             let cached = old.remove(&name);
             if let (Some(s), Some((was, head))) = (stamp, cached)
                 && s == was
@@ -195,13 +149,12 @@ impl StateDir {
                 kept.insert(name, (was, head));
                 continue;
             }
-            let rel = format!("/operations/{name}");
             let Some(b) = self.io(self.dir.read(&rel))? else {
                 continue;
             };
             match parse_head(&b) {
                 Ok(head) if head.id == id => {
-                    if let Some(s) = stamp.filter(|s| !s.is_racy(now)) {
+                    if let Some(s) = stamp.filter(|s| !s.is_racily_clean(read_at)) {
                         kept.insert(name, (s, head.clone()));
                     }
                     heads.push(head);
@@ -295,7 +248,7 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    use std::time::{Duration, SystemTime};
 
     fn open() -> (tempfile::TempDir, StateDir) {
         let d = tempfile::tempdir().unwrap();
@@ -317,40 +270,12 @@ mod tests {
 
     /// Waits until a file written now is past the racy window, so its head is kept.
     fn past_racy_window() {
-        std::thread::sleep(Duration::from_nanos(RACY_NS as u64 * 2));
+        std::thread::sleep(2 * inplace_node::sysroot::trace::RACY);
     }
 
     fn cached(s: &StateDir, name: &str) -> Option<i32> {
         let c = s.heads.lock().unwrap();
         c.get(name).map(|(_, h)| h.phase)
-    }
-
-    fn stamp(mtime: (i64, i64), ctime: (i64, i64)) -> FileStamp {
-        FileStamp {
-            dev: 1,
-            ino: 2,
-            size: 3,
-            mtime,
-            ctime,
-        }
-    }
-
-    #[test]
-    fn a_stamp_is_racy_within_the_margin_after_its_last_change() {
-        let at =
-            |s: i64, ns: u64| UNIX_EPOCH + Duration::from_secs(s as u64) + Duration::from_nanos(ns);
-        let t = stamp((100, 500), (100, 900));
-        // the later of the two times counts
-        assert!(t.is_racy(at(100, 900 + RACY_NS as u64 - 1)));
-        assert!(!t.is_racy(at(100, 900 + RACY_NS as u64 + 1)));
-        let m = stamp((100, 900), (100, 500));
-        assert!(m.is_racy(at(100, 900 + RACY_NS as u64 - 1)));
-        // changed in the future (the clock was set back)
-        assert!(t.is_racy(at(99, 0)));
-        // no nanoseconds: a file system with 1 or 2 s times
-        let coarse = stamp((100, 0), (100, 0));
-        assert!(coarse.is_racy(at(101, 900_000_000)));
-        assert!(!coarse.is_racy(at(102, 1)));
     }
 
     /// A file rewritten in place with the same length (same device, inode and size) is
@@ -382,12 +307,13 @@ mod tests {
         assert!(after.len() <= before.len());
         after.resize(before.len(), b' ');
         use std::io::Write;
-        let ino = FileStamp::of(&path).unwrap().ino;
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(&path).unwrap().ino();
         let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         f.write_all(&after).unwrap();
         drop(f);
-        assert_eq!(FileStamp::of(&path).unwrap().ino, ino);
-        assert_eq!(FileStamp::of(&path).unwrap().size, before.len() as u64);
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), before.len() as u64);
         let heads = s.operation_heads().unwrap();
         assert_eq!(heads[1].phase, pb::Phase::Succeeded as i32);
         // so pruning removes it now, and its head leaves the cache

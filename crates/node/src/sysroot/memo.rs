@@ -77,6 +77,18 @@ impl Stamp {
     pub fn is_racy(&self, read_at: Duration, margin: Duration) -> bool {
         self.changed_ns() + margin.as_nanos() as i128 >= read_at.as_nanos() as i128
     }
+
+    /// [`Stamp::is_racy`] with the usual margins: [`RACY`] (50 ms), or [`RACY_COARSE`]
+    /// (2 s) for times without a sub-second part ([`Stamp::is_coarse`]). For callers
+    /// outside the memo that keep what they derived from a file (a trace's seal, the
+    /// state directory's operation heads).
+    ///
+    /// [`RACY`]: super::trace::RACY
+    /// [`RACY_COARSE`]: super::trace::RACY_COARSE
+    pub fn is_racily_clean(&self, read_at: Duration) -> bool {
+        use super::trace::{RACY, RACY_COARSE};
+        self.is_racy(read_at, if self.is_coarse() { RACY_COARSE } else { RACY })
+    }
 }
 
 /// The bounds of a [`Memo`].
@@ -103,8 +115,8 @@ impl Default for MemoLimits {
             entries: 256,
             bytes: 1 << 20,
             entry_bytes: 64 << 10,
-            racy: Duration::from_millis(50),
-            racy_coarse: Duration::from_secs(2),
+            racy: super::trace::RACY,
+            racy_coarse: super::trace::RACY_COARSE,
         }
     }
 }

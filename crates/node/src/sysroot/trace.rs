@@ -286,7 +286,7 @@ impl Trace {
                     let seen = look_at(roots[r], &look);
                     match &seen {
                         Seen::Failed => return Err(format!("{p} could not be looked at")),
-                        Seen::Stamp(s, _) if is_racy(s, self.started) => {
+                        Seen::Stamp(s, _) if s.is_racily_clean(self.started) => {
                             return Err(format!("{p} changed a moment ago"));
                         }
                         _ => {}
@@ -414,11 +414,6 @@ fn chain(path: &str) -> impl Iterator<Item = &str> {
         .map(|(i, _)| &path[..i])
         .chain(std::iter::once(path))
         .filter(|p| !p.is_empty() && *p != "/")
-}
-
-fn is_racy(s: &Stamp, started: Duration) -> bool {
-    let margin = if s.is_coarse() { RACY_COARSE } else { RACY };
-    s.is_racy(started, margin)
 }
 
 fn relative(path: &str) -> &str {

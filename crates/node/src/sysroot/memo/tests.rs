@@ -76,6 +76,23 @@ fn racily_clean_is_a_change_within_the_margin_before_the_read_or_after_it() {
     assert!(!stamp((10, 7), (10, 0)).is_coarse());
 }
 
+/// The usual margins: 50 ms after the later of the two times, 2 s without sub-second
+/// parts, and a time after the read is always racy.
+#[test]
+fn racily_clean_takes_the_margin_the_times_allow() {
+    let at = |s: u64, ns: u64| Duration::new(s, ns as u32);
+    let racy = super::super::trace::RACY.as_nanos() as u64;
+    let t = stamp((100, 500), (100, 900));
+    assert!(t.is_racily_clean(at(100, 900 + racy - 1)));
+    assert!(!t.is_racily_clean(at(100, 900 + racy + 1)));
+    let m = stamp((100, 900), (100, 500));
+    assert!(m.is_racily_clean(at(100, 900 + racy - 1)));
+    assert!(t.is_racily_clean(at(99, 0)));
+    let coarse = stamp((100, 0), (100, 0));
+    assert!(coarse.is_racily_clean(at(101, 900_000_000)));
+    assert!(!coarse.is_racily_clean(at(102, 1)));
+}
+
 #[test]
 fn a_coarse_stamp_waits_the_coarse_margin() {
     let (d, s) = root(MemoLimits {
