@@ -662,6 +662,41 @@ fn plain_durable(dir: &Path, files: &[(String, Vec<u8>)]) -> Duration {
     t.elapsed()
 }
 
+/// The CPU time of this thread so far, in ms (`/proc/thread-self/schedstat`, ns).
+fn thread_cpu_ms() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1e6
+}
+
+/// The floor of a 1-file apply's CPU: the file-system work a write-ahead-logged apply of
+/// one file can not avoid, plainly, in this thread. Four durable atomic writes (an intent
+/// of 1 KiB, the file, a commit of 1 KiB, the settled operation of 512 bytes: each a new
+/// temporary file, write, fsync, rename, directory fsync: 8 fsyncs, the agent's own
+/// count), then the intent and commit unlinked as a journal removes them. Its CPU time in
+/// ms (schedstat of this thread, so the kernel's share of the writes is in it, on the
+/// same file system as the agent's state).
+fn plain_apply_cpu(dir: &Path, op: &str, file: &[u8]) -> f64 {
+    let c0 = thread_cpu_ms();
+    let parts: [(String, Vec<u8>); 4] = [
+        (format!("{op}.intent"), vec![b'i'; 1024]),
+        (format!("{op}.conf"), file.to_vec()),
+        (format!("{op}.commit"), vec![b'c'; 1024]),
+        (format!("{op}.json"), vec![b'o'; 512]),
+    ];
+    plain_durable(dir, &parts);
+    for name in [&parts[0].0, &parts[2].0] {
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    let cpu = thread_cpu_ms() - c0;
+    for name in [&parts[1].0, &parts[3].0] {
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    cpu
+}
+
 /// The durable removal of `files` from `dir`, plainly: unlink each, then one fsync of the
 /// directory; returns its time.
 fn plain_cleanup(dir: &Path, files: &[(String, Vec<u8>)]) -> Duration {
@@ -1114,12 +1149,15 @@ async fn apply_block(
     // schedstat sum of the threads alive at the end leaves out
     let mut cpu1_all = 0.0;
     let mut anon = Vec::new();
+    // the floor of the daemon's CPU per 1-file apply, interleaved with the applies
+    let mut cpu_floor = 0.0;
     note("1-file applies begin");
     for k in 0..n.apply_reps_1 {
         let spec = new_files_spec(&format!("one{k}"), 1);
         let plain = vec![(format!("one{k}.conf"), spec.files[0].content.clone())];
         p1.push(plain_durable(&plain_dir, &plain));
         plain_cleanup(&plain_dir, &plain);
+        cpu_floor += plain_apply_cpu(&plain_dir, &format!("floor{k}"), &spec.files[0].content);
         let s0 = sched(app.pid());
         let c0 = cpu_ms(app.pid());
         t1.push(timed_apply(&mut ca, &spec, &format!("apply1-{k}")).await);
@@ -1142,6 +1180,13 @@ async fn apply_block(
         "apply_1_file_daemon_cpu_all_threads",
         cpu1_all / t1.len() as f64,
         "ms",
+    );
+    let floor_cpu1 = cpu_floor / t1.len() as f64;
+    rep.floor("floor_apply_1_file_cpu", floor_cpu1, "ms");
+    rep.ratio(
+        "ratio_apply_1_file_daemon_cpu_vs_floor",
+        cpu1 / t1.len() as f64,
+        floor_cpu1,
     );
     rep.fig(
         "rss_anon_after_1_file_applies",
