@@ -10,7 +10,7 @@ mod common;
 
 use std::os::unix::fs::{PermissionsExt, symlink};
 
-use common::k8s::{binaries, install_standins};
+use common::k8s::{binaries, elf_standin, install_standins};
 use common::kept::{age, answers, counted, cp_a, settle, uncached_copy};
 use common::{Node, spec};
 use inplace_wire::pb;
@@ -238,12 +238,15 @@ async fn a_refreshed_snap_kubelet_is_asked_again() {
     assert_eq!(st.kubernetes_version, "v1.34.3");
 }
 
-/// Stand-in kubelets of `versions` at `/opt/k/<version>/kubelet`.
+/// Compiled stand-in kubelets of `versions` at `/opt/k/<version>/kubelet`, and a compiled
+/// kubeadm of the first at `/usr/bin/kubeadm` (a script's answer is never kept).
 fn kubelets(n: &Node, versions: &[&str]) {
+    let kubeadm = n.path("/usr/bin/kubeadm");
+    std::fs::write(&kubeadm, elf_standin("kubeadm", versions[0], None)).unwrap();
     for v in versions {
         let k = n.path(&format!("/opt/k/{v}/kubelet"));
         std::fs::create_dir_all(k.parent().unwrap()).unwrap();
-        std::fs::write(&k, &binaries(v)["kubelet"]).unwrap();
+        std::fs::write(&k, elf_standin("kubelet", v, None)).unwrap();
         std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o755)).unwrap();
         age(&k);
     }
@@ -284,9 +287,7 @@ async fn an_alternatives_kubelet_is_kept_and_asked_again_when_switched() {
 /// A kubelet that is a wrapper script (`exec /opt/k/current/kubelet "$@"`, as some
 /// distributions install it): switching `current` changes what `kubelet --version`
 /// answers while the script, the only file whose stamp the version is kept with, stays
-/// the same. Not fixed: telling a wrapper from the kubelet means reading the program
-/// (the stand-ins of the tests are scripts too).
-#[ignore = "fault: a kubelet wrapper script's version is kept with the script's stamp; what it runs is not looked at"]
+/// the same. A script's answer is never kept: the wrapper is asked every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_wrapper_script_is_asked_again() {
     let (node, _addr) = counted("ubuntu-2404-grub", |n| {

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::k8s::install_standins;
+use common::k8s::{elf_standin, install_standins};
 use common::kept::{age, answers, counted, settle, uncached_copy};
 use common::{Node, apply, coverage};
 use inplace_wire::pb;
@@ -126,8 +126,11 @@ async fn an_apply_changes_the_answer_at_once() {
 fn counted_node(version: &str) -> (Node, String) {
     counted("ubuntu-2404-grub", |node| {
         install_standins(node, version);
+        // compiled: the agent keeps a program's answer, never a script's
         for b in ["kubelet", "kubeadm"] {
-            age(&node.path(&format!("/usr/bin/{b}")));
+            let p = node.path(&format!("/usr/bin/{b}"));
+            std::fs::write(&p, elf_standin(b, version, None)).unwrap();
+            age(&p);
         }
     })
 }
@@ -161,9 +164,8 @@ async fn the_same_request_is_kept_and_a_replaced_kubelet_asked_again() {
     assert_eq!(answers(&addr), (3.0, 3.0));
     // an upgraded kubelet (replaced by a rename, as a package manager does)
     let kubelet = node.path("/usr/bin/kubelet");
-    let text = std::fs::read_to_string(&kubelet).unwrap();
     let tmp = node.path("/usr/bin/.kubelet.new");
-    std::fs::write(&tmp, text.replace("v1.34.2", "v1.34.3")).unwrap();
+    std::fs::write(&tmp, elf_standin("kubelet", "v1.34.3", None)).unwrap();
     std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     age(&tmp);
     std::fs::rename(&tmp, &kubelet).unwrap();

@@ -545,16 +545,12 @@ async fn status_asks_the_kubelet_version_once_per_binary() {
     install_standins(&mut node, "v1.34.3");
     let log = node.path("/var/tmp/kubelet-asked");
     std::fs::create_dir_all(log.parent().unwrap()).unwrap();
-    let counting = |version: &str| {
-        format!(
-            "#!/bin/sh\necho asked >> '{}'\nif [ \"$1\" = --version ]; then echo \"Kubernetes {version}\"; else exit 2; fi\n",
-            log.display()
-        )
-    };
+    // compiled: the agent keeps a program's answer, never a script's
+    let counting = |version: &str| common::k8s::elf_standin("kubelet", version, Some(&log));
     let bin = node.path("/usr/bin/kubelet");
     // written as an installer does, and dated a minute back: a binary modified in the
     // last seconds is asked every time (its stamp could miss a rewrite in the same tick)
-    let write = |p: &std::path::Path, text: String| {
+    let write = |p: &std::path::Path, text: Vec<u8>| {
         std::fs::write(p, text).unwrap();
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         let a_minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);

@@ -59,6 +59,76 @@ pub(crate) fn kubelet(name: &str, version: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The C source of [`elf_standin`]: it reads what to answer from the text after
+/// `\n#INPLACED-STANDIN\n` at the end of its own file (`kind=`, `version=`, `log=`).
+const ELF_STANDIN_C: &str = r#"
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    static char buf[8192];
+    FILE *f = fopen("/proc/self/exe", "rb");
+    if (!f) return 3;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, n > 4096 ? n - 4096 : 0, SEEK_SET);
+    size_t r = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[r] = 0;
+    char *m = memmem(buf, r, "\n#INPLACED-STANDIN\n", 19);
+    if (!m) return 3;
+    char kind[32] = "", version[64] = "", log[4096] = "";
+    for (char *l = strtok(m + 19, "\n"); l; l = strtok(NULL, "\n")) {
+        sscanf(l, "kind=%31s", kind);
+        sscanf(l, "version=%63s", version);
+        sscanf(l, "log=%4095[^\n]", log);
+    }
+    int kubelet = !strcmp(kind, "kubelet") && argc == 2 && !strcmp(argv[1], "--version");
+    int kubeadm = !strcmp(kind, "kubeadm") && argc == 4 && !strcmp(argv[1], "version")
+        && !strcmp(argv[2], "-o") && !strcmp(argv[3], "short");
+    if (!kubelet && !kubeadm) return 2;
+    if (*log) {
+        FILE *a = fopen(log, "a");
+        if (a) { fputs("asked\n", a); fclose(a); }
+    }
+    printf(kubelet ? "Kubernetes %s\n" : "%s\n", version);
+    return 0;
+}
+"#;
+
+/// A compiled (ELF) stand-in for the version queries of the kubelet (`kind` "kubelet":
+/// `--version`) or kubeadm ("kubeadm": `version -o short`) of `version`, appending a
+/// line to `log` each time it is asked when given. The agent keeps a compiled program's
+/// answer with its stamp, never a script's (a wrapper answers from what it runs), so the
+/// tests of kept versions need a program that is not a script. Compiled once per test
+/// process with the C compiler cargo links with (`cc`); each call's bytes differ by the
+/// trailer only.
+pub(crate) fn elf_standin(kind: &str, version: &str, log: Option<&std::path::Path>) -> Vec<u8> {
+    static ELF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let elf = ELF.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("standin.c");
+        std::fs::write(&src, ELF_STANDIN_C).unwrap();
+        let out = dir.path().join("standin");
+        let st = std::process::Command::new("cc")
+            .args(["-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("run cc (the C compiler cargo links with)");
+        assert!(st.success(), "cc of the ELF stand-in failed");
+        std::fs::read(&out).unwrap()
+    });
+    let mut b = elf.clone();
+    b.extend_from_slice(
+        format!("\n#INPLACED-STANDIN\nkind={kind}\nversion={version}\n").as_bytes(),
+    );
+    if let Some(l) = log {
+        b.extend_from_slice(format!("log={}\n", l.display()).as_bytes());
+    }
+    b
+}
+
 /// A stand-in kubectl: `version --client` as kubectl 1.28+ prints it.
 pub(crate) fn kubectl(version: &str) -> Vec<u8> {
     format!(

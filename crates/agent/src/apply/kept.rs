@@ -158,7 +158,10 @@ impl KeptCoverage {
 /// program modified in the last 2 s is not kept (a rewrite within the same tick of the
 /// coarse clock could leave its stamp equal), nor a failed one, nor one from a program
 /// reached by a link whose file name does not begin with the program's (a multi-call
-/// program such as `snap`, which answers from files its stamp does not cover).
+/// program such as `snap`, which answers from files its stamp does not cover), nor one
+/// from an interpreted script (`#!`: a wrapper such as `exec /opt/k/current/kubelet
+/// "$@"` answers from the program it runs, which a switch of `current` changes while the
+/// script stays the same).
 #[derive(Debug, Default)]
 pub(crate) struct KeptVersions {
     answers: Mutex<HashMap<Vec<String>, Answer>>,
@@ -167,6 +170,17 @@ pub(crate) struct KeptVersions {
 /// The last component of a path.
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The file at `path` begins with `#!` (an interpreter runs it); a file that can not be
+/// read counts as one (its answer is not kept).
+fn is_script(root: &Sysroot, path: &str) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 2];
+    match root.open_read(path) {
+        Ok(Some(mut f)) => f.read_exact(&mut head).map_or(true, |()| head == *b"#!"),
+        _ => true,
+    }
 }
 
 /// A query's output, with the path its program resolved to and that file's stamp.
@@ -194,6 +208,12 @@ impl CommandRunner for VersionQueries<'_> {
             // refresh` retargets `/snap/<name>/current`): asked every time. A versioned
             // name (`kubelet -> /etc/alternatives/kubelet -> kubelet-1.34`) is kept.
             if !file_name(&real).starts_with(file_name(p)) {
+                return None;
+            }
+            // an interpreted script (`#!`) answers from what it runs, which its stamp does
+            // not cover (a wrapper's `exec /opt/k/current/kubelet "$@"`, `current`
+            // switched): asked every time, like a multi-call program
+            if is_script(self.root, &real) {
                 return None;
             }
             let stamp = self.root.stamp(&real).ok()??;
