@@ -61,6 +61,43 @@ async fn a_failed_kubeadm_upgrade_node_on_a_control_plane_is_an_incomplete_roll_
     );
 }
 
+/// The journal can not record a step of the upgrade (the state directory full when the
+/// step's durable marker is written, failpoint `effect-marker-enospc` on the second
+/// marker, `kubeadm upgrade node`): the step is not begun, and what was done before it
+/// (kubeadm installed) is undone. Before the fix the step ran unrecorded, and a crash in
+/// it would have been recovered as an operation that never began the upgrade.
+#[tokio::test]
+async fn a_step_the_journal_can_not_record_is_not_begun() {
+    let mirror = Mirror::start();
+    mirror.release("v1.35.2");
+    let mut node = Node::new("ubuntu-2404-grub");
+    install_standins(&mut node, "v1.34.3");
+    std::fs::write(&node.config, url_config(&mirror)).unwrap();
+    let config_before = node.read("/var/lib/kubelet/config.yaml");
+    let kubeadm_before = std::fs::read(node.path("/usr/bin/kubeadm")).unwrap();
+    node.failpoints = Some("effect-marker-enospc:2".into());
+    node.start();
+    let op = apply(&node, TO_135, "unrecorded").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
+    assert!(
+        op.message
+            .contains("the journal could not record the step \"kubernetes: kubeadm upgrade node\""),
+        "{}",
+        op.message
+    );
+    // `kubeadm upgrade node` never ran (the stand-in appends to the kubelet config)
+    assert_eq!(node.read("/var/lib/kubelet/config.yaml"), config_before);
+    assert_eq!(
+        std::fs::read(node.path("/usr/bin/kubeadm")).unwrap(),
+        kubeadm_before
+    );
+    assert!(
+        !op.actions.iter().any(|a| a.contains("upgrade node")),
+        "{:?}",
+        op.actions
+    );
+}
+
 #[tokio::test]
 async fn a_crash_during_an_upgrade_is_settled_failed_naming_the_step() {
     let mirror = Mirror::start();

@@ -20,7 +20,8 @@
 //! | `reboot-required` | the operation is persisted as RebootRequired, before any reboot |
 //!
 //! `INPLACED_FAILPOINTS="stage-enospc"` instead makes staging fail with ENOSPC, as a
-//! full state directory would. `state-full:N` makes the Nth write to the state directory
+//! full state directory would; `effect-marker-enospc:N` the Nth durable marker of an
+//! effect's step (a Kubernetes upgrade's). `state-full:N` makes the Nth write to the state directory
 //! and every later one fail with ENOSPC (a state directory that fills up and stays full:
 //! [`sticky`]). `full-after-commit` fills it just after the commit point (through
 //! `state-full`), before the applied record is installed.

@@ -21,13 +21,27 @@ impl Report for Follow<'_, '_> {
     }
 
     /// An effect's marker is a step the journal can not undo: written durably, so that a
-    /// power cut can not bring back an earlier marker (`journal_progress_durable`).
-    fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) {
+    /// power cut can not bring back an earlier marker (`journal_progress_durable`). When
+    /// it can not be written the step must not begin (the effect fails): recovery would
+    /// otherwise take a crash in it for one before it. Failpoint `effect-marker-enospc`
+    /// makes the write fail as a full state directory would.
+    fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) -> Result<(), String> {
+        let written = if inplace_node::failpoint::triggered("effect-marker-enospc") {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC).to_string())
+        } else {
+            self.agent
+                .state
+                .journal_progress_durable(self.run.op.id(), &marker.text())
+                .map_err(|e| e.to_string())
+        };
+        written.map_err(|e| {
+            format!(
+                "the journal could not record the step \"{}\" ({e}); it was not begun",
+                marker.text()
+            )
+        })?;
         self.run.marked = true;
-        let _ = self
-            .agent
-            .state
-            .journal_progress_durable(self.run.op.id(), &marker.text());
+        Ok(())
     }
 
     fn action(&mut self, text: String) {

@@ -168,8 +168,10 @@ impl std::fmt::Debug for Host<'_> {
 
 /// Where the engine follows an upgrade: the phase message, the journal, the actions.
 pub(crate) trait Progress {
-    /// A new step began: `upgrading kubeadm`, `kubeadm upgrade node`, `restarting kubelet`.
-    fn step(&mut self, message: &str);
+    /// A new step begins: `upgrading kubeadm`, `kubeadm upgrade node`, `restarting
+    /// kubelet`. An error (the journal could not record it) stops the upgrade before the
+    /// step: its message is the upgrade's error.
+    fn step(&mut self, message: &str) -> Result<(), String>;
     /// A step completed (journaled and listed in the operation's actions).
     fn done(&mut self, action: String);
 }
@@ -219,12 +221,12 @@ pub(crate) fn run(
 ) -> Result<(), String> {
     let cfg = host.config;
     undo.push(Restore::Restart(host.kubelet_unit.to_string()));
-    progress.step(&format!("upgrading kubeadm to {}", up.to));
+    progress.step(&format!("upgrading kubeadm to {}", up.to))?;
     install(up, fetched, host, &["kubeadm"], progress, undo)?;
     let kubeadm = cfg.bin_path("kubeadm");
     let out = query(host, &[&kubeadm, "version", "-o", "short"])?;
     check_version("kubeadm", super::parse_kubeadm_version(&out), up.to)?;
-    progress.step("kubeadm upgrade node");
+    progress.step("kubeadm upgrade node")?;
     for f in &up.kubelet_files {
         undo.push(Restore::File(f.clone(), snapshot(host.root, f)?));
     }
@@ -239,7 +241,7 @@ pub(crate) fn run(
         .run(&argv)
         .map_err(|e| format!("kubeadm upgrade node failed: {}", tail(&e.detail, 600)))?;
     progress.done(format!("ran {kubeadm} upgrade node"));
-    progress.step(&format!("upgrading kubelet to {}", up.to));
+    progress.step(&format!("upgrading kubelet to {}", up.to))?;
     let rest: Vec<&str> = cfg
         .binaries()
         .into_iter()
@@ -255,7 +257,7 @@ pub(crate) fn run(
         .daemon_reload()
         .map_err(|e| format!("daemon-reload: {e}"))?;
     progress.done("daemon-reload".into());
-    progress.step("restarting kubelet");
+    progress.step("restarting kubelet")?;
     host.services
         .restart(host.kubelet_unit)
         .map_err(|e| format!("restarting the kubelet: {e}"))?;

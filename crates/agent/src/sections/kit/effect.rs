@@ -85,9 +85,12 @@ impl Debug for Node<'_> {
 pub trait Report {
     /// A new step began: published as the operation's message, in the same phase.
     fn step(&mut self, message: &str);
-    /// The journal's progress marker (not fsynced; recovery reads it back with
-    /// [`Marker::parse`](super::marker::Marker::parse)).
-    fn progress(&mut self, marker: &super::marker::Marker);
+    /// The journal's progress marker of a step the journal can not undo, written durably
+    /// before the step begins (recovery reads it back with
+    /// [`Marker::parse`](super::marker::Marker::parse)). An error (the state directory
+    /// full or failing) means the step must not begin: a crash in it would be recovered
+    /// as though it never started.
+    fn progress(&mut self, marker: &super::marker::Marker) -> Result<(), String>;
     /// A completed action, listed in the operation's actions.
     fn action(&mut self, text: String);
     /// A completed change and how to undo it: reported as soon as it is done, so that a

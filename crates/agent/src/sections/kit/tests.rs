@@ -75,8 +75,9 @@ impl Report for Reported {
     fn step(&mut self, message: &str) {
         self.steps.push(message.into());
     }
-    fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) {
+    fn progress(&mut self, marker: &crate::sections::kit::marker::Marker) -> Result<(), String> {
         self.progress.push(marker.text());
+        Ok(())
     }
     fn action(&mut self, text: String) {
         self.actions.push(text);

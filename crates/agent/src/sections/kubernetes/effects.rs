@@ -17,11 +17,12 @@ pub(crate) struct UpgradeKubernetes(pub Upgrade);
 struct Follow<'a>(&'a mut dyn Report);
 
 impl Progress for Follow<'_> {
-    fn step(&mut self, message: &str) {
+    fn step(&mut self, message: &str) -> Result<(), String> {
+        self.0.progress(&Marker::Kubernetes(message.to_string()))?;
         self.0.step(message);
-        self.0.progress(&Marker::Kubernetes(message.to_string()));
         // a crash once a step began (the journal's marker says which)
         inplace_node::failpoint::hit("kubernetes-step");
+        Ok(())
     }
 
     fn done(&mut self, action: String) {
@@ -59,7 +60,9 @@ impl Effect for UpgradeKubernetes {
         result.map_err(|e| {
             EffectError::RolledBack(format!("Kubernetes {} → {}: {e}", up.from, up.to))
         })?;
-        report.progress(&Marker::Kubernetes("upgraded".into()));
+        // the last step's marker (`restarting kubelet`) is durable already: a crash now
+        // is recovered as an upgrade begun either way, so this one failing changes nothing
+        let _ = report.progress(&Marker::Kubernetes("upgraded".into()));
         Ok(())
     }
 }
