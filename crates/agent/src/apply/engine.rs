@@ -503,8 +503,8 @@ impl Agent {
     fn install(&self, run: &mut Run<'_>) -> Option<String> {
         // nothing installed, no fsync: the commit is the applied state (crate::state,
         // journal_v2.rs)
-        let installed = self.state.install_committed(run.op.id());
-        if let Err(e) = installed {
+        let retired = self.state.retire_journal(run.op.id());
+        if let Err(e) = retired {
             let p = format!(
                 "committed, but removing its spent journal files failed ({e}); the journal {} keeps the applied record and the next start installs it",
                 self.state.full(&format!("/journal/{}.commit", run.op.id()))

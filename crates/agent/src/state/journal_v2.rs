@@ -31,7 +31,7 @@
 //! ## Why a commit outlives its operation
 //!
 //! The commit is the applied state: after it is durable an operation installs nothing
-//! ([`StateDir::install_committed`] only drops the spent journal files), and the
+//! ([`StateDir::retire_journal`] only drops the spent journal files), and the
 //! readers ([`StateDir::load_record`], [`StateDir::load_applied_spec`], the pre-images
 //! read from the applied spec) take the record and the spec from it. The reading rule:
 //! **the pending commit with the highest `generation` that verifies wins; else the
@@ -313,7 +313,7 @@ impl StateDir {
     /// generation). Nothing is installed: the commit is the applied state's source until
     /// something newer is durable (see the module docs), which saves the two new files
     /// (`applied.json`, `applied-spec.pb`) every operation wrote before.
-    pub fn install_committed(&self, op: &str) -> Result<(), StateError> {
+    pub fn retire_journal(&self, op: &str) -> Result<(), StateError> {
         for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
             let stale = match parse_name(&name) {
                 Some((o, Part::Commit)) => o != op,

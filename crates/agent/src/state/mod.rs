@@ -392,8 +392,9 @@ impl StateDir {
 
     /// Installs a committed record and its spec durably: both contents fsynced, renamed,
     /// then one fsync of the state directory (3 barriers); the journal that holds them is
-    /// removed only after this returns. Recovery's install; a running operation installs
-    /// without fsyncs ([`StateDir::install_committed`]).
+    /// removed only after this returns. The install of recovery and of a settle
+    /// ([`StateDir::settle_commits`]); a running operation installs nothing, its commit is
+    /// the applied state ([`StateDir::retire_journal`]).
     pub fn install_applied(&self, r: &AppliedRecord, spec: &[u8]) -> Result<(), StateError> {
         let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
         self.write_with("/applied.json", &b, Durability::ContentOnly)?;

@@ -331,7 +331,7 @@ fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
     journal_with_pre_image(&s, "op1");
     s.journal_commit(&wire_op("op1"), b"spec-1", &record(), 3)
         .unwrap();
-    s.install_committed("op1").unwrap();
+    s.retire_journal("op1").unwrap();
     assert_eq!(names(&s.path().join("journal")), ["op1.commit"]);
     assert_eq!(s.load_record().unwrap(), record());
     let mut second = record();
@@ -358,7 +358,7 @@ fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
         })
         .collect();
     assert_eq!(order, [1, 2], "oldest first: the newest is installed last");
-    s.install_committed("op2").unwrap();
+    s.retire_journal("op2").unwrap();
     assert_eq!(names(&s.path().join("journal")), ["op2.commit"]);
     assert!(!s.path().join("applied.json").exists(), "nothing installed");
     assert!(
@@ -471,7 +471,7 @@ fn a_state_directory_of_the_previous_release_reads_as_before() {
     journal_with_pre_image(&s, "op1");
     s.journal_commit(&wire_op("op1"), &bytes, &record(), 3)
         .unwrap();
-    s.install_committed("op1").unwrap();
+    s.retire_journal("op1").unwrap();
     // what the previous release's install wrote
     let pretty = serde_json::to_vec_pretty(&record()).unwrap();
     std::fs::write(s.path().join("applied.json"), &pretty).unwrap();
@@ -622,7 +622,7 @@ fn a_trace_of_the_record_sees_a_change_of_its_source() {
     second.spec_hash = "sha256:second".into();
     s.journal_commit(&wire_op("op2"), &bytes, &second, 3)
         .unwrap();
-    s.install_committed("op2").unwrap();
+    s.retire_journal("op2").unwrap();
     assert!(!seal.holds(&roots), "a newer commit");
     let (r, seal) = sealed();
     assert_eq!(r, second);
