@@ -144,10 +144,13 @@ async fn file_content_never_reaches_reports_history_or_state() {
     let op = apply(&node, &yaml, "secret").await;
     assert_eq!(op.phase, Phase::Succeeded as i32);
     assert!(!format!("{op:?}").contains(secret));
-    for f in ["applied.json", "operations/secret.json"] {
-        let t = std::fs::read_to_string(node.state.join(f)).unwrap();
-        assert!(!t.contains(secret), "{f}: {t}");
-    }
+    let record = common::applied_record(&node.state)
+        .expect("a record")
+        .to_string();
+    assert!(record.contains("/etc/kubernetes/secret.env"), "{record}");
+    assert!(!record.contains(secret), "the applied record: {record}");
+    let t = std::fs::read_to_string(node.state.join("operations/secret.json")).unwrap();
+    assert!(!t.contains(secret), "operations/secret.json: {t}");
     let o = node.ctl(&["-o", "json", "history"]);
     assert!(!out(&o).contains(secret));
 }

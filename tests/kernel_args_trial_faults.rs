@@ -173,8 +173,7 @@ async fn the_staged_trial_is_recorded_typed_not_parsed_from_actions() {
     let mut node = Node::new("ubuntu-2404-grub");
     staged(&mut node, "typed", SCRIPT).await;
     node.stop();
-    let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(node.state.join("applied.json")).unwrap()).unwrap();
+    let record = common::applied_record(&node.state).expect("a record");
     assert_eq!(
         record["kernelArgsTrial"],
         serde_json::json!({ "artefact": SCRIPT }),
@@ -199,8 +198,9 @@ async fn a_record_without_the_trial_field_is_read() {
     let op = apply(&node, "sysctls:\n  vm.swappiness: \"10\"\n", "old").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
     node.stop();
-    let p = node.state.join("applied.json");
-    let text = std::fs::read_to_string(&p).unwrap();
+    let text = common::applied_record(&node.state)
+        .expect("a record")
+        .to_string();
     assert!(!text.contains("kernelArgsTrial"), "{text}");
     node.start();
     let s = status(&node).await;

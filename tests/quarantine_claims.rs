@@ -82,7 +82,7 @@ fn refusal_of(path: &str, now: &str, q: &std::path::Path) -> String {
 async fn files_a_quarantined_operation_created_are_not_adopted_unchanged() {
     let (node, q) = quarantined_node().await;
     let before = snapshot(&node.root);
-    let state_before = std::fs::read(node.state.join("applied.json")).ok();
+    let state_before = applied_record(&node.state);
     let op = apply(&node, WORKLOAD, "again").await;
     assert_eq!(op.phase, Phase::Failed as i32, "{}", op.message);
     let a = refusal_of("/etc/rel/a.conf", &sha(b"a\n"), &q);
@@ -98,7 +98,7 @@ async fn files_a_quarantined_operation_created_are_not_adopted_unchanged() {
     assert!(!op.message.contains("config.yaml"), "{}", op.message);
     assert_eq!(snapshot(&node.root), before, "nothing written");
     assert_eq!(
-        std::fs::read(node.state.join("applied.json")).ok(),
+        applied_record(&node.state),
         state_before,
         "nothing recorded"
     );

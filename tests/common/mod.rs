@@ -529,3 +529,38 @@ pub(crate) fn peak_rss(pid: u32) -> u64 {
         .unwrap();
     kb * 1024
 }
+
+/// The applied record as the agent reads it from `state` (the state directory): the
+/// record of the pending commit (`journal/<op>.commit`) with the highest generation,
+/// else `applied.json`; None when there is neither. The commit's seal is not checked
+/// (only files the agent wrote are read here).
+pub(crate) fn applied_record(state: &Path) -> Option<serde_json::Value> {
+    let mut best: Option<(u64, serde_json::Value)> = None;
+    for e in std::fs::read_dir(state.join("journal"))
+        .into_iter()
+        .flatten()
+    {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !name.ends_with(".commit") {
+            continue;
+        }
+        let b = std::fs::read(e.path()).unwrap();
+        // the seal's header line, then the commit's JSON line, then the spec
+        let mut lines = b.splitn(3, |c| *c == b'\n');
+        let (_, Some(head)) = (lines.next(), lines.next()) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(head) else {
+            continue;
+        };
+        let g = v["generation"].as_u64().unwrap_or(0);
+        if best.as_ref().is_none_or(|(b, _)| g > *b) {
+            best = Some((g, v["record"].clone()));
+        }
+    }
+    best.map(|(_, r)| r).or_else(|| {
+        let b = std::fs::read(state.join("applied.json")).ok()?;
+        serde_json::from_slice(&b).ok()
+    })
+}

@@ -493,25 +493,25 @@ impl Agent {
         Ok(next)
     }
 
-    /// Installs the committed record and the applied spec (the journal keeps the commit,
-    /// and drops the rest of it), then removes the originals no longer needed. Past the
-    /// commit point a failure undoes nothing and does not make the operation `Failed`
-    /// (its changes are on the node): the journal keeps the record, the next start
+    /// Ends the operation's use of its journal past the commit point (the journal keeps
+    /// the commit, which is the applied state from now on, and drops the rest of it and
+    /// the previous operation's commit), then removes the originals no longer needed.
+    /// Past the commit point a failure undoes nothing and does not make the operation
+    /// `Failed` (its changes are on the node): the commit holds the record, the next start
     /// installs it, and until then the problem is listed in status and mutations are
     /// refused. Returns that problem.
     fn install(&self, run: &mut Run<'_>) -> Option<String> {
-        // without fsyncs: the commit is their durable copy (crate::state, journal_v2.rs)
-        let installed = self
-            .state
-            .install_committed(run.op.id(), &run.record, run.spec_pb);
-        if let Err(e) = installed {
+        // nothing installed, no fsync: the commit is the applied state (crate::state,
+        // journal_v2.rs)
+        let retired = self.state.retire_journal(run.op.id());
+        if let Err(e) = retired {
             let p = format!(
-                "committed, but installing the applied record failed ({e}); the journal {} keeps it and the next start installs it",
+                "committed, but removing its spent journal files failed ({e}); the journal {} keeps the applied record and the next start installs it",
                 self.state.full(&format!("/journal/{}.commit", run.op.id()))
             );
             self.problem(format!("operation {}: {p}", run.op.id()));
             self.set_unavailable(format!(
-                "operation {}'s applied record is not installed ({e})",
+                "operation {}'s journal could not be tidied ({e})",
                 run.op.id()
             ));
             return Some(p);
@@ -631,10 +631,12 @@ impl Agent {
         if is_settled(op.phase) && inner.running.as_deref() == Some(op.id.as_str()) {
             inner.running = None;
         }
+        let mut unsaved = None;
         if persisted(phase)
             && let Err(e) = self.save_op(op)
         {
             tracing::error!(operation = %op.id, error = %e, "persisting operation");
+            unsaved = is_settled(op.phase).then_some(e);
         }
         tracing::info!(operation = %op.id, phase = phase.as_str_name(), message = %op.message, "operation phase");
         if let Some(live) = inner.live.get_mut(&op.id) {
@@ -642,6 +644,22 @@ impl Agent {
             if is_settled(op.phase) {
                 inner.settle(&op.id);
             }
+        }
+        drop(inner);
+        // a settled operation the state directory did not take (full, read-only) is said
+        // where it is seen and refuses changes, as a record that can not be installed
+        // does: its file still says an earlier phase, which the next start settles (from
+        // the journal past a commit point)
+        if let Some(e) = unsaved {
+            let why = format!(
+                "operation {} ended {} but could not be recorded ({e})",
+                op.id,
+                phase::name(phase)
+            );
+            self.problem(format!(
+                "{why}; the next start settles it from what its journal and file hold"
+            ));
+            self.set_unavailable(why);
         }
         // systemctl status shows the current operation (a no-op outside systemd)
         let status = if is_settled(op.phase) {

@@ -36,10 +36,12 @@
 //!    not verify in an operation carrying an upgrade is an incomplete roll-back.
 //! 4. The commit point: `journal/<op>.commit`, one sealed file with the record, the phase
 //!    to end in and the spec: content, then `journal/` fsynced (failpoint `record`).
-//! 5. `applied.json` and `applied-spec.pb` installed without an fsync, the intent,
-//!    progress and pre-images and the previous operation's commit removed without one
-//!    (failpoint `applied`): the commit stays as their durable copy until something newer
-//!    is durable, and a start installs it again (with fsyncs) before removing it.
+//! 5. The intent, progress and pre-images and the previous operation's commit removed
+//!    without an fsync (failpoint `applied`); nothing is installed: the commit stays as
+//!    the applied state (the readers take the highest pending commit that verifies before
+//!    `applied.json` and `applied-spec.pb`) until something newer is durable, and a start
+//!    installs it (with fsyncs) before removing it. Up to c649bfd both files were written
+//!    here, without an fsync, at every operation.
 //! 6. The settled operation: file and `operations/` fsynced (failpoints
 //!    `reboot-required`, then `settled`).
 //!

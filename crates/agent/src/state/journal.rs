@@ -350,7 +350,8 @@ impl StateDir {
     }
 
     /// Bytes the journal of an operation needs beyond its pre-images and originals: the
-    /// intent, the spec and the record (twice each: in the journal, then installed), with
+    /// intent, the spec and the record (twice each: this operation's commit beside the
+    /// previous one, which it replaces, or a start's install beside the commit), with
     /// room for the headers and the operation's own file.
     pub fn bookkeeping_bytes(paths: usize, spec: &[u8], record: &AppliedRecord) -> u64 {
         let record_len = serde_json::to_vec_pretty(record)

@@ -30,22 +30,38 @@
 //!
 //! ## Why a commit outlives its operation
 //!
-//! The commit is the applied state's durable copy: `applied.json` and `applied-spec.pb`
-//! are then written without an fsync ([`StateDir::install_committed`]), and the commit
-//! stays until something newer is durable: the next operation's commit (which removes it,
-//! again without an fsync: a power cut that brings it back leaves two commits, and the
-//! highest `generation` wins), [`StateDir::settle_commits`] (before any write of the
-//! record outside an operation), or the next start (which installs the highest commit
-//! with fsyncs and removes them all). Pruning the history settles the commits too before
-//! it removes an operation whose commit is pending ([`StateDir::prune`]): the next start
-//! would otherwise settle that operation again from its commit, bringing it back in the
-//! phase it committed. So nothing but an operation's own commit ever
-//! writes the record while a commit is pending, and installing the highest commit again
-//! is always right.
+//! The commit is the applied state: after it is durable an operation installs nothing
+//! ([`StateDir::retire_journal`] only drops the spent journal files), and the
+//! readers ([`StateDir::load_record`], [`StateDir::load_applied_spec`], the pre-images
+//! read from the applied spec) take the record and the spec from it. The reading rule:
+//! **the pending commit with the highest `generation` that verifies wins; else the
+//! installed `applied.json` and `applied-spec.pb`.** Up to inplaced c649bfd every
+//! operation also wrote both files (without an fsync) from its commit: two new files an
+//! operation, which on a file system that skips recently freed inodes (ext4 without a
+//! journal) cost more than the rest of their writes; a directory that agent left (its
+//! files and a pending commit that holds the same) reads the same by this rule.
+//!
+//! The commit stays until something newer is durable: the next operation's commit (which
+//! removes it, without an fsync: a power cut that brings it back leaves two commits, and
+//! the highest `generation` wins), [`StateDir::settle_commits`] (before any write of the
+//! record outside an operation: the highest commit installed with fsyncs, then every
+//! commit removed and `journal/` fsynced), or the next start (which installs the highest
+//! commit with fsyncs and removes them all). Pruning the history settles the commits too
+//! before it removes an operation whose commit is pending ([`StateDir::prune`]): the next
+//! start would otherwise settle that operation again from its commit, bringing it back in
+//! the phase it committed. So the installed files are never newer than a pending commit,
+//! nothing but an operation's own commit ever changes the applied state while a commit
+//! is pending, and installing the highest commit again is always right.
+//!
+//! A commit is written whole or not at all (its content fsynced before its rename), so
+//! no crash leaves one that does not verify. One damaged on disk after its operation is
+//! passed over by the readers (the installed files, or an older commit, may then be
+//! older than the node) and quarantined by the next start, which reports it.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use inplace_node::sysroot::Durability;
+use inplace_node::sysroot::{Durability, Stamp};
 use inplace_wire::pb;
 
 use super::{AppliedRecord, Committed, Intent, JournalState, Sealed, StateDir, StateError, seal};
@@ -106,6 +122,55 @@ fn parse_commit(b: &[u8]) -> Result<Committed, String> {
             .map_err(|e| e.to_string())?,
         spec: b[nl + 1..].to_vec(),
         operation: v.get("operation").cloned(),
+    })
+}
+
+/// What the readers take from a pending commit: its generation, the record and the spec
+/// (the operation is recovery's, [`parse_commit`]).
+#[derive(Debug)]
+pub(super) struct AppliedCopy {
+    /// The commit's file, relative to the state directory (for messages).
+    pub(super) file: String,
+    /// The commit's generation (the highest that verifies is the applied state).
+    pub(super) generation: u64,
+    /// The applied record.
+    pub(super) record: AppliedRecord,
+    /// The NodeSpec applied (protobuf bytes).
+    pub(super) spec: Vec<u8>,
+}
+
+/// Pending commits parsed by [`StateDir::applied_commit`], by file name, with the stamp
+/// of the file they were parsed from.
+pub(super) type CommitCache = std::collections::HashMap<String, (Stamp, Arc<AppliedCopy>)>;
+
+/// The body of a commit as the readers need it: what [`parse_commit`] checks (the format,
+/// a generation and a phase, the record), without a copy of the operation.
+fn parse_applied(b: &[u8]) -> Result<AppliedCopy, String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        version: Option<u64>,
+        generation: Option<i64>,
+        phase: Option<i64>,
+        record: AppliedRecord,
+    }
+    let nl = b
+        .iter()
+        .position(|c| *c == b'\n')
+        .ok_or("no newline after the commit's header")?;
+    let h: Head = serde_json::from_slice(&b[..nl]).map_err(|e| e.to_string())?;
+    if h.version != Some(u64::from(JOURNAL_VERSION)) {
+        return Err(format!(
+            "journal format {:?}: written by another inplaced; this one reads formats 1 and {JOURNAL_VERSION}",
+            h.version
+        ));
+    }
+    let generation = h.generation.ok_or("no generation")?;
+    h.phase.ok_or("no phase")?;
+    Ok(AppliedCopy {
+        file: String::new(),
+        generation: generation as u64,
+        record: h.record,
+        spec: b[nl + 1..].to_vec(),
     })
 }
 
@@ -242,20 +307,13 @@ impl StateDir {
         self.write(&rel, &seal(&b))
     }
 
-    /// Installs a committed record and its spec without an fsync (the commit is their
-    /// durable copy, kept until something newer is durable: see the module docs), then
-    /// removes, without an fsync, what of the journal is no longer needed: the intent,
-    /// progress and pre-images of `op`, and the commits of earlier operations (a power
-    /// cut that brings them back is settled by the highest generation).
-    pub fn install_committed(
-        &self,
-        op: &str,
-        r: &AppliedRecord,
-        spec: &[u8],
-    ) -> Result<(), StateError> {
-        let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
-        self.write_with("/applied.json", &b, Durability::Lazy)?;
-        self.write_with("/applied-spec.pb", &seal(spec), Durability::Lazy)?;
+    /// Ends operation `op`'s use of its journal once its commit is durable: removes,
+    /// without an fsync, the intent, progress and pre-images of `op`, and the commits of
+    /// earlier operations (a power cut that brings them back is settled by the highest
+    /// generation). Nothing is installed: the commit is the applied state's source until
+    /// something newer is durable (see the module docs), which saves the two new files
+    /// (`applied.json`, `applied-spec.pb`) every operation wrote before.
+    pub fn retire_journal(&self, op: &str) -> Result<(), StateError> {
         for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
             let stale = match parse_name(&name) {
                 Some((o, Part::Commit)) => o != op,
@@ -267,6 +325,74 @@ impl StateDir {
             }
         }
         Ok(())
+    }
+
+    /// The applied state held by the pending format-2 commit with the highest generation
+    /// that verifies, if any: what [`StateDir::load_record`] and
+    /// [`StateDir::load_applied_spec`] read before the installed files.
+    ///
+    /// A commit listed but gone when read was removed by a newer durable state (the next
+    /// operation's commit, or a settle, which installs the files before it removes a
+    /// commit): the listing is taken again, so a reader running beside an operation sees
+    /// the old applied state or the new one, never an older one.
+    ///
+    /// A commit is parsed again only when its file's stamp changed since it was last
+    /// parsed (as the operation heads: nothing kept from a file changed less than
+    /// [`inplace_node::sysroot::trace::RACY`] before the look); every look goes through
+    /// the sysroot, so a trace of the reader sees the listing and each commit's stamp.
+    pub(super) fn applied_commit(&self) -> Result<Option<Arc<AppliedCopy>>, StateError> {
+        let mut best: Option<Arc<AppliedCopy>> = None;
+        for _ in 0..8 {
+            best = None;
+            let names: Vec<String> = self
+                .io(self.dir.list_dir("/journal"))?
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| matches!(parse_name(n), Some((_, Part::Commit))))
+                .collect();
+            let mut kept = self.commits_read.lock().unwrap_or_else(|p| p.into_inner());
+            // rebuilt from the listing: the entries of removed commits go with them
+            let mut old = std::mem::take(&mut *kept);
+            let mut vanished = false;
+            for name in names {
+                let rel = format!("/journal/{name}");
+                let read_at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let Some(stamp) = self.io(self.dir.stamp(&rel))? else {
+                    vanished = true;
+                    continue;
+                };
+                let copy = match old.remove(&name) {
+                    Some((was, c)) if was == stamp => {
+                        kept.insert(name, (was, c.clone()));
+                        c
+                    }
+                    _ => match self.read_sealed(&rel, parse_applied) {
+                        Sealed::Valid(c) => {
+                            let c = Arc::new(AppliedCopy { file: rel, ..c });
+                            if !stamp.is_racily_clean(read_at) {
+                                kept.insert(name, (stamp, c.clone()));
+                            }
+                            c
+                        }
+                        Sealed::Absent => {
+                            vanished = true;
+                            continue;
+                        }
+                        // damage is reported by the start's recovery, which quarantines it
+                        Sealed::Damaged(_) => continue,
+                    },
+                };
+                if best.as_ref().is_none_or(|b| copy.generation > b.generation) {
+                    best = Some(copy);
+                }
+            }
+            if !vanished {
+                break;
+            }
+        }
+        Ok(best)
     }
 
     /// Installs the highest pending commit with fsyncs and removes every commit (then

@@ -3,6 +3,8 @@
 //! ```text
 //! applied.json                 the applied record: what the agent manages and what was there before
 //! applied-spec.pb              the NodeSpec (protobuf) applied last, drop-ins unmerged
+//!                              (both as a start or a write outside an operation installed
+//!                              them: a pending commit, below, is read first)
 //! operations/<id>.json         one operation each (proto3 JSON of inplace.v1.Operation)
 //! originals/<sha256 of path>   the original bytes of a pre-existing file, saved before its first overwrite
 //! actions.log                  unit actions and reboots, with --service-manager record
@@ -12,7 +14,9 @@
 //! journal/<op>.intent          write-ahead intent of the running operation (see crate::apply::journal)
 //! journal/<op>.progress        the last step it completed
 //! journal/<op>.commit          the commit point: the record, the phase and the NodeSpec, one
-//!                              sealed file; present = roll forward, absent = roll back
+//!                              sealed file; present = roll forward, absent = roll back; kept
+//!                              after its operation as the applied state, read before the
+//!                              two installed files (the highest generation that verifies)
 //! journal/<op>/                a journal of format 1 (inplaced up to 43048f4), still read
 //! quarantine/<op>-<time>/      a journal that did not verify, moved aside whole, with REPORT;
 //!                              while it is there, the files it names are claimed only as
@@ -27,9 +31,10 @@
 //! Nothing is trusted before it verifies.
 //!
 //! Every file is written atomically through [`Sysroot::write_atomic`] with mode 0600,
-//! durably unless said otherwise: the Staging operation, the progress marker and the
-//! record installed from a commit are written without an fsync (the intent, the journal
-//! and the commit hold what a crash needs of them). The applied record holds hashes and non-secret settings, never file content;
+//! durably unless said otherwise: the Staging operation and the progress marker are
+//! written without an fsync (the intent and the journal hold what a crash needs of
+//! them). An operation installs no record: its commit is the applied state until a start
+//! or a write outside an operation installs it with fsyncs (`journal_v2.rs`). The applied record holds hashes and non-secret settings, never file content;
 //! `applied-spec.pb` holds file content (secrets), which is why every file is 0600.
 //!
 //! The module is three rooms: `record.rs` (the applied record's schema, whose fields the
@@ -123,6 +128,8 @@ pub struct StateDir {
     generation: std::sync::atomic::AtomicU64,
     /// Operation heads by file name and stamp (`operations.rs`).
     heads: std::sync::Mutex<operations::HeadCache>,
+    /// Pending commits by file name and stamp (`journal_v2.rs`, [`StateDir::load_record`]).
+    commits_read: std::sync::Mutex<journal_v2::CommitCache>,
     _lock: Option<std::fs::File>,
 }
 
@@ -160,6 +167,7 @@ impl StateDir {
             gid: rustix::process::getegid().as_raw(),
             generation: std::sync::atomic::AtomicU64::new(1),
             heads: Default::default(),
+            commits_read: Default::default(),
             _lock: None,
         })
     }
@@ -306,8 +314,18 @@ impl StateDir {
         &self.dir
     }
 
-    /// Loads the applied record (empty if none was written yet).
+    /// Loads the applied record: the record of the pending commit with the highest
+    /// generation that verifies, else the installed `applied.json` (empty if none was
+    /// written yet). See the module docs for why the commit comes first.
     pub fn load_record(&self) -> Result<AppliedRecord, StateError> {
+        match self.applied_commit()? {
+            Some(c) => Ok(c.record.clone()),
+            None => self.load_installed_record(),
+        }
+    }
+
+    /// The installed `applied.json` (empty if none), whatever commit is pending.
+    fn load_installed_record(&self) -> Result<AppliedRecord, StateError> {
         match self.io(self.dir.read("/applied.json"))? {
             None => Ok(AppliedRecord::default()),
             Some(b) => serde_json::from_slice(&b).map_err(|e| self.corrupt("/applied.json", e)),
@@ -322,10 +340,21 @@ impl StateDir {
         self.write("/applied.json", &b)
     }
 
-    /// The NodeSpec applied last (None before the first apply that recorded it, e.g. when
-    /// an older inplaced applied the record). Bytes that do not decode are
-    /// [`StateError::Corrupt`].
+    /// The NodeSpec applied last: the spec of the pending commit with the highest
+    /// generation that verifies, else the installed `applied-spec.pb` (None before the
+    /// first apply that recorded it, e.g. when an older inplaced applied the record).
+    /// Bytes that do not decode are [`StateError::Corrupt`].
     pub fn load_applied_spec(&self) -> Result<Option<pb::NodeSpec>, StateError> {
+        if let Some(c) = self.applied_commit()? {
+            return <pb::NodeSpec as prost::Message>::decode(c.spec.as_slice())
+                .map(Some)
+                .map_err(|e| self.corrupt(&c.file, format!("the spec it commits: {e}")));
+        }
+        self.load_installed_spec()
+    }
+
+    /// The installed `applied-spec.pb` (None if absent), whatever commit is pending.
+    fn load_installed_spec(&self) -> Result<Option<pb::NodeSpec>, StateError> {
         match self.io(self.dir.read("/applied-spec.pb"))? {
             None => Ok(None),
             Some(b) => {
@@ -363,8 +392,9 @@ impl StateDir {
 
     /// Installs a committed record and its spec durably: both contents fsynced, renamed,
     /// then one fsync of the state directory (3 barriers); the journal that holds them is
-    /// removed only after this returns. Recovery's install; a running operation installs
-    /// without fsyncs ([`StateDir::install_committed`]).
+    /// removed only after this returns. The install of recovery and of a settle
+    /// ([`StateDir::settle_commits`]); a running operation installs nothing, its commit is
+    /// the applied state ([`StateDir::retire_journal`]).
     pub fn install_applied(&self, r: &AppliedRecord, spec: &[u8]) -> Result<(), StateError> {
         let b = serde_json::to_vec_pretty(r).map_err(|e| self.corrupt("/applied.json", e))?;
         self.write_with("/applied.json", &b, Durability::ContentOnly)?;
@@ -380,8 +410,12 @@ impl StateDir {
     pub fn check(&self, record: &AppliedRecord, quarantined: bool) -> Vec<String> {
         let mut out = Vec::new();
         let has = |rel: &str| matches!(self.dir.stat(rel), Ok(Some(_)));
+        // a pending commit (one a start could not install) is the record and the spec
+        // together: the installed pair is not read while it is there
+        let from_commit = matches!(self.applied_commit(), Ok(Some(_)));
         match self.load_applied_spec() {
             Err(e) => out.push(e.to_string()),
+            _ if from_commit => {}
             Ok(Some(_)) if !quarantined && !has("/applied.json") => out.push(format!(
                 "{}: missing although {} is there: the items applied before are not managed until applied again",
                 self.full("/applied.json"),
@@ -482,8 +516,10 @@ impl StateDir {
     /// install that a power cut cut short (it was written without an fsync): the commit's
     /// record is returned with that said, and the journal's recovery installs it.
     pub fn load_record_or_quarantine(&self) -> Result<(AppliedRecord, Option<String>), StateError> {
-        match self.load_record() {
-            Ok(r) => Ok((r, None)),
+        // the installed file is checked even while a commit is pending (and is the
+        // record read): a start reports it as the agent before this one did
+        match self.load_installed_record() {
+            Ok(_) => Ok((self.load_record()?, None)),
             Err(StateError::Corrupt { message, .. }) => {
                 if let Ok(Some(c)) = self.pending_commit() {
                     let why = format!(

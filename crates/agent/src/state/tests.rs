@@ -322,16 +322,16 @@ fn a_quarantined_journal_is_moved_whole() {
     assert_eq!(s.quarantined(), vec![(to, "why".to_string())]);
 }
 
-/// Format 2: the commit outlives the install (the record and spec are installed without an
-/// fsync), the next operation's install removes it, and when a power cut leaves two the
-/// highest generation is the applied state.
+/// Format 2: the commit outlives its operation as the applied state's source (nothing
+/// is installed per operation), the next operation's install removes it, and when a
+/// power cut leaves two the highest generation is the applied state.
 #[test]
 fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
     let (_d, s) = open();
     journal_with_pre_image(&s, "op1");
     s.journal_commit(&wire_op("op1"), b"spec-1", &record(), 3)
         .unwrap();
-    s.install_committed("op1", &record(), b"spec-1").unwrap();
+    s.retire_journal("op1").unwrap();
     assert_eq!(names(&s.path().join("journal")), ["op1.commit"]);
     assert_eq!(s.load_record().unwrap(), record());
     let mut second = record();
@@ -347,6 +347,7 @@ fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
         pending.operation.as_ref().and_then(|o| o["id"].as_str()),
         Some("op2")
     );
+    assert_eq!(s.load_record().unwrap(), second, "the highest generation");
     let order: Vec<u64> = s
         .journals()
         .unwrap()
@@ -357,8 +358,13 @@ fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
         })
         .collect();
     assert_eq!(order, [1, 2], "oldest first: the newest is installed last");
-    s.install_committed("op2", &second, b"spec-2").unwrap();
+    s.retire_journal("op2").unwrap();
     assert_eq!(names(&s.path().join("journal")), ["op2.commit"]);
+    assert!(!s.path().join("applied.json").exists(), "nothing installed");
+    assert!(
+        !s.path().join("applied-spec.pb").exists(),
+        "nothing installed"
+    );
     // a write of the record outside an operation settles the commit first
     s.save_record(&record()).unwrap();
     assert!(names(&s.path().join("journal")).is_empty());
@@ -367,6 +373,146 @@ fn a_commit_outlives_its_install_and_the_highest_generation_wins() {
         std::fs::read(s.path().join("applied-spec.pb")).unwrap(),
         seal(b"spec-2")
     );
+}
+
+/// A spec with one file item, encoded.
+fn spec_with(content: &str) -> (pb::NodeSpec, Vec<u8>) {
+    let spec = pb::NodeSpec {
+        files: vec![pb::File {
+            path: "/etc/a".into(),
+            content: content.as_bytes().to_vec(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let bytes = prost::Message::encode_to_vec(&spec);
+    (spec, bytes)
+}
+
+/// The reading rule: the pending commit with the highest generation that verifies, else
+/// the installed files. A commit that does not verify is passed over (the start
+/// quarantines it); once no commit is pending the installed files are read again; the
+/// check at start does not take a pending commit's record for a record without its spec.
+#[test]
+fn the_highest_verified_commit_is_read_before_the_installed_files() {
+    let (_d, s) = open();
+    let (spec_a, bytes_a) = spec_with("a");
+    let (spec_b, bytes_b) = spec_with("b");
+    let (spec_c, bytes_c) = spec_with("c");
+    let mut installed = record();
+    installed.spec_hash = "sha256:installed".into();
+    s.install_applied(&installed, &bytes_a).unwrap();
+    assert_eq!(s.load_applied_spec().unwrap(), Some(spec_a));
+    let mut rec_b = record();
+    rec_b.spec_hash = "sha256:b".into();
+    let mut rec_c = record();
+    rec_c.spec_hash = "sha256:c".into();
+    s.journal_commit(&wire_op("op-b"), &bytes_b, &rec_b, 3)
+        .unwrap();
+    s.journal_commit(&wire_op("op-c"), &bytes_c, &rec_c, 3)
+        .unwrap();
+    assert_eq!(s.load_record().unwrap(), rec_c);
+    assert_eq!(s.load_applied_spec().unwrap(), Some(spec_c));
+    // only a commit pending and no installed record: no "record without its spec"
+    std::fs::remove_file(s.path().join("applied.json")).unwrap();
+    let problems = s.check(&rec_c, false);
+    assert!(
+        !problems.iter().any(|p| p.contains("missing although")),
+        "{problems:?}"
+    );
+    // the newest commit damaged: the highest one that verifies
+    let c = s.path().join("journal/op-c.commit");
+    let mut b = std::fs::read(&c).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 0x80;
+    std::fs::write(&c, &b).unwrap();
+    assert_eq!(s.load_record().unwrap(), rec_b);
+    assert_eq!(s.load_applied_spec().unwrap(), Some(spec_b.clone()));
+    // a commit written over in place (same name, another content) is read again
+    b[last] ^= 0x80;
+    std::fs::write(&c, &b).unwrap();
+    assert_eq!(s.load_record().unwrap(), rec_c);
+    // no commit: the installed files (the record removed above reads as empty)
+    std::fs::remove_file(&c).unwrap();
+    std::fs::remove_file(s.path().join("journal/op-b.commit")).unwrap();
+    assert_eq!(s.load_record().unwrap(), AppliedRecord::default());
+    s.install_applied(&installed, &bytes_a).unwrap();
+    assert_eq!(s.load_record().unwrap(), installed);
+}
+
+/// The reader's stamp cache: a commit read once is not read again while its stamp is
+/// the same (no `read` noted in a trace), and a commit replaced under the same name
+/// (another operation run with the same id) is read again.
+#[test]
+fn a_pending_commit_is_parsed_again_only_when_its_file_changed() {
+    let (_d, s) = open();
+    let (_, bytes) = spec_with("a");
+    s.journal_commit(&wire_op("op1"), &bytes, &record(), 3)
+        .unwrap();
+    // past the racily-clean margin, so that the stamp may be kept
+    std::thread::sleep(inplace_node::sysroot::trace::RACY + std::time::Duration::from_millis(20));
+    assert_eq!(s.load_record().unwrap(), record());
+    assert_eq!(s.commits_read.lock().unwrap().len(), 1, "kept");
+    let mut other = record();
+    other.spec_hash = "sha256:other".into();
+    s.journal_commit(&wire_op("op1"), &bytes, &other, 3)
+        .unwrap();
+    assert_eq!(s.load_record().unwrap(), other);
+}
+
+/// A state directory as the previous release left it (format 2, `applied.json` and
+/// `applied-spec.pb` installed from the commit without an fsync at every operation, the
+/// commit pending) reads exactly as that release read it: the same record and spec;
+/// nothing reported by the check; and a start's settle installs the same files.
+#[test]
+fn a_state_directory_of_the_previous_release_reads_as_before() {
+    let (_d, s) = open();
+    let (spec, bytes) = spec_with("a");
+    journal_with_pre_image(&s, "op1");
+    s.journal_commit(&wire_op("op1"), &bytes, &record(), 3)
+        .unwrap();
+    s.retire_journal("op1").unwrap();
+    // what the previous release's install wrote
+    let pretty = serde_json::to_vec_pretty(&record()).unwrap();
+    std::fs::write(s.path().join("applied.json"), &pretty).unwrap();
+    std::fs::write(s.path().join("applied-spec.pb"), seal(&bytes)).unwrap();
+    assert_eq!(s.load_record().unwrap(), record());
+    assert_eq!(s.load_applied_spec().unwrap(), Some(spec.clone()));
+    let (r, why) = s.load_record_or_quarantine().unwrap();
+    assert_eq!((r, why), (record(), None));
+    assert!(
+        s.check(&record(), false)
+            .iter()
+            .all(|p| p.contains("saved original")),
+        "{:?}",
+        s.check(&record(), false)
+    );
+    // a power cut lost the previous release's install of this commit: the record there
+    // is an older one, and the commit is what is read (and what its start installed)
+    let mut older = record();
+    older.spec_hash = "sha256:older".into();
+    std::fs::write(
+        s.path().join("applied.json"),
+        serde_json::to_vec_pretty(&older).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(s.load_record().unwrap(), record());
+    // the install cut short (does not parse) is reported as before, and read from the
+    // commit
+    std::fs::write(s.path().join("applied.json"), &pretty[..pretty.len() / 2]).unwrap();
+    let (r, why) = s.load_record_or_quarantine().unwrap();
+    assert_eq!(r, record());
+    assert!(why.unwrap().contains("installed again from it"));
+    s.settle_commits().unwrap();
+    assert_eq!(
+        std::fs::read(s.path().join("applied.json")).unwrap(),
+        pretty
+    );
+    assert_eq!(
+        std::fs::read(s.path().join("applied-spec.pb")).unwrap(),
+        seal(&bytes)
+    );
+    assert_eq!(s.load_applied_spec().unwrap(), Some(spec));
 }
 
 /// A flat journal of another format version (a newer agent's) does not verify: it is
@@ -449,4 +595,42 @@ fn an_effects_marker_is_durable_the_engines_are_not() {
         s.read_progress("/journal/op1.progress"),
         Sealed::Valid("kubernetes: upgraded".to_string())
     );
+}
+
+/// The kept coverage's trace of a read of the record sees every change of its source: a
+/// newer commit, a settle (the commit removed, the files installed), a write of the
+/// installed record with no commit pending.
+#[test]
+fn a_trace_of_the_record_sees_a_change_of_its_source() {
+    use inplace_node::sysroot::trace;
+    let (_d, s) = open();
+    let (_, bytes) = spec_with("a");
+    s.journal_commit(&wire_op("op1"), &bytes, &record(), 3)
+        .unwrap();
+    let roots = [s.sysroot()];
+    let sealed = || {
+        // past the racily-clean margin of the last write
+        std::thread::sleep(trace::RACY + std::time::Duration::from_millis(20));
+        let (r, t) = trace::record(|| s.load_record().unwrap());
+        let seal = t.seal(&roots).unwrap();
+        assert!(seal.holds(&roots));
+        (r, seal)
+    };
+    let (r, seal) = sealed();
+    assert_eq!(r, record());
+    let mut second = record();
+    second.spec_hash = "sha256:second".into();
+    s.journal_commit(&wire_op("op2"), &bytes, &second, 3)
+        .unwrap();
+    s.retire_journal("op2").unwrap();
+    assert!(!seal.holds(&roots), "a newer commit");
+    let (r, seal) = sealed();
+    assert_eq!(r, second);
+    s.settle_commits().unwrap();
+    assert!(!seal.holds(&roots), "settled");
+    let (r, seal) = sealed();
+    assert_eq!(r, second);
+    s.save_record(&record()).unwrap();
+    assert!(!seal.holds(&roots), "the installed record written");
+    assert_eq!(sealed().0, record());
 }
