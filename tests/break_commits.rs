@@ -235,6 +235,37 @@ async fn a_damaged_newest_commit_at_start_is_reported_and_kept() {
         "the damaged commit's bytes are not kept in quarantine/"
     );
     assert!(!p.exists());
+    // b's history is kept as it was
+    assert_eq!(node.settle("b").await.phase, Phase::Succeeded as i32);
+}
+
+/// 2c. As 2b: the report names what happened, the damaged commit `b.commit` (not a
+/// missing `b.intent`, which a settled operation never has) and that b's applied state
+/// was lost (the agent now manages nothing: `managed_items` 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FAULT: a damaged pending commit at start is reported as 'b.intent: missing although the journal has progress or a commit' / 'its intent does not parse': neither the damaged b.commit nor the lost applied state is named"]
+async fn a_damaged_newest_commit_at_start_is_named() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    ok(&node, SPEC_A, "a").await;
+    ok(&node, SPEC_B, "b").await;
+    node.stop();
+    flip(&commit_path(&node, "b"));
+    node.start();
+    let s = status(&node).await;
+    assert_eq!(s.managed_items, 0);
+    assert!(
+        s.problems
+            .iter()
+            .any(|m| m.contains("b.commit") && m.contains("applied")),
+        "{:#?}",
+        s.problems
+    );
+    assert!(
+        !s.problems.iter().any(|m| m.contains("b.intent: missing")),
+        "{:#?}",
+        s.problems
+    );
 }
 
 /// 3. Foreign entries named `*.commit`: a directory, a symlink to a well-formed commit of
@@ -546,4 +577,74 @@ async fn a_directory_named_commit_does_not_stop_changes() {
     let op = node.settle("c").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{}", op.message);
     assert!(!node.path("/etc/bc/b.conf").exists());
+}
+
+/// 4b. An operation killed mid-write after two commits (a's brought back beside b's by a
+/// power cut): the roll-back restores a.conf from the applied spec (b's, the highest
+/// commit; a.conf's pre-image is not copied since it holds what the applied spec gave
+/// it), and the record stays b's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_takes_its_pre_image_from_the_newest_commit() {
+    rollback_over_two_commits(false).await;
+}
+
+/// 4c. As 4b, with b's commit damaged after the kill: the roll-back can not take a.conf's
+/// pre-image from b's spec, and must not take it from a's older commit (content "A2",
+/// which the intent's SHA-256 of the pre-image refuses): a.conf is never "A2", and the
+/// damage is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_never_takes_its_pre_image_from_an_older_commit() {
+    rollback_over_two_commits(true).await;
+}
+
+const SPEC_A2: &str = "files:\n  - path: /etc/bc/a.conf\n    content: \"A2\\n\"\n";
+
+async fn rollback_over_two_commits(damage: bool) {
+    const SPEC_C: &str = "files:\n  - path: /etc/bc/a.conf\n    content: \"C\\n\"\n  - path: /etc/bc/b.conf\n    content: \"C\\n\"\n";
+    use std::os::unix::process::ExitStatusExt;
+    let mut node = Node::new("ubuntu-2404-grub");
+    // the 4th write: the first of c (a and b write 3 files in all; asserted below)
+    node.failpoints = Some("write:4".into());
+    node.start();
+    ok(&node, SPEC_A2, "a").await;
+    let old = std::fs::read(commit_path(&node, "a")).unwrap();
+    ok(&node, SPEC_B, "b").await;
+    std::fs::write(commit_path(&node, "a"), &old).unwrap();
+    let _ = node
+        .client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(spec(SPEC_C)),
+            operation_id: "crash".into(),
+            ..Default::default()
+        })
+        .await;
+    let died = node.wait_exit(Duration::from_secs(20));
+    assert_eq!(died.and_then(|s| s.signal()), Some(9));
+    node.failpoints = None;
+    let intent = std::fs::read_to_string(node.state.join("journal/crash.intent")).unwrap();
+    assert!(intent.contains("applied-spec"), "{intent}");
+    assert!(commit_path(&node, "a").exists() && commit_path(&node, "b").exists());
+    if damage {
+        flip(&commit_path(&node, "b"));
+        node.start();
+        let s = status(&node).await;
+        assert_ne!(node.read("/etc/bc/a.conf"), "A2\n", "{:?}", s.problems);
+        assert!(
+            s.problems.iter().any(|m| m.contains("operation b:")),
+            "{:?}",
+            s.problems
+        );
+        return;
+    }
+    node.start();
+    let s = status(&node).await;
+    assert_eq!(node.read("/etc/bc/a.conf"), "A\n", "{:?}", s.problems);
+    assert_eq!(node.read("/etc/bc/b.conf"), "B\n", "{:?}", s.problems);
+    assert_eq!(s.managed_items, 2);
+    assert!(coverage(&node, SPEC_B).await.changes.is_empty());
+    assert!(commits(&node.state).is_empty());
+    ok(&node, SPEC_A2, "back").await;
+    assert!(!node.path("/etc/bc/b.conf").exists());
+    assert_eq!(node.read("/etc/bc/a.conf"), "A2\n");
 }
