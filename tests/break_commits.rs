@@ -648,3 +648,29 @@ async fn rollback_over_two_commits(damage: bool) {
     assert!(!node.path("/etc/bc/b.conf").exists());
     assert_eq!(node.read("/etc/bc/a.conf"), "A2\n");
 }
+
+/// 3d. A large file named `x.commit` put in `journal/` while the daemon runs (a 1 GiB
+/// sparse file: debris, or a hostile local writer of the state directory): a status must
+/// not read it whole into memory (a commit that does not verify is not cached, so every
+/// reader would read it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FAULT: every reader (status, coverage) reads each *.commit whole (no size bound; one that does not verify is not cached): a 1 GiB journal/big.commit costs ~3 s and 1 GiB RSS per status"]
+async fn a_huge_commit_is_not_read_whole_by_every_reader() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    ok(&node, SPEC_A, "a").await;
+    let big = std::fs::File::create(node.state.join("journal/big.commit")).unwrap();
+    big.set_len(1 << 30).unwrap();
+    drop(big);
+    let t = std::time::Instant::now();
+    for _ in 0..3 {
+        assert_eq!(status(&node).await.managed_items, 1);
+    }
+    let took = t.elapsed();
+    let rss = peak_rss(node.pid().unwrap());
+    assert!(
+        rss < 256 << 20,
+        "peak RSS {} MiB after 3 status calls ({took:?}) with a 1 GiB big.commit",
+        rss >> 20
+    );
+}
