@@ -10,7 +10,8 @@ use inplace_wire::pb::Phase;
 impl Agent {
     /// Agent and node status.
     pub(crate) fn status(&self) -> Result<pb::NodeStatus, AgentError> {
-        let record = self.state.load_record()?;
+        // a pending commit that does not verify is reported, not a failed status
+        let (record, damaged_commits) = self.state.load_record_reporting()?;
         let current = {
             let inner = self.lock();
             inner
@@ -55,6 +56,7 @@ impl Agent {
                 );
                 p.extend(self.unknown_observations(&record));
                 p.extend(unreadable);
+                p.extend(damaged_commits);
                 p.extend(self.incomplete_rollback(ops.first().map(|o| (o.id.as_str(), o.phase))));
                 p
             },

@@ -54,17 +54,29 @@
 //! is pending, and installing the highest commit again is always right.
 //!
 //! A commit is written whole or not at all (its content fsynced before its rename), so
-//! no crash leaves one that does not verify. One damaged on disk after its operation is
-//! passed over by the readers (the installed files, or an older commit, may then be
-//! older than the node) and quarantined by the next start, which reports it.
+//! no crash leaves one that does not verify. A regular `*.commit` file that does not
+//! verify while the agent runs (damaged on disk, a newer agent's, or larger than
+//! [`COMMIT_MAX_BYTES`], which is not read) may hold a newer state than any that
+//! verifies: the readers that plan fail naming it ([`StateError::DamagedCommit`]), so
+//! coverage and changes are refused; status reports it beside the newest state that
+//! verifies; no retire or settle removes it; the next start quarantines it (bytes kept)
+//! and reports it. Entries under a commit's name that are not regular files (a
+//! directory, a link, a FIFO) are not commits: passed over, left for the start to report.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use inplace_node::sysroot::{Durability, Stamp};
+use inplace_node::sysroot::{Durability, Kind, Stamp};
 use inplace_wire::pb;
 
 use super::{AppliedRecord, Committed, Intent, JournalState, Sealed, StateDir, StateError, seal};
+
+/// The largest `journal/*.commit` the readers read, in bytes: a commit is a JSON line
+/// (the record and the operation) and the spec, whose protobuf is at most the largest
+/// message the server receives (65 MiB, `server/admit.rs` `RECEIVING_MIB`); four times
+/// that leaves the record room. A larger file is damaged without being read, so a stray
+/// file can not make every status read it whole.
+pub(crate) const COMMIT_MAX_BYTES: u64 = 256 << 20;
 
 /// The journal format this agent writes (see the module docs for the version rule).
 pub(crate) const JOURNAL_VERSION: u32 = 2;
@@ -313,10 +325,21 @@ impl StateDir {
     /// generation). Nothing is installed: the commit is the applied state's source until
     /// something newer is durable (see the module docs), which saves the two new files
     /// (`applied.json`, `applied-spec.pb`) every operation wrote before.
+    ///
+    /// An earlier commit is removed only when it is a regular file that verifies: a
+    /// directory, link or FIFO under a commit's name is not a file this agent wrote (the
+    /// start reports it), and a commit that does not verify may hold a newer applied
+    /// state than the one this operation was planned on (the start quarantines it).
     pub fn retire_journal(&self, op: &str) -> Result<(), StateError> {
         for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
             let stale = match parse_name(&name) {
-                Some((o, Part::Commit)) => o != op,
+                Some((o, Part::Commit)) => {
+                    o != op
+                        && matches!(
+                            self.read_commit_file(&name, parse_commit),
+                            Some(Sealed::Valid(_))
+                        )
+                }
                 Some((o, _)) => o == op,
                 None => false,
             };
@@ -325,6 +348,28 @@ impl StateDir {
             }
         }
         Ok(())
+    }
+
+    /// `journal/<name>` read as a commit by `parse`, within [`COMMIT_MAX_BYTES`]: None
+    /// when it is not a regular file (never a commit this agent wrote: a directory, a
+    /// link, a FIFO); a larger file is damaged without being read.
+    fn read_commit_file<T>(
+        &self,
+        name: &str,
+        parse: impl Fn(&[u8]) -> Result<T, String>,
+    ) -> Option<Sealed<T>> {
+        let rel = format!("/journal/{name}");
+        match self.io(self.dir.stat(&rel)) {
+            Err(e) => Some(Sealed::Damaged(e.to_string())),
+            Ok(None) => Some(Sealed::Absent),
+            Ok(Some(e)) if e.kind != Kind::File => None,
+            Ok(Some(e)) if e.len > COMMIT_MAX_BYTES => Some(Sealed::Damaged(format!(
+                "{}: {} bytes, larger than any commit this agent writes ({COMMIT_MAX_BYTES} at most)",
+                self.full(&rel),
+                e.len
+            ))),
+            Ok(Some(_)) => Some(self.read_sealed(&rel, parse)),
+        }
     }
 
     /// The applied state held by the pending format-2 commit with the highest generation
@@ -340,10 +385,29 @@ impl StateDir {
     /// parsed (as the operation heads: nothing kept from a file changed less than
     /// [`inplace_node::sysroot::trace::RACY`] before the look); every look goes through
     /// the sysroot, so a trace of the reader sees the listing and each commit's stamp.
+    ///
+    /// A regular `*.commit` file that does not verify fails the read
+    /// ([`StateError::DamagedCommit`]): it may hold a newer state than the best that
+    /// verifies, so nothing is planned on that one ([`StateDir::load_record_reporting`]
+    /// reports it instead). Entries that are not regular files are not commits.
     pub(super) fn applied_commit(&self) -> Result<Option<Arc<AppliedCopy>>, StateError> {
+        let (best, damage) = self.applied_commit_seen()?;
+        match damage.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(best),
+        }
+    }
+
+    /// [`StateDir::applied_commit`]'s look: the best commit that verifies, and each
+    /// regular `*.commit` file that does not, as a [`StateError::DamagedCommit`].
+    pub(super) fn applied_commit_seen(
+        &self,
+    ) -> Result<(Option<Arc<AppliedCopy>>, Vec<StateError>), StateError> {
         let mut best: Option<Arc<AppliedCopy>> = None;
+        let mut damage = Vec::new();
         for _ in 0..8 {
             best = None;
+            damage.clear();
             let names: Vec<String> = self
                 .io(self.dir.list_dir("/journal"))?
                 .unwrap_or_default()
@@ -368,20 +432,28 @@ impl StateDir {
                         kept.insert(name, (was, c.clone()));
                         c
                     }
-                    _ => match self.read_sealed(&rel, parse_applied) {
-                        Sealed::Valid(c) => {
+                    _ => match self.read_commit_file(&name, parse_applied) {
+                        Some(Sealed::Valid(c)) => {
                             let c = Arc::new(AppliedCopy { file: rel, ..c });
                             if !stamp.is_racily_clean(read_at) {
                                 kept.insert(name, (stamp, c.clone()));
                             }
                             c
                         }
-                        Sealed::Absent => {
+                        Some(Sealed::Absent) => {
                             vanished = true;
                             continue;
                         }
-                        // damage is reported by the start's recovery, which quarantines it
-                        Sealed::Damaged(_) => continue,
+                        // not a commit this agent wrote: the start reports it
+                        None => continue,
+                        // quarantined and reported by the next start's recovery
+                        Some(Sealed::Damaged(why)) => {
+                            damage.push(StateError::DamagedCommit {
+                                path: self.full(&rel),
+                                message: why,
+                            });
+                            continue;
+                        }
                     },
                 };
                 if best.as_ref().is_none_or(|b| copy.generation > b.generation) {
@@ -392,7 +464,7 @@ impl StateDir {
                 break;
             }
         }
-        Ok(best)
+        Ok((best, damage))
     }
 
     /// Installs the highest pending commit with fsyncs and removes every commit (then
@@ -411,8 +483,14 @@ impl StateDir {
         if let Some(c) = self.pending_commit()? {
             self.install_applied(&c.record, &c.spec)?;
         }
+        // as in a retire: what is not a verified commit is left for the start
         for name in &commits {
-            self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
+            if matches!(
+                self.read_commit_file(name, parse_commit),
+                Some(Sealed::Valid(_))
+            ) {
+                self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
+            }
         }
         self.sync_dir("/journal")
     }
@@ -440,8 +518,7 @@ impl StateDir {
             .unwrap_or_default()
         {
             if matches!(parse_name(&name), Some((_, Part::Commit)))
-                && let Sealed::Valid(c) =
-                    self.read_sealed(&format!("/journal/{name}"), parse_commit)
+                && let Some(Sealed::Valid(c)) = self.read_commit_file(&name, parse_commit)
             {
                 out.push(c);
             }
@@ -454,8 +531,7 @@ impl StateDir {
         let mut best: Option<Committed> = None;
         for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
             if matches!(parse_name(&name), Some((_, Part::Commit)))
-                && let Sealed::Valid(c) =
-                    self.read_sealed(&format!("/journal/{name}"), parse_commit)
+                && let Some(Sealed::Valid(c)) = self.read_commit_file(&name, parse_commit)
                 && best.as_ref().is_none_or(|b| c.generation > b.generation)
             {
                 best = Some(c);

@@ -92,6 +92,20 @@ pub enum StateError {
     /// leaves in doubt (`claims.rs`): each path, the journal and the fix.
     #[error("{0}")]
     Unvouched(String),
+    /// A pending commit in `journal/` that does not verify (damaged on disk, written by a
+    /// newer inplaced, or larger than any commit this agent writes), seen while the agent
+    /// runs: it may hold the newest applied state, so nothing is planned on an older one
+    /// and the file is never removed; the next start quarantines it (bytes kept) and
+    /// reports it (`state/journal_v2.rs`, "Why a commit outlives its operation").
+    #[error(
+        "{path}: a pending commit does not verify ({message}); it may hold the node's newest applied state, so changes are refused: restart inplaced, whose start quarantines the file (its bytes kept) and reports the state it falls back to"
+    )]
+    DamagedCommit {
+        /// The commit file.
+        path: String,
+        /// Why it does not verify.
+        message: String,
+    },
     /// A state file does not parse.
     #[error("{path}: corrupt state file: {message}; move it aside to start from an empty record")]
     Corrupt {
@@ -324,6 +338,19 @@ impl StateDir {
         }
     }
 
+    /// The applied record for a report (status), with what makes [`StateDir::load_record`]
+    /// fail while the agent runs: the pending commits that do not verify, as problems
+    /// ([`StateError::DamagedCommit`]'s text). The record is then the newest that
+    /// verifies, which may be older than the node.
+    pub fn load_record_reporting(&self) -> Result<(AppliedRecord, Vec<String>), StateError> {
+        let (best, damage) = self.applied_commit_seen()?;
+        let record = match best {
+            Some(c) => c.record.clone(),
+            None => self.load_installed_record()?,
+        };
+        Ok((record, damage.into_iter().map(|e| e.to_string()).collect()))
+    }
+
     /// The installed `applied.json` (empty if none), whatever commit is pending.
     fn load_installed_record(&self) -> Result<AppliedRecord, StateError> {
         match self.io(self.dir.read("/applied.json"))? {
@@ -519,7 +546,9 @@ impl StateDir {
         // the installed file is checked even while a commit is pending (and is the
         // record read): a start reports it as the agent before this one did
         match self.load_installed_record() {
-            Ok(_) => Ok((self.load_record()?, None)),
+            // a commit that does not verify is the start's recovery to quarantine and
+            // report (it runs after this): not a reason to refuse to start
+            Ok(_) => Ok((self.load_record_reporting()?.0, None)),
             Err(StateError::Corrupt { message, .. }) => {
                 if let Ok(Some(c)) = self.pending_commit() {
                     let why = format!(
