@@ -274,7 +274,6 @@ async fn a_damaged_newest_commit_at_start_is_reported_and_kept() {
 /// missing `b.intent`, which a settled operation never has) and that b's applied state
 /// was lost (the agent now manages nothing: `managed_items` 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FAULT: a damaged pending commit at start is reported as 'b.intent: missing although the journal has progress or a commit' / 'its intent does not parse': neither the damaged b.commit nor the lost applied state is named"]
 async fn a_damaged_newest_commit_at_start_is_named() {
     let mut node = Node::new("ubuntu-2404-grub");
     node.start();

@@ -305,6 +305,15 @@ impl Agent {
                 remove: true,
             },
             (_, Sealed::Damaged(why)) => self.quarantine(id, j, why),
+            // format 2: a commit outlives its operation's intent (retired once the commit
+            // was durable), so this is an ended operation's commit, damaged since
+            (Some(Sealed::Damaged(why)), Sealed::Absent) if j.version != 1 => self.quarantine(
+                id,
+                j,
+                &format!(
+                    "its commit does not verify ({why}); the operation had ended and the applied state it committed is lost: the record falls back to the newest state that verifies, so re-apply the desired spec to converge"
+                ),
+            ),
             (_, Sealed::Absent) => self.quarantine(
                 id,
                 j,
