@@ -51,18 +51,6 @@ fn managed_files(state: &Path) -> Vec<String> {
     v
 }
 
-fn sealed(body: &[u8]) -> Vec<u8> {
-    use sha2::Digest;
-    let mut out = format!(
-        "inplaced-sealed sha256:{:x} len={}\n",
-        sha2::Sha256::digest(body),
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
-}
-
 /// A commit's (header JSON, spec bytes).
 fn open_commit(b: &[u8]) -> (serde_json::Value, Vec<u8>) {
     let body = &b[b.iter().position(|c| *c == b'\n').unwrap() + 1..];

@@ -350,18 +350,6 @@ async fn a_sealed_commit_with_a_damaged_header_rolls_back() {
     }
 }
 
-/// `body` sealed as the agent seals a progress marker.
-fn sealed(body: &[u8]) -> Vec<u8> {
-    let mut out = format!(
-        "inplaced-sealed sha256:{} len={}\n",
-        hex::encode(sha2::Sha256::digest(body)),
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
-}
-
 /// A marker torn between `staged` and `written` (what a power cut during the in-place
 /// write may leave: the new marker's first bytes over the old one's) does not verify:
 /// recovery rolls back from the journal, restarts the units in case and says so; the

@@ -813,19 +813,6 @@ async fn an_earlier_runs_operation_file_is_not_taken_for_this_run() {
     assert!(journal_of(&node, "crash").is_empty());
 }
 
-/// `body` sealed as the agent seals a state file (its SHA-256 and length on a header line).
-fn sealed(body: &[u8]) -> Vec<u8> {
-    use sha2::Digest;
-    let mut out = format!(
-        "inplaced-sealed sha256:{:x} len={}\n",
-        sha2::Sha256::digest(body),
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
-}
-
 /// A state directory as the previous release (up to c649bfd) left it: besides the
 /// pending commit, every operation installed `applied.json` (the record, pretty JSON)
 /// and `applied-spec.pb` (the sealed spec) from it. Such a directory starts as before:

@@ -564,3 +564,17 @@ pub(crate) fn applied_record(state: &Path) -> Option<serde_json::Value> {
         serde_json::from_slice(&b).ok()
     })
 }
+
+/// `body` sealed as the agent seals a state file: a header line with its SHA-256 and
+/// length (`inplaced-sealed sha256:<hex> len=<bytes>`), then the body.
+pub(crate) fn sealed(body: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    let mut out = format!(
+        "inplaced-sealed sha256:{:x} len={}\n",
+        sha2::Sha256::digest(body),
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
