@@ -448,10 +448,11 @@ impl StateDir {
                         None => continue,
                         // quarantined and reported by the next start's recovery
                         Some(Sealed::Damaged(why)) => {
-                            damage.push(StateError::DamagedCommit {
-                                path: self.full(&rel),
-                                message: why,
-                            });
+                            let path = self.full(&rel);
+                            let message = why
+                                .strip_prefix(&format!("{path}: "))
+                                .map_or(why.clone(), str::to_string);
+                            damage.push(StateError::DamagedCommit { path, message });
                             continue;
                         }
                     },
@@ -471,26 +472,22 @@ impl StateDir {
     /// `journal/` fsynced): called before the record or the spec is written outside an
     /// operation, so that no commit can later install an older record over that write.
     pub(super) fn settle_commits(&self) -> Result<(), StateError> {
-        let commits: Vec<String> = self
-            .io(self.dir.list_dir("/journal"))?
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|n| matches!(parse_name(n), Some((_, Part::Commit))))
-            .collect();
-        if commits.is_empty() {
-            return Ok(());
-        }
-        if let Some(c) = self.pending_commit()? {
-            self.install_applied(&c.record, &c.spec)?;
-        }
-        // as in a retire: what is not a verified commit is left for the start
-        for name in &commits {
-            if matches!(
-                self.read_commit_file(name, parse_commit),
-                Some(Sealed::Valid(_))
-            ) {
-                self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
+        // each commit read once: the verified ones are installed (the highest) and
+        // removed; as in a retire, what does not verify is left for the start
+        let mut verified: Vec<(String, Committed)> = Vec::new();
+        for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
+            if matches!(parse_name(&name), Some((_, Part::Commit)))
+                && let Some(Sealed::Valid(c)) = self.read_commit_file(&name, parse_commit)
+            {
+                verified.push((name, c));
             }
+        }
+        let Some((_, c)) = verified.iter().max_by_key(|(_, c)| c.generation) else {
+            return Ok(());
+        };
+        self.install_applied(&c.record, &c.spec)?;
+        for (name, _) in &verified {
+            self.io(self.dir.remove_deferred(&format!("/journal/{name}")))?;
         }
         self.sync_dir("/journal")
     }
