@@ -129,18 +129,25 @@ impl StateDir {
     ///
     /// [`list_operations`]: StateDir::list_operations
     pub fn operation_heads(&self) -> Result<Vec<OperationHead>, StateError> {
-        let files = self.operation_files()?;
+        // the time before the looks: a change after it has a later time
+        let read_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // every file's stamp through one open of `operations/` (a walk per file was
+        // two more syscalls per operation kept, after every operation)
+        let files: Vec<(String, String, Option<Stamp>)> = self
+            .io(self.dir.list_dir_stamped("/operations"))?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with('.'))
+            .filter_map(|(n, s)| Some((n.strip_suffix(".json")?.to_string(), n.clone(), s)))
+            .collect();
         let mut kept = self.heads.lock().unwrap_or_else(|p| p.into_inner());
         // rebuilt from the listing: entries of files that are gone go with them
         let mut old = std::mem::take(&mut *kept);
         let mut heads = Vec::with_capacity(files.len());
-        for (id, name) in files {
+        for (id, name, stamp) in files {
             let rel = format!("/operations/{name}");
-            // the time before the look: a change after it has a later time
-            let read_at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            let stamp = self.dir.stamp(&rel).ok().flatten();
             let cached = old.remove(&name);
             if let (Some(s), Some((was, head))) = (stamp, cached)
                 && s == was
