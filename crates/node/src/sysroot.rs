@@ -802,13 +802,16 @@ impl Sysroot {
         };
         let names = Self::noted(names_in(&dir, path))?;
         let mut out = Vec::with_capacity(names.len());
+        let full = |name: &str| format!("{}/{name}", path.trim_end_matches('/'));
         for name in names {
-            let p = format!("{}/{name}", path.trim_end_matches('/'));
-            self.note_path(&p);
+            // a path formatted only for a trace or an error: not per entry per look
+            if trace::active() {
+                self.note_path(&full(&name));
+            }
             let stamp = match rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => Some(Stamp::of(&st)),
                 Err(rustix::io::Errno::NOENT) => None,
-                Err(e) => return Self::noted(Err(io_err(&p, "stat", e))),
+                Err(e) => return Self::noted(Err(io_err(&full(&name), "stat", e))),
             };
             out.push((name, stamp));
         }

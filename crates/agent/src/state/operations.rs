@@ -147,7 +147,6 @@ impl StateDir {
         let mut old = std::mem::take(&mut *kept);
         let mut heads = Vec::with_capacity(files.len());
         for (id, name, stamp) in files {
-            let rel = format!("/operations/{name}");
             let cached = old.remove(&name);
             if let (Some(s), Some((was, head))) = (stamp, cached)
                 && s == was
@@ -156,6 +155,7 @@ impl StateDir {
                 kept.insert(name, (was, head));
                 continue;
             }
+            let rel = format!("/operations/{name}");
             let Some(b) = self.io(self.dir.read(&rel))? else {
                 continue;
             };
