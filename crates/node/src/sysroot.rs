@@ -170,6 +170,10 @@ pub struct Entry {
     pub len: u64,
 }
 
+/// A directory entry's name and [`Stamp`] ([`Sysroot::list_dir_stamped`]; `None`: gone
+/// between the listing and its look).
+pub type Stamped = (String, Option<Stamp>);
+
 /// A file's identity and change times ([`Sysroot::stamp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp([u64; 7]);
@@ -783,6 +787,35 @@ impl Sysroot {
             return Ok(None);
         };
         Self::noted(names_in(&dir, path).map(Some))
+    }
+
+    /// [`Sysroot::list_dir`] with each entry's [`Sysroot::stamp`] (`None` for an entry
+    /// gone between the listing and its look), every look through the one directory fd:
+    /// one open for the whole listing instead of a walk from the root per entry (the
+    /// state directory's operation heads look at every operation file after each
+    /// operation).
+    pub fn list_dir_stamped(&self, path: &str) -> Result<Option<Vec<Stamped>>> {
+        self.note_path(path);
+        let parts = components(path)?;
+        let Some(dir) = self.open_dir(&parts)? else {
+            return Ok(None);
+        };
+        let names = Self::noted(names_in(&dir, path))?;
+        let mut out = Vec::with_capacity(names.len());
+        let full = |name: &str| format!("{}/{name}", path.trim_end_matches('/'));
+        for name in names {
+            // a path formatted only for a trace or an error: not per entry per look
+            if trace::active() {
+                self.note_path(&full(&name));
+            }
+            let stamp = match rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Some(Stamp::of(&st)),
+                Err(rustix::io::Errno::NOENT) => None,
+                Err(e) => return Self::noted(Err(io_err(&full(&name), "stat", e))),
+            };
+            out.push((name, stamp));
+        }
+        Ok(Some(out))
     }
 
     /// Opens the parent directory of `path`, creating missing directories with mode 0755

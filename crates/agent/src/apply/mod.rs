@@ -54,6 +54,7 @@ mod machine;
 mod own_problems;
 mod reboot_method;
 mod rollback;
+mod start;
 mod status;
 mod try_window;
 pub(crate) mod watch;
@@ -630,95 +631,6 @@ impl Agent {
         self.apply_leaving(req, Vec::new())
     }
 
-    /// [`Agent::apply`] for a caller of the API: an operation id of the form the agent gives
-    /// the revert of a timed try ([`try_window::revert_id`]) is refused
-    /// (INVALID_ARGUMENT naming `operation_id`), so a caller can neither take a try's
-    /// revert id before the try ends (its revert would answer with that operation) nor run
-    /// an operation under it while the try waits.
-    pub(crate) fn apply_from_caller(
-        self: &Arc<Self>,
-        req: pb::ApplyRequest,
-    ) -> Result<pb::Operation, AgentError> {
-        try_window::check_not_revert_id(&req.operation_id).map_err(AgentError::InvalidRequest)?;
-        self.apply(req)
-    }
-
-    /// [`Agent::apply`], leaving the node.d files `leave` as they are
-    /// ([`Options::leave_files`]): parse the request, answer a dry run, claim the single
-    /// operation slot, plan (refusing what is not covered), register the operation for
-    /// its watchers and run it in its own thread.
-    fn apply_leaving(
-        self: &Arc<Self>,
-        req: pb::ApplyRequest,
-        leave: Vec<String>,
-    ) -> Result<pb::Operation, AgentError> {
-        let r = self.request(req, leave)?;
-        if r.dry_run {
-            return self.dry_run(r);
-        }
-        self.check_available()?;
-        self.check_no_try_waits(&r.id)?;
-        // claim the single operation slot, then plan without holding the lock
-        if let Some(existing) = self.claim(&r)? {
-            return Ok(existing);
-        }
-        let id = r.id.clone();
-        let release = |e: AgentError| {
-            let mut inner = self.lock();
-            inner.running = None;
-            inner.live.remove(&id);
-            e
-        };
-        let plan = self.plan_for(&r.spec, r.opts.clone()).map_err(release)?;
-        refuse_uncovered(&plan).map_err(release)?;
-        if r.try_seconds > 0 {
-            self.prepare_try(&r.id, &plan).map_err(release)?;
-        }
-        self.supersede_waiting(&r.id);
-        let t = now();
-        let op = Op::new(pb::Operation {
-            diffs: Vec::new(),
-            id: r.id.clone(),
-            message: format!("{} change(s) to apply", plan.report.changes.len()),
-            spec_hash: r.hash.clone(),
-            reboot_policy: r.policy as i32,
-            created: Some(t),
-            updated: Some(t),
-            changes: plan.report.changes.clone(),
-            actions: vec![],
-            boot_id: self.boot_id(),
-            dry_run: false,
-            reboot_method: r.method as i32,
-            try_seconds: r.try_seconds,
-            try_deadline: (r.try_seconds > 0).then(|| pbjson_types::Timestamp {
-                seconds: t.seconds + i64::from(r.try_seconds),
-                nanos: t.nanos,
-            }),
-            ..Default::default()
-        });
-        // one journal line per change, so `journalctl OPERATION=<id> ITEM=<change id>`
-        // finds it (before/after are summaries: a hash for file content, never content)
-        for c in &op.wire().changes {
-            tracing::info!(operation = %op.id(), item = %c.id, before = %c.before, after = %c.after, "change");
-        }
-        self.register(op.wire());
-        let agent = Arc::clone(self);
-        let first = op.wire().clone();
-        let Request {
-            spec,
-            spec_pb,
-            opts,
-            ..
-        } = r;
-        // on a reused thread (workers.rs); the operation's id is in every log line
-        workers::OPERATIONS
-            .run("operation", move || {
-                agent.run(op, spec, spec_pb, plan, opts)
-            })
-            .map_err(|e| release(AgentError::Internal(format!("spawn operation thread: {e}"))))?;
-        Ok(first)
-    }
-
     /// The request, checked: the spec (drop-ins kept from the node filled in, the
     /// policy's limits), the operation id (a new one when empty), the reboot policy.
     fn request(&self, req: pb::ApplyRequest, leave: Vec<String>) -> Result<Request, AgentError> {
@@ -809,7 +721,7 @@ impl Agent {
 
     /// Claims the single operation slot for `r`; the existing operation of that id and
     /// spec when there is one (and it was not interrupted), which is the answer.
-    fn claim(&self, r: &Request) -> Result<Option<pb::Operation>, AgentError> {
+    fn claim(&self, r: &Request, boot_id: &str) -> Result<Option<pb::Operation>, AgentError> {
         let mut inner = self.lock();
         if let Some(existing) = self.get_operation_locked(&inner, &r.id)? {
             if existing.spec_hash != r.hash {
@@ -840,7 +752,7 @@ impl Agent {
                     reboot_policy: r.policy as i32,
                     created: Some(t),
                     updated: Some(t),
-                    boot_id: self.boot_id(),
+                    boot_id: boot_id.to_string(),
                     ..Default::default()
                 })
                 .into_wire(),

@@ -350,8 +350,19 @@ impl NodeAgent for Service {
         let a = self.agent.clone();
         let r = req.into_inner();
         let _slot = self.planning_slot(shown.role).await?;
+        // planned on the operation thread that runs it (one thread woken, not two)
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let answer = match a.apply_from_caller_then(r, move |op| drop(tx.send(op))) {
+            Err(e) => Err(Status::from(e)),
+            Ok(()) => match rx.await {
+                Ok(op) => op.map_err(Status::from),
+                Err(_) => Err(Status::internal(
+                    "the operation thread ended before answering",
+                )),
+            },
+        };
         shown
-            .result(blocking(move || a.apply_from_caller(r)).await)
+            .result(answer)
             .map(|op| Response::new(shown.operation(op)))
     }
 

@@ -309,8 +309,8 @@ impl StateDir {
                 }
             }
         };
-        for c in self.commits() {
-            add(&c.spec);
+        for spec in self.commit_specs() {
+            add(&spec);
         }
         if let Ok(Some(b)) = self.dir.read("/applied-spec.pb") {
             match unseal(&b) {

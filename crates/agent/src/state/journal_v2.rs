@@ -333,10 +333,11 @@ impl StateDir {
     pub fn retire_journal(&self, op: &str) -> Result<(), StateError> {
         for name in self.io(self.dir.list_dir("/journal"))?.unwrap_or_default() {
             let stale = match parse_name(&name) {
+                // verified as the readers read it (the operation it holds skipped)
                 Some((o, Part::Commit)) => {
                     o != op
                         && matches!(
-                            self.read_commit_file(&name, parse_commit),
+                            self.read_commit_file(&name, parse_applied),
                             Some(Sealed::Valid(_))
                         )
                 }
@@ -505,8 +506,10 @@ impl StateDir {
             .collect())
     }
 
-    /// Every pending format-2 commit that verifies (in `journal/`'s order).
-    pub(super) fn commits(&self) -> Vec<Committed> {
+    /// The spec of every pending format-2 commit that verifies (in `journal/`'s order),
+    /// each read as the readers read it ([`parse_applied`]: the operation it holds is
+    /// skipped, not built).
+    pub(super) fn commit_specs(&self) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         for name in self
             .io(self.dir.list_dir("/journal"))
@@ -515,9 +518,9 @@ impl StateDir {
             .unwrap_or_default()
         {
             if matches!(parse_name(&name), Some((_, Part::Commit)))
-                && let Some(Sealed::Valid(c)) = self.read_commit_file(&name, parse_commit)
+                && let Some(Sealed::Valid(c)) = self.read_commit_file(&name, parse_applied)
             {
-                out.push(c);
+                out.push(c.spec);
             }
         }
         out

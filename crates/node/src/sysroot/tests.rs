@@ -235,3 +235,33 @@ fn openat2_and_the_walk_answer_alike() {
     ));
     assert!(!r.join("usr/lib/x").exists());
 }
+
+/// The listing with stamps names what `list_dir` names, each with what `stamp` says of
+/// it (a symlink's own stamp, not followed); an absent directory is None, and a file
+/// rewritten in place has a new stamp.
+#[test]
+fn a_listing_with_stamps_matches_list_dir_and_stamp() {
+    let (d, s) = tmp();
+    let (uid, gid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
+    assert_eq!(s.list_dir_stamped("/ops").unwrap(), None);
+    s.write_atomic("/ops/a.json", b"a", 0o600, uid, gid)
+        .unwrap();
+    s.write_atomic("/ops/b.json", b"bb", 0o600, uid, gid)
+        .unwrap();
+    std::os::unix::fs::symlink("/nowhere", d.path().join("ops/c")).unwrap();
+    let listed = s.list_dir_stamped("/ops").unwrap().unwrap();
+    let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, s.list_dir("/ops").unwrap().unwrap());
+    for (n, stamp) in &listed {
+        assert_eq!(*stamp, s.stamp(&format!("/ops/{n}")).unwrap(), "{n}");
+        assert!(stamp.is_some(), "{n}");
+    }
+    let before = listed[0].1;
+    std::fs::write(d.path().join("ops/a.json"), b"longer").unwrap();
+    let after = s.list_dir_stamped("/ops").unwrap().unwrap();
+    assert_ne!(after[0].1, before);
+    assert_eq!(after[0].1, s.stamp("/ops/a.json").unwrap());
+}
