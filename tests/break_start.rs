@@ -155,7 +155,19 @@ async fn a_planning_error_names_the_field_writes_nothing_and_frees_the_slot() {
     let hashed = format!("revert.{}", "0a".repeat(16));
     let e = apply_refused(&node, &one_file("x"), &hashed).await;
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-    for id in ["bad-path", "uncovered", "x.revert"] {
+    // a try of a reboot-level change: refused after planning, naming try_seconds
+    let e = node
+        .client()
+        .await
+        .apply(pb::ApplyRequest {
+            try_seconds: 30,
+            ..req("kernelArgs: [nosmt]\n", "reboot-try")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("try_seconds"), "{}", e.message());
+    for id in ["bad-path", "uncovered", "x.revert", "reboot-try"] {
         let r = node
             .client()
             .await
@@ -371,6 +383,17 @@ async fn revert_ids_and_applies_during_a_try() {
 /// settled or never written), and the agent takes the next operation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_right_after_the_accepted_answer_recovers_per_the_journal() {
+    stopped_right_after_the_accepted_answer(nix::sys::signal::Signal::SIGKILL).await;
+}
+
+/// The same with SIGTERM (the daemon stops serving and exits while the operation it just
+/// accepted runs on its own thread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminated_right_after_the_accepted_answer_recovers_per_the_journal() {
+    stopped_right_after_the_accepted_answer(nix::sys::signal::Signal::SIGTERM).await;
+}
+
+async fn stopped_right_after_the_accepted_answer(signal: nix::sys::signal::Signal) {
     use std::os::unix::process::ExitStatusExt;
     let yaml = workload();
     for delay_ms in [0u64, 1, 3, 10] {
@@ -389,13 +412,12 @@ async fn killed_right_after_the_accepted_answer_recovers_per_the_journal() {
         if delay_ms > 0 {
             std::thread::sleep(Duration::from_millis(delay_ms));
         }
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
         let st = node.wait_exit(Duration::from_secs(10)).expect("died");
-        assert_eq!(st.signal(), Some(9));
+        if signal == nix::sys::signal::Signal::SIGKILL {
+            assert_eq!(st.signal(), Some(9));
+        }
+        eprintln!("{signal:?} after {delay_ms} ms: exit {st:?}");
         node.start();
         let settled = match node
             .client()
@@ -411,6 +433,12 @@ async fn killed_right_after_the_accepted_answer_recovers_per_the_journal() {
                 None
             }
         };
+        eprintln!(
+            "{signal:?} after {delay_ms} ms: {:?}",
+            settled
+                .as_ref()
+                .map(|o| (Phase::try_from(o.phase), o.message.clone()))
+        );
         let after = snapshot(&node.root);
         let done = std::fs::read_to_string(node.path("/etc/crash/f00.conf")).ok()
             == Some("new content 0\n".to_string());
@@ -957,23 +985,34 @@ async fn applies_racing_a_try_and_its_revert() {
         n += 1;
         match node.client().await.apply(req(&one_file(&id), &id)).await {
             Ok(op) => {
-                let op = op.into_inner();
-                accepted.push((op.id, Phase::try_from(op.phase)))
+                // the try may have ended between the look and this apply
+                accepted.push(op.into_inner().id);
+                break;
             }
             Err(e) => assert_eq!(e.code(), tonic::Code::Aborted, "{id}: {e:?}"),
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(
-        accepted.is_empty(),
-        "accepted while the try ran or waited: {accepted:?}"
-    );
     let t1 = node.settle("t1").await;
     assert_eq!(t1.phase, Phase::RolledBack as i32, "{}", t1.message);
     let revert = node.settle("t1.revert").await;
     assert_eq!(revert.phase, Phase::Succeeded as i32, "{}", revert.message);
+    let at = |t: &Option<pbjson_types::Timestamp>| t.as_ref().map(|t| (t.seconds, t.nanos));
+    // an apply accepted in the race ran only after the revert had ended
+    for id in &accepted {
+        let op = node.settle(id).await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{id}: {}", op.message);
+        assert!(
+            at(&op.created) >= at(&revert.updated),
+            "{id} (created {:?}) was accepted before the revert ended ({:?})",
+            op.created,
+            revert.updated
+        );
+    }
     assert!(!node.path("/etc/break-start/t1.conf").exists(), "reverted");
-    assert_eq!(node.read("/etc/break-start/base.conf"), "base\n");
+    if accepted.is_empty() {
+        assert_eq!(node.read("/etc/break-start/base.conf"), "base\n");
+    }
     idle(&node).await;
     slot_is_free(&node, "after").await;
 }
