@@ -795,25 +795,21 @@ async fn a_directory_without_the_suffix_in_operations_is_ignored() {
     odd_entry_case("plain-dir").await;
 }
 
-#[ignore = "fault: a non-regular entry named <x>.json in operations/ fails status, history and every prune (state/operations.rs operation_heads and read_operations propagate the read error)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_named_like_an_operation_file_is_skipped() {
     odd_entry_case("dir").await;
 }
 
-#[ignore = "fault: a non-regular entry named <x>.json in operations/ fails status, history and every prune (state/operations.rs operation_heads and read_operations propagate the read error)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_symlink_named_like_an_operation_file_is_skipped() {
     odd_entry_case("symlink").await;
 }
 
-#[ignore = "fault: a non-regular entry named <x>.json in operations/ fails status, history and every prune (state/operations.rs operation_heads and read_operations propagate the read error)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dangling_symlink_named_like_an_operation_file_is_skipped() {
     odd_entry_case("dangling").await;
 }
 
-#[ignore = "fault: a non-regular entry named <x>.json in operations/ fails status, history and every prune (state/operations.rs operation_heads and read_operations propagate the read error)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_named_like_an_operation_file_is_skipped() {
     odd_entry_case("fifo").await;
@@ -878,7 +874,6 @@ async fn many_operation_files_are_pruned_to_the_default_keep() {
 /// whose last item is not covered): every caller is refused, or, when one is answered, the
 /// operation it was given exists and settles. A caller must never be told "accepted" for
 /// an operation that then never exists.
-#[ignore = "fault: a concurrent apply with the same id and spec is answered OK with the planning placeholder, and the operation never exists when the first caller's planning is refused (apply/mod.rs Agent::claim, start.rs Agent::start release)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_applies_of_one_refused_spec_never_answer_a_ghost() {
     let mut node = Node::new("ubuntu-2404-grub");
@@ -1021,7 +1016,6 @@ async fn applies_racing_a_try_and_its_revert() {
 /// stream must end in a settled phase or with an error, never end OK at "planning" (a
 /// watcher, like `inplacectl apply --wait`, would take it for an operation that stopped
 /// without an outcome).
-#[ignore = "fault: a watcher attached while the apply plans gets the planning placeholder and an OK end of stream when the planning is refused (server watch_operation breaks on a closed channel; apply/mod.rs Agent::claim registers the placeholder)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_watcher_of_a_refused_apply_never_ends_at_planning() {
     let mut node = Node::new("ubuntu-2404-grub");

@@ -80,9 +80,13 @@ use inplace_node::system::{CommandRunner, Rebooter, ServiceManager};
 use inplace_wire::names::{SpecError, validate_operation_id, validate_operation_id_field};
 use inplace_wire::pb;
 use inplace_wire::pb::{Phase, RebootPolicy};
-use machine::Op;
 
 pub(crate) use inplace_wire::phase::is_interrupted;
+
+/// How long an `Apply` waits for a concurrent call's planning of the same operation id
+/// before it is refused with ABORTED ([`Agent::claim`]): planning the largest spec the
+/// limits allow takes a few seconds on a loaded node.
+pub(crate) const PLANNING_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Bytes (protobuf encoding) of the phases the newest settled operations keep in memory
 /// for watchers to replay. The running operation keeps every phase whatever its size; a
@@ -256,6 +260,10 @@ pub(crate) struct Agent {
     /// Version queries' answers, kept while their programs stay the same ([`kept`]).
     versions: kept::KeptVersions,
     inner: Mutex<Inner>,
+    /// Signalled when a claimed operation's planning ends ([`Agent::register`] or the
+    /// release of its slot): a concurrent call with the same id waits for it in
+    /// [`Agent::claim`].
+    planned: std::sync::Condvar,
     /// The timed tries waiting in this run ([`try_window`]).
     tries: try_window::Tries,
     /// Coverage answers kept while the node stays the same ([`kept`]).
@@ -366,6 +374,7 @@ impl Agent {
             drift_lock: Mutex::new(()),
             versions: kept::KeptVersions::default(),
             inner: Mutex::new(Inner::default()),
+            planned: std::sync::Condvar::new(),
             tries: try_window::Tries::default(),
             kept: kept::KeptCoverage::from_env(),
             maybe_waiting: std::sync::atomic::AtomicBool::new(true),
@@ -721,8 +730,32 @@ impl Agent {
 
     /// Claims the single operation slot for `r`; the existing operation of that id and
     /// spec when there is one (and it was not interrupted), which is the answer.
-    fn claim(&self, r: &Request, boot_id: &str) -> Result<Option<pb::Operation>, AgentError> {
+    ///
+    /// A concurrent call with the same id that is still planning it may yet be refused, so
+    /// this call waits for its outcome (at most [`PLANNING_WAIT`]) and answers as a call
+    /// made after it would: the accepted operation, or a slot of its own to plan in.
+    ///
+    /// Errors: [`AgentError::Aborted`] when that planning takes longer than
+    /// [`PLANNING_WAIT`]; [`AgentError::Busy`] while another operation holds the slot;
+    /// [`AgentError::AlreadyExists`] for the same id with another spec.
+    fn claim(&self, r: &Request) -> Result<Option<pb::Operation>, AgentError> {
         let mut inner = self.lock();
+        // claimed by a concurrent call that is still planning it: it may yet be refused,
+        // so this call learns the outcome before it answers
+        let until = std::time::Instant::now() + PLANNING_WAIT;
+        while inner.running.as_ref() == Some(&r.id) && !inner.live.contains_key(&r.id) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(AgentError::Aborted(format!(
+                    "operation {:?} is still being planned by another call; retry to learn whether it was accepted",
+                    r.id
+                )));
+            }
+            inner = match self.planned.wait_timeout(inner, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
         if let Some(existing) = self.get_operation_locked(&inner, &r.id)? {
             if existing.spec_hash != r.hash {
                 return Err(AgentError::AlreadyExists {
@@ -738,39 +771,21 @@ impl Agent {
         if let Some(running) = &inner.running {
             return Err(AgentError::Busy(running.clone()));
         }
+        // The operation exists for callers, watchers and the history only once it is
+        // planned and accepted ([`Agent::register`]): until then it may still be refused.
         inner.running = Some(r.id.clone());
-        // concurrent calls with the same id and spec get this operation
-        let t = now();
         inner.settled.retain(|o| o != &r.id);
-        inner.live.insert(
-            r.id.clone(),
-            LiveOp::new(
-                Op::new(pb::Operation {
-                    id: r.id.clone(),
-                    message: "planning".into(),
-                    spec_hash: r.hash.clone(),
-                    reboot_policy: r.policy as i32,
-                    created: Some(t),
-                    updated: Some(t),
-                    boot_id: boot_id.to_string(),
-                    ..Default::default()
-                })
-                .into_wire(),
-            ),
-        );
+        inner.live.remove(&r.id);
         Ok(None)
     }
 
-    /// Registers the operation's first state for its watchers (it is written to
-    /// `operations/` when it enters Staging, before its first change).
+    /// Makes the accepted operation's first state visible to callers and watchers (it is
+    /// written to `operations/` when it enters Staging, before its first change).
     fn register(&self, op: &pb::Operation) {
-        let mut inner = self.lock();
-        if let Some(live) = inner.live.get_mut(&op.id) {
-            let first = LiveOp::new(op.clone());
-            let _ = live.tx.send(op.clone());
-            live.events = first.events;
-            live.bytes = first.bytes;
-        }
+        self.lock()
+            .live
+            .insert(op.id.clone(), LiveOp::new(op.clone()));
+        self.planned.notify_all();
     }
 
     fn get_operation_locked(

@@ -79,6 +79,8 @@ impl Agent {
         let mut inner = self.lock();
         inner.running = None;
         inner.live.remove(id);
+        drop(inner);
+        self.planned.notify_all();
         e
     }
 
@@ -100,7 +102,7 @@ impl Agent {
         // read once for the placeholder and the operation (each read is 7 syscalls)
         let boot_id = self.boot_id();
         // claim the single operation slot, then plan without holding the lock
-        if let Some(existing) = self.claim(&r, &boot_id)? {
+        if let Some(existing) = self.claim(&r)? {
             return Ok(Started::Answer(existing));
         }
         let release = |e: AgentError| self.release(&r.id, e);
@@ -163,7 +165,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::apply::AgentParts;
+    use crate::apply::{AgentParts, PLANNING_WAIT};
     use inplace_node::system::Recorder;
 
     /// An agent on an empty node (only `/etc`), its state beside it.
@@ -264,5 +266,62 @@ mod tests {
             })
             .unwrap_err();
         assert!(matches!(e, AgentError::InvalidRequest(_)), "{e:?}");
+    }
+
+    /// A call with the id a concurrent call is still planning waits for that planning's
+    /// outcome: the accepted operation once it is registered, or the slot for itself once
+    /// the planning was refused and the slot released. Never the operation before it
+    /// exists (the breaker's ghost), and not after [`PLANNING_WAIT`] either: the waiter is
+    /// woken, so it answers long before that.
+    #[test]
+    fn a_call_with_an_id_being_planned_waits_for_its_outcome() {
+        let (d, agent) = agent();
+        let path = d.path().join("root/etc/w.conf");
+        let r = agent
+            .request(request("w", path.to_str().unwrap()), Vec::new())
+            .unwrap();
+        assert!(agent.claim(&r).unwrap().is_none(), "the first call plans");
+        let waiter = |agent: &Arc<Agent>| {
+            let (agent, r) = (
+                Arc::clone(agent),
+                agent
+                    .request(request("w", path.to_str().unwrap()), Vec::new())
+                    .unwrap(),
+            );
+            let (tx, rx) = channel();
+            std::thread::spawn(move || tx.send(agent.claim(&r)).unwrap());
+            rx
+        };
+        // accepted: the waiter answers with the registered operation
+        let rx = waiter(&agent);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            rx.try_recv().is_err(),
+            "it waits while the first call plans"
+        );
+        assert!(matches!(
+            agent.get_operation("w"),
+            Err(AgentError::NotFound(_))
+        ));
+        let op = pb::Operation {
+            id: "w".into(),
+            spec_hash: r.hash.clone(),
+            ..Default::default()
+        };
+        agent.register(&op);
+        let got = rx.recv_timeout(PLANNING_WAIT / 4).unwrap().unwrap();
+        assert_eq!(got.map(|o| o.id), Some("w".to_string()));
+        // refused: the waiter claims the slot for itself
+        agent.lock().live.remove("w");
+        let rx = waiter(&agent);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            rx.try_recv().is_err(),
+            "it waits while the first call plans"
+        );
+        let _ = agent.release("w", AgentError::NotCovered("x".into()));
+        let got = rx.recv_timeout(PLANNING_WAIT / 4).unwrap().unwrap();
+        assert!(got.is_none(), "the slot is the waiter's to plan in");
+        assert!(agent.is_busy());
     }
 }
