@@ -117,7 +117,7 @@ impl StateDir {
         let mut ops = Vec::new();
         for (id, name) in self.operation_files()? {
             let rel = format!("/operations/{name}");
-            if let Some(b) = self.io(self.dir.read(&rel))? {
+            if let Some(b) = self.read_operation_file(&rel) {
                 match parse(&b) {
                     Ok((found, op)) if found == id => ops.push(op),
                     Ok(_) => {
@@ -133,9 +133,25 @@ impl StateDir {
         Ok(ops)
     }
 
+    /// One file of `operations/`; `None` when it is gone, or can not be read: an entry
+    /// under an operation file's name that is not a regular file (a directory, a FIFO, a
+    /// symlink, which the sysroot never follows) or that the kernel refuses is skipped with
+    /// a warning, as an operation file that does not parse is, so that one bad entry does
+    /// not stop the status, the history or the prune of the others.
+    fn read_operation_file(&self, rel: &str) -> Option<Vec<u8>> {
+        match self.io(self.dir.read(rel)) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(file = %rel, error = %e, "unreadable operation file; skipped");
+                None
+            }
+        }
+    }
+
     /// All operations, newest first (by creation time, then id). An operation file that
-    /// does not parse, or whose id is not its file name, is skipped with a warning in the
-    /// log (history must not stop the agent), and left in place for inspection.
+    /// can not be read or does not parse, or whose id is not its file name, is skipped with
+    /// a warning in the log (history must not stop the agent), and left in place for
+    /// inspection.
     pub fn list_operations(&self) -> Result<Vec<pb::Operation>, StateError> {
         self.read_operations(
             |b| serde_json::from_slice::<pb::Operation>(b).map(|op| (op.id.clone(), op)),
@@ -186,7 +202,7 @@ impl StateDir {
                 continue;
             }
             let rel = format!("/operations/{name}");
-            let Some(b) = self.io(self.dir.read(&rel))? else {
+            let Some(b) = self.read_operation_file(&rel) else {
                 continue;
             };
             #[cfg(test)]
