@@ -878,14 +878,7 @@ async fn many_operation_files_are_pruned_to_the_default_keep() {
 async fn concurrent_applies_of_one_refused_spec_never_answer_a_ghost() {
     let mut node = Node::new("ubuntu-2404-grub");
     node.start();
-    let mut yaml = String::from("files:\n");
-    for i in 0..300 {
-        yaml.push_str(&format!(
-            "- path: /etc/ghost/f{i:03}.conf\n  content: \"{}\\n\"\n",
-            "x".repeat(200)
-        ));
-    }
-    yaml.push_str("sysctls:\n  vm.nosuch: \"1\"\n");
+    let yaml = refused_after_planning();
     let mut ghosts = Vec::new();
     for round in 0..10 {
         let id = format!("ghost-{round}");
@@ -1020,14 +1013,7 @@ async fn applies_racing_a_try_and_its_revert() {
 async fn a_watcher_of_a_refused_apply_never_ends_at_planning() {
     let mut node = Node::new("ubuntu-2404-grub");
     node.start();
-    let mut yaml = String::from("files:\n");
-    for i in 0..300 {
-        yaml.push_str(&format!(
-            "- path: /etc/ghost/f{i:03}.conf\n  content: \"{}\\n\"\n",
-            "x".repeat(200)
-        ));
-    }
-    yaml.push_str("sysctls:\n  vm.nosuch: \"1\"\n");
+    let yaml = refused_after_planning();
     let mut endings = Vec::new();
     for round in 0..10 {
         let id = format!("watched-{round}");
@@ -1072,4 +1058,18 @@ async fn a_watcher_of_a_refused_apply_never_ends_at_planning() {
         idle(&node).await;
     }
     assert!(endings.is_empty(), "{}", endings.join("\n"));
+}
+
+/// A spec refused only after planning: 300 files of 200 bytes (planning takes a while),
+/// then a sysctl no node has (`vm.nosuch`), which is not covered.
+fn refused_after_planning() -> String {
+    let mut yaml = String::from("files:\n");
+    for i in 0..300 {
+        yaml.push_str(&format!(
+            "- path: /etc/ghost/f{i:03}.conf\n  content: \"{}\\n\"\n",
+            "x".repeat(200)
+        ));
+    }
+    yaml.push_str("sysctls:\n  vm.nosuch: \"1\"\n");
+    yaml
 }
