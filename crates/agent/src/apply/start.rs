@@ -99,8 +99,6 @@ impl Agent {
         }
         self.check_available()?;
         self.check_no_try_waits(&r.id)?;
-        // read once for the placeholder and the operation (each read is 7 syscalls)
-        let boot_id = self.boot_id();
         // claim the single operation slot, then plan without holding the lock
         if let Some(existing) = self.claim(&r)? {
             return Ok(Started::Answer(existing));
@@ -112,7 +110,7 @@ impl Agent {
             self.prepare_try(&r.id, &plan).map_err(release)?;
         }
         self.supersede_waiting(&r.id);
-        let op = self.new_op(&r, &plan, boot_id);
+        let op = self.new_op(&r, &plan);
         // one journal line per change, so `journalctl OPERATION=<id> ITEM=<change id>`
         // finds it (before/after are summaries: a hash for file content, never content)
         for c in &op.wire().changes {
@@ -134,7 +132,7 @@ impl Agent {
     }
 
     /// The operation of request `r` planned as `plan`, in its first state.
-    fn new_op(&self, r: &Request, plan: &Plan, boot_id: String) -> Op {
+    fn new_op(&self, r: &Request, plan: &Plan) -> Op {
         let t = now();
         Op::new(pb::Operation {
             diffs: Vec::new(),
@@ -146,7 +144,7 @@ impl Agent {
             updated: Some(t),
             changes: plan.report.changes.clone(),
             actions: vec![],
-            boot_id,
+            boot_id: self.boot_id(),
             dry_run: false,
             reboot_method: r.method as i32,
             try_seconds: r.try_seconds,
@@ -275,17 +273,16 @@ mod tests {
     /// woken, so it answers long before that.
     #[test]
     fn a_call_with_an_id_being_planned_waits_for_its_outcome() {
-        let (d, agent) = agent();
-        let path = d.path().join("root/etc/w.conf");
+        let (_d, agent) = agent();
         let r = agent
-            .request(request("w", path.to_str().unwrap()), Vec::new())
+            .request(request("w", "/etc/w.conf"), Vec::new())
             .unwrap();
         assert!(agent.claim(&r).unwrap().is_none(), "the first call plans");
         let waiter = |agent: &Arc<Agent>| {
             let (agent, r) = (
                 Arc::clone(agent),
                 agent
-                    .request(request("w", path.to_str().unwrap()), Vec::new())
+                    .request(request("w", "/etc/w.conf"), Vec::new())
                     .unwrap(),
             );
             let (tx, rx) = channel();

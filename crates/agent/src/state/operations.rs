@@ -69,10 +69,10 @@ struct KeptHead {
 }
 
 impl KeptHead {
-    /// The head, when the file's stamp is still `stamp` looked at `read_at`.
-    fn current(&self, stamp: Stamp, read_at: std::time::Duration) -> Option<&OperationHead> {
-        (self.stamp == stamp && (!self.provisional || stamp.is_racily_clean(read_at)))
-            .then_some(&self.head)
+    /// True when the head still holds for a file whose stamp is `stamp`, looked at
+    /// `read_at`.
+    fn is_current(&self, stamp: Stamp, read_at: std::time::Duration) -> bool {
+        self.stamp == stamp && (!self.provisional || stamp.is_racily_clean(read_at))
     }
 }
 
@@ -195,7 +195,7 @@ impl StateDir {
         let mut old = std::mem::take(&mut cache.heads);
         let mut heads = Vec::with_capacity(files.len());
         for (id, name, stamp) in files {
-            let current = |k: &KeptHead| stamp.is_some_and(|s| k.current(s, read_at).is_some());
+            let current = |k: &KeptHead| stamp.is_some_and(|s| k.is_current(s, read_at));
             if let Some(k) = old.remove(&name).filter(current) {
                 heads.push(k.head.clone());
                 cache.heads.insert(name, k);
