@@ -454,15 +454,15 @@ impl Agent {
     }
 
     fn plan_for(&self, desired: &NodeSpec, opts: Options) -> Result<Plan, AgentError> {
-        let record = self.state.load_record()?;
-        self.plan_with(desired, opts, record)
+        let record = self.state.read_record()?;
+        self.plan_with(desired, opts, &record)
     }
 
     fn plan_with(
         &self,
         desired: &NodeSpec,
         opts: Options,
-        record: AppliedRecord,
+        record: &AppliedRecord,
     ) -> Result<Plan, AgentError> {
         let queries = self.version_queries();
         let runner: Option<&dyn CommandRunner> = Some(&queries);
@@ -471,10 +471,10 @@ impl Agent {
             &self.state,
             &self.config,
             desired,
-            &record,
+            record,
             runner,
         )?;
-        let mut p = plan::plan(desired, &obs, &record, &self.config, opts);
+        let mut p = plan::plan(desired, &obs, record, &self.config, opts);
         plan::writable::refuse_unwritable(&mut p, &self.root);
         p.report.facts = Some(self.facts.clone());
         p.report.preservation = Some(self.preservation.clone());
@@ -579,8 +579,8 @@ impl Agent {
         let desired = self.resolve_kept(desired)?;
         let spec = NodeSpec::from_pb(&desired)?;
         self.check_limits(&spec)?;
-        let record = self.state.load_record()?;
-        let plan = self.plan_with(&spec, self.options(policy), record.clone())?;
+        let record = self.state.read_record()?;
+        let plan = self.plan_with(&spec, self.options(policy), &record)?;
         let diffs = match diff {
             Some(d) => self.diffs(&plan, &spec, &record, d.show_content)?,
             None => Vec::new(),
@@ -690,8 +690,8 @@ impl Agent {
 
     /// A dry run: the operation as it would go, nothing changed.
     fn dry_run(&self, r: Request) -> Result<pb::Operation, AgentError> {
-        let record = self.state.load_record()?;
-        let plan = self.plan_with(&r.spec, r.opts, record.clone())?;
+        let record = self.state.read_record()?;
+        let plan = self.plan_with(&r.spec, r.opts, &record)?;
         let diffs = match &r.diff {
             Some(d) => self.diffs(&plan, &r.spec, &record, d.show_content)?,
             None => Vec::new(),

@@ -72,6 +72,29 @@ pub(crate) use journal_v2::JOURNAL_VERSION;
 
 use journal::{SEAL, unseal};
 
+/// The applied record as [`StateDir::read_record`] found it: borrowed from the parsed
+/// pending commit (shared, not copied) or read from the installed `applied.json`.
+/// Dereferences to the [`AppliedRecord`].
+#[derive(Debug)]
+pub struct RecordView(View);
+
+#[derive(Debug)]
+enum View {
+    Commit(std::sync::Arc<journal_v2::AppliedCopy>),
+    Installed(Box<AppliedRecord>),
+}
+
+impl std::ops::Deref for RecordView {
+    type Target = AppliedRecord;
+
+    fn deref(&self) -> &AppliedRecord {
+        match &self.0 {
+            View::Commit(c) => &c.record,
+            View::Installed(r) => r,
+        }
+    }
+}
+
 /// Errors of the state directory; each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -336,6 +359,18 @@ impl StateDir {
             Some(c) => Ok(c.record.clone()),
             None => self.load_installed_record(),
         }
+    }
+
+    /// [`StateDir::load_record`] without the copy: the record shared with the cache of
+    /// parsed commits, for a reader that only looks at it (a coverage computation, a
+    /// dry run). A record of 200 managed files is about 150 KiB of small allocations; a
+    /// copy per computation was the largest single consumer at the daemon's peak heap
+    /// with concurrent coverage clients (heaptrack, BENCHMARKS.md).
+    pub fn read_record(&self) -> Result<RecordView, StateError> {
+        Ok(RecordView(match self.applied_commit()? {
+            Some(c) => View::Commit(c),
+            None => View::Installed(Box::new(self.load_installed_record()?)),
+        }))
     }
 
     /// The applied record for a report (status), with what makes [`StateDir::load_record`]
