@@ -16,7 +16,8 @@
 //! over [`MAX_SPEC_BYTES`], the least recently used out first.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex};
 
 use inplace_node::sysroot::trace::{self, Seal};
 use inplace_node::sysroot::{Stamp, Sysroot};
@@ -73,6 +74,13 @@ struct Kept {
 #[derive(Default)]
 pub(crate) struct KeptCoverage {
     slots: Mutex<Vec<Arc<Kept>>>,
+    /// The keys being computed now, and the condition their end is announced on: a
+    /// request whose key is being computed waits for that computation and takes its
+    /// answer when it was kept and its seal holds ([`KeptCoverage::compute`]).
+    computing: Mutex<Vec<Key>>,
+    computed: Condvar,
+    /// Requests waiting for another computation of their key now.
+    waiting: std::sync::atomic::AtomicUsize,
     /// Nothing is kept (`INPLACED_KEEP_COVERAGE=0`: a diagnostic switch, and the
     /// benchmark's floor of a computed answer).
     off: bool,
@@ -82,6 +90,7 @@ impl std::fmt::Debug for KeptCoverage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeptCoverage")
             .field("answers", &self.lock().len())
+            .field("waiting", &self.waiting.load(Relaxed))
             .finish()
     }
 }
@@ -121,6 +130,16 @@ impl KeptCoverage {
 
     /// Computes `compute()` under a trace and keeps its answer when the trace seals over
     /// `roots` (see the module docs); errors are never kept.
+    ///
+    /// One computation per key at a time: a request that finds its key being computed
+    /// waits for that computation's end (at most [`JOIN_WAIT`]), then takes the answer
+    /// it kept if its seal still holds, as [`KeptCoverage::get`] would; otherwise (the
+    /// answer was not kept, or the node changed since) it computes its own, without
+    /// waiting again. The answer taken is checked against the node as it is after the
+    /// request arrived, never one read before it. Identical requests arrive together when
+    /// callers retry a slow answer (a client deadline) or several controllers ask for the
+    /// same spec: each computation held the node's record, observation and plan at once
+    /// (the daemon's peak heap with 8 coverage clients, BENCHMARKS.md).
     pub(crate) fn compute<E>(
         &self,
         key: Key,
@@ -130,6 +149,13 @@ impl KeptCoverage {
         if self.off {
             return compute();
         }
+        let _turn = match self.join(key) {
+            Joined::First(turn) => Some(turn),
+            Joined::After => match self.get(&key, roots) {
+                Some(report) => return Ok(report),
+                None => None,
+            },
+        };
         let (report, t) = trace::record(compute);
         let report = report?;
         if report.encoded_len() <= MAX_REPORT_BYTES
@@ -147,6 +173,63 @@ impl KeptCoverage {
             }));
         }
         Ok(report)
+    }
+}
+
+/// Longest a request waits for another computation of the same key before it computes
+/// its own (a computation of the largest spec allowed takes seconds, not minutes).
+pub(crate) const JOIN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What [`KeptCoverage::join`] found.
+enum Joined<'a> {
+    /// No computation of the key was running: this request computes, and the turn's
+    /// drop announces its end.
+    First(Turn<'a>),
+    /// Another computation of the key ended (or [`JOIN_WAIT`] passed).
+    After,
+}
+
+/// A computation of a key in progress; dropped when it ends (an error, a panic too).
+struct Turn<'a> {
+    kept: &'a KeptCoverage,
+    key: Key,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut c = self
+            .kept
+            .computing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        c.retain(|k| *k != self.key);
+        self.kept.computed.notify_all();
+    }
+}
+
+impl KeptCoverage {
+    /// Takes the turn of `key`, or waits for the computation that has it to end.
+    fn join(&self, key: Key) -> Joined<'_> {
+        let mut c = self.computing.lock().unwrap_or_else(|p| p.into_inner());
+        if !c.contains(&key) {
+            c.push(key);
+            return Joined::First(Turn { kept: self, key });
+        }
+        let deadline = std::time::Instant::now() + JOIN_WAIT;
+        self.waiting.fetch_add(1, Relaxed);
+        while c.contains(&key) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            c = self
+                .computed
+                .wait_timeout(c, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        self.waiting.fetch_sub(1, Relaxed);
+        Joined::After
     }
 }
 
@@ -236,5 +319,109 @@ impl CommandRunner for VersionQueries<'_> {
             lock().insert(argv.to_vec(), (program, out.clone()));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+
+    fn report(n: u32) -> pb::CoverageReport {
+        pb::CoverageReport {
+            spec_hash: format!("computation {n}"),
+            ..Default::default()
+        }
+    }
+
+    /// Starts a computation of `key` on another thread that blocks until `release` sends;
+    /// returns once it runs.
+    fn blocked_first(
+        kept: &Arc<KeptCoverage>,
+        root: &Arc<Sysroot>,
+        key: Key,
+        calls: &Arc<AtomicUsize>,
+        fail: bool,
+    ) -> (
+        mpsc::Sender<()>,
+        std::thread::JoinHandle<Result<pb::CoverageReport, String>>,
+    ) {
+        let (started_tx, started) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let (k, r, c) = (kept.clone(), root.clone(), calls.clone());
+        let first = std::thread::spawn(move || {
+            k.compute(key, &[&r], || {
+                started_tx.send(()).unwrap();
+                released.recv().unwrap();
+                c.fetch_add(1, Relaxed);
+                if fail {
+                    Err("failed".to_string())
+                } else {
+                    Ok(report(1))
+                }
+            })
+        });
+        started.recv().unwrap();
+        (release, first)
+    }
+
+    fn second(
+        kept: &Arc<KeptCoverage>,
+        root: &Arc<Sysroot>,
+        key: Key,
+        calls: &Arc<AtomicUsize>,
+    ) -> std::thread::JoinHandle<Result<pb::CoverageReport, String>> {
+        let (k, r, c) = (kept.clone(), root.clone(), calls.clone());
+        let t = std::thread::spawn(move || {
+            k.compute(key, &[&r], || {
+                c.fetch_add(1, Relaxed);
+                Ok(report(2))
+            })
+        });
+        while kept.waiting.load(Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        t
+    }
+
+    #[test]
+    fn a_request_whose_key_is_being_computed_takes_that_kept_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Arc::new(Sysroot::open(dir.path()).unwrap());
+        let (kept, calls) = (
+            Arc::new(KeptCoverage::default()),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (release, first) = blocked_first(&kept, &root, [7; 32], &calls, false);
+        let waiter = second(&kept, &root, [7; 32], &calls);
+        // another key is not held up by the computation of the first
+        let other = kept.compute([8; 32], &[&root], || Ok::<_, String>(report(3)));
+        assert_eq!(other.unwrap().spec_hash, "computation 3");
+        release.send(()).unwrap();
+        assert_eq!(first.join().unwrap().unwrap().spec_hash, "computation 1");
+        assert_eq!(waiter.join().unwrap().unwrap().spec_hash, "computation 1");
+        assert_eq!(
+            calls.load(Relaxed),
+            1,
+            "the waiting request computed nothing"
+        );
+        assert_eq!(kept.waiting.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn a_waiting_request_computes_its_own_when_the_answer_was_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Arc::new(Sysroot::open(dir.path()).unwrap());
+        let (kept, calls) = (
+            Arc::new(KeptCoverage::default()),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (release, first) = blocked_first(&kept, &root, [7; 32], &calls, true);
+        let waiter = second(&kept, &root, [7; 32], &calls);
+        release.send(()).unwrap();
+        assert_eq!(first.join().unwrap().unwrap_err(), "failed");
+        assert_eq!(waiter.join().unwrap().unwrap().spec_hash, "computation 2");
+        assert_eq!(calls.load(Relaxed), 2);
     }
 }
