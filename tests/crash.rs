@@ -250,3 +250,60 @@ async fn a_checkpoint_removed_before_a_crash_is_restored_from_the_journal() {
         Some("restart kubelet.service")
     );
 }
+
+/// A bug's panic in the middle of an apply (the operation thread, after the 7th file
+/// written) ends the daemon by SIGABRT, as the daemon's panic hook and the packaged
+/// build's `panic = "abort"` make it, and the next start rolls the operation back. Under
+/// unwinding the panic ended the operation thread alone: the daemon went on serving with
+/// the operation `running` forever and refused every later Apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back() {
+    use std::os::unix::process::ExitStatusExt;
+    let yaml = workload();
+    let mut node = Node::new("ubuntu-2404-grub");
+    let old: BTreeMap<_, _> = snapshot(&node.root)
+        .into_iter()
+        .map(|(p, c, m)| (p.strip_prefix(&node.root).unwrap().to_path_buf(), (c, m)))
+        .collect();
+    node.failpoints = Some("write:7".into());
+    node.env
+        .push(("INPLACED_FAILPOINT_PANIC".into(), "1".into()));
+    node.start();
+    let _ = node
+        .client()
+        .await
+        .apply(inplace_wire::pb::ApplyRequest {
+            desired: Some(spec(&yaml)),
+            operation_id: "crash".into(),
+            ..Default::default()
+        })
+        .await;
+    let status = node.wait_exit(std::time::Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.signal()),
+        Some(6),
+        "the panic must end the daemon by SIGABRT: {status:?}"
+    );
+    node.failpoints = None;
+    node.env.clear();
+    node.start();
+    let op = node.settle("crash").await;
+    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
+    assert!(
+        op.message
+            .contains("rolled back from the write-ahead journal"),
+        "{}",
+        op.message
+    );
+    let after: BTreeMap<_, _> = snapshot(&node.root)
+        .into_iter()
+        .map(|(p, c, m)| (p.strip_prefix(&node.root).unwrap().to_path_buf(), (c, m)))
+        .collect();
+    assert_eq!(after, old, "rolled back to the old state exactly");
+    assert!(temp_files(&node.root).is_empty());
+    // and the node takes the next operation
+    assert_eq!(
+        apply(&node, &yaml, "after-panic").await.phase,
+        Phase::Succeeded as i32
+    );
+}

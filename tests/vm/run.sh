@@ -210,6 +210,7 @@ if vm_boot; then
     scenario 8 whole-chain-extension s8_chain
     scenario 3a sysctl-live s3_sysctl
     scenario 5 crash-under-systemd s5_crash
+    scenario 5b panic-under-systemd s5b_panic
     scenario 6 watchdog s6_watchdog
     # the hardware watchdog of a trial boot (needs nothing before it; INPLACED_VM_ONLY=6)
     scenario 6b kernel-args-trial-hangs-watchdog s4_hang

@@ -216,6 +216,34 @@ s5_crash() {
     expect "re-apply converges" "$(crash_check)" '^old 0 new 300 bad 0 stray 0'
 }
 
+# 5b. A bug's panic in the middle of an apply: the packaged daemon is built with
+# panic = "abort" (Cargo.toml's `node` profile), so the panic ends it by SIGABRT at that
+# instant, systemd restarts it and the journal rolls the operation back, as after a SIGKILL.
+# Runs after 5, which leaves v2 applied; this goes back to v1.
+s5b_panic() {
+    gx 'mkdir -p /etc/systemd/system/inplaced.service.d && printf "[Service]\nEnvironment=INPLACED_FAILPOINTS=write:150 INPLACED_FAILPOINT_PANIC=1\n" > /etc/systemd/system/inplaced.service.d/50-vm-failpoint.conf && systemctl daemon-reload && systemctl restart inplaced && rm /etc/systemd/system/inplaced.service.d/50-vm-failpoint.conf && systemctl daemon-reload' >/dev/null ||
+        { fail "installing the failpoint drop-in"; return 1; }
+    wait_serving 120 || { fail "agent not serving after the restart"; return 1; }
+    local n0 pid0 out
+    n0=$(unit_prop inplaced NRestarts)
+    pid0=$(unit_prop inplaced MainPID)
+    out=$(ctl apply -f "$(spec crash-v1b "files:" "$(crash_files v1)")" --id vm-panic-v1 --wait 2>&1) && fail "apply survived the panic: $out"
+    local t0=$SECONDS n1=$n0
+    while [ "$n1" = "$n0" ] && [ $((SECONDS - t0)) -lt 120 ]; do sleep 2; n1=$(unit_prop inplaced NRestarts); done
+    [ "$n1" -gt "$n0" ] || fail "NRestarts did not grow ($n0 -> $n1)"
+    wait_serving 180 || { fail "agent not serving after systemd restarted it"; return 1; }
+    [ "$(unit_prop inplaced MainPID)" != "$pid0" ] || fail "same MainPID after the panic"
+    local journal
+    journal=$(gx 'journalctl -u inplaced --no-pager -n 400')
+    expect "journal: the panic's message" "$journal" 'panicked at .*failpoint write reached'
+    expect "journal: it ended by SIGABRT (panic = abort), not a kill" "$journal" 'status=6/ABRT'
+    expect "every file wholly old or new, no temporary file" "$(crash_check)" '^old [0-9]+ new [0-9]+ bad 0 stray 0 files 300$'
+    expect "interrupted operation RolledBack" "$(op_phase vm-panic-v1)" '^PHASE_ROLLED_BACK$'
+    expect "files back to v2" "$(crash_check)" '^old 0 new 300 bad 0 stray 0'
+    out=$(ctl apply -f "$spec_dir/crash-v1b.yaml" --id vm-panic-v1b --wait 2>&1) || fail "re-apply v1: $(tail -3 <<<"$out")"
+    expect "re-apply converges" "$(crash_check)" '^old 300 new 0 bad 0 stray 0'
+}
+
 # 6. The watchdog: a SIGSTOPped daemon is killed and restarted by systemd.
 s6_watchdog() {
     # WatchdogSec shortened (TCG is slow: keep tens of seconds); the abort that follows the

@@ -62,9 +62,18 @@ pub fn triggered(name: &str) -> bool {
     }
 }
 
-/// Dies by SIGKILL if the failpoint `name` triggers.
+/// Dies by SIGKILL if the failpoint `name` triggers; panics instead when the
+/// environment says `INPLACED_FAILPOINT_PANIC=1` (read once), which tests what a bug does:
+/// the daemon's panic hook (and the packaged build's `panic = "abort"`, Cargo.toml's `node`
+/// profile) end the process by SIGABRT at that instant, as SIGKILL would.
 pub fn hit(name: &str) {
     if triggered(name) {
+        static PANIC: OnceLock<bool> = OnceLock::new();
+        if *PANIC
+            .get_or_init(|| std::env::var_os("INPLACED_FAILPOINT_PANIC").is_some_and(|v| v == "1"))
+        {
+            panic!("failpoint {name} reached (INPLACED_FAILPOINT_PANIC=1)");
+        }
         tracing::warn!(failpoint = name, "failpoint reached: killing the process");
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         std::process::abort();

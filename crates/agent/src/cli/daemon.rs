@@ -64,9 +64,26 @@ pub struct Args {
 pub fn main() -> ExitCode {
     // before any thread exists (cli/allocator.rs says why)
     crate::allocator::limit_arenas();
+    abort_on_panic();
     let args = Args::parse();
     inplace_edge::logging::init(&args.log);
     inplace_edge::process::exit(run(args))
+}
+
+/// Makes a panic on any thread end the daemon by SIGABRT once the default hook has printed
+/// it (to stderr: the journal under the unit), whatever the build's `panic` strategy, as
+/// Cargo.toml's `node` profile does for the packaged binary. Under unwinding, a panic ended
+/// only the thread it happened on: a panicking operation thread left the process serving
+/// with its operation `running` forever and every later Apply refused. Ended, the daemon
+/// is a crash that the journal recovers from at its next start, and systemd's
+/// `Restart=on-failure` starts it (tests/crash.rs,
+/// `a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back`).
+fn abort_on_panic() {
+    let print = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        print(info);
+        std::process::abort();
+    }));
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
