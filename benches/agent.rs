@@ -735,9 +735,37 @@ struct Counts {
 /// The daemon under test: `INPLACED_BENCH_BIN` (a path) when set, e.g. the glibc-baseline
 /// release binary `packaging/check.sh` builds (`target/x86_64-unknown-linux-gnu/release/inplaced`),
 /// else the bench profile's own build.
+/// The daemon measured: `INPLACED_BENCH_BIN`, else the `inplaced` the packages ship,
+/// built here with Cargo.toml's `node` profile (the release profile with `panic =
+/// "abort"`) into this bench's target directory. `cargo bench` itself builds the binaries
+/// with the bench profile, which always unwinds.
 fn daemon_binary() -> String {
-    std::env::var("INPLACED_BENCH_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_inplaced").to_string())
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(b) = std::env::var("INPLACED_BENCH_BIN") {
+            return b;
+        }
+        // <target>/release/deps/agent-<hash>
+        let exe = std::env::current_exe().unwrap();
+        let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+        note(format!(
+            "building the node profile's inplaced into {}",
+            target.display()
+        ));
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "--locked", "--quiet", "--profile", "node"])
+            .args(["--bin", "inplaced"])
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "cargo build --profile node --bin inplaced failed"
+        );
+        target.join("node/inplaced").display().to_string()
+    })
+    .clone()
 }
 
 fn main() {

@@ -99,11 +99,12 @@ fi
 export CARGO_ZIGBUILD_PYTHON_PATH=$zig_venv/bin/python
 
 t0=$SECONDS
-say "cargo zigbuild --release --locked --target $TRIPLE.$GLIBC_BASELINE (inplaced, inplacectl)"
-cargo zigbuild --release --locked --quiet --target "$TRIPLE.$GLIBC_BASELINE" --bin inplaced --bin inplacectl ||
-    die "release build against glibc $GLIBC_BASELINE failed"
-say "release build (glibc $GLIBC_BASELINE baseline): $((SECONDS - t0)) s"
-bindir=$target_dir/$TRIPLE/release
+# the `node` profile: the release profile with panic = "abort" (Cargo.toml says why)
+say "cargo zigbuild --profile node --locked --target $TRIPLE.$GLIBC_BASELINE (inplaced, inplacectl)"
+cargo zigbuild --profile node --locked --quiet --target "$TRIPLE.$GLIBC_BASELINE" --bin inplaced --bin inplacectl ||
+    die "node build against glibc $GLIBC_BASELINE failed"
+say "node build (glibc $GLIBC_BASELINE baseline): $((SECONDS - t0)) s"
+bindir=$target_dir/$TRIPLE/node
 # man pages and shell completions from the clap definitions (Cargo.toml's package assets);
 # their text does not depend on the build, so the debug build the tests made serves
 # into ./target/assets, where Cargo.toml's asset lists name them, also when
@@ -112,10 +113,10 @@ cargo run --locked --quiet --example gen-docs -- "target/assets" >/dev/null ||
     die "generating man pages and completions failed"
 
 # cargo-deb and cargo-generate-rpm both map the assets' target/release/ to
-# target/<triple>/release/ when given --target
+# target/<triple>/<profile>/ when given --target and --profile
 t0=$SECONDS
-cargo deb --no-build --locked --target "$TRIPLE" --output "$out/" >/dev/null || die "cargo deb failed"
-cargo generate-rpm --target-dir "$target_dir" --target "$TRIPLE" --output "$out/" || die "cargo generate-rpm failed"
+cargo deb --no-build --locked --profile node --target "$TRIPLE" --output "$out/" >/dev/null || die "cargo deb failed"
+cargo generate-rpm --target-dir "$target_dir" --target "$TRIPLE" --profile node --output "$out/" || die "cargo generate-rpm failed"
 say "packages: $((SECONDS - t0)) s"
 
 debs=("$out"/*.deb)
