@@ -271,7 +271,9 @@ async fn a_managed_file_replaced_by_a_symlink_is_named_when_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boot_loader_sources_are_not_writable_as_files_on_any_layout() {
     let entry = "title t\nversion 6.1\nlinux /vmlinuz-6.1\noptions root=/dev/sda1 quiet\n";
-    let cases: [(&str, &[(&str, &str)], &[&str]); 4] = [
+    // (fixture node, files written over it, the sources a file item may not write)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case<'_>; 4] = [
         ("ubuntu-2404-grub", &[], &["/etc/default/grub"]),
         (
             "ubuntu-2404-grub",
