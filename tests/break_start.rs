@@ -521,31 +521,29 @@ async fn back_to_back_operations_with_status_and_history_between() {
     }
 }
 
-/// `body` padded or shrunk (spaces of the indentation) to `len` bytes, still JSON.
-fn to_len(body: String, len: usize) -> Vec<u8> {
-    let mut b = body.into_bytes();
-    if b.len() < len {
-        b.resize(len, b' ');
-        return b;
-    }
+/// `v` as JSON of exactly `len` bytes: compact, its `message` cut short while longer
+/// (a phase's name may be longer than the one it replaces), then padded with spaces.
+fn to_len(mut v: serde_json::Value, len: usize) -> Vec<u8> {
+    let mut b = serde_json::to_vec(&v).unwrap();
     while b.len() > len {
-        let i = b
-            .windows(2)
-            .position(|w| w == b"  ")
-            .expect("indentation to remove");
-        b.remove(i);
+        let mut m = v["message"].as_str().expect("a message to cut").to_string();
+        assert!(m.pop().is_some(), "nothing left to cut to {len} bytes");
+        v["message"] = m.into();
+        b = serde_json::to_vec(&v).unwrap();
     }
+    b.resize(len, b' ');
     b
 }
 
-/// Rewrites operation `id`'s file in place (same inode, same size) with phase `phase`.
+/// Rewrites operation `id`'s file in place (same inode, same size) with phase `phase`
+/// (the agent writes compact JSON; the edit keeps the length).
 fn rewrite_in_place(state: &Path, id: &str, phase: Phase) {
     use std::io::{Seek, Write};
     let p = state.join("operations").join(format!("{id}.json"));
     let old = std::fs::read(&p).unwrap();
     let mut v: serde_json::Value = serde_json::from_slice(&old).unwrap();
     v["phase"] = phase.as_str_name().into();
-    let new = to_len(serde_json::to_string_pretty(&v).unwrap(), old.len());
+    let new = to_len(v, old.len());
     serde_json::from_slice::<serde_json::Value>(&new).expect("still JSON");
     let mut f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
     f.seek(std::io::SeekFrom::Start(0)).unwrap();

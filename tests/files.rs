@@ -261,3 +261,79 @@ async fn a_managed_file_replaced_by_a_symlink_is_named_when_dropped() {
         assert!(s.drift.is_empty(), "{kind}: {:?}", s.drift);
     }
 }
+
+/// A boot loader's source files stay the kernelArgs section's on every layout, in a
+/// spec without kernel arguments (where the backend is detected only because a file item
+/// may be one of its files): GRUB's `/etc/default/grub` and a grub.d fragment that
+/// assigns the command line, BLS's `/etc/kernel/cmdline`, systemd-boot's entries on an
+/// ESP mounted on `/efi`. Neither covered nor applied; nothing is written. A file
+/// elsewhere on the same node is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boot_loader_sources_are_not_writable_as_files_on_any_layout() {
+    let entry = "title t\nversion 6.1\nlinux /vmlinuz-6.1\noptions root=/dev/sda1 quiet\n";
+    // (fixture node, files written over it, the sources a file item may not write)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case<'_>; 4] = [
+        ("ubuntu-2404-grub", &[], &["/etc/default/grub"]),
+        (
+            "ubuntu-2404-grub",
+            &[(
+                "/etc/default/grub.d/90-cmdline.cfg",
+                "GRUB_CMDLINE_LINUX=\"quiet\"\n",
+            )],
+            &["/etc/default/grub.d/90-cmdline.cfg"],
+        ),
+        (
+            "fedora-41-bls",
+            &[],
+            &["/etc/kernel/cmdline", "/etc/default/grub"],
+        ),
+        (
+            "systemd-boot",
+            &[("/efi/loader/entries/a-6.1.conf", entry)],
+            &["/etc/kernel/cmdline", "/efi/loader/entries/a-6.1.conf"],
+        ),
+    ];
+    for (i, (name, extra, sources)) in cases.into_iter().enumerate() {
+        let mut node = Node::new(name);
+        for (p, c) in extra {
+            let full = node.path(p);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, c).unwrap();
+        }
+        if extra.iter().any(|(p, _)| p.starts_with("/efi/")) {
+            std::fs::remove_dir_all(node.path("/boot/efi")).unwrap();
+        }
+        node.start();
+        for p in sources.iter() {
+            let before = std::fs::read(node.path(p)).unwrap();
+            let yaml = format!("files:\n- path: {p}\n  content: x\n");
+            let r = coverage(&node, &yaml).await;
+            let c = change(&r, &format!("files[{p}]"));
+            assert!(
+                !c.covered && c.reason.contains("managed by the kernelArgs section"),
+                "{name} {p}: {}",
+                c.reason
+            );
+            let e = apply_refused(&node, &yaml, &format!("src{i}")).await;
+            assert_eq!(
+                e.code(),
+                tonic::Code::FailedPrecondition,
+                "{name} {p}: {e:?}"
+            );
+            assert!(
+                e.message().contains("kernelArgs section"),
+                "{name} {p}: {e:?}"
+            );
+            assert_eq!(std::fs::read(node.path(p)).unwrap(), before, "{name} {p}");
+        }
+        let op = apply(
+            &node,
+            "files:\n- path: /etc/x\n  content: x\n",
+            &format!("x{i}"),
+        )
+        .await;
+        assert_eq!(op.phase, Phase::Succeeded as i32, "{name}: {op:?}");
+        assert_eq!(node.read("/etc/x"), "x");
+    }
+}

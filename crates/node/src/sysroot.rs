@@ -352,10 +352,18 @@ fn probe_name_stat(
     Ok(Some((found, Some(st))))
 }
 
-/// The sorted names in the open directory `dir` (node path `path`), without `.` and `..`.
-fn names_in(dir: &OwnedFd, path: &str) -> Result<Vec<String>> {
+/// The sorted names in the directory `dir` (node path `path`), without `.` and `..`.
+/// `dir` must be an open file description of its own (an `open`, never a `dup` of a fd
+/// kept for later), read from its start: the listing moves its offset. Taking it saves
+/// the re-open of `.` (and an `fcntl`) that [`rustix::fs::Dir::read_from`] makes.
+fn names_in(dir: OwnedFd, path: &str) -> Result<Vec<String>> {
+    let mut d = rustix::fs::Dir::new(dir).map_err(|e| io_err(path, "readdir", e))?;
+    read_names(&mut d, path)
+}
+
+/// The sorted names [`names_in`] reads from `d`.
+fn read_names(d: &mut rustix::fs::Dir, path: &str) -> Result<Vec<String>> {
     let mut names = Vec::new();
-    let d = rustix::fs::Dir::read_from(dir).map_err(|e| io_err(path, "readdir", e))?;
     for ent in d {
         let ent = ent.map_err(|e| io_err(path, "readdir", e))?;
         let name = ent.file_name().to_string_lossy().into_owned();
@@ -465,7 +473,15 @@ impl Sysroot {
             beneath::Beneath::Absent => return Ok(None),
             beneath::Beneath::Walk => {}
         }
-        let mut fd = rustix::io::dup(&self.root).map_err(|e| io_err("/", "dup", e))?;
+        // an open of its own, not a `dup` sharing the root's offset: [`names_in`] reads
+        // the directory returned from its start
+        let mut fd = rustix::fs::openat(
+            &self.root,
+            ".",
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("/", "open", e))?;
         for (i, c) in parts.iter().enumerate() {
             match rustix::fs::openat(
                 &fd,
@@ -786,7 +802,7 @@ impl Sysroot {
         let Some(dir) = self.open_dir(&parts)? else {
             return Ok(None);
         };
-        Self::noted(names_in(&dir, path).map(Some))
+        Self::noted(names_in(dir, path).map(Some))
     }
 
     /// [`Sysroot::list_dir`] with each entry's [`Sysroot::stamp`] (`None` for an entry
@@ -800,7 +816,10 @@ impl Sysroot {
         let Some(dir) = self.open_dir(&parts)? else {
             return Ok(None);
         };
-        let names = Self::noted(names_in(&dir, path))?;
+        let mut d = rustix::fs::Dir::new(dir).map_err(|e| io_err(path, "readdir", e))?;
+        let names = Self::noted(read_names(&mut d, path))?;
+        // the listing's own fd: `statat` does not depend on its offset
+        let dir = d.fd().map_err(|e| io_err(path, "readdir", e))?;
         let mut out = Vec::with_capacity(names.len());
         let full = |name: &str| format!("{}/{name}", path.trim_end_matches('/'));
         for name in names {
@@ -808,7 +827,7 @@ impl Sysroot {
             if trace::active() {
                 self.note_path(&full(&name));
             }
-            let stamp = match rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            let stamp = match rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => Some(Stamp::of(&st)),
                 Err(rustix::io::Errno::NOENT) => None,
                 Err(e) => return Self::noted(Err(io_err(&full(&name), "stat", e))),
@@ -900,7 +919,10 @@ impl Sysroot {
         gid: u32,
         durability: Durability,
     ) -> Result<Vec<String>> {
-        self.write_atomic_from(path, &mut &content[..], mode, uid, gid, durability)
+        let (dir, name, created) = self.ensure_parent(path)?;
+        let content = Content::Bytes(content);
+        self.write_in_dir(&dir, name, path, content, (mode, uid, gid), durability)?;
+        Ok(created)
     }
 
     /// [`Sysroot::write_atomic_with`] with the content streamed from `src` (copied
@@ -915,7 +937,8 @@ impl Sysroot {
         durability: Durability,
     ) -> Result<Vec<String>> {
         let (dir, name, created) = self.ensure_parent(path)?;
-        self.write_in_dir(&dir, name, path, src, (mode, uid, gid), durability)?;
+        let content = Content::Read(src);
+        self.write_in_dir(&dir, name, path, content, (mode, uid, gid), durability)?;
         Ok(created)
     }
 
@@ -927,7 +950,7 @@ impl Sysroot {
         dir: &OwnedFd,
         name: &str,
         path: &str,
-        src: &mut dyn std::io::Read,
+        content: Content<'_>,
         (mode, uid, gid): (u32, u32, u32),
         durability: Durability,
     ) -> Result<()> {
@@ -947,7 +970,7 @@ impl Sysroot {
         }
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp_name = format!("{}{}-{seq}.tmp", temp_prefix(name), std::process::id());
+        let tmp_name = format!("{}{}-{seq}.tmp", temp_prefix(name), pid());
         let fd = rustix::fs::openat(
             dir,
             tmp_name.as_str(),
@@ -960,7 +983,11 @@ impl Sysroot {
             e
         };
         let mut f = std::fs::File::from(fd);
-        std::io::copy(src, &mut f).map_err(|e| cleanup(io_err(path, "write", e)))?;
+        match content {
+            Content::Bytes(b) => f.write_all(b),
+            Content::Read(src) => std::io::copy(src, &mut f).map(|_| ()),
+        }
+        .map_err(|e| cleanup(io_err(path, "write", e)))?;
         set_owner_mode(&f, uid, gid, mode).map_err(|e| cleanup(io_err(path, "chown/chmod", e)))?;
         if durability != Durability::Lazy {
             fsync(&f).map_err(|e| cleanup(io_err(path, "fsync", e)))?;
@@ -1068,11 +1095,35 @@ impl Sysroot {
     }
 }
 
+/// What [`Sysroot::write_in_dir`] writes: bytes at hand (one `write`), or what a reader
+/// gives (copied through a fixed-size buffer).
+enum Content<'a> {
+    Bytes(&'a [u8]),
+    Read(&'a mut dyn std::io::Read),
+}
+
+/// This process's id, asked of the kernel once (it names temporary files; glibc does not
+/// keep it, so each `std::process::id` was a `getpid`).
+fn pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
+/// Whether this process runs as root, asked once: the agent never changes its ids.
+fn is_root() -> bool {
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ROOT.get_or_init(|| rustix::process::geteuid().is_root())
+}
+
 /// `fchown` (only as root, or when the ids differ from the file's) then `fchmod`, so the
 /// setuid/setgid bits that chown clears are set last and the mode never depends on umask.
+/// As root the ids are set whatever they are, so the file's are not looked at.
 fn set_owner_mode(fd: impl AsFd, uid: u32, gid: u32, mode: u32) -> io::Result<()> {
-    let st = rustix::fs::fstat(&fd)?;
-    if rustix::process::geteuid().is_root() || st.st_uid != uid || st.st_gid != gid {
+    let chown = is_root() || {
+        let st = rustix::fs::fstat(&fd)?;
+        st.st_uid != uid || st.st_gid != gid
+    };
+    if chown {
         rustix::fs::fchown(
             &fd,
             Some(rustix::fs::Uid::from_raw(uid)),

@@ -176,10 +176,13 @@ pub(crate) struct AgentParts {
 }
 
 /// An operation of this run: every state it went through, and a channel for watchers.
+/// Each state is one shared copy, in the replay and on the channel alike: a phase is
+/// copied once when it is published (it was twice, issue 28), and once more by each
+/// watcher that takes it ([`OperationEvents::recv`]).
 #[derive(Debug)]
 struct LiveOp {
-    events: Vec<pb::Operation>,
-    tx: broadcast::Sender<pb::Operation>,
+    events: Vec<Arc<pb::Operation>>,
+    tx: broadcast::Sender<Arc<pb::Operation>>,
     /// Sum of the events' protobuf encoded lengths.
     bytes: usize,
 }
@@ -189,16 +192,40 @@ impl LiveOp {
         let (tx, _) = broadcast::channel(64);
         LiveOp {
             bytes: prost::Message::encoded_len(&first),
-            events: vec![first],
+            events: vec![Arc::new(first)],
             tx,
         }
     }
 
-    /// Records `op` as the next state and sends it to the watchers.
+    /// Records `op` as the next state and sends it to the watchers (if any).
     fn push(&mut self, op: &pb::Operation) {
         self.bytes += prost::Message::encoded_len(op);
-        self.events.push(op.clone());
-        let _ = self.tx.send(op.clone());
+        let op = Arc::new(op.clone());
+        if self.tx.receiver_count() > 0 {
+            let _ = self.tx.send(op.clone());
+        }
+        self.events.push(op);
+    }
+
+    /// The state the operation is in now.
+    fn last(&self) -> Option<&pb::Operation> {
+        self.events.last().map(|o| &**o)
+    }
+}
+
+/// The next states of a live operation, for one watcher ([`Agent::watch`]).
+#[derive(Debug)]
+pub(crate) struct OperationEvents(broadcast::Receiver<Arc<pb::Operation>>);
+
+impl OperationEvents {
+    /// The next state (a copy of it), as [`broadcast::Receiver::recv`] gives one.
+    pub(crate) async fn recv(&mut self) -> Result<pb::Operation, broadcast::error::RecvError> {
+        self.0.recv().await.map(Arc::unwrap_or_clone)
+    }
+
+    /// [`OperationEvents::recv`], blocking the thread (outside the runtime).
+    pub(crate) fn blocking_recv(&mut self) -> Result<pb::Operation, broadcast::error::RecvError> {
+        self.0.blocking_recv().map(Arc::unwrap_or_clone)
     }
 }
 
@@ -794,7 +821,7 @@ impl Agent {
         id: &str,
     ) -> Result<Option<pb::Operation>, AgentError> {
         if let Some(live) = inner.live.get(id)
-            && let Some(last) = live.events.last()
+            && let Some(last) = live.last()
         {
             return Ok(Some(last.clone()));
         }
@@ -815,17 +842,12 @@ impl Agent {
     pub(crate) fn watch(
         &self,
         id: &str,
-    ) -> Result<
-        (
-            Vec<pb::Operation>,
-            Option<broadcast::Receiver<pb::Operation>>,
-        ),
-        AgentError,
-    > {
+    ) -> Result<(Vec<pb::Operation>, Option<OperationEvents>), AgentError> {
         validate_operation_id_field("id", id).map_err(AgentError::InvalidRequest)?;
         let inner = self.lock();
         if let Some(live) = inner.live.get(id) {
-            return Ok((live.events.clone(), Some(live.tx.subscribe())));
+            let events = live.events.iter().map(|o| (**o).clone()).collect();
+            return Ok((events, Some(OperationEvents(live.tx.subscribe()))));
         }
         let op = self
             .state
@@ -843,7 +865,7 @@ impl Agent {
             .running
             .as_ref()
             .and_then(|id| inner.live.get(id))
-            .and_then(|l| l.events.last())
+            .and_then(|l| l.last())
         {
             match ops.iter_mut().find(|o| o.id == now.id) {
                 Some(o) => *o = now.clone(),

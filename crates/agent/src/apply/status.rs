@@ -18,7 +18,7 @@ impl Agent {
                 .running
                 .as_ref()
                 .and_then(|id| inner.live.get(id))
-                .and_then(|l| l.events.last().cloned())
+                .and_then(|l| l.last().cloned())
         };
         let (drift, drift_detections) = self.scan_drift_with(&record);
         let ops = self.state.operation_heads()?;

@@ -228,10 +228,38 @@ pub(crate) const ENTRY_DIRS: &[&str] = &[
     "/boot/efi/loader/entries",
 ];
 
+/// Where every backend's sources lie: each [`Source::path`] a backend can return (GRUB's
+/// `/etc/default/grub` and `/etc/default/grub.d/*`, BLS entries in [`ENTRY_DIRS`] or an
+/// rpm-ostree `/boot/loader.N/entries`, `/boot/grub2/grubenv`, `/etc/kernel/cmdline`)
+/// starts with one of these. A superset, known without reading the node: a path that
+/// starts with none of them is no backend's source on any node, nor under one.
+pub(crate) const SOURCE_PREFIXES: &[&str] =
+    &["/etc/default/grub", "/etc/kernel/cmdline", "/boot", "/efi"];
+
+/// Whether `path` may be one of the backend's sources, or lie under one, on some node
+/// ([`SOURCE_PREFIXES`]); false means it is neither on this node, whatever
+/// [`detect`] would find.
+pub(crate) fn may_be_source(path: &str) -> bool {
+    SOURCE_PREFIXES.iter().any(|p| path.starts_with(p))
+}
+
 /// Detects the backend from the node's boot files (or uses the configured choice): on
 /// `auto`, an rpm-ostree host first, then BLS entries in each of [`ENTRY_DIRS`], then
 /// `/etc/default/grub`; each backend's probe is beside its format.
 pub(crate) fn detect(
+    root: &Sysroot,
+    choice: BackendChoice,
+) -> Result<Box<dyn KernelArgsBackend>, NoBackend> {
+    let b = detect_any(root, choice)?;
+    debug_assert!(
+        b.sources().iter().all(|s| may_be_source(&s.path)),
+        "a source outside SOURCE_PREFIXES: {:?}",
+        b.sources().iter().map(|s| &s.path).collect::<Vec<_>>()
+    );
+    Ok(b)
+}
+
+fn detect_any(
     root: &Sysroot,
     choice: BackendChoice,
 ) -> Result<Box<dyn KernelArgsBackend>, NoBackend> {

@@ -82,14 +82,27 @@ impl StateDir {
     /// the operation as it was in Staging (a power cut before the intent is durable
     /// changed nothing on the node; after it, recovery settles the operation from the
     /// intent's copy).
+    ///
+    /// Written as compact JSON (one line): every reader parses JSON, so a file of an
+    /// earlier release (pretty-printed) reads as before, and this one reads in an
+    /// earlier release; the indentation was about a third of the bytes, and its
+    /// formatting a share of each phase's publishing (issue 28).
     pub fn save_operation(&self, op: &pb::Operation) -> Result<(), StateError> {
         let rel = format!("/operations/{}.json", op.id);
-        let b = serde_json::to_vec_pretty(op).map_err(|e| self.corrupt(&rel, e))?;
+        let b = serde_json::to_vec(op).map_err(|e| self.corrupt(&rel, e))?;
         let durability = if op.phase == pb::Phase::Staging as i32 {
             inplace_node::sysroot::Durability::Lazy
         } else {
             inplace_node::sysroot::Durability::Durable
         };
+        // the head kept for the file no longer holds ([`StateDir::doomed_from_kept`]
+        // looks again at a file whose head is not kept)
+        let name = format!("{}.json", op.id);
+        self.heads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .heads
+            .remove(&name);
         self.write_with(&rel, &b, durability)
     }
 
@@ -201,38 +214,113 @@ impl StateDir {
                 cache.heads.insert(name, k);
                 continue;
             }
-            let rel = format!("/operations/{name}");
-            let Some(b) = self.read_operation_file(&rel) else {
-                continue;
-            };
-            #[cfg(test)]
-            {
-                cache.reads += 1;
-            }
-            match parse_head(&b) {
-                Ok(head) if head.id == id => {
-                    if let Some(stamp) = stamp {
-                        let provisional = stamp.is_racily_clean(read_at);
-                        let k = KeptHead {
-                            stamp,
-                            head: head.clone(),
-                            provisional,
-                        };
-                        cache.heads.insert(name, k);
-                    }
-                    heads.push(head);
-                }
-                Ok(_) => {
-                    tracing::warn!(file = %rel, "operation file whose id is not its name; skipped")
-                }
-                Err(e) => {
-                    tracing::warn!(file = %rel, error = %e, "unreadable operation file; skipped")
-                }
+            if let Some(head) = self.read_head(&mut cache, &id, &name, stamp, read_at) {
+                heads.push(head);
             }
         }
         drop(cache);
         heads.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| b.id.cmp(&a.id)));
         Ok(heads)
+    }
+
+    /// The operations [`StateDir::prune`] removes, told without a look at each file kept
+    /// (a `stat` of every kept operation file after every operation was 51 of its
+    /// syscalls, issue 28): `operations/` is listed, a file whose head is not kept is
+    /// looked at and read as [`StateDir::operation_heads`] does (the agent's own writes,
+    /// [`StateDir::save_operation`], drop the head kept for their file), the heads are
+    /// ordered, and only the operations past the newest `keep` are looked at. `None`
+    /// (the caller looks at every file) when one of those changed since its head was
+    /// parsed, or is still within its racy window.
+    ///
+    /// Only the order of the newest `keep` is taken from heads not looked at again. A
+    /// file among them rewritten in place by someone else is seen by the next look at
+    /// every file (status, the history), or when it comes up for removal: no operation
+    /// is removed, nor kept as waiting for a reboot, on a head that no longer holds. At
+    /// worst one operation more or fewer than `keep` stays until then.
+    fn doomed_from_kept(&self, keep: usize) -> Result<Option<Vec<OperationHead>>, StateError> {
+        let read_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let files = self.operation_files()?;
+        let mut cache = self.heads.lock().unwrap_or_else(|p| p.into_inner());
+        // the cache follows the listing: entries of files that are gone go with them
+        if cache.heads.len() > files.len()
+            || files.iter().any(|(_, n)| !cache.heads.contains_key(n))
+        {
+            let listed: std::collections::HashSet<&str> =
+                files.iter().map(|(_, n)| n.as_str()).collect();
+            cache.heads.retain(|n, _| listed.contains(n.as_str()));
+        }
+        let mut heads = Vec::with_capacity(files.len());
+        for (id, name) in &files {
+            match cache.heads.get(name) {
+                Some(k) if k.head.id == *id => heads.push((k.head.clone(), name)),
+                _ => {
+                    let rel = format!("/operations/{name}");
+                    let stamp = self.io(self.dir.stamp(&rel))?;
+                    if let Some(head) = self.read_head(&mut cache, id, name, stamp, read_at) {
+                        heads.push((head, name));
+                    }
+                }
+            }
+        }
+        heads.sort_by(|(a, _), (b, _)| b.created.cmp(&a.created).then_with(|| b.id.cmp(&a.id)));
+        let mut out = Vec::new();
+        for (head, name) in heads.into_iter().skip(keep) {
+            let stamp = self.io(self.dir.stamp(&format!("/operations/{name}")))?;
+            let holds = cache
+                .heads
+                .get(name)
+                .is_some_and(|k| stamp.is_some_and(|s| k.is_current(s, read_at) && !k.provisional));
+            if !holds {
+                return Ok(None);
+            }
+            if inplace_wire::phase::is_terminal(head.phase) {
+                out.push(head);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Reads the head of `operations/<name>` (operation `id`, whose stamp was `stamp` before
+    /// the read at `read_at`) and keeps it in `cache` unless its stamp is unknown; `None`,
+    /// with a warning, when the file can not be read, does not parse or names another id.
+    fn read_head(
+        &self,
+        cache: &mut HeadCache,
+        id: &str,
+        name: &str,
+        stamp: Option<Stamp>,
+        read_at: std::time::Duration,
+    ) -> Option<OperationHead> {
+        let rel = format!("/operations/{name}");
+        let b = self.read_operation_file(&rel)?;
+        #[cfg(test)]
+        {
+            cache.reads += 1;
+        }
+        match parse_head(&b) {
+            Ok(head) if head.id == id => {
+                if let Some(stamp) = stamp {
+                    let provisional = stamp.is_racily_clean(read_at);
+                    let k = KeptHead {
+                        stamp,
+                        head: head.clone(),
+                        provisional,
+                    };
+                    cache.heads.insert(name.to_string(), k);
+                }
+                Some(head)
+            }
+            Ok(_) => {
+                tracing::warn!(file = %rel, "operation file whose id is not its name; skipped");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(file = %rel, error = %e, "unreadable operation file; skipped");
+                None
+            }
+        }
     }
 
     /// Moves `operations/<id>.json` (which does not parse) aside to
@@ -284,13 +372,15 @@ impl StateDir {
     /// commits are settled ([`StateDir::settle_commits`]: the highest installed with
     /// fsyncs, every commit removed, `journal/` fsynced): the operation is then gone
     /// for good, and a power cut that brings its file back brings back what it was.
+    ///
+    /// The operations to remove are told from the heads kept ([`StateDir::doomed_from_kept`])
+    /// when every one of them still holds; otherwise from every file's look
+    /// ([`StateDir::operation_heads`]).
     pub fn prune(&self, keep: usize) -> Result<(), StateError> {
-        let doomed: Vec<OperationHead> = self
-            .operation_heads()?
-            .into_iter()
-            .skip(keep)
-            .filter(|op| inplace_wire::phase::is_terminal(op.phase))
-            .collect();
+        let doomed = match self.doomed_from_kept(keep)? {
+            Some(d) => d,
+            None => doomed(self.operation_heads()?, keep),
+        };
         if doomed.is_empty() {
             return Ok(());
         }
@@ -306,6 +396,16 @@ impl StateDir {
         }
         Ok(())
     }
+}
+
+/// The operations of `heads` (newest first) that pruning to `keep` removes: those past
+/// the newest `keep` that ended for good.
+fn doomed(heads: Vec<OperationHead>, keep: usize) -> Vec<OperationHead> {
+    heads
+        .into_iter()
+        .skip(keep)
+        .filter(|op| inplace_wire::phase::is_terminal(op.phase))
+        .collect()
 }
 
 #[cfg(test)]
@@ -414,7 +514,7 @@ mod tests {
         assert!(path.exists());
         // "old" ended: the same file rewritten in place, the same length
         let before = std::fs::read(&path).unwrap();
-        let mut after = serde_json::to_vec_pretty(&op("old", pb::Phase::Succeeded, 10)).unwrap();
+        let mut after = serde_json::to_vec(&op("old", pb::Phase::Succeeded, 10)).unwrap();
         assert!(after.len() <= before.len());
         after.resize(before.len(), b' ');
         use std::io::Write;
@@ -432,6 +532,102 @@ mod tests {
         assert!(!path.exists());
         assert_eq!(s.operation_heads().unwrap().len(), 1);
         assert_eq!(cached(&s, "old.json"), None);
+    }
+
+    /// Pruning reads only the files whose heads are not kept and looks only at the
+    /// operations past `keep`: a head that no longer holds there (a file rewritten in
+    /// place, or replaced by the agent) is read again before anything is removed.
+    #[test]
+    fn pruning_looks_again_at_what_it_would_remove() {
+        let (_d, s) = open();
+        for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
+            s.save_operation(&op(id, pb::Phase::Succeeded, i as i64 + 1))
+                .unwrap();
+        }
+        past_racy_window();
+        assert_eq!(s.operation_heads().unwrap().len(), 3);
+        // "a" rewritten in place (the same inode): waiting for a reboot now
+        let path = s.path().join("operations/a.json");
+        let after = serde_json::to_vec(&op("a", pb::Phase::RebootRequired, 1)).unwrap();
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(&path).unwrap().ino();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&after).unwrap();
+        drop(f);
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
+        let read = reads(&s);
+        s.prune(2).unwrap();
+        assert!(path.exists(), "removed on a head that no longer holds");
+        assert!(reads(&s) > read, "not read again");
+        // a new operation: only its file is read, "a" is looked at and kept
+        past_racy_window();
+        s.operation_heads().unwrap();
+        let read = reads(&s);
+        s.save_operation(&op("d", pb::Phase::Succeeded, 4)).unwrap();
+        s.prune(3).unwrap();
+        assert_eq!(reads(&s), read + 1, "kept heads read again");
+        assert!(path.exists());
+        // the agent settles "a" (a new file renamed over it): pruned at once
+        s.save_operation(&op("a", pb::Phase::Succeeded, 1)).unwrap();
+        s.prune(3).unwrap();
+        assert!(!path.exists());
+        let ids: Vec<String> = s
+            .operation_heads()
+            .unwrap()
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(ids, ["d", "c", "b"]);
+        // and past `keep`, the oldest ended operation goes
+        s.save_operation(&op("e", pb::Phase::Succeeded, 5)).unwrap();
+        s.prune(3).unwrap();
+        let ids: Vec<String> = s
+            .operation_heads()
+            .unwrap()
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(ids, ["e", "d", "c"]);
+    }
+
+    /// An operation file is written as one line of JSON, and one of an earlier release
+    /// (pretty-printed) reads as before: by id, in the history, as a head, and pruned.
+    #[test]
+    fn compact_files_are_written_and_pretty_ones_still_read() {
+        let (_d, s) = open();
+        let new = op("new", pb::Phase::Succeeded, 20);
+        s.save_operation(&new).unwrap();
+        let written = std::fs::read(s.path().join("operations/new.json")).unwrap();
+        assert!(
+            !written.contains(&b'\n'),
+            "{}",
+            String::from_utf8_lossy(&written)
+        );
+        let old = op("old", pb::Phase::Failed, 10);
+        let pretty = serde_json::to_vec_pretty(&old).unwrap();
+        assert!(pretty.contains(&b'\n'));
+        std::fs::write(s.path().join("operations/old.json"), &pretty).unwrap();
+        assert_eq!(s.get_operation("old").unwrap(), Some(old.clone()));
+        assert_eq!(s.get_operation("new").unwrap(), Some(new.clone()));
+        assert_eq!(s.list_operations().unwrap(), [new, old]);
+        let heads = s.operation_heads().unwrap();
+        assert_eq!(
+            heads
+                .iter()
+                .map(|h| (h.id.as_str(), h.phase))
+                .collect::<Vec<_>>(),
+            [
+                ("new", pb::Phase::Succeeded as i32),
+                ("old", pb::Phase::Failed as i32)
+            ]
+        );
+        s.prune(1).unwrap();
+        assert!(!s.path().join("operations/old.json").exists());
     }
 
     /// A head read within the racy window is not kept; a file that is gone leaves the

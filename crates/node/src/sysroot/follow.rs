@@ -51,7 +51,7 @@ impl Sysroot {
         Self::noted(
             match super::beneath::open_following(&self.root, path, true) {
                 Ok(None) => Ok(None),
-                Ok(Some(dir)) => super::names_in(&dir, path).map(Some),
+                Ok(Some(dir)) => super::names_in(dir, path).map(Some),
                 Err(()) => self.list_dir(&self.resolve(path)?),
             },
         )

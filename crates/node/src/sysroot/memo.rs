@@ -490,7 +490,7 @@ impl Sysroot {
         if let Some(v) = self.memo.get(&key, stamp).and_then(typed) {
             return Ok(v);
         }
-        let names = super::names_in(&dir, path)?;
+        let names = super::names_in(dir, path)?;
         let bytes = names.iter().map(|n| n.len() + 1).sum();
         let v = Arc::new(Some(names));
         self.memo.put(key, stamp, v.clone(), bytes, read_at);

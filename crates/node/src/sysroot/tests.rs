@@ -265,3 +265,35 @@ fn a_listing_with_stamps_matches_list_dir_and_stamp() {
     assert_ne!(after[0].1, before);
     assert_eq!(after[0].1, s.stamp("/ops/a.json").unwrap());
 }
+
+/// A listing reads the directory from an open of its own: the root listed again and
+/// again (through the walk, which opened it by `dup` of the sysroot's fd, whose offset a
+/// listing would move) gives every name each time, as a directory below it does.
+#[test]
+fn every_listing_reads_the_whole_directory() {
+    let (d, s) = tmp();
+    for n in ["a", "b", "c"] {
+        std::fs::create_dir(d.path().join(n)).unwrap();
+        std::fs::write(d.path().join("a").join(n), n).unwrap();
+    }
+    let names = |v: Vec<(String, Option<Stamp>)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    for _ in 0..3 {
+        assert_eq!(s.list_dir("/").unwrap().unwrap(), ["a", "b", "c"]);
+        assert_eq!(
+            names(s.list_dir_stamped("/").unwrap().unwrap()),
+            ["a", "b", "c"]
+        );
+        assert_eq!(s.list_dir("/a").unwrap().unwrap(), ["a", "b", "c"]);
+        let stamped = s.list_dir_stamped("/a").unwrap().unwrap();
+        assert!(stamped.iter().all(|(_, st)| st.is_some()), "{stamped:?}");
+        assert_eq!(names(stamped), ["a", "b", "c"]);
+        assert_eq!(s.list_dir_following("/").unwrap().unwrap(), ["a", "b", "c"]);
+    }
+    // the memo's listing, after a change of the directory
+    std::fs::create_dir(d.path().join("e")).unwrap();
+    assert_eq!(
+        *s.list_dir_memo("/", false).unwrap(),
+        Some(vec!["a".into(), "b".into(), "c".into(), "e".into()])
+    );
+    assert_eq!(s.list_dir("/").unwrap().unwrap(), ["a", "b", "c", "e"]);
+}

@@ -42,7 +42,7 @@ impl Sysroot {
             &dir,
             name,
             path,
-            &mut &content[..],
+            super::Content::Bytes(content),
             owner,
             Durability::Durable,
         )

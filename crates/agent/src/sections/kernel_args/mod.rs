@@ -694,8 +694,9 @@ impl Section for KernelArgs {
         "kernelArgs"
     }
 
-    /// The backend is always detected (its files are reserved even when no argument is
-    /// managed), with the running command line and the boot id.
+    /// The backend, with the running command line and the boot id, when arguments are
+    /// desired or managed, or a file item may write one of the backend's files (its
+    /// sources are reserved even when no argument is managed): [`observe::needed`].
     fn observe(&self, node: &NodeView<'_>, obs: &mut Observed) -> Result<(), ObserveError> {
         observe::read(node, obs)
     }

@@ -207,3 +207,203 @@ fn a_boot_command_is_rerun_on_undo_and_journaled() {
     assert!(r.actions.is_empty());
     assert!(matches!(&r.undo[..], [UndoEntry::Rerun(_)]));
 }
+
+/// A copy of the fixture node `name` (tests/fixtures/nodes), with `extra` files written
+/// over it and `gone` removed.
+fn fixture(name: &str, extra: &[(&str, &str)], gone: &[&str]) -> (tempfile::TempDir, Sysroot) {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                copy(&e.path(), &to.join(e.file_name()));
+            } else if t.is_file() {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/nodes")
+        .join(name);
+    copy(&from, dir.path());
+    for (p, c) in extra {
+        let full = dir.path().join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, c).unwrap();
+    }
+    for p in gone {
+        let full = dir.path().join(p.trim_start_matches('/'));
+        if full.is_dir() {
+            std::fs::remove_dir_all(full).unwrap();
+        } else {
+            std::fs::remove_file(full).unwrap();
+        }
+    }
+    let root = Sysroot::open(dir.path()).unwrap();
+    (dir, root)
+}
+
+/// Every layout the backends read: each source detected lies under the static prefixes
+/// an apply without kernel arguments goes by (`observe::needed`), so a file item at a
+/// source is never planned without the backend observed.
+#[test]
+fn every_backends_sources_lie_under_the_static_prefixes() {
+    use crate::bootloader::{ENTRY_DIRS, SOURCE_PREFIXES, detect, may_be_source};
+    let entry = "title t\nversion 6.1\nlinux /vmlinuz-6.1\noptions root=/dev/sda1 quiet\n";
+    let fragment = "GRUB_CMDLINE_LINUX=\"quiet\"\n";
+    let nodes: Vec<(tempfile::TempDir, Sysroot)> = vec![
+        fixture("ubuntu-2404-grub", &[], &[]),
+        // a fragment that assigns the variable is where it is edited
+        fixture(
+            "ubuntu-2404-grub",
+            &[("/etc/default/grub.d/90-cmdline.cfg", fragment)],
+            &[],
+        ),
+        fixture("fedora-41-bls", &[], &[]),
+        fixture("rhel8-grubenv", &[], &[]),
+        fixture("systemd-boot", &[], &[]),
+        // systemd-boot with the ESP on /efi
+        fixture(
+            "systemd-boot",
+            &[("/efi/loader/entries/a-6.1.conf", entry)],
+            &["/boot/efi"],
+        ),
+        // rpm-ostree
+        fixture(
+            "fedora-41-bls",
+            &[
+                ("/run/ostree-booted", ""),
+                ("/boot/loader/entries/ostree-1.conf", entry),
+            ],
+            &[],
+        ),
+    ];
+    let mut seen = Vec::new();
+    for (dir, root) in &nodes {
+        let b = detect(root, BackendChoice::Auto)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.path().display()));
+        assert!(!b.sources().is_empty(), "{}", b.reason());
+        for s in b.sources() {
+            assert!(may_be_source(&s.path), "{}: {}", b.reason(), s.path);
+            seen.push(s.path.clone());
+        }
+    }
+    for want in [
+        "/etc/default/grub",
+        "/etc/default/grub.d/90-cmdline.cfg",
+        "/etc/kernel/cmdline",
+        "/boot/grub2/grubenv",
+        "/efi/loader/entries/a-6.1.conf",
+    ] {
+        assert!(seen.iter().any(|s| s == want), "{want} not among {seen:?}");
+    }
+    for d in ENTRY_DIRS {
+        assert!(may_be_source(&format!("{d}/x.conf")), "{d}");
+    }
+    // and nothing else is taken for one
+    for p in [
+        "/etc/default/kubelet",
+        "/etc/kernel",
+        "/etc/x",
+        "/efx",
+        "/bo",
+    ] {
+        assert!(!may_be_source(p), "{p}");
+    }
+    assert!(SOURCE_PREFIXES.iter().all(|p| p.starts_with('/')));
+}
+
+/// The kernel arguments' side is observed only when the plan can use it: arguments
+/// desired or managed, or a file item (desired or recorded) where a source may lie.
+#[test]
+fn the_backend_is_observed_only_when_the_plan_can_use_it() {
+    use super::observe::needed;
+    let rec = AppliedRecord::default();
+    let files = |p: &str| spec(&format!("files:\n- path: {p}\n  content: x\n"), &[]).unwrap();
+    assert!(!needed(&spec("", &[]).unwrap(), &rec));
+    assert!(!needed(&files("/etc/x"), &rec));
+    assert!(!needed(
+        &spec("sysctls:\n  vm.swappiness: \"1\"\n", &[]).unwrap(),
+        &rec
+    ));
+    assert!(needed(&spec("kernelArgs: [nosmt]\n", &[]).unwrap(), &rec));
+    for p in [
+        "/etc/default/grub",
+        "/etc/default/grub.d/90-x.cfg",
+        "/etc/kernel/cmdline",
+        "/efi/loader/entries/a.conf",
+        "/boot/x",
+    ] {
+        assert!(needed(&files(p), &rec), "{p}");
+    }
+    let empty = spec("", &[]).unwrap();
+    let mut r = AppliedRecord::default();
+    r.files.insert(
+        "/etc/default/grub.d/90-x.cfg".into(),
+        crate::state::ManagedFile {
+            sha256: String::new(),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            original: crate::state::Original::Absent,
+            created_dirs: Vec::new(),
+            item: None,
+        },
+    );
+    assert!(needed(&empty, &r), "a recorded file leaving the spec");
+    for r in [
+        AppliedRecord {
+            kernel_args: vec!["nosmt".into()],
+            ..Default::default()
+        },
+        AppliedRecord {
+            kernel_args_removed: vec![crate::state::PendingRemoval {
+                arg: "nosmt".into(),
+                boot_id: "b".into(),
+            }],
+            ..Default::default()
+        },
+        AppliedRecord {
+            kernel_args_staged_in: "b".into(),
+            ..Default::default()
+        },
+        AppliedRecord {
+            kernel_args_trial: Some(crate::state::StagedTrial {
+                artefact: crate::bootloader::trial::GRUB_SCRIPT.into(),
+            }),
+            ..Default::default()
+        },
+    ] {
+        assert!(needed(&empty, &r), "{r:?}");
+    }
+}
+
+/// Planned from the node: a file item at a BLS node's `/etc/kernel/cmdline` (not under
+/// `/boot`) is refused as the kernelArgs section's; one elsewhere is planned without
+/// the backend observed, and covered.
+#[test]
+fn a_file_item_at_a_source_is_refused_without_kernel_arguments() {
+    let (_dir, root) = fixture("fedora-41-bls", &[], &[]);
+    let state_dir = tempfile::tempdir().unwrap();
+    let state = crate::state::StateDir::open(state_dir.path()).unwrap();
+    let config = crate::config::Config::default();
+    let rec = AppliedRecord::default();
+    for (p, refused) in [("/etc/kernel/cmdline", true), ("/etc/x", false)] {
+        let desired = spec(&format!("files:\n- path: {p}\n  content: x\n"), &[]).unwrap();
+        let obs = crate::plan::observe(&root, &state, &config, &desired, &rec).unwrap();
+        assert_eq!(obs.kernel_args.backend.is_ok(), refused, "{p}");
+        let plan = crate::plan::plan(&desired, &obs, &rec, &config, Default::default());
+        let c = &plan.report.changes[0];
+        assert_eq!(c.id, format!("files[{p}]"));
+        assert_eq!(!c.covered, refused, "{p}: {c:?}");
+        if refused {
+            assert!(
+                c.reason.contains("managed by the kernelArgs section"),
+                "{}",
+                c.reason
+            );
+        }
+    }
+}
