@@ -258,7 +258,6 @@ async fn a_checkpoint_removed_before_a_crash_is_restored_from_the_journal() {
 /// the operation `running` forever and refused every later Apply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back() {
-    use std::os::unix::process::ExitStatusExt;
     let yaml = workload();
     let mut node = Node::new("ubuntu-2404-grub");
     let old: BTreeMap<_, _> = snapshot(&node.root)
@@ -269,20 +268,10 @@ async fn a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back() {
     node.env
         .push(("INPLACED_FAILPOINT_PANIC".into(), "1".into()));
     node.start();
-    let _ = node
-        .client()
-        .await
-        .apply(inplace_wire::pb::ApplyRequest {
-            desired: Some(spec(&yaml)),
-            operation_id: "crash".into(),
-            ..Default::default()
-        })
-        .await;
-    let status = node.wait_exit(std::time::Duration::from_secs(20));
     assert_eq!(
-        status.and_then(|s| s.signal()),
+        node.apply_until_exit(&yaml, "crash").await,
         Some(6),
-        "the panic must end the daemon by SIGABRT: {status:?}"
+        "the panic must end the daemon by SIGABRT"
     );
     node.failpoints = None;
     node.env.clear();

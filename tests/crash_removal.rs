@@ -107,7 +107,6 @@ async fn killed_removing_after(
     failpoint: &str,
     restart: bool,
 ) -> BTreeMap<String, (Vec<u8>, u32, u32, u32)> {
-    use std::os::unix::process::ExitStatusExt;
     node.failpoints = Some(failpoint.to_string());
     node.start();
     let op = apply(node, SPEC, "put").await;
@@ -123,18 +122,8 @@ async fn killed_removing_after(
         before[&node.path("/etc/crash-rm/secret.env").display().to_string()],
         (b"TOKEN=s3cr3t\n".to_vec(), 0o600, 1, 1)
     );
-    let _ = node
-        .client()
-        .await
-        .apply(inplace_wire::pb::ApplyRequest {
-            desired: Some(spec("files: []\n")),
-            operation_id: "crash".into(),
-            ..Default::default()
-        })
-        .await;
-    let status = node.wait_exit(std::time::Duration::from_secs(20));
     assert_eq!(
-        status.and_then(|s| s.signal()),
+        node.apply_until_exit("files: []\n", "crash").await,
         Some(9),
         "{failpoint}: the agent must die by SIGKILL"
     );

@@ -252,25 +252,32 @@ impl Node {
     /// Starts the daemon with `failpoint` (`INPLACED_FAILPOINTS`), applies `yaml` as
     /// operation `crash`, and asserts the daemon dies there by SIGKILL.
     pub(crate) async fn die_at(&mut self, failpoint: &str, yaml: &str) {
-        use std::os::unix::process::ExitStatusExt;
         self.failpoints = Some(failpoint.to_string());
         self.start();
+        assert_eq!(
+            self.apply_until_exit(yaml, "crash").await,
+            Some(9),
+            "{failpoint}: the agent must die by SIGKILL"
+        );
+        self.failpoints = None;
+    }
+
+    /// Applies `yaml` as operation `id` on the running daemon and waits (20 s at most)
+    /// for the daemon to exit: the signal that ended it, None if it did not exit or exited
+    /// by itself.
+    pub(crate) async fn apply_until_exit(&mut self, yaml: &str, id: &str) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
         let _ = self
             .client()
             .await
             .apply(pb::ApplyRequest {
                 desired: Some(spec(yaml)),
-                operation_id: "crash".into(),
+                operation_id: id.into(),
                 ..Default::default()
             })
             .await;
-        let status = self.wait_exit(Duration::from_secs(20));
-        assert_eq!(
-            status.and_then(|s| s.signal()),
-            Some(9),
-            "{failpoint}: the agent must die by SIGKILL"
-        );
-        self.failpoints = None;
+        self.wait_exit(Duration::from_secs(20))
+            .and_then(|s| s.signal())
     }
 
     /// Waits for the daemon to exit by itself (e.g. at a failpoint); None on timeout.

@@ -413,6 +413,15 @@ mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
 
+    /// The ids of the operation heads, newest first.
+    fn head_ids(s: &StateDir) -> Vec<String> {
+        s.operation_heads()
+            .unwrap()
+            .into_iter()
+            .map(|h| h.id)
+            .collect()
+    }
+
     fn open() -> (tempfile::TempDir, StateDir) {
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::open(&d.path().join("state")).unwrap();
@@ -576,22 +585,12 @@ mod tests {
         s.save_operation(&op("a", pb::Phase::Succeeded, 1)).unwrap();
         s.prune(3).unwrap();
         assert!(!path.exists());
-        let ids: Vec<String> = s
-            .operation_heads()
-            .unwrap()
-            .into_iter()
-            .map(|h| h.id)
-            .collect();
+        let ids = head_ids(&s);
         assert_eq!(ids, ["d", "c", "b"]);
         // and past `keep`, the oldest ended operation goes
         s.save_operation(&op("e", pb::Phase::Succeeded, 5)).unwrap();
         s.prune(3).unwrap();
-        let ids: Vec<String> = s
-            .operation_heads()
-            .unwrap()
-            .into_iter()
-            .map(|h| h.id)
-            .collect();
+        let ids = head_ids(&s);
         assert_eq!(ids, ["e", "d", "c"]);
     }
 
