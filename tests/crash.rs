@@ -252,10 +252,9 @@ async fn a_checkpoint_removed_before_a_crash_is_restored_from_the_journal() {
 }
 
 /// A bug's panic in the middle of an apply (the operation thread, after the 7th file
-/// written) ends the daemon by SIGABRT, as the daemon's panic hook and the packaged
-/// build's `panic = "abort"` make it, and the next start rolls the operation back. Under
-/// unwinding the panic ended the operation thread alone: the daemon went on serving with
-/// the operation `running` forever and refused every later Apply.
+/// written) ends the daemon by SIGABRT (its panic hook), and the next start rolls the
+/// operation back. Without the hook the panic ended the operation thread alone: the daemon
+/// went on serving with the operation `running` forever and refused every later Apply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back() {
     let yaml = workload();
@@ -291,6 +290,40 @@ async fn a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back() {
     assert_eq!(after, old, "rolled back to the old state exactly");
     assert!(temp_files(&node.root).is_empty());
     // and the node takes the next operation
+    assert_eq!(
+        apply(&node, &yaml, "after-panic").await.phase,
+        Phase::Succeeded as i32
+    );
+}
+
+/// A bug's panic in a request's work (a coverage computation, on the runtime's blocking
+/// pool) fails that call with INTERNAL and nothing else: the daemon serves on, the next
+/// call is answered and an apply runs, where ending the daemon would have rolled back any
+/// operation another caller had running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_a_coverage_computation_fails_that_call_only() {
+    let yaml = workload();
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.failpoints = Some("coverage".into());
+    node.env
+        .push(("INPLACED_FAILPOINT_PANIC".into(), "1".into()));
+    node.start();
+    let mut c = node.client().await;
+    let err = c
+        .get_coverage(inplace_wire::pb::GetCoverageRequest {
+            desired: Some(spec(&yaml)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Internal, "{err:?}");
+    assert!(
+        node.wait_exit(std::time::Duration::from_millis(300))
+            .is_none(),
+        "the daemon ended"
+    );
+    // the failpoint triggers once: the same call is answered now
+    assert!(!coverage(&node, &yaml).await.changes.is_empty());
     assert_eq!(
         apply(&node, &yaml, "after-panic").await.phase,
         Phase::Succeeded as i32

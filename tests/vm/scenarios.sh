@@ -216,9 +216,9 @@ s5_crash() {
     expect "re-apply converges" "$(crash_check)" '^old 0 new 300 bad 0 stray 0'
 }
 
-# 5b. A bug's panic in the middle of an apply: the packaged daemon is built with
-# panic = "abort" (Cargo.toml's `node` profile), so the panic ends it by SIGABRT at that
-# instant, systemd restarts it and the journal rolls the operation back, as after a SIGKILL.
+# 5b. A bug's panic in the middle of an apply: on the operation thread the daemon's panic
+# hook ends it by SIGABRT at that instant, systemd restarts it and the journal rolls the
+# operation back, as after a SIGKILL.
 # Runs after 5, which leaves v2 applied; this goes back to v1.
 s5b_panic() {
     gx 'mkdir -p /etc/systemd/system/inplaced.service.d && printf "[Service]\nEnvironment=INPLACED_FAILPOINTS=write:150 INPLACED_FAILPOINT_PANIC=1\n" > /etc/systemd/system/inplaced.service.d/50-vm-failpoint.conf && systemctl daemon-reload && systemctl restart inplaced && rm /etc/systemd/system/inplaced.service.d/50-vm-failpoint.conf && systemctl daemon-reload' >/dev/null ||

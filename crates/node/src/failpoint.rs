@@ -18,6 +18,7 @@
 //! | `record` | the new applied record and the commit marker are in the journal |
 //! | `applied` | the applied record is installed; the journal is not yet removed |
 //! | `reboot-required` | the operation is persisted as RebootRequired, before any reboot |
+//! | `coverage` | a coverage answer is about to be computed (a request's thread, not an operation's) |
 //!
 //! `INPLACED_FAILPOINTS="stage-enospc"` instead makes staging fail with ENOSPC, as a
 //! full state directory would; `effect-marker-enospc:N` the Nth durable marker of an
@@ -64,8 +65,9 @@ pub fn triggered(name: &str) -> bool {
 
 /// Dies by SIGKILL if the failpoint `name` triggers; panics instead when the
 /// environment says `INPLACED_FAILPOINT_PANIC=1` (read once), which tests what a bug does:
-/// the daemon's panic hook (and the packaged build's `panic = "abort"`, Cargo.toml's `node`
-/// profile) end the process by SIGABRT at that instant, as SIGKILL would.
+/// on the daemon's own threads its panic hook ends the process by SIGABRT at that instant,
+/// as SIGKILL would; on a request's thread the request fails alone (`inplaced`'s
+/// `abort_on_panic_outside_requests`).
 pub fn hit(name: &str) {
     if triggered(name) {
         static PANIC: OnceLock<bool> = OnceLock::new();

@@ -603,6 +603,7 @@ impl Agent {
         policy: RebootPolicy,
         diff: Option<&pb::DiffOptions>,
     ) -> Result<pb::CoverageReport, AgentError> {
+        inplace_node::failpoint::hit("coverage");
         let desired = self.resolve_kept(desired)?;
         let spec = NodeSpec::from_pb(&desired)?;
         self.check_limits(&spec)?;

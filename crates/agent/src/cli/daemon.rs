@@ -64,25 +64,41 @@ pub struct Args {
 pub fn main() -> ExitCode {
     // before any thread exists (cli/allocator.rs says why)
     crate::allocator::limit_arenas();
-    abort_on_panic();
+    abort_on_panic_outside_requests();
     let args = Args::parse();
     inplace_edge::logging::init(&args.log);
     inplace_edge::process::exit(run(args))
 }
 
-/// Makes a panic on any thread end the daemon by SIGABRT once the default hook has printed
-/// it (to stderr: the journal under the unit), whatever the build's `panic` strategy, as
-/// Cargo.toml's `node` profile does for the packaged binary. Under unwinding, a panic ended
-/// only the thread it happened on: a panicking operation thread left the process serving
-/// with its operation `running` forever and every later Apply refused. Ended, the daemon
-/// is a crash that the journal recovers from at its next start, and systemd's
-/// `Restart=on-failure` starts it (tests/crash.rs,
-/// `a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back`).
-fn abort_on_panic() {
+/// The name of the async runtime's threads (its workers and its blocking pool), where
+/// the gRPC requests run.
+const REQUEST_THREAD: &str = "inplaced-request";
+
+/// Makes a panic end the daemon by SIGABRT, once the default hook has printed it (to
+/// stderr: the journal under the unit), unless it happened on one of the runtime's
+/// [`REQUEST_THREAD`]s.
+///
+/// - **Our own threads** (the operation thread, a try window's, the drift watcher) hold an
+///   operation or a duty no one else takes over: under unwinding alone a panicking
+///   operation thread left the process serving with its operation `running` forever and
+///   every later Apply refused. Ended, the daemon is a crash that the journal recovers
+///   from at its next start, and systemd's `Restart=on-failure` starts it (tests/crash.rs,
+///   `a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back`; VM scenario 5b).
+/// - **A request's thread** unwinds: tokio ends that request's task (`blocking` answers
+///   `INTERNAL`), as it would for any handler, and the daemon serves on. A request reads
+///   (coverage, status) or hands its work to the operation thread, and every lock is taken
+///   poison-tolerant, so a bug one caller's request reaches costs that call, not a restart
+///   that would roll back another caller's running operation
+///   (`a_panic_in_a_coverage_computation_fails_that_call_only`).
+///
+/// Unwinding is therefore the packaged build's strategy too (Cargo.toml's `node` profile).
+fn abort_on_panic_outside_requests() {
     let print = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         print(info);
-        std::process::abort();
+        if std::thread::current().name() != Some(REQUEST_THREAD) {
+            std::process::abort();
+        }
     }));
 }
 
@@ -126,6 +142,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(REQUEST_THREAD)
         // Blocking work is planning (bounded by policy.max_concurrent_coverage), apply,
         // reads of state: a few threads; the bound keeps TasksMax= in the unit safe.
         .max_blocking_threads(32)
