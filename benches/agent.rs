@@ -736,9 +736,9 @@ struct Counts {
 /// release binary `packaging/check.sh` builds (`target/x86_64-unknown-linux-gnu/release/inplaced`),
 /// else the bench profile's own build.
 /// The daemon measured: `INPLACED_BENCH_BIN`, else the `inplaced` the packages ship,
-/// built here with Cargo.toml's `node` profile (the release profile with `panic =
-/// "abort"`) into this bench's target directory. `cargo bench` itself builds the binaries
-/// with the bench profile, which always unwinds.
+/// built here with Cargo.toml's `node` profile (the release profile with the dependencies
+/// optimised for size) into this bench's target directory. `cargo bench` itself builds
+/// the binaries with the bench profile, which inherits the release profile's settings.
 fn daemon_binary() -> String {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
