@@ -34,6 +34,11 @@ pub(crate) fn counted(fixture: &str, prepare: impl FnOnce(&mut Node)) -> (Node, 
     let mut node = Node::new(fixture);
     let addr = format!("127.0.0.1:{}", free_port());
     std::fs::write(&node.config, format!("[metrics]\nlisten = \"{addr}\"\n")).unwrap();
+    // why an answer was not kept, in the test's output when a scenario's guard fails
+    node.env.push((
+        "INPLACED_LOG".into(),
+        "warn,inplaced::apply::kept=debug".into(),
+    ));
     prepare(&mut node);
     node.start();
     settle();

@@ -207,7 +207,12 @@ impl Node {
                 cmd.args(["--log", "debug"]).stderr(file);
             }
             None => {
-                cmd.args(["--log", "warn"]).stderr(Stdio::inherit());
+                let filter = self
+                    .env
+                    .iter()
+                    .find(|(k, _)| k == "INPLACED_LOG")
+                    .map_or("warn", |(_, v)| v.as_str());
+                cmd.args(["--log", filter]).stderr(Stdio::inherit());
             }
         }
         if let Some(f) = &self.fail {

@@ -158,9 +158,15 @@ impl KeptCoverage {
         };
         let (report, t) = trace::record(compute);
         let report = report?;
-        if report.encoded_len() <= MAX_REPORT_BYTES
-            && let Ok(seal) = t.seal(roots)
-        {
+        let seal = if report.encoded_len() > MAX_REPORT_BYTES {
+            Err(format!("the answer is over {MAX_REPORT_BYTES} bytes"))
+        } else {
+            t.seal(roots)
+        };
+        if let Err(why) = &seal {
+            tracing::debug!(reason = %why, "coverage answer not kept");
+        }
+        if let Ok(seal) = seal {
             let mut s = self.lock();
             s.retain(|k| k.key != key);
             if s.len() >= SLOTS {
