@@ -79,3 +79,33 @@ fn unreadable_boot_id_and_kubelet_version_are_status_problems() {
         .map(|v| v.trim().parse::<f64>().unwrap());
     assert_eq!(gauge, Some(problems.len() as f64), "{body}");
 }
+
+/// A `--log` filter the daemon and the extension can not read (a span filter, an unknown
+/// level) ends them with exit code 2 and a message naming `--log` and its syntax, before
+/// anything is served; a good one starts the daemon.
+#[test]
+fn a_bad_log_filter_is_refused_at_start() {
+    for bad in ["inplaced[op]=debug", "inplaced=loud"] {
+        for bin in [
+            env!("CARGO_BIN_EXE_inplaced"),
+            env!("CARGO_BIN_EXE_inplace-extension"),
+        ] {
+            let o = std::process::Command::new(bin)
+                .args(["--log", bad])
+                .output()
+                .unwrap();
+            let e = err(&o);
+            assert_eq!(o.status.code(), Some(2), "{bin} --log {bad}: {e}");
+            assert!(
+                e.contains(&format!("--log {bad:?}")) && e.contains("target=level"),
+                "{bin}: {e}"
+            );
+        }
+    }
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.env.push((
+        "INPLACED_LOG".into(),
+        "warn,inplaced::server=debug,h2=off".into(),
+    ));
+    node.start();
+}

@@ -238,34 +238,64 @@ impl Default for DriftConfig {
     }
 }
 
-/// A compiled glob (`*` within a path component, `**` across), cached: building the
-/// regex automaton costs far more than matching, and the same few patterns are matched
-/// against every file of every spec.
-fn glob_matcher(pattern: &str) -> Option<globset::GlobMatcher> {
+/// A path glob of the agent's config (`policy.denied_paths`, `disruption[].path`),
+/// compiled by the `glob` crate with `require_literal_separator`: `*`, `?` and `[...]`
+/// match within one path component, `**` (a whole component) any number of components,
+/// as in glob(7) and `globset` with `literal_separator`. Brace alternation (`{a,b}`) is
+/// refused rather than read literally: write one entry per alternative.
+///
+/// `globset`, which this replaced, compiles each glob to a regular expression: it and
+/// `tracing-subscriber`'s `EnvFilter` were the daemon's only users of the regex engines,
+/// about 0.6 MB of its 8.8 MB of code, and this kernel maps the executable whole
+/// (BENCHMARKS.md, "Where the agent's RSS is").
+///
+/// # Errors
+/// The pattern's fault (an unclosed `[`, `**` inside a component, a brace), as text.
+pub fn compile_glob(pattern: &str) -> Result<glob::Pattern, String> {
+    if pattern.contains(['{', '}']) {
+        return Err(format!(
+            "{pattern:?}: brace alternation ({{a,b}}) is not supported; write one entry per alternative"
+        ));
+    }
+    glob::Pattern::new(pattern).map_err(|e| format!("{pattern:?}: {} (at byte {})", e.msg, e.pos))
+}
+
+/// Whether `path` matches `pattern` as [`compile_glob`] reads it.
+fn glob_matches(pattern: &glob::Pattern, path: &str) -> bool {
+    const OPTIONS: glob::MatchOptions = glob::MatchOptions {
+        case_sensitive: true,
+        require_literal_separator: true,
+        require_literal_leading_dot: false,
+    };
+    pattern.matches_with(path, OPTIONS)
+}
+
+/// A compiled glob, cached: the same few patterns are matched against every file of
+/// every spec. None for a pattern [`Config::parse`] would have refused.
+fn glob_matcher(pattern: &str) -> Option<std::sync::Arc<glob::Pattern>> {
     use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<String, Option<globset::GlobMatcher>>>> = OnceLock::new();
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Cache = Mutex<HashMap<String, Option<Arc<glob::Pattern>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let mut cache = CACHE
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     cache
         .entry(pattern.to_string())
-        .or_insert_with(|| {
-            globset::GlobBuilder::new(pattern)
-                .literal_separator(true)
-                .build()
-                .ok()
-                .map(|g| g.compile_matcher())
-        })
+        .or_insert_with(|| compile_glob(pattern).ok().map(Arc::new))
         .clone()
 }
 
-/// The compiled set of denied-path globs (entry `i` at `2i`, `entry/**` at `2i+1`).
-fn denied_set(patterns: &[String]) -> std::sync::Arc<globset::GlobSet> {
+/// The compiled denied-path globs, each entry as itself and as `entry/**` (a path below a
+/// denied directory is denied too), with the entry's index. An entry that does not
+/// compile (only a config [`Config::parse`] did not check, such as a test's) is matched
+/// as a literal path, so that it still denies itself and what is below it.
+fn denied_set(patterns: &[String]) -> std::sync::Arc<Vec<(usize, glob::Pattern)>> {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<Vec<String>, Arc<globset::GlobSet>>>> = OnceLock::new();
+    type Set = Arc<Vec<(usize, glob::Pattern)>>;
+    static CACHE: OnceLock<Mutex<HashMap<Vec<String>, Set>>> = OnceLock::new();
     let mut cache = CACHE
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
@@ -273,20 +303,23 @@ fn denied_set(patterns: &[String]) -> std::sync::Arc<globset::GlobSet> {
     if let Some(s) = cache.get(patterns) {
         return s.clone();
     }
-    let mut b = globset::GlobSetBuilder::new();
-    let never = "/\0never";
-    for d in patterns {
-        for pat in [d.clone(), format!("{}/**", d.trim_end_matches('/'))] {
-            let g = globset::GlobBuilder::new(&pat)
-                .literal_separator(true)
-                .build()
-                .or_else(|_| globset::Glob::new(never));
-            if let Ok(g) = g {
-                b.add(g);
+    let mut set = Vec::with_capacity(patterns.len() * 2);
+    for (i, d) in patterns.iter().enumerate() {
+        let d = match compile_glob(d) {
+            Ok(_) => d.clone(),
+            Err(_) => glob::Pattern::escape(d),
+        };
+        let d = match d.trim_end_matches('/') {
+            "" => d.as_str(),
+            trimmed => trimmed,
+        };
+        for pat in [d.to_string(), format!("{d}/**")] {
+            if let Ok(p) = glob::Pattern::new(&pat) {
+                set.push((i, p));
             }
         }
     }
-    let set = Arc::new(b.build().unwrap_or_else(|_| globset::GlobSet::empty()));
+    let set = Arc::new(set);
     cache.insert(patterns.to_vec(), set.clone());
     set
 }
@@ -386,11 +419,11 @@ impl Default for PolicyConfig {
 impl PolicyConfig {
     /// Why `path` may not be written, naming the rule; None when allowed.
     pub fn refuses(&self, path: &str) -> Option<String> {
-        // one automaton for all denied entries, each as itself and as `entry/**` (a path
-        // below a denied directory is denied too), compiled once per distinct list
+        // each denied entry as itself and as `entry/**` (a path below a denied directory
+        // is denied too), compiled once per distinct list; the first entry matching wins
         let set = denied_set(&self.denied_paths);
-        if let Some(i) = set.matches(path).into_iter().min() {
-            let d = &self.denied_paths[i / 2];
+        if let Some(&(i, _)) = set.iter().find(|(_, p)| glob_matches(p, path)) {
+            let d = &self.denied_paths[i];
             return Some(format!(
                 "policy: {path} matches denied path {d:?} (policy.denied_paths)"
             ));
@@ -502,8 +535,14 @@ impl Config {
                 ),
             });
         }
+        for (i, d) in c.policy.denied_paths.iter().enumerate() {
+            compile_glob(d).map_err(|e| ConfigError::Parse {
+                path: origin.to_string(),
+                message: format!("policy.denied_paths[{i}]: {e}"),
+            })?;
+        }
         for (i, r) in c.disruption.iter().enumerate() {
-            globset::Glob::new(&r.path).map_err(|e| ConfigError::Parse {
+            compile_glob(&r.path).map_err(|e| ConfigError::Parse {
                 path: origin.to_string(),
                 message: format!("disruption[{i}].path: {e}"),
             })?;
@@ -568,7 +607,7 @@ impl Config {
     pub fn disruption_for(&self, path: &str) -> Option<&DisruptionRule> {
         self.disruption
             .iter()
-            .find(|r| glob_matcher(&r.path).is_some_and(|m| m.is_match(path)))
+            .find(|r| glob_matcher(&r.path).is_some_and(|m| glob_matches(&m, path)))
     }
 }
 
@@ -587,6 +626,73 @@ mod tests {
         let r = c.disruption_for("/etc/containerd/config.toml").unwrap();
         assert_eq!(r.units, vec!["containerd.service".to_string()]);
         assert!(c.disruption_for("/etc/other").is_none());
+    }
+
+    /// The glob rules every user of `policy.denied_paths` and `disruption[].path` relies
+    /// on: `*` and `?` stay within a component, `**` crosses them, a denied entry covers
+    /// what is below it, the first matching entry is named; brace alternation and broken
+    /// patterns are refused at parse, naming the key.
+    #[test]
+    fn globs_match_within_components_and_deny_what_is_below() {
+        let p = PolicyConfig {
+            denied_paths: [
+                "/etc/a/*.conf",
+                "/etc/b?",
+                "/etc/[xy]z",
+                "/etc/deep/**/key",
+                "/etc/dir/",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..PolicyConfig::default()
+        };
+        let denied = |path: &str| p.refuses(path).is_some_and(|m| m.contains("denied path"));
+        assert!(denied("/etc/a/x.conf"));
+        assert!(denied("/etc/a/x.conf/below"));
+        assert!(!denied("/etc/a/sub/x.conf"), "* must not cross /");
+        assert!(denied("/etc/b1") && !denied("/etc/b12") && !denied("/etc/b/"));
+        assert!(denied("/etc/xz") && denied("/etc/yz") && !denied("/etc/zz"));
+        assert!(
+            denied("/etc/deep/key") && denied("/etc/deep/1/2/key") && !denied("/etc/deep/1/keys")
+        );
+        assert!(denied("/etc/dir") && denied("/etc/dir/f") && !denied("/etc/dirt"));
+        let m = p.refuses("/etc/yz/f").unwrap();
+        assert!(m.contains("\"/etc/[xy]z\""), "{m}");
+
+        for (key, toml, fault) in [
+            (
+                "policy.denied_paths[1]",
+                "[policy]\ndenied_paths = [\"/etc/ok\", \"/etc/{a,b}\"]\n",
+                "brace",
+            ),
+            (
+                "policy.denied_paths[0]",
+                "[policy]\ndenied_paths = [\"/etc/[ab\"]\n",
+                "/etc/[ab",
+            ),
+            (
+                "disruption[0].path",
+                "[[disruption]]\npath = \"/etc/a**b\"\naction = \"none\"\n",
+                "/etc/a**b",
+            ),
+        ] {
+            let e = Config::parse(toml, "c.toml").unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(fault), "{e}");
+        }
+        let c = Config::parse(
+            "[[disruption]]\npath = \"/etc/containerd/**\"\naction = \"none\"\n[[disruption]]\npath = \"/etc/*.d/*.conf\"\naction = \"none\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            c.disruption_for("/etc/containerd/a/b/c").unwrap().path,
+            "/etc/containerd/**"
+        );
+        assert_eq!(
+            c.disruption_for("/etc/x.d/y.conf").unwrap().path,
+            "/etc/*.d/*.conf"
+        );
+        assert!(c.disruption_for("/etc/x.d/z/y.conf").is_none());
     }
 
     #[test]

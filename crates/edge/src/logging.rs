@@ -69,9 +69,10 @@ pub fn escape_controls_in_lines(s: &str) -> Cow<'_, str> {
 }
 
 use tracing::field::{Field, Visit};
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
 
 /// A tracing layer sending events to journald through `systemd-journal-logger`.
 pub struct JournalLayer {
@@ -228,7 +229,7 @@ pub fn log_target(target: &str) -> Cow<'_, str> {
     Cow::Borrowed(target)
 }
 
-/// A `--log` filter (`EnvFilter` directives, comma-separated) with every target written
+/// A `--log` filter (comma-separated `target=level` directives and a bare level, [`init`]) with every target written
 /// as the logs show it ([`log_target`]: `inplaced`, `inplaced::server`,
 /// `inplaced::node::sysroot`) turned into the crates' module paths the filter matches:
 /// `inplaced` alone names every crate of [`CRATES`]; `inplaced::<path>` the crate whose
@@ -288,11 +289,42 @@ where
     }
 }
 
+/// A `--log` filter ([`filter_directives`] applied) as `tracing_subscriber`'s
+/// [`Targets`]: comma-separated `target=level` directives and a bare default level
+/// (`info`, `inplaced=debug,h2=off`), the most specific target winning, as `RUST_LOG`
+/// reads them. `EnvFilter`'s span and field directives (`target[span{field=value}]=level`)
+/// are not taken: `EnvFilter` matches field values with regular expressions, and it was,
+/// with the config's globs, the daemon's only use of the regex engines (about 0.6 MB of
+/// its code; BENCHMARKS.md, "Where the agent's RSS is").
+///
+/// # Errors
+/// Text naming `--log`, the filter and the directive syntax, for a directive `Targets`
+/// can not parse (a span filter, an unknown level).
+pub fn parse_filter(filter: &str) -> Result<Targets, String> {
+    // `Targets` would read `target[span]` as a target of that name, matching nothing
+    let span = filter
+        .contains(['[', ']', '{', '}'])
+        .then_some("a span or field filter");
+    let parsed = match span {
+        Some(fault) => Err(fault.to_string()),
+        None => filter_directives(filter)
+            .parse::<Targets>()
+            .map_err(|e| e.to_string()),
+    };
+    parsed.map_err(|e| {
+        format!(
+            "--log {filter:?}: {e}: the filter takes comma-separated target=level directives and a bare level (e.g. \"info\" or \"inplaced=debug,h2=off\"); span and field filters are not supported"
+        )
+    })
+}
+
 /// Installs the global subscriber: journald when stderr is the journal, stderr lines
-/// otherwise. `filter` is an `EnvFilter` directive (`info`, `inplaced=debug`).
-pub fn init(filter: &str) {
-    let filter =
-        EnvFilter::try_new(filter_directives(filter)).unwrap_or_else(|_| EnvFilter::new("info"));
+/// otherwise, filtered by [`parse_filter`]`(filter)`.
+///
+/// # Errors
+/// [`parse_filter`]'s, before anything is installed.
+pub fn init(filter: &str) -> Result<(), String> {
+    let filter = parse_filter(filter)?;
     let journal = if systemd_journal_logger::connected_to_journal() {
         systemd_journal_logger::JournalLog::new()
             .ok()
@@ -314,11 +346,12 @@ pub fn init(filter: &str) {
         .with(journal)
         .with(fmt)
         .try_init();
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Fields, filter_directives, log_target};
+    use super::{Fields, filter_directives, log_target, parse_filter};
 
     #[test]
     fn targets_keep_the_programs_root() {
@@ -439,5 +472,33 @@ mod tests {
             field_value(r#""x" covered=true "y""#),
             r#""\"x\" covered=true \"y\"""#
         );
+    }
+
+    /// The `--log` filter: levels and target directives (the shown names mapped to the
+    /// crates') decide what is enabled; a span filter or an unknown level is an error
+    /// naming `--log` and the syntax, not a silent `info`.
+    #[test]
+    fn log_filters_parse_or_name_the_fault() {
+        use tracing::Level;
+        use tracing_subscriber::filter::LevelFilter;
+        let t = parse_filter("warn,inplaced::server=trace,h2=off").unwrap();
+        assert!(t.would_enable("inplace_agent::server::coverage", &Level::TRACE));
+        assert!(!t.would_enable("inplace_agent::apply", &Level::INFO));
+        assert!(t.would_enable("inplace_agent::apply", &Level::WARN));
+        assert!(!t.would_enable("h2::proto", &Level::ERROR));
+        assert_eq!(
+            parse_filter("info").unwrap().default_level(),
+            Some(LevelFilter::INFO)
+        );
+        let t = parse_filter("inplaced=debug").unwrap();
+        assert!(t.would_enable("inplace_node::sysroot", &Level::DEBUG));
+        assert!(!t.would_enable("hyper", &Level::ERROR));
+        for bad in ["inplaced[op]=debug", "inplaced=loud"] {
+            let e = parse_filter(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("--log {bad:?}")) && e.contains("target=level"),
+                "{e}"
+            );
+        }
     }
 }

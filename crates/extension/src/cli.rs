@@ -27,7 +27,8 @@ pub struct Args {
         env = "INPLACE_EXTENSION_CONFIG"
     )]
     pub config: PathBuf,
-    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "inplaced=debug".
+    /// Log filter: a level and comma-separated target=level directives, e.g. "info" or
+    /// "inplaced=debug,h2=off".
     #[arg(long, default_value = "info", env = "INPLACE_EXTENSION_LOG")]
     pub log: String,
 }
@@ -35,7 +36,10 @@ pub struct Args {
 /// Runs the extension until SIGTERM or SIGINT.
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    inplace_edge::logging::init(&args.log);
+    if let Err(e) = inplace_edge::logging::init(&args.log) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     inplace_edge::process::exit(run(args))
 }
 

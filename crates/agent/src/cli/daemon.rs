@@ -55,7 +55,8 @@ pub struct Args {
     /// How unit actions and reboots are carried out.
     #[arg(long, value_enum, default_value_t = ServiceManagerKind::Systemd)]
     pub service_manager: ServiceManagerKind,
-    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "inplaced=debug".
+    /// Log filter: a level and comma-separated target=level directives, e.g. "info" or
+    /// "inplaced=debug,h2=off".
     #[arg(long, default_value = "info", env = "INPLACED_LOG")]
     pub log: String,
 }
@@ -66,7 +67,10 @@ pub fn main() -> ExitCode {
     crate::allocator::limit_arenas();
     abort_on_panic_outside_requests();
     let args = Args::parse();
-    inplace_edge::logging::init(&args.log);
+    if let Err(e) = inplace_edge::logging::init(&args.log) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     inplace_edge::process::exit(run(args))
 }
 
