@@ -241,8 +241,9 @@ impl Default for DriftConfig {
 /// A path glob of the agent's config (`policy.denied_paths`, `disruption[].path`),
 /// compiled by the `glob` crate with `require_literal_separator`: `*`, `?` and `[...]`
 /// match within one path component, `**` (a whole component) any number of components,
-/// as in glob(7) and `globset` with `literal_separator`. Brace alternation (`{a,b}`) is
-/// refused rather than read literally: write one entry per alternative.
+/// as in glob(7) and `globset` with `literal_separator`. Brace alternation (`{a,b}`), a
+/// class negated with `^` and backslash escapes, which `globset` took and the `glob`
+/// crate reads otherwise, are refused rather than read another way.
 ///
 /// `globset`, which this replaced, compiles each glob to a regular expression: it and
 /// `tracing-subscriber`'s `EnvFilter` were the daemon's only users of the regex engines,
@@ -252,9 +253,21 @@ impl Default for DriftConfig {
 /// # Errors
 /// The pattern's fault (an unclosed `[`, `**` inside a component, a brace), as text.
 pub fn compile_glob(pattern: &str) -> Result<glob::Pattern, String> {
+    // each a form `globset` read one way and the `glob` crate another: refused, not
+    // read differently (the test against globset checks the rest agree)
     if pattern.contains(['{', '}']) {
         return Err(format!(
             "{pattern:?}: brace alternation ({{a,b}}) is not supported; write one entry per alternative"
+        ));
+    }
+    if pattern.contains("[^") {
+        return Err(format!(
+            "{pattern:?}: write a negated class as [!...], not [^...]"
+        ));
+    }
+    if pattern.contains('\\') {
+        return Err(format!(
+            "{pattern:?}: backslash escapes are not supported; write [*], [?] or [[] for a literal *, ? or ["
         ));
     }
     glob::Pattern::new(pattern).map_err(|e| format!("{pattern:?}: {} (at byte {})", e.msg, e.pos))
@@ -628,6 +641,79 @@ mod tests {
         assert!(c.disruption_for("/etc/other").is_none());
     }
 
+    /// Every pattern the config took before (`globset` with `literal_separator`, the
+    /// library this replaced) and still takes means what it meant: over generated
+    /// patterns of literals, `/`, `*`, `?`, `**` components and character classes, and
+    /// generated paths, a pattern compiles under both or is refused by
+    /// [`compile_glob`] at parse, and matches the same paths when it compiles.
+    #[test]
+    fn globs_match_what_globset_matched() {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("a"),
+            Just("b"),
+            Just("."),
+            Just("/"),
+            Just("*"),
+            Just("?"),
+            Just("/**/"),
+            Just("**"),
+            Just("[ab]"),
+            Just("[!a]"),
+            Just("[^a]"),
+            Just("\\*"),
+            Just("[a-c]"),
+        ];
+        // node paths are normalized (no empty component, no trailing /), and so are the
+        // patterns compared
+        let pattern = proptest::collection::vec(piece, 1..7)
+            .prop_map(|v| format!("/{}", v.concat()))
+            .prop_filter("normalized", |p| !p.contains("//") && !p.ends_with('/'));
+        let component = prop_oneof![
+            Just("a"),
+            Just("b"),
+            Just("ab"),
+            Just(".b"),
+            Just("a.c"),
+            Just("*"),
+            Just("^")
+        ];
+        let path =
+            proptest::collection::vec(component, 1..5).prop_map(|v| format!("/{}", v.join("/")));
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 4000,
+            ..Default::default()
+        });
+        runner
+            .run(
+                &(pattern, proptest::collection::vec(path, 8)),
+                |(pattern, paths)| {
+                    let old = globset::GlobBuilder::new(&pattern)
+                        .literal_separator(true)
+                        .build()
+                        .map(|g| g.compile_matcher());
+                    let new = compile_glob(&pattern);
+                    if let (Ok(old), Ok(new)) = (&old, &new) {
+                        for p in &paths {
+                            prop_assert_eq!(
+                                old.is_match(p),
+                                glob_matches(new, p),
+                                "pattern {:?}, path {:?}",
+                                pattern,
+                                p
+                            );
+                        }
+                    }
+                    prop_assert!(
+                        new.is_err() || old.is_ok(),
+                        "{pattern:?}: taken now, refused before"
+                    );
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+
     /// The glob rules every user of `policy.denied_paths` and `disruption[].path` relies
     /// on: `*` and `?` stay within a component, `**` crosses them, a denied entry covers
     /// what is below it, the first matching entry is named; brace alternation and broken
@@ -674,6 +760,16 @@ mod tests {
                 "disruption[0].path",
                 "[[disruption]]\npath = \"/etc/a**b\"\naction = \"none\"\n",
                 "/etc/a**b",
+            ),
+            (
+                "policy.denied_paths[0]",
+                "[policy]\ndenied_paths = [\"/etc/[^a]\"]\n",
+                "[!...]",
+            ),
+            (
+                "disruption[0].path",
+                "[[disruption]]\npath = '/etc/a\\*'\naction = \"none\"\n",
+                "backslash",
             ),
         ] {
             let e = Config::parse(toml, "c.toml").unwrap_err().to_string();
