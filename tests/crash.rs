@@ -274,15 +274,7 @@ async fn a_panic_mid_apply_ends_the_daemon_and_the_start_rolls_back() {
     );
     node.failpoints = None;
     node.env.clear();
-    node.start();
-    let op = node.settle("crash").await;
-    assert_eq!(op.phase, Phase::RolledBack as i32, "{}", op.message);
-    assert!(
-        op.message
-            .contains("rolled back from the write-ahead journal"),
-        "{}",
-        op.message
-    );
+    node.start_after_crash("crash").await;
     let after: BTreeMap<_, _> = snapshot(&node.root)
         .into_iter()
         .map(|(p, c, m)| (p.strip_prefix(&node.root).unwrap().to_path_buf(), (c, m)))

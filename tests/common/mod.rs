@@ -376,6 +376,21 @@ impl Node {
             .operations
     }
 
+    /// Starts the daemon after a crash and waits for operation `id`, which must have been
+    /// rolled back from the write-ahead journal at the start; returns it.
+    pub(crate) async fn start_after_crash(&mut self, id: &str) -> pb::Operation {
+        self.start();
+        let op = self.settle(id).await;
+        assert_eq!(op.phase, pb::Phase::RolledBack as i32, "{}", op.message);
+        assert!(
+            op.message
+                .contains("rolled back from the write-ahead journal"),
+            "{}",
+            op.message
+        );
+        op
+    }
+
     pub(crate) async fn settle(&self, id: &str) -> pb::Operation {
         let mut c = self.client().await;
         let deadline = Instant::now() + Duration::from_secs(30);
