@@ -252,7 +252,7 @@ impl Default for DriftConfig {
 ///
 /// # Errors
 /// The pattern's fault (an unclosed `[`, `**` inside a component, a brace), as text.
-pub fn compile_glob(pattern: &str) -> Result<glob::Pattern, String> {
+fn compile_glob(pattern: &str) -> Result<glob::Pattern, String> {
     // each a form `globset` read one way and the `glob` crate another: refused, not
     // read differently (the test against globset checks the rest agree)
     if pattern.contains(['{', '}']) {

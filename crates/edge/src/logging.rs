@@ -229,8 +229,8 @@ pub fn log_target(target: &str) -> Cow<'_, str> {
     Cow::Borrowed(target)
 }
 
-/// A `--log` filter (comma-separated `target=level` directives and a bare level, [`init`]) with every target written
-/// as the logs show it ([`log_target`]: `inplaced`, `inplaced::server`,
+/// A `--log` filter (comma-separated `target=level` directives and a bare level,
+/// [`parse_filter`]) with every target written as the logs show it ([`log_target`]: `inplaced`, `inplaced::server`,
 /// `inplaced::node::sysroot`) turned into the crates' module paths the filter matches:
 /// `inplaced` alone names every crate of [`CRATES`]; `inplaced::<path>` the crate whose
 /// shown root is the longest prefix of it (`inplaced::node::sysroot` →
