@@ -481,3 +481,30 @@ async fn extension_memory_is_bounded_for_many_small_bodies_of_many_values() {
     eprintln!("measured: extension peak RSS {} MiB", peak >> 20);
     assert!(peak < 256 << 20, "peak RSS {} MiB", peak >> 20);
 }
+
+/// The daemon allocates with jemalloc under the settings `crates/agent/src/allocator.rs`
+/// chose: jemalloc starts its background thread (`jemalloc_bg_thd`, which gives unused
+/// pages back) only when it read `background_thread:true` from the `malloc_conf` the
+/// binary exports, and exactly one with `max_background_threads:1`. With glibc's malloc,
+/// or jemalloc without those settings, there is none.
+#[test]
+fn the_daemon_allocates_with_jemalloc_under_its_settings() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let pid = node.pid().unwrap();
+    let names = || -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|n| n.trim().to_string())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = names();
+    while !seen.iter().any(|n| n == "jemalloc_bg_thd") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        seen = names();
+    }
+    let bg = seen.iter().filter(|n| *n == "jemalloc_bg_thd").count();
+    assert_eq!(bg, 1, "jemalloc's background threads among {seen:?}");
+}

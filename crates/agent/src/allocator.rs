@@ -1,51 +1,77 @@
-//! The daemon's settings of glibc's allocator, and when it gives memory back.
+//! The daemon's allocator: jemalloc (the `tikv-jemallocator` crate, registered as the
+//! global allocator by `src/bin/inplaced.rs`) with the settings in [`MALLOC_CONF`], and
+//! the per-thread caches handed back when a thread goes idle ([`release_thread_cache`]).
 //!
-//! - **At most 2 arenas** (`mallopt(M_ARENA_MAX, 2)` at start, before any thread). glibc
-//!   otherwise gives each thread that allocates while another holds an arena a new one,
-//!   up to 8 per core, each up to 64 MiB of address space; freed memory stays in the arena
-//!   it came from. The daemon's threads (2 async workers, the blocking pool planning
-//!   coverage, the operation thread, the drift watcher) would each keep their own: with 8
-//!   concurrent coverage clients the RSS rose to 56-132 MiB (BENCHMARKS.md, issue 16
-//!   §1). The unit sets `MALLOC_ARENA_MAX=2` too; this makes it hold however the daemon
-//!   is started (a container, a test, a shell). An explicit `MALLOC_ARENA_MAX` in the
-//!   environment wins, so the setting can still be measured against others.
-//! - **Free pages given back once an operation has settled and the agent is idle**
-//!   (`malloc_trim(0)`, [`release_free_memory`]: called by the operation thread after
-//!   [`TRIM_AFTER`] without a next operation). An operation plans, journals and verifies
-//!   with a few MiB of short-lived allocations; glibc keeps the freed pages mapped (only a
-//!   free top of the heap above `trim_threshold` goes back), so the RSS after a burst of
-//!   operations stayed at its peak. Trimming after every operation instead would cost the
-//!   next one its page faults (about 1 µs a page) on back-to-back applies.
+//! **Why not glibc's malloc.** Under its peak load (8 coverage clients and 200-file
+//! operations) the daemon's live heap is 3.6-4.5 MB, but glibc's arenas held about twice
+//! that (11-12 MiB of anonymous RSS at the peak, with at most 2 arenas, no fastbins and a
+//! 1 MiB trim threshold; `malloc_trim` every second did not lower it): its free chunks
+//! sit on pages that still hold live ones, and it gives back only the free top of a heap
+//! unless trimmed. jemalloc keeps the objects of one size class together in slabs and
+//! gives back every page a decay period has left unused. Measured with
+//! `BENCH_ONLY=memory` (BENCHMARKS.md, "jemalloc (session 15)"): the anonymous peak fell
+//! from 10.7-12.3 to 6.0-6.8 MiB and the RSS peak from 19.4-20.8 to 15.4-16.0 MiB, with
+//! more coverage calls answered in the same window (175-201 thousand against 155-173).
+//! After four 199 000-sysctl specs at once the RSS returns to 31 MiB, where glibc kept
+//! about 140 MiB (`tests/memory_bounds.rs`). mimalloc (38-115 MiB at the peak, session
+//! 12) and tcmalloc (52 MiB, session 15) kept far more.
 //!
-//! The system allocator is kept: no other allocator was measured clearly better here
-//! (BENCHMARKS.md, "Issue 28: removal, apply CPU and memory (session 8)").
+//! **The settings**, each measured against the others in the same bench:
+//!
+//! - `narenas:1`: one arena for every thread (the default is 4 per core). The daemon's
+//!   concurrency is bounded by its own limits (4 coverage computations, 1 operation), and
+//!   each extra arena keeps its own partly used slabs.
+//! - Small thread caches (`tcache_max:4096`, `tcache_nslots_small_max:16`,
+//!   `tcache_nslots_large:4`), flushed when a thread goes idle: with jemalloc's default
+//!   caches the RSS peak was 30.0 MiB (each of the 20-30 threads at the peak keeps up to
+//!   200 objects of every small size class), 19.5 MiB with the flushes, 15.7 with the
+//!   small caches too. Without any (`tcache:false`) the peak was 14.9-15.1 MiB, but
+//!   every allocation took the arena's lock: callgrind counted 4.32 M instructions per
+//!   computed `full.yaml` answer against 2.77 M with glibc and 2.98 M with these.
+//! - `background_thread:true`, `max_background_threads:1`, `dirty_decay_ms:50`,
+//!   `muzzy_decay_ms:0`: pages left unused for 50 ms are given back with
+//!   `madvise(MADV_DONTNEED)` by jemalloc's own thread, also once the daemon is idle (no
+//!   allocation then drives the purge). No lazy `MADV_FREE` stage: such pages stay in the
+//!   RSS until the kernel is short of memory. Purging at once (`dirty_decay_ms:0`) halved
+//!   the coverage calls answered under load (one `madvise` per freed run); 10 ms and 50
+//!   ms gave the same peak, 200 ms 0.7 MiB more.
+//!
+//! The environment variable `_RJEM_MALLOC_CONF` (jemalloc's `MALLOC_CONF` under the
+//! crate's symbol prefix) overrides these for a measurement: jemalloc reads it after the
+//! compiled-in string (jemalloc(3), "TUNING").
 
-/// How long an operation thread waits idle after its operation before the allocator's
-/// free pages are given back.
-pub(crate) const TRIM_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+/// A C string jemalloc reads as `malloc_conf` (see [`MALLOC_CONF`]). Its layout is one
+/// `const char *`, as jemalloc declares the symbol.
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct MallocConf(*const std::ffi::c_char);
 
-/// Caps glibc's arenas at 2 unless `MALLOC_ARENA_MAX` is set; call before any thread is
-/// started. A no-op on other C libraries.
-pub(crate) fn limit_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only sets a parameter of the allocator; M_ARENA_MAX takes
-        // any positive count. Called from main before other threads exist.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-    }
-}
+// SAFETY: the pointer is to a `'static` string literal, never written.
+#[allow(unsafe_code)]
+unsafe impl Sync for MallocConf {}
 
-/// Gives the allocator's free pages back to the kernel (every arena, the middle of the
-/// heap too). A no-op on other C libraries.
-pub(crate) fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory to the system; it takes the arenas'
-    // own locks and is safe to call from any thread at any time.
+/// The daemon's jemalloc settings (the module documentation says why each). The binary
+/// exports it under the name jemalloc looks up, `_rjem_malloc_conf`.
+pub const MALLOC_CONF: MallocConf = MallocConf(
+    c"narenas:1,tcache_max:4096,tcache_nslots_small_max:16,tcache_nslots_large:4,background_thread:true,max_background_threads:1,dirty_decay_ms:50,muzzy_decay_ms:0"
+        .as_ptr(),
+);
+
+/// Returns the calling thread's cached free objects to the arena (jemalloc's
+/// `thread.tcache.flush`), so that a thread going idle does not keep them: called when a
+/// request's blocking task or an operation ends. A no-op (jemalloc then only sets itself
+/// up) in a process whose global allocator is not jemalloc.
+pub(crate) fn release_thread_cache() {
+    // SAFETY: `thread.tcache.flush` is a void control (jemalloc(3), "MALLCTL NAMESPACE"):
+    // no old or new value is read or written; the name is NUL-terminated.
     #[allow(unsafe_code)]
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    let _ = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"thread.tcache.flush".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
 }

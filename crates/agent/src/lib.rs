@@ -15,7 +15,7 @@
 //! (the agent's TOML), [`metrics`] and [`cli`] (the two front ends). Below it:
 //! `inplace_edge`, `inplace_node`, `inplace_formats`, `inplace_wire` (ARCHITECTURE.md).
 
-mod allocator;
+pub mod allocator;
 mod apply;
 mod bootloader;
 pub mod cli;

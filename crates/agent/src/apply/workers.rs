@@ -1,6 +1,5 @@
 //! The threads operations run on: one is kept after its operation ends, for the next
-//! one, instead of a thread created (stack mapped, first pages faulted, glibc's
-//! per-thread cache set up) and torn down per operation.
+//! one, instead of a thread created (stack mapped, first pages faulted) and torn down per operation.
 //!
 //! An operation may block for a long time (a health gate, a reboot it waits for), and the
 //! next operation must not wait behind it (it may be the one that supersedes it): a new
@@ -22,20 +21,17 @@ pub(super) struct Workers {
     /// Idle threads: (thread number, the sender of its next job).
     idle: Mutex<Vec<(u64, Sender<Job>)>>,
     next: std::sync::atomic::AtomicU64,
-    /// Run once by a thread idle for [`crate::allocator::TRIM_AFTER`] after a job.
-    on_idle: Option<fn()>,
 }
 
-/// The threads of operations; one idle after its operation gives the allocator's free
-/// pages back ([`crate::allocator::release_free_memory`]).
-pub(super) static OPERATIONS: Workers = Workers::new(Some(crate::allocator::release_free_memory));
+/// The threads of operations. (What an operation freed goes back to the kernel by the
+/// allocator's own decay: [`crate::allocator`].)
+pub(super) static OPERATIONS: Workers = Workers::new();
 
 impl Workers {
-    const fn new(on_idle: Option<fn()>) -> Workers {
+    const fn new() -> Workers {
         Workers {
             idle: Mutex::new(Vec::new()),
             next: std::sync::atomic::AtomicU64::new(0),
-            on_idle,
         }
     }
 
@@ -69,23 +65,9 @@ impl Workers {
     fn worker(&self, n: u64, mut job: Job, tx: Sender<Job>, rx: Receiver<Job>) {
         loop {
             job();
+            crate::allocator::release_thread_cache();
             self.idle().push((n, tx.clone()));
-            let mut wait = IDLE;
-            if let Some(f) = self.on_idle {
-                let settle = crate::allocator::TRIM_AFTER;
-                match rx.recv_timeout(settle) {
-                    Ok(j) => {
-                        job = j;
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Timeout) => {
-                        f();
-                        wait = IDLE.saturating_sub(settle);
-                    }
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
-            }
-            job = match rx.recv_timeout(wait) {
+            job = match rx.recv_timeout(IDLE) {
                 Ok(j) => j,
                 Err(RecvTimeoutError::Timeout) => {
                     let mut list = self.idle();
@@ -117,7 +99,7 @@ mod tests {
 
     #[test]
     fn a_thread_is_reused_and_a_busy_one_is_not_waited_for() {
-        static W: Workers = Workers::new(None);
+        static W: Workers = Workers::new();
         fn run(job: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
             W.run("test", job)
         }

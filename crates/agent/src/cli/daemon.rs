@@ -63,8 +63,6 @@ pub struct Args {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn main() -> ExitCode {
-    // before any thread exists (cli/allocator.rs says why)
-    crate::allocator::limit_arenas();
     abort_on_panic_outside_requests();
     let args = Args::parse();
     if let Err(e) = inplace_edge::logging::init(&args.log) {
@@ -150,6 +148,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         // Blocking work is planning (bounded by policy.max_concurrent_coverage), apply,
         // reads of state: a few threads; the bound keeps TasksMax= in the unit safe.
         .max_blocking_threads(32)
+        // a worker going idle hands its allocator cache back (crate::allocator)
+        .on_thread_park(crate::allocator::release_thread_cache)
         .enable_all()
         .build()
         .context("starting the async runtime")?;

@@ -300,10 +300,14 @@ impl Shown {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, AgentError> + Send + 'static,
 ) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Status::internal(format!("worker: {e}")))?
-        .map_err(Status::from)
+    tokio::task::spawn_blocking(|| {
+        let r = f();
+        crate::allocator::release_thread_cache();
+        r
+    })
+    .await
+    .map_err(|e| Status::internal(format!("worker: {e}")))?
+    .map_err(Status::from)
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::OperationEvent, Status>> + Send>>;
