@@ -1,5 +1,6 @@
 //! The threads operations run on: one is kept after its operation ends, for the next
-//! one, instead of a thread created (stack mapped, first pages faulted) and torn down per operation.
+//! one, instead of a thread created (stack mapped, first pages faulted) and torn down per
+//! operation.
 //!
 //! An operation may block for a long time (a health gate, a reboot it waits for), and the
 //! next operation must not wait behind it (it may be the one that supersedes it): a new
@@ -23,8 +24,9 @@ pub(super) struct Workers {
     next: std::sync::atomic::AtomicU64,
 }
 
-/// The threads of operations. (What an operation freed goes back to the kernel by the
-/// allocator's own decay: [`crate::allocator`].)
+/// The threads of operations. A thread hands its allocator cache back after each
+/// operation; the pages an operation freed go back to the kernel by the allocator's own
+/// decay ([`crate::allocator`]).
 pub(super) static OPERATIONS: Workers = Workers::new();
 
 impl Workers {
