@@ -4,13 +4,13 @@
 //!
 //! **Why not glibc's malloc.** Under its peak load (8 coverage clients and 200-file
 //! operations) the daemon's live heap is 3.6-4.5 MB, but glibc's arenas held about twice
-//! that (11-12 MiB of anonymous RSS at the peak, with at most 2 arenas, no fastbins and a
+//! that (10.4-12.0 MiB of anonymous RSS at the peak, with at most 2 arenas, no fastbins and a
 //! 1 MiB trim threshold; `malloc_trim` every second did not lower it): its free chunks
 //! sit on pages that still hold live ones, and it gives back only the free top of a heap
 //! unless trimmed. jemalloc keeps the objects of one size class together in slabs and
 //! gives back every page a decay period has left unused. Measured with
 //! `BENCH_ONLY=memory` (BENCHMARKS.md, "jemalloc (session 15)"): the anonymous peak fell
-//! from 10.7-12.3 to 6.0-6.8 MiB and the RSS peak from 19.4-20.8 to 15.4-16.0 MiB, with
+//! from 10.4-12.0 to 6.2-6.7 MiB and the RSS peak from 18.9-20.3 to 15.1-15.8 MiB, with
 //! more coverage calls answered in the same window (175-201 thousand against 155-173).
 //! After four 199 000-sysctl specs at once the RSS returns to 31 MiB, where glibc kept
 //! about 140 MiB (`tests/memory_bounds.rs`). mimalloc (38-115 MiB at the peak, session
@@ -23,9 +23,9 @@
 //!   each extra arena keeps its own partly used slabs.
 //! - Small thread caches (`tcache_max:4096`, `tcache_nslots_small_max:16`,
 //!   `tcache_nslots_large:4`), flushed when a thread goes idle: with jemalloc's default
-//!   caches the RSS peak was 30.0 MiB (each of the 20-30 threads at the peak keeps up to
-//!   200 objects of every small size class), 19.5 MiB with the flushes, 15.7 with the
-//!   small caches too. Without any (`tcache:false`) the peak was 14.9-15.1 MiB, but
+//!   caches the RSS peak was 29.3 MiB (each of the 20-30 threads at the peak keeps up to
+//!   200 objects of every small size class), 19.1 MiB with the flushes, 15.3 with the
+//!   small caches too. Without any (`tcache:false`) the peak was 14.6-14.8 MiB, but
 //!   every allocation took the arena's lock: callgrind counted 4.32 M instructions per
 //!   computed `full.yaml` answer against 2.77 M with glibc and 2.98 M with these.
 //! - `background_thread:true`, `max_background_threads:1`, `dirty_decay_ms:50`,
@@ -34,7 +34,8 @@
 //!   allocation then drives the purge). No lazy `MADV_FREE` stage: such pages stay in the
 //!   RSS until the kernel is short of memory. Purging at once (`dirty_decay_ms:0`) halved
 //!   the coverage calls answered under load (one `madvise` per freed run); 10 ms and 50
-//!   ms gave the same peak, 200 ms 0.7 MiB more.
+//!   ms gave the same peak, 200 ms 0.7 MiB more. Without the background thread the RSS
+//!   after a burst of operations stayed 2.1 MiB higher (nothing purges an idle daemon).
 //!
 //! The environment variable `_RJEM_MALLOC_CONF` (jemalloc's `MALLOC_CONF` under the
 //! crate's symbol prefix) overrides these for a measurement: jemalloc reads it after the
