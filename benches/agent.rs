@@ -210,7 +210,7 @@ impl Daemon {
     }
 }
 
-/// The `Environment=` settings of `systemd/inplaced.service` (the allocator's), so that
+/// The `Environment=` settings of `systemd/inplaced.service` (none today), so that
 /// every bench daemon runs as the unit runs it.
 fn unit_environment() -> Vec<(String, String)> {
     let unit = std::fs::read_to_string(

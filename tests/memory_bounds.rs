@@ -30,8 +30,8 @@ fn mib(b: u64) -> u64 {
     b >> 20
 }
 
-/// The `Environment=` assignments of the agent's unit (the allocator settings the
-/// deployed daemon runs with), so the daemon under test runs as deployed.
+/// The `Environment=` assignments of the agent's unit (none today: the allocator's
+/// settings are built in), so the daemon under test runs as deployed.
 fn unit_environment() -> Vec<(String, String)> {
     let unit = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/inplaced.service"),
@@ -107,7 +107,7 @@ async fn coverage_burst(
 /// `policy.max_concurrent_coverage` plans): each is answered, the agent's peak stays
 /// well under the unit's `MemoryMax` (before the memory reservation: 936 MB, over the
 /// 768M at which systemd kills it), and after the burst its resident memory returns
-/// near what it was (the allocator settings of the unit, see README "Security").
+/// near what it was (the daemon's allocator, see README "Security").
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_largest_specs_at_once_stay_under_memory_max() {
     let mut node = Node::new("ubuntu-2404-grub");

@@ -64,15 +64,36 @@ pub const MALLOC_CONF: MallocConf = MallocConf(
 
 /// Returns the calling thread's cached free objects to the arena (jemalloc's
 /// `thread.tcache.flush`), so that a thread going idle does not keep them: called when a
-/// request's blocking task or an operation ends. A no-op (jemalloc then only sets itself
-/// up) in a process whose global allocator is not jemalloc.
+/// request's blocking task ends, an operation ends and an async worker parks. The name is
+/// looked up once (`mallctlnametomib`); each call is then one `mallctlbymib`, as it runs
+/// on every park. A no-op (jemalloc then only sets itself up) in a process whose global
+/// allocator is not jemalloc.
 pub(crate) fn release_thread_cache() {
+    static MIB: std::sync::OnceLock<Option<[usize; 3]>> = std::sync::OnceLock::new();
+    let Some(mib) = MIB.get_or_init(|| {
+        let mut mib = [0usize; 3];
+        let mut len = mib.len();
+        // SAFETY: the name is NUL-terminated; `mib` has room for `len` components, and
+        // jemalloc writes at most that many and the count back to `len`.
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctlnametomib(
+                c"thread.tcache.flush".as_ptr(),
+                mib.as_mut_ptr(),
+                &mut len,
+            )
+        };
+        (rc == 0 && len == mib.len()).then_some(mib)
+    }) else {
+        return;
+    };
     // SAFETY: `thread.tcache.flush` is a void control (jemalloc(3), "MALLCTL NAMESPACE"):
-    // no old or new value is read or written; the name is NUL-terminated.
+    // no old or new value is read or written; `mib` is the 3 components looked up above.
     #[allow(unsafe_code)]
     let _ = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            c"thread.tcache.flush".as_ptr(),
+        tikv_jemalloc_sys::mallctlbymib(
+            mib.as_ptr(),
+            mib.len(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
