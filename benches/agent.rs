@@ -727,14 +727,17 @@ struct Counts {
     apply_reps_200: usize,
     apply_reps_1: usize,
     idle: Duration,
+    /// Coverage calls of the example spec, each paired with an empty call: 20 000 in a
+    /// whole run, so that the p99 is the 200th slowest call of each kind. With 2000 (up
+    /// to session 15) it was the 20th, and one build's p99 ratio moved between 1.0x and
+    /// 3.2x from run to run (BENCHMARKS.md, "How many calls a p99 needs").
     example_calls: usize,
+    /// The coverage calls the daemon has answered when its RSS is read (the example's
+    /// calls and their warm-up included).
     memory_calls: usize,
     big_calls: usize,
 }
 
-/// The daemon under test: `INPLACED_BENCH_BIN` (a path) when set, e.g. the glibc-baseline
-/// release binary `packaging/check.sh` builds (`target/x86_64-unknown-linux-gnu/release/inplaced`),
-/// else the bench profile's own build.
 /// The daemon measured: `INPLACED_BENCH_BIN`, else the `inplaced` the packages ship,
 /// built here with Cargo.toml's `node` profile (the release profile with the dependencies
 /// optimised for size) into this bench's target directory. `cargo bench` itself builds
@@ -786,8 +789,8 @@ fn main() {
             apply_reps_200: 7,
             apply_reps_1: 25,
             idle: Duration::from_secs(60),
-            example_calls: 2000,
-            memory_calls: 10_000,
+            example_calls: 20_000,
+            memory_calls: 30_000,
             big_calls: 50,
         }
     };
@@ -810,6 +813,32 @@ async fn run(quick: bool, n: Counts) {
     }
     if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "coverage") {
         coverage_full::only(&mut rep, quick).await;
+        for l in &rep.tail {
+            println!("{l}");
+        }
+        return;
+    }
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "example") {
+        note(format!("binary {} quick={quick}", daemon_binary()));
+        let mut cov = Daemon::new("cov");
+        cov.start().await;
+        let idle = std::env::var("BENCH_IDLE_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5);
+        tokio::time::sleep(Duration::from_secs(idle)).await;
+        let calls = std::env::var("BENCH_EXAMPLE_CALLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(n.example_calls);
+        let ch = inplace_edge::client::channel(&cov.socket).await.unwrap();
+        let (mut c, mut h) = (NodeAgentClient::new(ch.clone()), HealthClient::new(ch));
+        let spec = inplace_wire::yaml::parse(
+            &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
+        )
+        .unwrap();
+        coverage_example(&mut rep, &mut c, &mut h, &spec, calls).await;
+        cov.stop().await;
         for l in &rep.tail {
             println!("{l}");
         }
@@ -923,31 +952,7 @@ async fn run(quick: bool, n: Counts) {
         &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
     )
     .unwrap();
-    let r = coverage(&mut c, &example_spec).await;
-    note(format!(
-        "example: {} change(s), fully covered {}",
-        r.changes.len(),
-        r.fully_covered
-    ));
-    for _ in 0..100 {
-        timed_coverage(&mut c, &example_spec).await;
-        timed_health(&mut h).await;
-    }
-    let mut tc = Vec::new();
-    let mut te = Vec::new();
-    for _ in 0..n.example_calls {
-        te.push(timed_health(&mut h).await);
-        tc.push(timed_coverage(&mut c, &example_spec).await);
-    }
-    let (cp50, cp99) = (pct(&tc, 50.0), pct(&tc, 99.0));
-    let (ep50, ep99) = (pct(&te, 50.0), pct(&te, 99.0));
-    rep.fig("coverage_example_p50", us(cp50), "us");
-    rep.fig("coverage_example_p99", us(cp99), "us");
-    rep.fig("coverage_example_calls", tc.len() as f64, "calls");
-    rep.floor("floor_empty_call_p50", us(ep50), "us");
-    rep.floor("floor_empty_call_p99", us(ep99), "us");
-    rep.ratio("ratio_coverage_example_p50_vs_empty", us(cp50), us(ep50));
-    rep.ratio("ratio_coverage_example_p99_vs_empty", us(cp99), us(ep99));
+    coverage_example(&mut rep, &mut c, &mut h, &example_spec, n.example_calls).await;
 
     // ---- 3. memory after N coverage calls of the example spec
     let done = 100 + n.example_calls + 1;
@@ -991,7 +996,7 @@ async fn run(quick: bool, n: Counts) {
         "full",
         &cov.socket.clone(),
         cov.pid(),
-        if quick { 4 } else { 10 },
+        if quick { 4 } else { coverage_full::BLOCKS },
     )
     .await;
 
@@ -1117,6 +1122,44 @@ async fn run(quick: bool, n: Counts) {
 
 // ------------------------------------------------------------------------------------------
 // 6. Memory under operations (issue 16 section 1)
+
+/// Coverage latency of `spec` (the example) against an empty call (`Health/Check`),
+/// interleaved: 100 warm-up pairs, then `calls` pairs; p50 and p99 of each and their
+/// ratios. Run alone, on a fresh daemon idle for `BENCH_IDLE_S` seconds (default 5),
+/// with `BENCH_ONLY=example` (`BENCH_EXAMPLE_CALLS` sets `calls`).
+async fn coverage_example(
+    rep: &mut Report,
+    c: &mut NodeAgentClient<Channel>,
+    h: &mut HealthClient<Channel>,
+    example_spec: &pb::NodeSpec,
+    calls: usize,
+) {
+    let r = coverage(c, example_spec).await;
+    note(format!(
+        "example: {} change(s), fully covered {}",
+        r.changes.len(),
+        r.fully_covered
+    ));
+    for _ in 0..100 {
+        timed_coverage(c, example_spec).await;
+        timed_health(h).await;
+    }
+    let mut tc = Vec::new();
+    let mut te = Vec::new();
+    for _ in 0..calls {
+        te.push(timed_health(h).await);
+        tc.push(timed_coverage(c, example_spec).await);
+    }
+    let (cp50, cp99) = (pct(&tc, 50.0), pct(&tc, 99.0));
+    let (ep50, ep99) = (pct(&te, 50.0), pct(&te, 99.0));
+    rep.fig("coverage_example_p50", us(cp50), "us");
+    rep.fig("coverage_example_p99", us(cp99), "us");
+    rep.fig("coverage_example_calls", tc.len() as f64, "calls");
+    rep.floor("floor_empty_call_p50", us(ep50), "us");
+    rep.floor("floor_empty_call_p99", us(ep99), "us");
+    rep.ratio("ratio_coverage_example_p50_vs_empty", us(cp50), us(ep50));
+    rep.ratio("ratio_coverage_example_p99_vs_empty", us(cp99), us(ep99));
+}
 
 /// The apply section on daemon A: 200-file applies and their removals against the plain
 /// loops, 1-file applies with the daemon's CPU, the fsyncs of one operation. Alone with

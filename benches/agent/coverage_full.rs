@@ -1,7 +1,7 @@
 //! Coverage of `examples/specs/full.yaml` (every section: files with an owner, kubelet
 //! config and flags, sysctls, kernel arguments): the daemon CPU per call and the latency,
 //! each against an empty call measured in the same run (issue 28). Run alone, on a fresh
-//! daemon, with `BENCH_ONLY=coverage` (about 40 s): the quick way to compare two daemon
+//! daemon, with `BENCH_ONLY=coverage` (about 10 s): the quick way to compare two daemon
 //! binaries (`INPLACED_BENCH_BIN`) in interleaved runs.
 //!
 //! The same request on an unchanged node is answered from what the daemon kept
@@ -14,6 +14,11 @@ use super::*;
 /// Blocks of this many calls alternate between the empty call and the coverage call;
 /// the daemon's schedstat CPU is summed per kind.
 const BLOCK: usize = 50;
+
+/// Pairs of blocks in a whole run: 5000 calls of each kind, so that the p99 is the 50th
+/// slowest call (it was the 5th up to session 15, and moved between 1.6x and 5.8x from
+/// run to run of one build: BENCHMARKS.md, "How many calls a p99 needs").
+pub(crate) const BLOCKS: usize = 100;
 
 /// Measures `blocks` pairs of blocks on the daemon `pid` behind `socket`: latency p50 and
 /// p99 of each kind, daemon CPU per call of each kind (µs, schedstat), and the ratios.
@@ -90,10 +95,13 @@ pub(crate) async fn coverage_full(
 }
 
 /// `BENCH_ONLY=coverage`: a fresh daemon on a copy of `examples/node`, then
-/// [`coverage_full`] with 10 pairs of blocks (4 quick); then the same with a daemon that
-/// keeps no answer.
+/// [`coverage_full`] with [`BLOCKS`] pairs of blocks (4 quick, or `BENCH_COVERAGE_BLOCKS`);
+/// then the same with a daemon that keeps no answer.
 pub(crate) async fn only(rep: &mut Report, quick: bool) {
-    let blocks = if quick { 4 } else { 10 };
+    let blocks = std::env::var("BENCH_COVERAGE_BLOCKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 4 } else { BLOCKS });
     for (what, keep) in [("full", "1"), ("full_computed", "0")] {
         let mut d = Daemon::new("covfull");
         d.env.push(("INPLACED_KEEP_COVERAGE".into(), keep.into()));

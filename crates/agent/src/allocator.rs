@@ -36,10 +36,12 @@
 //!   the coverage calls answered under load (one `madvise` per freed run); 10 ms and 50
 //!   ms gave the same peak, 200 ms 0.7 MiB more. Without the background thread the RSS
 //!   after a burst of operations stayed 2.1 MiB higher (nothing purges an idle daemon).
-//!   The cost is in the tail of a steady stream of calls: a call that faults purged pages
-//!   back in is slower, and the example coverage's p99 was 2.6-2.7x an empty call's in
-//!   three of four whole runs (1.32x with a 1 s decay, whose RSS peak was 18.2 MiB):
-//!   BENCHMARKS.md, "The latest whole run".
+//!   The purges did not measurably lengthen the tail of a stream of calls: over 20 000
+//!   coverage calls of the example the p99 was 1.08-1.58x an empty call's as set here,
+//!   1.09-1.70x with a 1 s decay and 1.13-1.34x without the background thread (three runs
+//!   each; BENCHMARKS.md, "How many calls a p99 needs", which also says why session 15's
+//!   2000-call runs had pointed at the purges). A 1 s decay raised the RSS peak to 18.2
+//!   MiB.
 //!
 //! The environment variable `_RJEM_MALLOC_CONF` (jemalloc's `MALLOC_CONF` under the
 //! crate's symbol prefix) overrides these for a measurement: jemalloc reads it after the
