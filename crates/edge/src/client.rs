@@ -83,7 +83,7 @@ pub fn tls_client_config(id: &TlsIdentity) -> anyhow::Result<std::sync::Arc<rust
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_client_auth_cert(certs, key)
-        .context("client certificate and key do not match")?;
+        .map_err(|e| crate::tls::pairing_error(e, "client certificate", "client key"))?;
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     Ok(std::sync::Arc::new(cfg))
 }

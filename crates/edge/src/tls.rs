@@ -171,9 +171,29 @@ pub fn mutual_tls_config(
         .context("TLS versions")?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .with_context(|| format!("{section}.cert and {section}.key do not match"))?;
+        .map_err(|e| pairing_error(e, &format!("{section}.cert"), &format!("{section}.key")))?;
     cfg.alpn_protocols = vec![alpn.to_vec()];
     Ok(cfg)
+}
+
+/// Words rustls' refusal of a certificate chain with its private key (`cert` and `key` name
+/// them as the user gave them). rustls refuses the pair for two different reasons, which
+/// were reported as one: a key that is not the certificate's (`InconsistentKeys`), and an
+/// end-entity certificate webpki can not parse, most often an X.509 v1 certificate
+/// (`UnsupportedCertVersion`), which `openssl x509 -req` makes when the extensions are not
+/// given with `-extfile` (it copies none from the request).
+pub(crate) fn pairing_error(e: rustls::Error, cert: &str, key: &str) -> anyhow::Error {
+    match e {
+        rustls::Error::InconsistentKeys(_) => {
+            anyhow::anyhow!("{cert} and {key} do not match: the key is not the certificate's")
+        }
+        rustls::Error::InvalidCertificate(c) => anyhow::anyhow!(
+            "{cert} is not a usable certificate ({c:?}): it must be X.509 v3 with its \
+             extensions (subjectAltName, extendedKeyUsage); `openssl x509 -req` copies none \
+             from the request, so give them with -extfile"
+        ),
+        other => anyhow::anyhow!("{cert} with {key}: {other}"),
+    }
 }
 
 /// `[api.tcp]`'s certificate, key and client CA.
@@ -650,6 +670,35 @@ async fn connect(
 #[cfg(test)]
 mod tests {
     use super::CertNames;
+
+    #[test]
+    fn a_refused_pair_is_worded_by_its_reason() {
+        let mismatch = super::pairing_error(
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch),
+            "client certificate",
+            "client key",
+        );
+        assert_eq!(
+            mismatch.to_string(),
+            "client certificate and client key do not match: the key is not the certificate's"
+        );
+        let v1 = super::pairing_error(
+            rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding),
+            "[api.tcp].cert",
+            "[api.tcp].key",
+        )
+        .to_string();
+        assert!(
+            v1.starts_with(
+                "[api.tcp].cert is not a usable certificate (BadEncoding): it must be X.509 v3"
+            ),
+            "{v1}"
+        );
+        assert!(
+            v1.contains("-extfile") && !v1.contains("do not match"),
+            "{v1}"
+        );
+    }
     use crate::listener::IdentityKind;
 
     fn names(uris: &[&str], dns: &[&str], cns: &[&str]) -> CertNames {

@@ -29,7 +29,7 @@ use inplace_wire::pb::ChangeOperation;
 pub const CONTEXT_LINES: usize = 3;
 
 /// Why a confidential file's content is not shown.
-pub const WITHHELD_CONFIDENTIAL: &str = "confidential: files items and drop-ins may hold secrets; their content is shown only with show_content (inplacectl --show-content) to root on the node's local socket";
+pub const WITHHELD_CONFIDENTIAL: &str = "confidential: files items and drop-ins may hold secrets; their content is shown only with show_content (`inplacectl coverage --diff --show-content`, or `apply --dry-run --diff --show-content`) to root on the node's local socket";
 
 /// The paths a plan's steps touch, with the fingerprint
 /// ([`FileObs::fingerprint`](crate::sections::kit::observe::FileObs::fingerprint)) each must still have: the
