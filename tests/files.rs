@@ -71,6 +71,52 @@ async fn file_under_a_regular_file_is_not_covered_and_nothing_changes() {
     assert!(node.actions().is_empty());
 }
 
+/// A refusal naming hundreds of uncovered items stays a readable `FAILED_PRECONDITION`: its
+/// message is cut to the agent's bound, under the 16 KiB header limit of gRPC clients
+/// (it was an h2 protocol error at 150 items below a symlinked directory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_many_uncovered_items_stays_readable() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::create_dir_all(node.path("/opt/real")).unwrap();
+    std::fs::create_dir_all(node.path("/etc/race")).unwrap();
+    std::os::unix::fs::symlink("/opt/real", node.path("/etc/race/sub")).unwrap();
+    node.start();
+    let mut yaml = String::from("files:\n");
+    for i in 0..300 {
+        yaml.push_str(&format!(
+            "- path: /etc/race/sub/a-rather-long-file-name-{i:04}.conf\n  content: x\n"
+        ));
+    }
+    let before = snapshot(&node.root);
+    let e = node
+        .client()
+        .await
+        .apply(pb::ApplyRequest {
+            desired: Some(spec(&yaml)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message()
+            .contains("/etc/race/sub/a-rather-long-file-name-0000.conf"),
+        "{}",
+        e.message()
+    );
+    assert!(e.message().len() <= 4096, "{}", e.message().len());
+    assert!(
+        e.message().ends_with("gives every reason)"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(
+        snapshot(&node.root),
+        before,
+        "apply must not change anything"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owners_resolve_through_the_nodes_own_account_files() {
     let mut node = Node::new("ubuntu-2404-grub");

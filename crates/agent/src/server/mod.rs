@@ -24,9 +24,33 @@ use inplace_wire::pb;
 use inplace_wire::pb::node_agent_server::{NodeAgent, NodeAgentServer};
 use inplace_wire::phase::is_settled;
 
+/// Longest status message the agent sends, bytes: gRPC carries it in the `grpc-message`
+/// header, percent-encoded (up to three bytes per byte), and clients refuse a header
+/// block over 16 KiB (grpc-core's hard limit; hyper's h2 client resets the stream), which
+/// turned a refusal naming hundreds of uncovered items into an unreadable protocol error
+/// instead of `FAILED_PRECONDITION`.
+pub(crate) const MAX_STATUS_MESSAGE: usize = 4096;
+
+/// `msg` cut to [`MAX_STATUS_MESSAGE`] bytes at a character boundary, saying where the
+/// whole of it is.
+fn bounded_message(msg: String) -> String {
+    if msg.len() <= MAX_STATUS_MESSAGE {
+        return msg;
+    }
+    let note = format!(
+        " … (cut at {MAX_STATUS_MESSAGE} of {} bytes; `inplacectl coverage` of the same spec, or the operation's status, gives every reason)",
+        msg.len()
+    );
+    let mut end = MAX_STATUS_MESSAGE - note.len();
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &msg[..end])
+}
+
 impl From<AgentError> for Status {
     fn from(e: AgentError) -> Status {
-        let msg = e.to_string();
+        let msg = bounded_message(e.to_string());
         match e {
             AgentError::InvalidSpec(_) | AgentError::InvalidRequest(_) => {
                 Status::invalid_argument(msg)
