@@ -303,6 +303,15 @@ fn hostile() -> Vec<(String, &'static str)> {
         ("files:\n- path: ../etc/shadow\n".into(), "is relative"),
         ("files:\n- path: /etc/./shadow\n".into(), "not normalized"),
         ("files:\n- path: /etc//passwd\n".into(), "not normalized"),
+        // one item's path a directory above another's: no apply could write both
+        (
+            "files:\n- path: /etc/a\n  content: \"1\"\n- path: /etc/a/b\n  content: \"2\"\n".into(),
+            "/etc/a/b and /etc/a (files[0]) can not both be files",
+        ),
+        (
+            "files:\n- path: /etc/a/b/c\n- path: /etc/a\n".into(),
+            "/etc/a and /etc/a/b/c (files[0]) can not both be files",
+        ),
         (
             "files:\n- path: /etc/shadow\n".into(),
             "denied path \"/etc/shadow*\"",

@@ -66,7 +66,10 @@ impl Sources {
 }
 
 /// Merges the `files` of a source found under `prefix` into `spec`: a path another
-/// source writes too is an error naming both, even with the same content.
+/// source writes too is an error naming both, even with the same content; so is a path
+/// below another item's path (`/etc/a/b` with `/etc/a`), in either order: one of the two
+/// would have to be a directory and a file at once, so no apply could succeed, and the
+/// verifying re-plan blamed "another writer".
 pub(crate) fn merge(
     sources: &mut Sources,
     spec: &mut Vec<FileSpec>,
@@ -81,10 +84,38 @@ pub(crate) fn merge(
                 format!("{} is also written by {other}; give each path once", f.path),
             ));
         }
+        if let Some((file, other)) = nested(sources, &f.path) {
+            return Err(SpecError::new(
+                format!("{src}.path"),
+                format!(
+                    "{} and {file} ({other}) can not both be files: one is a directory \
+                     of the other; give files at paths that do not contain each other",
+                    f.path
+                ),
+            ));
+        }
         sources.0.insert(f.path.clone(), src);
         spec.push(f);
     }
     Ok(())
+}
+
+/// An item of `sources` whose path is a directory above `path`, or below it, and its
+/// source.
+fn nested<'a>(sources: &'a Sources, path: &str) -> Option<(&'a str, &'a str)> {
+    let above = path
+        .match_indices('/')
+        .filter(|(i, _)| *i > 0)
+        .find_map(|(i, _)| sources.0.get_key_value(&path[..i]));
+    let below = || {
+        let dir = format!("{path}/");
+        sources
+            .0
+            .range(dir.clone()..)
+            .next()
+            .filter(|(p, _)| p.starts_with(&dir))
+    };
+    above.or_else(below).map(|(p, s)| (p.as_str(), s.as_str()))
 }
 
 /// The section's part of the canonical hash: `files`, each path with the digest of its
@@ -224,4 +255,29 @@ pub(crate) fn owner_refs(
     }
     let r = |s: &str| (!s.is_empty()).then(|| IdRef::parse(s));
     Ok((r(user), r(group)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_path_containing_another_is_nested() {
+        let mut s = Sources::default();
+        s.0.insert("/etc/a".into(), "files[0]".into());
+        s.0.insert("/etc/x/y/z".into(), "dropins[d].files[0]".into());
+        assert_eq!(nested(&s, "/etc/a/b"), Some(("/etc/a", "files[0]")));
+        assert_eq!(
+            nested(&s, "/etc/x"),
+            Some(("/etc/x/y/z", "dropins[d].files[0]"))
+        );
+        assert_eq!(
+            nested(&s, "/etc/x/y"),
+            Some(("/etc/x/y/z", "dropins[d].files[0]"))
+        );
+        assert_eq!(nested(&s, "/etc"), Some(("/etc/a", "files[0]")));
+        for free in ["/etc/ab", "/etc/a.d/b", "/etc/x/yz", "/etc/b"] {
+            assert_eq!(nested(&s, free), None, "{free}");
+        }
+    }
 }
