@@ -867,3 +867,37 @@ async fn an_oversized_content_length_is_refused_unread() {
         .unwrap();
     assert_eq!(status, 413, "{answer}");
 }
+
+/// A connection to the local socket that never sends a byte is closed after the agent's
+/// deadline (5 s, `UNIX_FIRST_BYTES_TIMEOUT`); it was held until the client went away, and
+/// enough of them used up the agent's descriptors. Clients meanwhile are served.
+#[test]
+fn a_silent_local_connection_is_closed() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let silent: Vec<std::os::unix::net::UnixStream> = (0..20)
+        .map(|_| std::os::unix::net::UnixStream::connect(&node.socket).unwrap())
+        .collect();
+    let out = node.ctl(&["status"]);
+    assert!(
+        out.status.success(),
+        "served meanwhile: {}",
+        common::err(&out)
+    );
+    let t = Instant::now();
+    for mut s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut b = [0u8; 1];
+        let n = s
+            .read(&mut b)
+            .expect("closed by the agent, not timed out here");
+        assert_eq!(n, 0, "the agent sent nothing and closed");
+    }
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_secs(12),
+        "closed after {waited:?}"
+    );
+    let out = node.ctl(&["status"]);
+    assert!(out.status.success(), "{}", common::err(&out));
+}

@@ -131,11 +131,20 @@ pub async fn accept(
     }
 }
 
+/// How long a client of the local socket has, from its connection, to send its first
+/// bytes (the HTTP/2 preface, which a gRPC client writes at once), as TCP clients have
+/// [`crate::tls::HELLO_TIMEOUT`] for their ClientHello: connections that never sent a
+/// byte were held until the client went away, and 24 000 of them used up the agent's
+/// descriptors, after which `inplacectl status` hung.
+pub const UNIX_FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The connections of the local Unix socket as a stream for tonic, accepted with the
 /// same back-off as TCP: a client waiting in the socket's backlog while the descriptor
 /// table is full makes `accept(2)` fail with `EMFILE` at once, and a stream that yields
 /// the error (as `UnixListenerStream` does, which tonic logs and polls again) spins a core
-/// for as long as the table stays full (measured: 3.0 s of CPU in 3 s).
+/// for as long as the table stays full (measured: 3.0 s of CPU in 3 s). A connection is
+/// handed on once it has bytes to read; one with none after
+/// [`UNIX_FIRST_BYTES_TIMEOUT`] is closed.
 pub fn unix_incoming(
     listener: tokio::net::UnixListener,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio::net::UnixStream>> {
@@ -153,12 +162,49 @@ pub fn unix_incoming(
                     continue;
                 }
             };
-            if tx.send(Ok(stream)).await.is_err() {
+            if tx.is_closed() {
                 return;
             }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(UNIX_FIRST_BYTES_TIMEOUT, first_bytes(&stream)).await {
+                    Ok(Ok(())) => {
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "local connection failed before its first bytes")
+                    }
+                    Err(_) => tracing::debug!(
+                        "local connection closed: no bytes within {UNIX_FIRST_BYTES_TIMEOUT:?}"
+                    ),
+                }
+            });
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// Waits until `stream` has bytes to read or its peer closed it, without reading them
+/// (`MSG_PEEK`): tokio's readiness may report a new socket readable before any byte came.
+async fn first_bytes(stream: &tokio::net::UnixStream) -> std::io::Result<()> {
+    use std::os::fd::AsFd as _;
+    loop {
+        stream.readable().await?;
+        let peeked = stream.try_io(tokio::io::Interest::READABLE, || {
+            let mut b = [0u8; 1];
+            rustix::net::recv(
+                stream.as_fd(),
+                &mut b,
+                rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+            )
+            .map_err(std::io::Error::from)
+        });
+        match peeked {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns (soft, hard) afterwards.
