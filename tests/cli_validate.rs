@@ -46,7 +46,14 @@ fn a_valid_spec_passes_without_an_agent() {
 #[test]
 fn errors_name_the_field_and_the_fix_exit_2() {
     let dir = common::tempdir();
+    // maps nested deeper than the agent decodes (it refuses them on the wire)
+    let mut deep = String::from("kubelet:\n  config:\n");
+    for i in 0..30 {
+        deep.push_str(&format!("{}k{i}:\n", "  ".repeat(i + 2)));
+    }
+    deep.push_str(&format!("{}x: 1\n", "  ".repeat(32)));
     for (yaml, field, fix) in [
+        (deep.as_str(), "kubelet.config", "over the limit of 24"),
         (
             "kernelArgs: [console=ttyS1,115200n8]\n",
             "kernelArgs[1]",

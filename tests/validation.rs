@@ -303,6 +303,18 @@ fn hostile() -> Vec<(String, &'static str)> {
         ("files:\n- path: ../etc/shadow\n".into(), "is relative"),
         ("files:\n- path: /etc/./shadow\n".into(), "not normalized"),
         ("files:\n- path: /etc//passwd\n".into(), "not normalized"),
+        // a KubeletConfiguration nested deeper than the decoder may go (it was INTERNAL)
+        (
+            {
+                let mut y = String::from("kubelet:\n  config:\n");
+                for i in 0..30 {
+                    y.push_str(&format!("{}k{i}:\n", "  ".repeat(i + 2)));
+                }
+                y.push_str(&format!("{}x: 1\n", "  ".repeat(32)));
+                y
+            },
+            "desired.kubelet.config: maps and lists nested",
+        ),
         // one item's path a directory above another's: no apply could write both
         (
             "files:\n- path: /etc/a\n  content: \"1\"\n- path: /etc/a/b\n  content: \"2\"\n".into(),

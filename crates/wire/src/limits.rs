@@ -58,7 +58,15 @@ pub struct Counts {
     pub files: usize,
     /// Every field occurrence below the NodeSpec.
     pub elements: usize,
+    /// The deepest nesting of maps and lists in `kubelet.config` (a map of scalars is 1).
+    pub config_depth: usize,
 }
+
+/// Deepest nesting of maps and lists a `kubelet.config` may have. prost refuses a message
+/// nested more than 100 messages deep (its recursion limit), which a map in `config` costs
+/// three of (`Struct`, its entry, `Value`): 32 levels came back as an `INTERNAL` decoding
+/// error that never named the field. A KubeletConfiguration nests three levels at most.
+pub const MAX_CONFIG_DEPTH: usize = 24;
 
 /// Message types of the NodeSpec schema the walk descends into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,11 +110,14 @@ fn varint(b: &mut &[u8]) -> Option<u64> {
 /// bytes end the walk: prost then reports them.
 pub fn count(buf: &[u8]) -> Counts {
     let mut c = Counts::default();
-    walk(buf, Kind::Request, 0, &mut c);
+    walk(buf, Kind::Request, 0, 0, &mut c);
     c
 }
 
-fn walk(mut b: &[u8], kind: Kind, depth: usize, c: &mut Counts) {
+/// Walks the message `b` of type `kind`, `depth` messages below the request and `levels`
+/// maps and lists deep in `kubelet.config`.
+fn walk(mut b: &[u8], kind: Kind, depth: usize, levels: usize, c: &mut Counts) {
+    c.config_depth = c.config_depth.max(levels);
     if depth > MAX_DEPTH {
         return;
     }
@@ -134,7 +145,8 @@ fn walk(mut b: &[u8], kind: Kind, depth: usize, c: &mut Counts) {
                 };
                 b = &b[body.len()..];
                 if let Some(k) = child(kind, n) {
-                    walk(body, k, depth + 1, c);
+                    let levels = levels + usize::from(matches!(k, Kind::Struct | Kind::ListValue));
+                    walk(body, k, depth + 1, levels, c);
                 }
             }
             _ => return,
@@ -149,6 +161,12 @@ pub fn check(c: Counts, l: WireLimits) -> Result<(), Status> {
         return Err(Status::invalid_argument(format!(
             "desired.files: {} files, over the limit of {} (policy.max_files); split the spec or raise the limit",
             c.files, l.max_files
+        )));
+    }
+    if c.config_depth > MAX_CONFIG_DEPTH {
+        return Err(Status::invalid_argument(format!(
+            "desired.kubelet.config: maps and lists nested {} levels deep, over the limit of {MAX_CONFIG_DEPTH}; a KubeletConfiguration nests a few levels, so give its fields as the kubelet documents them",
+            c.config_depth
         )));
     }
     if c.elements > l.max_elements {
@@ -306,6 +324,7 @@ mod tests {
             Counts {
                 files: 3,
                 elements: 3,
+                ..Counts::default()
             },
             l,
         )
@@ -316,6 +335,7 @@ mod tests {
             Counts {
                 files: 1,
                 elements: 11,
+                ..Counts::default()
             },
             l,
         )
@@ -329,10 +349,76 @@ mod tests {
             Counts {
                 files: 2,
                 elements: 10,
+                ..Counts::default()
             },
             l,
         )
         .unwrap();
+    }
+
+    /// `kubelet.config` of maps `levels` deep, with a list at the bottom when `list`.
+    fn nested_config(levels: usize, list: bool) -> pb::NodeSpec {
+        let mut v = if list {
+            pbjson_types::Value {
+                kind: Some(pbjson_types::value::Kind::ListValue(
+                    pbjson_types::ListValue {
+                        values: vec![pbjson_types::Value::default()],
+                    },
+                )),
+            }
+        } else {
+            pbjson_types::Value::default()
+        };
+        for _ in 1..levels {
+            v = pbjson_types::Value {
+                kind: Some(pbjson_types::value::Kind::StructValue(
+                    pbjson_types::Struct {
+                        fields: [("k".to_string(), v)].into(),
+                    },
+                )),
+            };
+        }
+        pb::NodeSpec {
+            kubelet: Some(pb::Kubelet {
+                config: Some(pbjson_types::Struct {
+                    fields: [("k".to_string(), v)].into(),
+                }),
+                flags: Default::default(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn config_nesting_is_refused_before_the_decoder_would_fail() {
+        assert_eq!(count(&spec_bytes(nested_config(1, false))).config_depth, 1);
+        assert_eq!(count(&spec_bytes(nested_config(3, true))).config_depth, 4);
+        let l = WireLimits {
+            max_files: 1000,
+            max_elements: 200_000,
+        };
+        // the deepest allowed still decodes
+        let ok = spec_bytes(nested_config(MAX_CONFIG_DEPTH, false));
+        check(count(&ok), l).unwrap();
+        pb::GetCoverageRequest::decode(ok.as_slice()).unwrap();
+        // one deeper is refused naming the field, with maps or a list at the bottom
+        for list in [false, true] {
+            let levels = MAX_CONFIG_DEPTH + 1 - usize::from(list);
+            let e = check(count(&spec_bytes(nested_config(levels, list))), l).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(
+                e.message().starts_with(&format!(
+                    "desired.kubelet.config: maps and lists nested {} levels deep, over the limit of {MAX_CONFIG_DEPTH}",
+                    MAX_CONFIG_DEPTH + 1
+                )),
+                "{}",
+                e.message()
+            );
+        }
+        // what prost refuses is refused here first
+        let deep = spec_bytes(nested_config(40, false));
+        assert!(pb::GetCoverageRequest::decode(deep.as_slice()).is_err());
+        assert!(check(count(&deep), l).is_err());
     }
 
     #[test]

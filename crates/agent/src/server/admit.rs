@@ -287,6 +287,7 @@ mod tests {
         let c = Counts {
             files: 0,
             elements: 199_000,
+            ..Counts::default()
         };
         let cost = planning_cost(c, 3_200_000);
         assert!(cost > 280 << 20 && cost < 384 << 20, "{}", cost >> 20);

@@ -40,7 +40,19 @@ pub(crate) fn from_pb(p: Option<&pb::Kubelet>) -> Result<KubeletSpec, SpecError>
         return Ok(KubeletSpec { config, flags });
     };
     if let Some(cfg) = &k.config {
-        let serde_json::Value::Object(map) = struct_to_json(cfg) else {
+        let json = struct_to_json(cfg);
+        let depth = json_depth(&json);
+        if depth > inplace_wire::limits::MAX_CONFIG_DEPTH {
+            // the agent refuses it on the wire, before decoding (inplace_wire::limits)
+            return Err(SpecError::new(
+                "kubelet.config",
+                format!(
+                    "maps and lists nested {depth} levels deep, over the limit of {}; a KubeletConfiguration nests a few levels, so give its fields as the kubelet documents them",
+                    inplace_wire::limits::MAX_CONFIG_DEPTH
+                ),
+            ));
+        }
+        let serde_json::Value::Object(map) = json else {
             return Err(SpecError::new("kubelet.config", "must be a mapping"));
         };
         for key in ["apiVersion", "kind"] {
@@ -62,6 +74,16 @@ pub(crate) fn from_pb(p: Option<&pb::Kubelet>) -> Result<KubeletSpec, SpecError>
         flags.insert(name.clone(), value.clone());
     }
     Ok(KubeletSpec { config, flags })
+}
+
+/// How many maps and lists deep `v` nests (a scalar 0, a map of scalars 1), counted as
+/// [`inplace_wire::limits::count`] counts them on the wire.
+fn json_depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Object(m) => 1 + m.values().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// Merges the `kubelet` of a source found under `prefix` into `spec`: the config leaf by
