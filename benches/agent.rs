@@ -1019,15 +1019,12 @@ async fn run(quick: bool, n: Counts) {
         fb.push(plain_hash(&paths));
         tb.push(timed_coverage(&mut c, &big).await);
     }
-    let (bp50, bp99) = (pct(&tb, 50.0), pct(&tb, 99.0));
-    let (fp50, fp99) = (pct(&fb, 50.0), pct(&fb, 99.0));
-    rep.fig("coverage_1000_files_p50", us(bp50), "us");
-    rep.fig("coverage_1000_files_p99", us(bp99), "us");
-    rep.fig("coverage_1000_files_calls", tb.len() as f64, "calls");
-    rep.floor("floor_read_hash_1000_files_p50", us(fp50), "us");
-    rep.floor("floor_read_hash_1000_files_p99", us(fp99), "us");
-    rep.ratio("ratio_coverage_1000_files_p50_vs_floor", us(bp50), us(fp50));
-    rep.ratio("ratio_coverage_1000_files_p99_vs_floor", us(bp99), us(fp99));
+    latency_against_floor(
+        &mut rep,
+        ("coverage_1000_files", &tb),
+        ("read_hash_1000_files", &fb),
+        "floor",
+    );
     // the same after a change: one of the files rewritten (same content) before each
     // call, so the answer is computed afresh, not kept (crates/agent/src/apply/kept.rs)
     let (mut tk, mut fk) = (Vec::new(), Vec::new());
@@ -1150,15 +1147,26 @@ async fn coverage_example(
         te.push(timed_health(h).await);
         tc.push(timed_coverage(c, example_spec).await);
     }
-    let (cp50, cp99) = (pct(&tc, 50.0), pct(&tc, 99.0));
-    let (ep50, ep99) = (pct(&te, 50.0), pct(&te, 99.0));
-    rep.fig("coverage_example_p50", us(cp50), "us");
-    rep.fig("coverage_example_p99", us(cp99), "us");
-    rep.fig("coverage_example_calls", tc.len() as f64, "calls");
-    rep.floor("floor_empty_call_p50", us(ep50), "us");
-    rep.floor("floor_empty_call_p99", us(ep99), "us");
-    rep.ratio("ratio_coverage_example_p50_vs_empty", us(cp50), us(ep50));
-    rep.ratio("ratio_coverage_example_p99_vs_empty", us(cp99), us(ep99));
+    latency_against_floor(rep, ("coverage_example", &tc), ("empty_call", &te), "empty");
+}
+
+/// The p50 and p99 of `xs` (`<what>_p50`, `<what>_p99`, `<what>_calls`) and of its floor
+/// `ys` (`floor_<floor>_p50`, `_p99`), and their ratios (`ratio_<what>_p50_vs_<vs>`, `_p99`).
+fn latency_against_floor(
+    rep: &mut Report,
+    (what, xs): (&str, &[Duration]),
+    (floor, ys): (&str, &[Duration]),
+    vs: &str,
+) {
+    let (x50, x99) = (pct(xs, 50.0), pct(xs, 99.0));
+    let (y50, y99) = (pct(ys, 50.0), pct(ys, 99.0));
+    rep.fig(&format!("{what}_p50"), us(x50), "us");
+    rep.fig(&format!("{what}_p99"), us(x99), "us");
+    rep.fig(&format!("{what}_calls"), xs.len() as f64, "calls");
+    rep.floor(&format!("floor_{floor}_p50"), us(y50), "us");
+    rep.floor(&format!("floor_{floor}_p99"), us(y99), "us");
+    rep.ratio(&format!("ratio_{what}_p50_vs_{vs}"), us(x50), us(y50));
+    rep.ratio(&format!("ratio_{what}_p99_vs_{vs}"), us(x99), us(y99));
 }
 
 /// The apply section on daemon A: 200-file applies and their removals against the plain
