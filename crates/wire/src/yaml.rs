@@ -243,7 +243,7 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
         // No source snippet in the error: a drop-in or spec file may hold secrets, and
         // errors reach logs, status problems and CAPI messages. Line and column stay.
         serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
-            .map_err(|e| SpecError::new("spec", e.to_string()))?
+            .map_err(|e| SpecError::new("spec", yaml_error(&e)))?
     };
     let mut out = pb::NodeSpec::default();
     for (i, f) in y.files.into_iter().enumerate() {
@@ -267,6 +267,37 @@ pub fn parse(text: &str) -> Result<pb::NodeSpec, SpecError> {
         })
         .collect();
     Ok(out)
+}
+
+/// serde-saphyr's message for `e`, except for its reader's resource budget, whose message
+/// is the breach's debug form (`budget breached: Nodes { nodes: 250001 }`, seen from an
+/// alias bomb in a drop-in): that one is worded as a refusal with its fix.
+fn yaml_error(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::budget::BudgetBreach as B;
+    // the breach may come wrapped with the alias's places, or a snippet
+    let mut inner = e;
+    while let serde_saphyr::Error::AliasError { error, .. }
+    | serde_saphyr::Error::WithSnippet { error, .. } = inner
+    {
+        inner = error;
+    }
+    let serde_saphyr::Error::Budget { breach, location } = inner else {
+        return e.to_string();
+    };
+    let what = match breach {
+        B::Nodes { nodes } => format!("{nodes} nodes"),
+        B::Aliases { aliases } => format!("{aliases} aliases"),
+        B::Anchors { anchors } => format!("{anchors} anchors"),
+        B::Events { events } => format!("{events} parser events"),
+        B::Depth { depth } => format!("nesting {depth} levels deep"),
+        B::Documents { documents } => format!("{documents} documents"),
+        other => format!("{other:?}"),
+    };
+    format!(
+        "over the YAML reader's limits at line {}, column {}: {what}, counting every use of an alias as a copy; write the values out once, or split the spec",
+        location.line(),
+        location.column()
+    )
 }
 
 /// One `files[i]` item of the file form (`field` names it in errors): content from
@@ -352,6 +383,31 @@ fn kubelet(k: YamlKubelet) -> Result<pb::Kubelet, SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_alias_bomb_is_refused_with_words_not_the_readers_debug_form() {
+        // each level nine copies of the one before: 9^9 nodes once expanded
+        let mut y = String::from("kubelet:\n  config:\n    a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let p = format!("*a{}", i - 1);
+            y.push_str(&format!("    a{i}: &a{i} [{}]\n", vec![p; 9].join(", ")));
+        }
+        let e = parse(&y).unwrap_err();
+        assert_eq!(e.field, "spec");
+        assert!(
+            e.message
+                .starts_with("over the YAML reader's limits at line "),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message
+                .ends_with("write the values out once, or split the spec"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("budget breached"), "{}", e.message);
+    }
 
     #[test]
     fn quoted_modes() {
