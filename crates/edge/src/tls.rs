@@ -670,6 +670,7 @@ async fn connect(
 #[cfg(test)]
 mod tests {
     use super::CertNames;
+    use crate::listener::IdentityKind;
 
     #[test]
     fn a_refused_pair_is_worded_by_its_reason() {
@@ -699,7 +700,6 @@ mod tests {
             "{v1}"
         );
     }
-    use crate::listener::IdentityKind;
 
     fn names(uris: &[&str], dns: &[&str], cns: &[&str]) -> CertNames {
         let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();

@@ -68,6 +68,17 @@ pub struct Counts {
 /// error that never named the field. A KubeletConfiguration nests three levels at most.
 pub const MAX_CONFIG_DEPTH: usize = 24;
 
+/// Why a `kubelet.config` nested `depth` maps and lists deep is refused, with the fix; None
+/// within [`MAX_CONFIG_DEPTH`]. The wire check and the spec's validation (`inplacectl
+/// validate`) both word it so, each with its own field name in front.
+pub fn config_too_deep(depth: usize) -> Option<String> {
+    (depth > MAX_CONFIG_DEPTH).then(|| {
+        format!(
+            "maps and lists nested {depth} levels deep, over the limit of {MAX_CONFIG_DEPTH}; a KubeletConfiguration nests a few levels, so give its fields as the kubelet documents them"
+        )
+    })
+}
+
 /// Message types of the NodeSpec schema the walk descends into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -163,10 +174,9 @@ pub fn check(c: Counts, l: WireLimits) -> Result<(), Status> {
             c.files, l.max_files
         )));
     }
-    if c.config_depth > MAX_CONFIG_DEPTH {
+    if let Some(why) = config_too_deep(c.config_depth) {
         return Err(Status::invalid_argument(format!(
-            "desired.kubelet.config: maps and lists nested {} levels deep, over the limit of {MAX_CONFIG_DEPTH}; a KubeletConfiguration nests a few levels, so give its fields as the kubelet documents them",
-            c.config_depth
+            "desired.kubelet.config: {why}"
         )));
     }
     if c.elements > l.max_elements {

@@ -41,16 +41,9 @@ pub(crate) fn from_pb(p: Option<&pb::Kubelet>) -> Result<KubeletSpec, SpecError>
     };
     if let Some(cfg) = &k.config {
         let json = struct_to_json(cfg);
-        let depth = json_depth(&json);
-        if depth > inplace_wire::limits::MAX_CONFIG_DEPTH {
-            // the agent refuses it on the wire, before decoding (inplace_wire::limits)
-            return Err(SpecError::new(
-                "kubelet.config",
-                format!(
-                    "maps and lists nested {depth} levels deep, over the limit of {}; a KubeletConfiguration nests a few levels, so give its fields as the kubelet documents them",
-                    inplace_wire::limits::MAX_CONFIG_DEPTH
-                ),
-            ));
+        // the agent refuses it on the wire, before decoding (inplace_wire::limits)
+        if let Some(why) = inplace_wire::limits::config_too_deep(json_depth(&json)) {
+            return Err(SpecError::new("kubelet.config", why));
         }
         let serde_json::Value::Object(map) = json else {
             return Err(SpecError::new("kubelet.config", "must be a mapping"));
