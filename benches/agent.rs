@@ -96,6 +96,20 @@ fn example(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// The example spec the coverage figures and the memory clients call with
+/// (`examples/specs/kubelet-and-sysctl.yaml`: 2 changes, fully covered on the example node).
+fn example_spec() -> pb::NodeSpec {
+    inplace_wire::yaml::parse(
+        &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The environment variable `name` parsed, when set and valid (the `BENCH_*` knobs).
+fn env_knob<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 /// A temp copy of examples/node and a daemon on it.
 struct Daemon {
     dir: tempfile::TempDir,
@@ -822,22 +836,12 @@ async fn run(quick: bool, n: Counts) {
         note(format!("binary {} quick={quick}", daemon_binary()));
         let mut cov = Daemon::new("cov");
         cov.start().await;
-        let idle = std::env::var("BENCH_IDLE_S")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(5);
+        let idle = env_knob("BENCH_IDLE_S").unwrap_or(5);
         tokio::time::sleep(Duration::from_secs(idle)).await;
-        let calls = std::env::var("BENCH_EXAMPLE_CALLS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(n.example_calls);
+        let calls = env_knob("BENCH_EXAMPLE_CALLS").unwrap_or(n.example_calls);
         let ch = inplace_edge::client::channel(&cov.socket).await.unwrap();
         let (mut c, mut h) = (NodeAgentClient::new(ch.clone()), HealthClient::new(ch));
-        let spec = inplace_wire::yaml::parse(
-            &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
-        )
-        .unwrap();
-        coverage_example(&mut rep, &mut c, &mut h, &spec, calls).await;
+        coverage_example(&mut rep, &mut c, &mut h, &example_spec(), calls).await;
         cov.stop().await;
         for l in &rep.tail {
             println!("{l}");
@@ -848,10 +852,7 @@ async fn run(quick: bool, n: Counts) {
         note(format!("binary {} quick={quick}", daemon_binary()));
         // more 1-file applies for a steadier CPU figure or a profile of them
         let mut n = n;
-        if let Some(reps) = std::env::var("BENCH_APPLY_REPS_1")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
+        if let Some(reps) = env_knob("BENCH_APPLY_REPS_1") {
             n.apply_reps_1 = reps;
         }
         let mut app = Daemon::new("apply");
@@ -948,10 +949,7 @@ async fn run(quick: bool, n: Counts) {
     let ch = inplace_edge::client::channel(&cov.socket).await.unwrap();
     let mut c = NodeAgentClient::new(ch.clone());
     let mut h = HealthClient::new(ch.clone());
-    let example_spec = inplace_wire::yaml::parse(
-        &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
-    )
-    .unwrap();
+    let example_spec = example_spec();
     coverage_example(&mut rep, &mut c, &mut h, &example_spec, n.example_calls).await;
 
     // ---- 3. memory after N coverage calls of the example spec
@@ -1117,9 +1115,6 @@ async fn run(quick: bool, n: Counts) {
     }
 }
 
-// ------------------------------------------------------------------------------------------
-// 6. Memory under operations (issue 16 section 1)
-
 /// Coverage latency of `spec` (the example) against an empty call (`Health/Check`),
 /// interleaved: 100 warm-up pairs, then `calls` pairs; p50 and p99 of each and their
 /// ratios. Run alone, on a fresh daemon idle for `BENCH_IDLE_S` seconds (default 5),
@@ -1168,6 +1163,9 @@ fn latency_against_floor(
     rep.ratio(&format!("ratio_{what}_p50_vs_{vs}"), us(x50), us(y50));
     rep.ratio(&format!("ratio_{what}_p99_vs_{vs}"), us(x99), us(y99));
 }
+
+// ------------------------------------------------------------------------------------------
+// 6. Memory under operations (issue 16 section 1)
 
 /// The apply section on daemon A: 200-file applies and their removals against the plain
 /// loops, 1-file applies with the daemon's CPU, the fsyncs of one operation. Alone with
@@ -1348,10 +1346,7 @@ async fn memory_under_operations(quick: bool, rep: &mut Report) {
     note(format!(
         "memory: {ops} operations done; {window:?} of coverage clients and operations"
     ));
-    let example_spec = inplace_wire::yaml::parse(
-        &std::fs::read_to_string(example("specs/kubelet-and-sysctl.yaml")).unwrap(),
-    )
-    .unwrap();
+    let example_spec = example_spec();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut clients = Vec::new();
     for _ in 0..8 {

@@ -98,10 +98,7 @@ pub(crate) async fn coverage_full(
 /// [`coverage_full`] with [`BLOCKS`] pairs of blocks (4 quick, or `BENCH_COVERAGE_BLOCKS`);
 /// then the same with a daemon that keeps no answer.
 pub(crate) async fn only(rep: &mut Report, quick: bool) {
-    let blocks = std::env::var("BENCH_COVERAGE_BLOCKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 4 } else { BLOCKS });
+    let blocks = env_knob("BENCH_COVERAGE_BLOCKS").unwrap_or(if quick { 4 } else { BLOCKS });
     for (what, keep) in [("full", "1"), ("full_computed", "0")] {
         let mut d = Daemon::new("covfull");
         d.env.push(("INPLACED_KEEP_COVERAGE".into(), keep.into()));
