@@ -194,8 +194,162 @@ async fn a_truncated_record_is_moved_aside_and_named_in_status() {
                 .starts_with("applied.json.corrupt-")
         });
     assert!(moved);
+    // the record said max-pods was the node's 200 before inplaced: with it lost, an
+    // apply would take inplaced's 250 as the node's own; refused, nothing changed
+    let flags = node.root.join("var/lib/kubelet/kubeadm-flags.env");
+    let before = std::fs::read(&flags).unwrap();
     let op = apply(&node, "kubelet:\n  flags:\n    max-pods: \"300\"\n", "two").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
+    assert!(
+        op.message.contains("applied.json.corrupt-")
+            && op.message.contains("kubelet.flags[max-pods]")
+            && op.message.contains("nothing was changed"),
+        "{}",
+        op.message
+    );
+    assert_eq!(std::fs::read(&flags).unwrap(), before);
+}
+
+/// The class of the test above for files, and for an apply that drops the item: with
+/// the record lost, a file's saved original is known to no record. Re-applying the spec
+/// would take inplaced's content as the node's own (`Unchanged`: a later drop keeps it);
+/// dropping it would leave inplaced's content and report the node as asked. Both are
+/// refused naming the item, its saved original and the quarantined record, at every
+/// start until the record is removed; then the apply runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let target = node.root.join("etc/hostname");
+    let original = std::fs::read(&target).unwrap();
+    let spec = "files:\n- path: /etc/hostname\n  content: \"managed\\n\"\n";
+    node.start();
+    assert_eq!(
+        apply(&node, spec, "one").await.phase,
+        Phase::Succeeded as i32
+    );
+    // a start installs one's record and removes its commit
+    node.stop();
+    node.start();
+    node.stop();
+    assert!(!node.state.join("journal/one.commit").exists());
+    std::fs::write(node.state.join("applied.json"), b"{\"specHash\": ").unwrap();
+    node.start();
+    let mut failed = Vec::new();
+    for (id, spec) in [("again", spec), ("drop", "{}\n")] {
+        let op = apply(&node, spec, id).await;
+        assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
+        for part in [
+            "applied.json.corrupt-",
+            "files[/etc/hostname] (its original is saved as ",
+            "remove ",
+            "nothing was changed",
+        ] {
+            assert!(
+                op.message.contains(part),
+                "{id}: {part:?} in {}",
+                op.message
+            );
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"managed\n");
+        failed.push(op.message);
+    }
+    // said at the next start too, naming the quarantined record
+    node.stop();
+    node.start();
+    let s = status(&node).await;
+    let quarantined: Vec<_> = std::fs::read_dir(&node.state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("applied.json.corrupt-")
+        })
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(quarantined.len(), 1);
+    let named = quarantined[0].display().to_string();
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.contains(&named) && p.contains("no apply runs")),
+        "{:?}",
+        s.problems
+    );
+    // the administrator puts the original back and removes the record: the drop runs
+    std::fs::write(&target, &original).unwrap();
+    std::fs::remove_file(&quarantined[0]).unwrap();
+    let op = apply(&node, "{}\n", "after").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
+    assert_eq!(std::fs::read(&target).unwrap(), original);
+}
+
+/// The same for a record that is gone rather than damaged: `applied.json` removed while
+/// `applied-spec.pb` names the items. The start leaves a marker, which refuses applies
+/// as a quarantined record does, until it is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    let spec = "sysctls:\n  vm.swappiness: \"10\"\n";
+    assert_eq!(
+        apply(&node, spec, "one").await.phase,
+        Phase::Succeeded as i32
+    );
+    node.stop();
+    node.start();
+    node.stop();
+    std::fs::remove_file(node.state.join("applied.json")).unwrap();
+    node.start();
+    let s = status(&node).await;
+    let marker = |n: &str| n.starts_with("applied.json.missing-");
+    let markers: Vec<_> = std::fs::read_dir(&node.state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| marker(&e.file_name().to_string_lossy()))
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(markers.len(), 1, "{:?}", s.problems);
+    let named = markers[0].display().to_string();
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.contains(&named) && p.contains("is missing")),
+        "{:?}",
+        s.problems
+    );
+    let op = apply(&node, spec, "again").await;
+    assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
+    assert!(
+        op.message.contains("sysctls[vm.swappiness]") && op.message.contains(&named),
+        "{}",
+        op.message
+    );
+    // a start that finds the marker says it again and writes no second one
+    node.stop();
+    node.start();
+    let s = status(&node).await;
+    assert!(
+        s.problems.iter().any(|p| p.contains(&named)),
+        "{:?}",
+        s.problems
+    );
+    let count = std::fs::read_dir(&node.state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| marker(&e.file_name().to_string_lossy()))
+        .count();
+    assert_eq!(count, 1);
+    std::fs::remove_file(&markers[0]).unwrap();
+    assert_eq!(
+        apply(&node, spec, "after").await.phase,
+        Phase::Succeeded as i32
+    );
+    let left = std::fs::read_dir(&node.state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| marker(&e.file_name().to_string_lossy()));
+    assert!(!left);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

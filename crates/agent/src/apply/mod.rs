@@ -382,6 +382,15 @@ impl Agent {
         let (_, problem) = state.load_record_or_quarantine()?;
         let quarantined = problem.is_some();
         let mut problems: Vec<String> = problem.into_iter().collect();
+        // one moved aside by an earlier start refuses applies until it is removed
+        // (StateDir::check_record_claims): said at every start, not only at the first
+        for r in state.quarantined_records() {
+            if !problems.iter().any(|p| p.contains(&r)) {
+                problems.push(format!(
+                    "{r}: left by an earlier start that found the applied record damaged or missing; no apply runs until you check the items inplaced managed (an apply's refusal names them) and remove it"
+                ));
+            }
+        }
         problems.extend(stale.map(|e| format!("removing temporary files: {e}")));
         let agent = Arc::new(Agent {
             root,

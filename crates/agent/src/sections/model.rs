@@ -121,6 +121,64 @@ impl NodeSpec {
         })
     }
 
+    /// The id of every item the spec sets, as its changes are named
+    /// ([`inplace_wire::ids::ChangeId`]): `files[<path>]`, `kubelet.flags[<name>]`,
+    /// `kubelet.config.<leaf>` (each leaf: a value that is not an object),
+    /// `kernelArgs[<key>]`, `sysctls[<key>]`, `ntp`, `kubernetes.version`. For comparing
+    /// two specs item by item (a quarantined record's claims,
+    /// [`crate::state::StateDir::check_record_claims`]).
+    pub fn item_ids(&self) -> std::collections::BTreeSet<String> {
+        use inplace_wire::ids::ChangeId;
+        fn leaves(v: &serde_json::Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+            match v {
+                serde_json::Value::Object(m) if !m.is_empty() => {
+                    for (k, v) in m {
+                        path.push(k.clone());
+                        leaves(v, path, out);
+                        path.pop();
+                    }
+                }
+                _ => out.push(path.clone()),
+            }
+        }
+        let mut config = Vec::new();
+        if let Some(c) = &self.kubelet.config {
+            leaves(
+                &serde_json::Value::Object(c.clone()),
+                &mut Vec::new(),
+                &mut config,
+            );
+        }
+        let arg_key = |a: &String| {
+            inplace_formats::cmdline::Arg::parse_one(a)
+                .map(|a| a.key().to_string())
+                .unwrap_or_else(|_| a.clone())
+        };
+        let ids = self.files.iter().map(|f| ChangeId::File(f.path.clone()));
+        let ids = ids.chain(
+            self.kubelet
+                .flags
+                .keys()
+                .cloned()
+                .map(ChangeId::KubeletFlag),
+        );
+        let ids = ids.chain(config.into_iter().map(ChangeId::KubeletConfig));
+        let ids = ids.chain(
+            self.kernel_args
+                .iter()
+                .map(arg_key)
+                .map(ChangeId::KernelArg),
+        );
+        let ids = ids.chain(self.sysctls.keys().cloned().map(ChangeId::Sysctl));
+        let ids = ids.chain(self.ntp.is_some().then_some(ChangeId::Ntp));
+        let ids = ids.chain(
+            self.kubernetes
+                .is_some()
+                .then_some(ChangeId::KubernetesVersion),
+        );
+        ids.map(|i| i.to_string()).collect()
+    }
+
     /// `sha256:<hex>` over a canonical JSON encoding ([`crate::spec::hash_of`]: object
     /// keys sorted, file content hashed), so equal specs hash equally whatever their YAML
     /// or map order. Each section adds its part; the parts of the sections added later

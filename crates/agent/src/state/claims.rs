@@ -35,6 +35,7 @@
 use std::collections::BTreeMap;
 
 use super::{AppliedRecord, Intent, Original, StateDir, StateError};
+use inplace_wire::ids::ChangeId;
 
 /// A quarantined journal as the claims check reads it.
 #[derive(Debug)]
@@ -159,5 +160,106 @@ impl StateDir {
         } else {
             Err(StateError::Unvouched(refused.join("; ")))
         }
+    }
+}
+
+/// At most this many items are named in a refusal of [`StateDir::check_record_claims`];
+/// the rest are counted.
+const NAMED_ITEMS: usize = 20;
+
+impl StateDir {
+    /// The applied records moved aside as `applied.json.corrupt-<unix seconds>`, and
+    /// the markers of a record found missing, `applied.json.missing-<unix seconds>`
+    /// ([`StateDir::load_record_or_quarantine`]), full paths, sorted.
+    pub fn quarantined_records(&self) -> Vec<String> {
+        let mut out: Vec<String> = std::fs::read_dir(&self.path)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                n.starts_with("applied.json.corrupt-") || n.starts_with("applied.json.missing-")
+            })
+            .map(|n| self.full(&format!("/{n}")))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Refuses every apply while an applied record is quarantined and something says
+    /// inplaced managed items before (the module docs' rule, for a lost record rather
+    /// than a lost journal). The record was the only account of what each managed item
+    /// was before inplaced changed it (a file's saved original or its absence, a
+    /// sysctl's or kubelet field's prior value, which kernel arguments it added): an
+    /// apply that keeps such an item would record the node's value now, possibly
+    /// inplaced's own, as that "before", and one that drops it has nothing to put back
+    /// (and reports the node as it asked). What says so: the spec applied last
+    /// (`ids_of` gives its item ids), or originals saved before a first overwrite still
+    /// in `originals/`. `desired`: the ids of the items the apply sets (the items in
+    /// doubt when the applied spec can not be read). The administrator's word that the node's values are its own is removing the
+    /// quarantined record. Nothing is read when none is quarantined.
+    pub fn check_record_claims(
+        &self,
+        desired: &std::collections::BTreeSet<String>,
+        ids_of: impl FnOnce(
+            &inplace_wire::pb::NodeSpec,
+        ) -> Result<std::collections::BTreeSet<String>, String>,
+    ) -> Result<(), StateError> {
+        let quarantined = self.quarantined_records();
+        let Some(record) = quarantined.last() else {
+            return Ok(());
+        };
+        let spec_file = self.full("/applied-spec.pb");
+        let applied = match self.load_applied_spec() {
+            Ok(Some(s)) => ids_of(&s).map_err(|e| format!("{spec_file} does not validate: {e}")),
+            Ok(None) => Ok(Default::default()),
+            Err(e) => Err(e.to_string()),
+        };
+        let mut doubt: Vec<String> = match &applied {
+            Ok(ids) => ids.iter().cloned().collect(),
+            Err(_) => desired.iter().cloned().collect(),
+        };
+        let originals = self.full("/originals");
+        let mut saved: std::collections::BTreeSet<String> = std::fs::read_dir(&originals)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        for d in doubt.iter_mut() {
+            let Ok(ChangeId::File(path)) = ChangeId::parse(d) else {
+                continue;
+            };
+            let name = super::backup_name(&path);
+            if saved.remove(&name) {
+                d.push_str(&format!(" (its original is saved as {originals}/{name})"));
+            }
+        }
+        if !saved.is_empty() {
+            doubt.push(format!(
+                "{} more original(s) saved in {originals}",
+                saved.len()
+            ));
+        }
+        if doubt.is_empty() {
+            return Ok(());
+        }
+        let more = doubt.len().saturating_sub(NAMED_ITEMS);
+        doubt.truncate(NAMED_ITEMS);
+        let mut named = doubt.join(", ");
+        if more > 0 {
+            named.push_str(&format!(" and {more} more"));
+        }
+        let source = match applied {
+            Ok(_) => format!(
+                "what inplaced managed (the spec applied last, {spec_file}, and saved originals)"
+            ),
+            Err(e) => format!(
+                "what inplaced managed can not be told ({e}); in doubt are this spec's items"
+            ),
+        };
+        Err(StateError::Unvouched(format!(
+            "the applied record was quarantined ({record}): it was the only account of what each item inplaced managed was like before inplaced changed it, so no apply runs until that is settled; {source}: {named}; check each (put back what the node should have: a saved original holds a file's content before inplaced first wrote it, named by the SHA-256 of the file's path), then remove {record} and apply again: inplaced then takes what the node has as its own"
+        )))
     }
 }

@@ -583,7 +583,10 @@ impl StateDir {
         match self.load_installed_record() {
             // a commit that does not verify is the start's recovery to quarantine and
             // report (it runs after this): not a reason to refuse to start
-            Ok(_) => Ok((self.load_record_reporting()?.0, None)),
+            Ok(_) => {
+                let why = self.mark_missing_record()?;
+                Ok((self.load_record_reporting()?.0, why))
+            }
             Err(StateError::Corrupt { message, .. }) => {
                 if let Ok(Some(c)) = self.pending_commit() {
                     let why = format!(
@@ -607,14 +610,47 @@ impl StateDir {
                 Ok((
                     AppliedRecord::default(),
                     Some(format!(
-                        "{} did not parse ({message}); moved to {} and started from an empty applied record: items applied before are no longer managed until applied again",
+                        "{} did not parse ({message}); moved to {} and started from an empty applied record: what each item inplaced managed was like before it is lost, so no apply runs until you check those items (an apply's refusal names them) and remove {}",
                         from.display(),
+                        to.display(),
                         to.display()
                     )),
                 ))
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// A record lost without a trace: `applied.json` absent while `applied-spec.pb`
+    /// names items and no commit is pending (a start installs the pair from a commit,
+    /// so only damage or a hand leaves the spec alone). Treated as a record that did not
+    /// parse: a marker `applied.json.missing-<unix seconds>` saying so is written, which
+    /// refuses applies as a quarantined record does
+    /// ([`StateDir::check_record_claims`]) until it is removed; none while a record is
+    /// quarantined or marked already (the same loss). Returns the problem to report,
+    /// None when nothing is missing.
+    fn mark_missing_record(&self) -> Result<Option<String>, StateError> {
+        // a record already quarantined (or marked) is the same loss, said already
+        if self.io(self.dir.stat("/applied.json"))?.is_some()
+            || !self.quarantined_records().is_empty()
+            || !matches!(self.pending_commit(), Ok(None))
+            || !matches!(self.load_installed_spec(), Ok(Some(s)) if s != pb::NodeSpec::default())
+        {
+            return Ok(None);
+        }
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let rel = format!("/applied.json.missing-{ts}");
+        let why = format!(
+            "{} is missing although {} names the items applied last: what each item inplaced managed was like before it is lost, so no apply runs until you check those items (an apply's refusal names them) and remove {}",
+            self.full("/applied.json"),
+            self.full("/applied-spec.pb"),
+            self.full(&rel)
+        );
+        self.write(&rel, format!("{why}\n").as_bytes())?;
+        Ok(Some(why))
     }
 
     /// The drift book (empty if absent or unreadable).
