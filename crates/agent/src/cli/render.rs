@@ -334,10 +334,28 @@ pub(crate) fn history(ops: &[pb::Operation]) -> String {
             created,
             phase(o.phase),
             o.changes.len(),
-            esc(&o.message)
+            row_message(&o.id, &esc(&o.message))
         );
     }
     out
+}
+
+/// Characters of an operation's message a `history` row shows: a roll-back's message
+/// names every path it restored, which would make one row hundreds of lines wide.
+const ROW_MESSAGE_CHARS: usize = 200;
+
+/// `message` (already escaped) cut to [`ROW_MESSAGE_CHARS`] characters, saying where the
+/// whole of it is.
+fn row_message(id: &str, message: &str) -> String {
+    match message.char_indices().nth(ROW_MESSAGE_CHARS) {
+        None => message.to_string(),
+        Some((at, _)) => format!(
+            "{}... ({} more characters: inplacectl get {})",
+            &message[..at],
+            message[at..].chars().count(),
+            esc(id)
+        ),
+    }
 }
 
 /// Status.
@@ -466,6 +484,32 @@ pub(crate) fn error_chain(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_history_row_cuts_a_long_message_and_says_where_the_rest_is() {
+        let long = "restored /etc/é".repeat(100);
+        let op = pb::Operation {
+            id: "big".into(),
+            message: long.clone(),
+            ..Default::default()
+        };
+        let out = history(std::slice::from_ref(&op));
+        let row = out.lines().nth(1).unwrap();
+        let kept: String = long.chars().take(ROW_MESSAGE_CHARS).collect();
+        let rest = long.chars().count() - ROW_MESSAGE_CHARS;
+        assert!(
+            row.ends_with(&format!(
+                "{kept}... ({rest} more characters: inplacectl get big)"
+            )),
+            "{row}"
+        );
+        let short = pb::Operation {
+            id: "small".into(),
+            message: "0 change(s) applied".into(),
+            ..Default::default()
+        };
+        assert!(history(&[short]).ends_with("0 change(s) applied\n"));
+    }
 
     #[test]
     fn agent_strings_can_not_forge_table_rows() {

@@ -1,4 +1,5 @@
-//! What the agent may claim as the node's own after a journal was quarantined.
+//! What the agent may claim as the node's own after a journal or the applied record was
+//! quarantined (the record's rule: [`StateDir::check_record_claims`]).
 //!
 //! A quarantined journal (`quarantine/<op>-<time>/`, see `crate::apply::journal`) is one
 //! recovery could not verify: nothing was restored from it, so each file it names may
