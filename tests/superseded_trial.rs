@@ -2,8 +2,9 @@
 //! boot armed, and that does not commit (its roll-back fails or succeeds, it is refused
 //! at staging, or the agent is killed before its commit point), leaves that operation
 //! pending, as it was: still `RebootRequired`, `status` naming its reboot, its trial entry
-//! on the node and the boot loader's one-shot armed again. An operation is superseded
-//! only once the one that replaces its staged changes commits. The boot loader, status and history tell
+//! on the node and the boot loader's one-shot as it was before (armed again when it was
+//! armed, never armed when it was not). An operation is superseded only once the one
+//! that replaces its staged changes commits. The boot loader, status and history tell
 //! one story, and a restart finds no trial entry "left by an earlier run".
 //!
 //! The one-shot is what the recorded commands would have set: the test writes grubenv's
@@ -163,6 +164,36 @@ async fn grub_a_superseding_apply_whose_roll_back_fails_leaves_the_trial_pending
     assert!(!node.path(SCRIPT).exists());
 }
 
+/// b's roll-back succeeds (the kubelet's health check failed, everything was undone),
+/// and the one-shot was not armed before b (cleared since a staged it): the roll-back
+/// does not arm it. a still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grub_a_rolled_back_superseding_apply_arms_no_one_shot_that_was_not() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    std::fs::write(
+        &node.config,
+        "[kubelet]\nhealthz_url = \"http://127.0.0.1:9/healthz\"\nhealth_timeout_secs = 1\n",
+    )
+    .unwrap();
+    node.start();
+    trial_pending(&node, SCRIPT).await;
+    grub_one_shot(&node, false);
+    let b = apply(&node, KUBELET, "b").await;
+    assert_eq!(b.phase, Phase::RolledBack as i32, "{b:?}");
+    assert!(
+        b.message.starts_with("kubelet health check failed"),
+        "{}",
+        b.message
+    );
+    let acts = node.actions();
+    assert_eq!(
+        acts.iter().filter(|a| *a == GRUB_ARM).count(),
+        1,
+        "only a's own grub-reboot: {acts:?}"
+    );
+    assert_a_pending(&mut node, "b", Phase::RolledBack, SCRIPT).await;
+}
+
 /// systemd-boot: as the GRUB case, with `bootctl set-oneshot` and the LoaderEntryOneShot
 /// EFI variable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,6 +218,29 @@ async fn systemd_boot_a_superseding_apply_whose_roll_back_fails_leaves_the_trial
     let a = node.settle("a").await;
     assert_eq!(a.phase, Phase::Succeeded as i32, "{a:?}");
     assert!(!node.path(SDB_ENTRY).exists());
+}
+
+/// systemd-boot, b rolled back completely, the one-shot not set before b: not set by
+/// the roll-back either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemd_boot_a_rolled_back_superseding_apply_arms_no_one_shot_that_was_not() {
+    let mut node = Node::new("systemd-boot");
+    std::fs::write(
+        &node.config,
+        "[kubelet]\nhealthz_url = \"http://127.0.0.1:9/healthz\"\nhealth_timeout_secs = 1\n",
+    )
+    .unwrap();
+    node.start();
+    trial_pending(&node, SDB_ENTRY).await;
+    let b = apply(&node, KUBELET, "b").await;
+    assert_eq!(b.phase, Phase::RolledBack as i32, "{b:?}");
+    let acts = node.actions();
+    assert_eq!(
+        acts.iter().filter(|a| *a == SDB_ARM).count(),
+        1,
+        "only a's own set-oneshot: {acts:?}"
+    );
+    assert_a_pending(&mut node, "b", Phase::RolledBack, SDB_ENTRY).await;
 }
 
 /// b is refused at staging (the state directory is full): nothing was changed, so a
@@ -221,6 +275,33 @@ async fn a_superseding_apply_killed_before_its_commit_leaves_the_trial_pending()
     assert_eq!(
         one_shots_after_a(&node, GRUB_ARM, GRUB_CLEAR),
         vec![GRUB_CLEAR, GRUB_ARM]
+    );
+    assert_a_pending(&mut node, "crash", Phase::RolledBack, SCRIPT).await;
+}
+
+/// A second trial staged over a's pending one (b: another value of the argument), the
+/// agent killed before b's commit: the roll-back puts a's trial entry back and its
+/// one-shot armed, as it was (not cleared, which would leave a waiting for a trial boot
+/// the boot loader no longer makes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trial_over_a_pending_trial_killed_before_its_commit_re_arms_the_pending_one() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    node.start();
+    trial_pending(&node, SCRIPT).await;
+    grub_one_shot(&node, true);
+    let script = node.read(SCRIPT);
+    node.stop();
+    node.die_at("act", "kernelArgs: [inplaced.e2e=2]\n").await;
+    assert!(
+        node.read(SCRIPT).contains("inplaced.e2e=2"),
+        "b staged its trial"
+    );
+    node.start_after_crash("crash").await;
+    assert_eq!(node.read(SCRIPT), script, "a's trial entry is back");
+    // b armed its own trial, and its roll-back armed a's again
+    assert_eq!(
+        one_shots_after_a(&node, GRUB_ARM, GRUB_CLEAR),
+        vec![GRUB_ARM, GRUB_ARM]
     );
     assert_a_pending(&mut node, "crash", Phase::RolledBack, SCRIPT).await;
 }
