@@ -243,6 +243,43 @@ async fn systemd_boot_a_rolled_back_superseding_apply_arms_no_one_shot_that_was_
     assert_a_pending(&mut node, "b", Phase::RolledBack, SDB_ENTRY).await;
 }
 
+/// Without trial boots (`kernel_args.trial = false`) a's argument is in the BLS entries'
+/// options themselves, and b (no kernel arguments) takes it out again: b rolled back puts
+/// it back, so a, whose argument the next boot carries, still waits, and that boot
+/// settles it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemd_boot_without_trials_a_rolled_back_superseding_apply_leaves_a_pending() {
+    let mut node = Node::new("systemd-boot");
+    std::fs::write(
+        &node.config,
+        "[kernel_args]\ntrial = false\n[kubelet]\nhealthz_url = \"http://127.0.0.1:9/healthz\"\nhealth_timeout_secs = 1\n",
+    )
+    .unwrap();
+    let entry =
+        "/boot/efi/loader/entries/382841d297f903a743992847508b8eae-6.12.48+deb13-amd64.conf";
+    node.start();
+    let old = node.read("/proc/cmdline").trim().to_string();
+    let a = apply(&node, KARGS, "a").await;
+    assert_eq!(a.phase, Phase::RebootRequired as i32, "{a:?}");
+    let staged = node.read(entry);
+    assert!(staged.contains(" inplaced.e2e=1"), "{staged}");
+    let b = apply(&node, KUBELET, "b").await;
+    assert_eq!(b.phase, Phase::RolledBack as i32, "{b:?}");
+    assert!(
+        b.actions
+            .iter()
+            .any(|a| a == &format!("rollback: restored {entry}")),
+        "b took the argument out, its roll-back put it back: {:?}",
+        b.actions
+    );
+    assert_eq!(node.read(entry), staged);
+    assert!(!node.path(SDB_ENTRY).exists());
+    assert_a_pending(&mut node, "b", Phase::RolledBack, entry).await;
+    node.boot_into(&format!("{old} inplaced.e2e=1"), BOOT_2);
+    let a = node.settle("a").await;
+    assert_eq!(a.phase, Phase::Succeeded as i32, "{a:?}");
+}
+
 /// b is refused at staging (the state directory is full): nothing was changed, so a
 /// still waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
