@@ -2,7 +2,8 @@
 //! make outside the engine's run: settling at start the operations a previous run left
 //! behind ([`Agent::recover`]: after a boot, `VerifyingAfterBoot` then `Succeeded` or
 //! `Failed`; an interrupted one `Failed`), an explicit reboot ([`Agent::reboot`]), and the
-//! supersession of operations waiting for a reboot ([`Agent::supersede_waiting`]). Each
+//! supersession of operations waiting for a reboot by an operation that committed
+//! ([`Agent::supersede_waiting`]). Each
 //! phase change is a transition of [`super::machine`].
 
 use super::machine::{AtStart, IllegalTransition, Next, Op};
@@ -218,8 +219,12 @@ impl Agent {
         )
     }
 
-    /// Operations waiting for a reboot are superseded by a new operation: their staged
-    /// changes are replaced, so a later reboot must not be read as theirs.
+    /// Operations waiting for a reboot are superseded by the operation `new_id` once it
+    /// committed (past its commit point, or rolled forward at start): their staged
+    /// changes are replaced, so a later reboot must not be read as theirs. Not before:
+    /// an operation that fails, rolls back or is refused before its commit point put the
+    /// node back as it was, the waiting operation's trial entry and one-shot included,
+    /// so that operation still waits (status, history and the boot loader agree).
     ///
     /// The history is read only while an operation may be waiting (`Agent::maybe_waiting`:
     /// always after a start, then only after an operation was saved waiting); the flag is

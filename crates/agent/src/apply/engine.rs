@@ -493,6 +493,11 @@ impl Agent {
             inplace_node::failpoint::set_sticky("state-full");
         }
         run.undo.clear();
+        // committed: the staged changes of the operations waiting for a reboot are
+        // replaced now, not before (a roll-back or a refusal before this point leaves
+        // them pending, with their trial boot as it was); a crash before it is saved
+        // is superseded by the roll-forward at the next start (journal.rs)
+        self.supersede_waiting(run.op.id());
         let problem = self.install(run);
         let mut next = self.settle(run, needs_reboot);
         if let Some(p) = problem {

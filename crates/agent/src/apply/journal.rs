@@ -61,8 +61,10 @@
 //! At start ([`Agent::recover_journals`]): a journal with a commit is rolled forward (its
 //! record installed, the operation ends in the phase it recorded; in format 2 an
 //! operation whose file is already past Staging, i.e. settled after its commit, is left as
-//! it is: only its record is installed again); any other is rolled back and the
-//! operation ends `RolledBack` (`interrupted`, naming every path put back). When a path
+//! it is: only its record is installed again; otherwise the operations waiting for a
+//! reboot are superseded then, as its run does just past the commit point); any other is
+//! rolled back and the operation ends `RolledBack` (`interrupted`, naming every path put
+//! back), and an operation waiting for a reboot still waits. When a path
 //! went back, the units the intent names are restarted and each is checked active again
 //! (a unit that does not restart or is not active is named in the message and status,
 //! and the operation ends `Failed`: the node is not as before). One that never completed
@@ -413,6 +415,25 @@ impl Agent {
             }
             (r, _) => r,
         };
+        self.enter_settled(id, read, &settled);
+        // rolled forward: the operation committed, so the operations waiting for a
+        // reboot whose staged changes it replaced are superseded now, as its run would
+        // have just past the commit point had it not stopped there (engine.rs)
+        if matches!(j.committed, Some(Sealed::Valid(_))) {
+            self.supersede_waiting(id);
+        }
+        self.remove_journal(id, &settled);
+    }
+
+    /// Enters the phase `settled` says in the operation `read` back (its file, or the
+    /// copy in its journal) and saves it; what can not be read or saved is a problem
+    /// naming the outcome.
+    fn enter_settled(
+        &self,
+        id: &str,
+        read: Result<Option<pb::Operation>, crate::state::StateError>,
+        settled: &Settled,
+    ) {
         match read {
             Ok(Some(wire)) => {
                 let mut op = Op::read_back(wire);
@@ -443,7 +464,6 @@ impl Agent {
                 ));
             }
         }
-        self.remove_journal(id, &settled);
     }
 
     /// Removes the journal of `id` when `settled` is done with it; a failure is a problem

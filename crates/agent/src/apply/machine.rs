@@ -336,8 +336,8 @@ impl OpState {
         self.to(&[Phase::Rebooting], OpState::Succeeded)
     }
 
-    /// RebootRequired | Rebooting → Failed: a new operation replaced the staged changes
-    /// before the reboot.
+    /// RebootRequired | Rebooting → Failed: a new operation committed, replacing the
+    /// staged changes, before the reboot.
     pub(crate) fn superseded(&self) -> Result<Next, IllegalTransition> {
         self.to(WAITING, OpState::Failed)
     }

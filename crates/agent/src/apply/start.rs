@@ -109,7 +109,8 @@ impl Agent {
         if r.try_seconds > 0 {
             self.prepare_try(&r.id, &plan).map_err(release)?;
         }
-        self.supersede_waiting(&r.id);
+        // operations waiting for a reboot are superseded at this one's commit point
+        // (engine.rs, `verifying`), not here: until then their staged changes stand
         let op = self.new_op(&r, &plan);
         // one journal line per change, so `journalctl OPERATION=<id> ITEM=<change id>`
         // finds it (before/after are summaries: a hash for file content, never content)

@@ -667,7 +667,7 @@ impl KernelArgs {
                 out.next.kernel_args_trial = t.writes.first().map(|w| StagedTrial {
                     artefact: w.path.clone(),
                 });
-                effects::trial_steps(&mut out.steps, t)
+                effects::trial_steps(&mut out.steps, t, backend.pending_trial().as_ref())
             }
             _ => {
                 match backend.pending_trial() {

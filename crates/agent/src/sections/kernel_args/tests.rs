@@ -208,6 +208,61 @@ fn a_boot_command_is_rerun_on_undo_and_journaled() {
     assert!(matches!(&r.undo[..], [UndoEntry::Rerun(_)]));
 }
 
+/// The undo of a one-shot step leaves the one-shot as it was before the operation: over
+/// a pending trial whose one-shot is set, a new trial's undo and a drop's undo set it
+/// again; where it was not set, or is not known, they clear it.
+#[test]
+fn a_one_shot_is_undone_to_what_it_was() {
+    use super::effects::{BootCommand, drop_trial_steps, trial_steps};
+    use crate::bootloader::{PendingTrial, TrialMeta, TrialPlan};
+    use crate::sections::kit::steps::Steps;
+    let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (set, clear) = (
+        v(&["grub-reboot", "inplaced-trial"]),
+        v(&["grub-editenv", "/boot/grub/grubenv", "unset", "next_entry"]),
+    );
+    let pending = |armed| PendingTrial {
+        path: "/etc/grub.d/99_inplaced_trial".into(),
+        meta: TrialMeta::default(),
+        cleanup: vec![v(&["update-grub"]), clear.clone()],
+        one_shot_pending: armed,
+        set_one_shot: set.clone(),
+        fingerprint: "sha256:00".into(),
+    };
+    let undo_of_last = |steps: &Steps| {
+        let last: &BootCommand = steps.effects_of::<BootCommand>().last().unwrap();
+        last.undo.clone()
+    };
+    for (armed, want_drop, want_trial) in [
+        (Some(true), &set, &set),
+        (Some(false), &clear, &clear),
+        (None, &clear, &clear),
+    ] {
+        let mut steps = Steps::default();
+        drop_trial_steps(&mut steps, &pending(armed));
+        assert_eq!(undo_of_last(&steps).as_ref(), Some(want_drop), "{armed:?}");
+        let mut steps = Steps::default();
+        let plan = TrialPlan {
+            writes: Vec::new(),
+            commands: vec![v(&["update-grub"]), set.clone()],
+            clear_one_shot: clear.clone(),
+            how: String::new(),
+        };
+        trial_steps(&mut steps, plan, Some(&pending(armed)));
+        assert_eq!(undo_of_last(&steps).as_ref(), Some(want_trial), "{armed:?}");
+    }
+    // no trial pending before: a new trial's undo clears its one-shot
+    let mut steps = Steps::default();
+    let plan = TrialPlan {
+        writes: Vec::new(),
+        commands: vec![set.clone()],
+        clear_one_shot: clear.clone(),
+        how: String::new(),
+    };
+    trial_steps(&mut steps, plan, None);
+    assert_eq!(undo_of_last(&steps), Some(clear));
+}
+
 /// A copy of the fixture node `name` (tests/fixtures/nodes), with `extra` files written
 /// over it and `gone` removed.
 fn fixture(name: &str, extra: &[(&str, &str)], gone: &[&str]) -> (tempfile::TempDir, Sysroot) {
