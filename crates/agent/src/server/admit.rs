@@ -21,10 +21,12 @@
 //!    take ([`planning_cost`]) from `policy.max_planning_mib`, waiting while the agent is
 //!    full; a spec costlier than the whole budget takes all of it (it runs alone).
 //!
-//! Both reservations of a call carrying a spec are held until its answer is sent; the
-//! message bytes of another call until it is answered. Reservations are taken in
-//! that order and a call waiting for planning memory never holds planning memory, so no
-//! call waits on one that waits on it.
+//! Both reservations of a call carrying a spec are held until its answer is sent, and a
+//! connection whose answer is not read within [`super::answer::UNREAD_ANSWER_TIMEOUT`]
+//! is closed, which frees the answer and them ([`super::answer`]); the message bytes of
+//! another call are held until it is answered. Reservations are taken in that order and
+//! a call waiting for planning memory never holds planning memory, so no call waits on
+//! one that waits on it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -234,14 +236,15 @@ where
         Box::pin(async move {
             match gate.admit(req, need, spec).await {
                 // a spec's reservation is held until the answer is sent (the report's
-                // encoding is made as the response body is polled); another call's
-                // until it is answered (a WatchOperation stream holds nothing)
-                Ok((req, held)) if spec => Ok(inner.call(req).await?.map(|b| {
-                    Body::new(b.map_frame(move |f| {
-                        let _held = &held;
-                        f
-                    }))
-                })),
+                // encoding is made as the response body is polled), its connection
+                // closed if that takes too long (super::answer); another call's until
+                // it is answered (a WatchOperation stream holds nothing)
+                Ok((req, held)) if spec => {
+                    let closer = inplace_edge::closer::closer_in(req.extensions());
+                    let what = super::answer::describe(&req);
+                    let answer = inner.call(req).await?;
+                    Ok(answer.map(|b| super::answer::watched(b, held, closer, what)))
+                }
                 Ok((req, held)) => {
                     let r = inner.call(req).await;
                     drop(held);

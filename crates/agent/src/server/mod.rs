@@ -6,6 +6,7 @@
 //! an id reused with another spec `ALREADY_EXISTS`, an unknown operation `NOT_FOUND`.
 
 pub(crate) mod admit;
+pub(crate) mod answer;
 pub(crate) mod metrics;
 
 use std::os::unix::fs::PermissionsExt;
