@@ -192,6 +192,11 @@ async fn normal_coverage(addr: String, id: TlsIdentity, spec: pb::NodeSpec) -> A
 /// An agent serving mutual TLS (`Pki::agent`) with the reader identities `stalling` and
 /// `dashboard`, logging to a file; its address.
 fn agent(pki: &Pki) -> (Node, String) {
+    agent_with(pki, "")
+}
+
+/// [`agent`] with `extra` TOML at the end of its config.
+fn agent_with(pki: &Pki, extra: &str) -> (Node, String) {
     let mut node = Node::new("ubuntu-2404-grub");
     let addr = pki.agent(&node);
     let mut text = std::fs::read_to_string(&node.config).unwrap();
@@ -200,6 +205,7 @@ fn agent(pki: &Pki) -> (Node, String) {
             "[[api.tcp.clients]]\nidentity = \"{cn}\"\nmatch = \"cn\"\nrole = \"reader\"\n"
         ));
     }
+    text.push_str(extra);
     std::fs::write(&node.config, text).unwrap();
     node.log_file = Some(node.dir.path().join("agent.log"));
     node.start();
@@ -383,4 +389,39 @@ async fn an_answer_queued_behind_a_one_byte_window_stays_accounted() {
     );
     let ended = tokio::time::timeout_at(bound.into(), stalled_conn).await;
     assert!(ended.is_ok(), "the stalled connection is still open");
+}
+
+/// One caller's unread answers wait for each other, not ahead of other callers: a reader
+/// leaves unread a call that takes the whole planning budget (16 MiB here), then sends
+/// another like it on a second connection; a reader's GetCoverage sent after both is
+/// answered when the first stalled connection is closed. Without the caller's share the
+/// second call was ahead of it in the budget's queue and it waited for the second
+/// deadline too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_second_unread_answer_waits_behind_the_others() {
+    let pki = Pki::new();
+    let (_node, addr) = agent_with(&pki, "[policy]\nmax_planning_mib = 16\n");
+    let stalling = reader(&pki, "stalling");
+    // 12 000 sysctls reserve 17.6 MiB of planning: the whole budget
+    let (first, _first_conn) = h2_connect(&addr, &stalling, 0).await;
+    let (_stalled, _request, started) = get_coverage(&first, sysctls(12_000, "x")).await;
+    let (second, _second_conn) = h2_connect(&addr, &stalling, 0).await;
+    let _second = tokio::spawn(async move {
+        let stalled = get_coverage(&second, sysctls(12_000, "y")).await;
+        std::future::pending::<()>().await;
+        drop(stalled);
+    });
+    // the second call read and waiting before the other reader's comes
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let bound = started + DEADLINE + Duration::from_secs(15);
+    let normal = normal_coverage(addr.clone(), reader(&pki, "dashboard"), sysctls(1, "n"));
+    let (report, at) = tokio::time::timeout_at(bound.into(), normal)
+        .await
+        .expect("a reader's GetCoverage waited for the same caller's second unread answer")
+        .unwrap();
+    assert_eq!(report.changes.len(), 1);
+    eprintln!(
+        "measured: a reader's GetCoverage answered {:?} after the first unread answer began",
+        at - started
+    );
 }

@@ -45,6 +45,9 @@ pub struct TlsPeer {
     pub identities: Vec<String>,
     /// The role the allowlist gives, or None when no identity is listed.
     pub role: Option<Role>,
+    /// The identity of the `[[api.tcp.clients]]` entry that admitted the connection (the
+    /// first that matches its certificate, which gives its role); None on plain loopback.
+    pub entry: Option<String>,
     /// A reader identity's calls in flight (`api.tcp.calls_per_reader`, shared by its
     /// connections; [`crate::calls::ReaderCallsLayer`]); None for admins.
     pub calls: Option<Arc<tokio::sync::Semaphore>>,
@@ -628,6 +631,7 @@ async fn connect(
             remote: Some(remote),
             identities: vec![],
             role: Some(cfg.insecure_loopback_role),
+            entry: None,
             calls: None,
             closer: Closer::new(),
         };
@@ -671,6 +675,7 @@ async fn connect(
         remote: Some(remote),
         identities: names.all(),
         role: Some(role),
+        entry: Some(entry),
         calls,
         closer: Closer::new(),
     };

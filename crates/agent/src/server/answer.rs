@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use bytes::{Buf as _, Bytes};
 use hyper::body::{Frame, SizeHint};
-use tokio::sync::OwnedSemaphorePermit;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::http;
@@ -63,7 +62,7 @@ pub(crate) const PIECE: usize = 16 << 10;
 /// nothing is closed.
 pub(crate) fn watched(
     body: Body,
-    held: Vec<OwnedSemaphorePermit>,
+    held: super::admit::Held,
     closer: Option<Closer>,
     what: String,
 ) -> Body {
@@ -101,7 +100,7 @@ struct Answer {
     inner: Body,
     /// What is left of the data frame `inner` gave last.
     rest: Bytes,
-    _held: Vec<OwnedSemaphorePermit>,
+    _held: super::admit::Held,
     /// Dropped with the answer: its reaper stands down.
     _sending: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -170,6 +169,7 @@ pub(crate) fn describe(req: &http::Request<Body>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::admit::Held;
     use http_body_util::BodyExt as _;
 
     /// An answer comes out in copied pieces of at most [`PIECE`] bytes, the same bytes,
@@ -183,7 +183,7 @@ mod tests {
         ]);
         let inner = Body::new(http_body_util::StreamBody::new(stream));
         let budget = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
-        let held = vec![budget.clone().try_acquire_owned().unwrap()];
+        let held = Held::of(vec![budget.clone().try_acquire_owned().unwrap()]);
         let mut body = watched(inner, held, None, "test".into());
         let mut pieces = Vec::new();
         let mut trailers = false;

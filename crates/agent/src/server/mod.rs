@@ -8,6 +8,7 @@
 pub(crate) mod admit;
 pub(crate) mod answer;
 pub(crate) mod metrics;
+pub(crate) mod shares;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
