@@ -18,12 +18,16 @@
 //!   has handed its last piece and its trailers to h2, or the stream ended), it stands
 //!   down. At [`UNREAD_ANSWER_TIMEOUT`] it closes the call's connection
 //!   ([`inplace_edge::closer`]): the stream's task ends and drops the body, its pieces
-//!   and the reservations; h2 clears what it had queued.
-//! - The body is handed on in copies of at most [`PIECE`] bytes: hyper takes a piece only
-//!   while the stream has capacity (window, at most its 400 KiB send buffer), so the body
-//!   ends, and the reservations go, only once all but one piece and that buffer are
-//!   with h2, and what h2 still holds are copies (a slice would keep the whole encoded
-//!   answer alive until its last byte is sent, unaccounted).
+//!   and the reservations; h2 clears what it had queued. The connection's other calls
+//!   (a `WatchOperation` stream too) end with it; clients connect again. A stream alone
+//!   can not be reset from here: hyper resets one only on an error from a body it polls.
+//! - The body is handed on in copies of at most [`PIECE`] bytes: hyper takes the next
+//!   piece only while the stream has capacity (h2 `Stream::capacity`: the window, at most
+//!   hyper's server send buffer of 400 KiB, less what is buffered), so the body ends, and
+//!   the reservations go, only once all but one piece and that buffer are with h2, and
+//!   what h2 still holds are copies (a slice would keep the whole encoded answer alive
+//!   until its last byte is sent, unaccounted). Handed on whole, the answer went to h2 as
+//!   soon as the window opened by one byte, and its reservations with it.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -44,12 +48,17 @@ use inplace_edge::closer::Closer;
 /// chosen for what an honest slow reader needs: the largest answer (199 000 changes) is
 /// about 42 MB, which at 30 s takes 1.4 MB/s (11 Mbit/s), less than the 65 MiB a caller
 /// must be able to send in the same time; a few-KB answer (an ordinary spec) takes one
-/// round trip. The only remote callers that send specs, the CAPI extension and
-/// `inplacectl --connect`, read as fast as their link: the extension gives up on a call
-/// after `agent.timeout_seconds` (5 s by default) and CAPI on a hook after at most 30 s
-/// (its `timeoutSeconds` limit), so an answer unread after 30 s has nobody waiting for
-/// it. A caller that keeps its window closed holds the budgets at most this long per call,
-/// where it held them up to 35 min.
+/// round trip. Callers read as fast as their link and their HTTP/2 window allow (tonic's
+/// client, with hyper's defaults, announces 2 MiB a stream; grpc-go and grpc-core grow
+/// theirs by BDP probing); the CAPI extension gives up on a call after
+/// `agent.timeout_seconds` (5 s by default) and CAPI on a hook after at most 30 s (its
+/// `timeoutSeconds` limit), so an answer unread after 30 s has nobody waiting for it.
+/// The time counts the whole answer, not pauses: a reader that trickles a byte now and
+/// then is closed too. A caller that keeps its window closed holds the budgets at most
+/// this long per call, where it held them up to 35 min. A constant, as the other I/O
+/// deadlines of the API ([`super::admit::MESSAGE_READ_TIMEOUT`],
+/// `inplace_edge::tls::HANDSHAKE_TIMEOUT`): its config (`[api]`, `[policy]`) sets counts
+/// and sizes, no deadlines.
 pub(crate) const UNREAD_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Largest piece of an answer handed to hyper at once, bytes: one HTTP/2 DATA frame at
