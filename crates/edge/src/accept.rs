@@ -20,11 +20,15 @@
 //!   (systemd's default soft limit is 1024; the unit sets `LimitNOFILE=`).
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::closer::{Closer, Side};
 
 /// The descriptor cap of one listener (its connection cap for plain listeners).
 #[derive(Debug, Clone)]
@@ -138,6 +142,69 @@ pub async fn accept(
 /// descriptors, after which `inplacectl status` hung.
 pub const UNIX_FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A connection of the local socket: the stream, failing its reads and writes once its
+/// [`Closer`] closes it ([`crate::closer`]).
+#[derive(Debug)]
+pub struct LocalConn {
+    stream: tokio::net::UnixStream,
+    closer: Closer,
+}
+
+/// Who is on the other end of a [`LocalConn`] (its connection info, in every request's
+/// extensions).
+#[derive(Debug, Clone)]
+pub struct LocalPeer {
+    /// The peer's address and credentials (`SO_PEERCRED`), as tonic gives them for a
+    /// plain `UnixStream`.
+    pub uds: tonic::transport::server::UdsConnectInfo,
+    /// Closes this connection.
+    pub closer: Closer,
+}
+
+impl tonic::transport::server::Connected for LocalConn {
+    type ConnectInfo = LocalPeer;
+    fn connect_info(&self) -> LocalPeer {
+        LocalPeer {
+            uds: self.stream.connect_info(),
+            closer: self.closer.clone(),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for LocalConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        this.closer.check(Side::Read, cx)?;
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for LocalConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.closer.check(Side::Write, cx)?;
+        Pin::new(&mut this.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        this.closer.check(Side::Write, cx)?;
+        Pin::new(&mut this.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        this.closer.check(Side::Write, cx)?;
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+}
+
 /// The connections of the local Unix socket as a stream for tonic, accepted with the
 /// same back-off as TCP: a client waiting in the socket's backlog while the descriptor
 /// table is full makes `accept(2)` fail with `EMFILE` at once, and a stream that yields
@@ -147,7 +214,7 @@ pub const UNIX_FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`UNIX_FIRST_BYTES_TIMEOUT`] is closed.
 pub fn unix_incoming(
     listener: tokio::net::UnixListener,
-) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<tokio::net::UnixStream>> {
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<LocalConn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
         let mut backoff = Backoff::default();
@@ -169,7 +236,11 @@ pub fn unix_incoming(
             tokio::spawn(async move {
                 match tokio::time::timeout(UNIX_FIRST_BYTES_TIMEOUT, first_bytes(&stream)).await {
                     Ok(Ok(())) => {
-                        let _ = tx.send(Ok(stream)).await;
+                        let conn = LocalConn {
+                            stream,
+                            closer: Closer::new(),
+                        };
+                        let _ = tx.send(Ok(conn)).await;
                     }
                     Ok(Err(e)) => {
                         tracing::debug!(error = %e, "local connection failed before its first bytes")

@@ -29,6 +29,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::closer::{Closer, Side};
 use super::handshakes::Ticket;
 use super::refusals::Reason;
 use crate::listener::Role;
@@ -44,13 +45,19 @@ pub struct TlsPeer {
     pub identities: Vec<String>,
     /// The role the allowlist gives, or None when no identity is listed.
     pub role: Option<Role>,
+    /// The identity of the `[[api.tcp.clients]]` entry that admitted the connection (the
+    /// first that matches its certificate, which gives its role); None on plain loopback.
+    pub entry: Option<String>,
     /// A reader identity's calls in flight (`api.tcp.calls_per_reader`, shared by its
     /// connections; [`crate::calls::ReaderCallsLayer`]); None for admins.
     pub calls: Option<Arc<tokio::sync::Semaphore>>,
+    /// Closes this connection ([`crate::closer`]).
+    pub closer: crate::closer::Closer,
 }
 
 /// A TCP connection after the TLS handshake (or a plain loopback one), holding its
-/// descriptor's permit and its place ([`super::places`]) until it closes.
+/// descriptor's permit and its place ([`super::places`]) until it closes; its reads and
+/// writes fail once its peer's [`TlsPeer::closer`] closes it.
 #[derive(Debug)]
 pub struct Conn {
     io: Io,
@@ -82,7 +89,9 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        this.peer.closer.check(Side::Read, cx)?;
+        match &mut this.io {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
         }
@@ -95,19 +104,25 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        this.peer.closer.check(Side::Write, cx)?;
+        match &mut this.io {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        this.peer.closer.check(Side::Write, cx)?;
+        match &mut this.io {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             Io::Plain(s) => Pin::new(s).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        this.peer.closer.check(Side::Write, cx)?;
+        match &mut this.io {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
         }
@@ -616,7 +631,9 @@ async fn connect(
             remote: Some(remote),
             identities: vec![],
             role: Some(cfg.insecure_loopback_role),
+            entry: None,
             calls: None,
+            closer: Closer::new(),
         };
         return Some(Conn {
             io: Io::Plain(a.stream),
@@ -658,7 +675,9 @@ async fn connect(
         remote: Some(remote),
         identities: names.all(),
         role: Some(role),
+        entry: Some(entry),
         calls,
+        closer: Closer::new(),
     };
     Some(Conn {
         io: Io::Tls(Box::new(s)),

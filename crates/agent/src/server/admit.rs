@@ -21,10 +21,16 @@
 //!    take ([`planning_cost`]) from `policy.max_planning_mib`, waiting while the agent is
 //!    full; a spec costlier than the whole budget takes all of it (it runs alone).
 //!
-//! Both reservations of a call carrying a spec are held until its answer is sent; the
-//! message bytes of another call until it is answered. Reservations are taken in
-//! that order and a call waiting for planning memory never holds planning memory, so no
-//! call waits on one that waits on it.
+//! Each reservation is first taken from the caller's share of that budget (half of it,
+//! [`super::shares`]), so one caller's calls wait for each other, not in the budgets'
+//! queues ahead of other callers.
+//!
+//! Both reservations of a call carrying a spec are held until its answer is sent, and a
+//! connection whose answer is not read within [`super::answer::UNREAD_ANSWER_TIMEOUT`]
+//! is closed, which frees the answer and them ([`super::answer`]); the message bytes of
+//! another call are held until it is answered. Reservations are taken in that order and
+//! a call waiting for planning memory never holds planning memory, so no call waits on
+//! one that waits on it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,6 +44,7 @@ use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::http;
 
+use super::shares::{Callers, Shares};
 use inplace_edge::listener::Role;
 use inplace_wire::limits::{self, Counts, WireLimits};
 
@@ -89,6 +96,27 @@ pub(crate) struct Gate {
     max_receiving_kib: u32,
     planning: Arc<Semaphore>,
     max_planning_kib: u32,
+    callers: Callers,
+}
+
+/// What an admitted call holds until it is answered (a call carrying a spec: until its
+/// answer is sent): its parts of the budgets and of its caller's shares.
+#[derive(Debug)]
+pub(crate) struct Held {
+    _permits: Vec<OwnedSemaphorePermit>,
+    /// Kept while its permits are: the caller's next calls find the same shares.
+    _caller: Arc<Shares>,
+}
+
+#[cfg(test)]
+impl Held {
+    /// `permits`, held for a caller of their own (for tests of what keeps a [`Held`]).
+    pub(crate) fn of(permits: Vec<OwnedSemaphorePermit>) -> Held {
+        Held {
+            _permits: permits,
+            _caller: Callers::new(1, 1).of(&http::Extensions::new()),
+        }
+    }
 }
 
 fn kib(bytes: u64, max: u32) -> u32 {
@@ -116,6 +144,7 @@ impl Gate {
             max_receiving_kib,
             planning: Arc::new(Semaphore::new(max_planning_kib as usize)),
             max_planning_kib,
+            callers: Callers::new(max_receiving_kib, max_planning_kib),
         }
     }
 
@@ -126,15 +155,16 @@ impl Gate {
         req: http::Request<Body>,
         need: Role,
         spec: bool,
-    ) -> Result<(http::Request<Body>, Vec<OwnedSemaphorePermit>), Status> {
+    ) -> Result<(http::Request<Body>, Held), Status> {
         if super::role_in(req.extensions(), self.reader_gid)? < need {
             return Err(Status::permission_denied(
                 "this call changes the node and needs the admin role (root); readers may only read",
             ));
         }
+        let caller = self.callers.of(req.extensions());
         let (parts, mut body) = req.into_parts();
         let mut buf = BytesMut::new();
-        let mut held = Vec::with_capacity(2);
+        let mut held = Vec::with_capacity(4);
         let mut want = 5usize;
         let until = tokio::time::Instant::now() + MESSAGE_READ_TIMEOUT;
         while buf.len() < want {
@@ -161,6 +191,7 @@ impl Gate {
                     )));
                 }
                 let k = kib(len as u64 + 5, self.max_receiving_kib);
+                held.push(caller.receiving(k).await?);
                 held.push(acquire(&self.receiving, k).await?);
                 want = 5 + len;
             }
@@ -169,10 +200,15 @@ impl Gate {
             let message = &buf[5..buf.len().min(want)];
             let counts = limits::count(message);
             limits::check(counts, self.limits)?;
-            let cost = planning_cost(counts, message.len());
-            held.push(acquire(&self.planning, kib(cost, self.max_planning_kib)).await?);
+            let cost = kib(planning_cost(counts, message.len()), self.max_planning_kib);
+            held.push(caller.planning(cost).await?);
+            held.push(acquire(&self.planning, cost).await?);
         }
         let body = Body::new(http_body_util::Full::new(Bytes::from(buf)));
+        let held = Held {
+            _permits: held,
+            _caller: caller,
+        };
         Ok((http::Request::from_parts(parts, body), held))
     }
 }
@@ -234,14 +270,15 @@ where
         Box::pin(async move {
             match gate.admit(req, need, spec).await {
                 // a spec's reservation is held until the answer is sent (the report's
-                // encoding is made as the response body is polled); another call's
-                // until it is answered (a WatchOperation stream holds nothing)
-                Ok((req, held)) if spec => Ok(inner.call(req).await?.map(|b| {
-                    Body::new(b.map_frame(move |f| {
-                        let _held = &held;
-                        f
-                    }))
-                })),
+                // encoding is made as the response body is polled), its connection
+                // closed if that takes too long (super::answer); another call's until
+                // it is answered (a WatchOperation stream holds nothing)
+                Ok((req, held)) if spec => {
+                    let closer = inplace_edge::closer::closer_in(req.extensions());
+                    let what = super::answer::describe(&req);
+                    let answer = inner.call(req).await?;
+                    Ok(answer.map(|b| super::answer::watched(b, held, closer, what)))
+                }
                 Ok((req, held)) => {
                     let r = inner.call(req).await;
                     drop(held);

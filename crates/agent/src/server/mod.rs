@@ -6,7 +6,9 @@
 //! an id reused with another spec `ALREADY_EXISTS`, an unknown operation `NOT_FOUND`.
 
 pub(crate) mod admit;
+pub(crate) mod answer;
 pub(crate) mod metrics;
+pub(crate) mod shares;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -223,7 +225,7 @@ pub(crate) fn role_in(
             ))
         });
     }
-    let Some(info) = ext.get::<tonic::transport::server::UdsConnectInfo>() else {
+    let Some(info) = ext.get::<accept::LocalPeer>().map(|p| &p.uds) else {
         return Err(Status::permission_denied(
             "unknown transport: no peer identity",
         ));
@@ -266,8 +268,8 @@ fn is_node_root<T>(req: &Request<T>) -> bool {
         return false;
     }
     req.extensions()
-        .get::<tonic::transport::server::UdsConnectInfo>()
-        .and_then(|i| i.peer_cred)
+        .get::<accept::LocalPeer>()
+        .and_then(|p| p.uds.peer_cred)
         .is_some_and(|c| c.uid() == 0 || c.uid() == rustix::process::geteuid().as_raw())
 }
 
