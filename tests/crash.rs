@@ -210,6 +210,20 @@ async fn a_truncated_record_is_moved_aside_and_named_in_status() {
     assert_eq!(std::fs::read(&flags).unwrap(), before);
 }
 
+/// `spec` applied as operation `one`, then a start that installs its record (removing
+/// its commit), the daemon stopped: `applied.json` is then the only record.
+async fn applied_and_installed(node: &mut Node, spec: &str) {
+    node.start();
+    assert_eq!(
+        apply(node, spec, "one").await.phase,
+        Phase::Succeeded as i32
+    );
+    node.stop();
+    node.start();
+    node.stop();
+    assert!(!node.state.join("journal/one.commit").exists());
+}
+
 /// The class of the test above for files, and for an apply that drops the item: with
 /// the record lost, a file's saved original is known to no record. Re-applying the spec
 /// would take inplaced's content as the node's own (`Unchanged`: a later drop keeps it);
@@ -222,16 +236,7 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
     let target = node.root.join("etc/hostname");
     let original = std::fs::read(&target).unwrap();
     let spec = "files:\n- path: /etc/hostname\n  content: \"managed\\n\"\n";
-    node.start();
-    assert_eq!(
-        apply(&node, spec, "one").await.phase,
-        Phase::Succeeded as i32
-    );
-    // a start installs one's record and removes its commit
-    node.stop();
-    node.start();
-    node.stop();
-    assert!(!node.state.join("journal/one.commit").exists());
+    applied_and_installed(&mut node, spec).await;
     std::fs::write(node.state.join("applied.json"), b"{\"specHash\": ").unwrap();
     node.start();
     let mut failed = Vec::new();
@@ -290,15 +295,8 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
     let mut node = Node::new("ubuntu-2404-grub");
-    node.start();
     let spec = "sysctls:\n  vm.swappiness: \"10\"\n";
-    assert_eq!(
-        apply(&node, spec, "one").await.phase,
-        Phase::Succeeded as i32
-    );
-    node.stop();
-    node.start();
-    node.stop();
+    applied_and_installed(&mut node, spec).await;
     std::fs::remove_file(node.state.join("applied.json")).unwrap();
     node.start();
     let s = status(&node).await;
