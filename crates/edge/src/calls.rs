@@ -70,3 +70,14 @@ where
         })
     }
 }
+
+/// The [`Closer`] of the connection a request came on, from the connection info tonic put
+/// in its extensions; None for a transport without one.
+pub fn closer_in(ext: &tonic::codegen::http::Extensions) -> Option<crate::closer::Closer> {
+    ext.get::<crate::tls::TlsPeer>()
+        .map(|p| p.closer.clone())
+        .or_else(|| {
+            ext.get::<crate::accept::LocalPeer>()
+                .map(|p| p.closer.clone())
+        })
+}

@@ -89,17 +89,6 @@ fn closed() -> std::io::Error {
     )
 }
 
-/// The [`Closer`] of the connection a request came on, from the connection info tonic put
-/// in its extensions; None for a transport without one.
-pub fn closer_in(ext: &tonic::codegen::http::Extensions) -> Option<Closer> {
-    ext.get::<crate::tls::TlsPeer>()
-        .map(|p| p.closer.clone())
-        .or_else(|| {
-            ext.get::<crate::accept::LocalPeer>()
-                .map(|p| p.closer.clone())
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -274,7 +274,7 @@ where
                 // closed if that takes too long (super::answer); another call's until
                 // it is answered (a WatchOperation stream holds nothing)
                 Ok((req, held)) if spec => {
-                    let closer = inplace_edge::closer::closer_in(req.extensions());
+                    let closer = inplace_edge::calls::closer_in(req.extensions());
                     let what = super::answer::describe(&req);
                     let answer = inner.call(req).await?;
                     Ok(answer.map(|b| super::answer::watched(b, held, closer, what)))
