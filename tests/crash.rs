@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use inplace_wire::pb;
 use inplace_wire::pb::Phase;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -198,14 +199,13 @@ async fn a_truncated_record_is_moved_aside_and_named_in_status() {
     // apply would take inplaced's 250 as the node's own; refused, nothing changed
     let flags = node.root.join("var/lib/kubelet/kubeadm-flags.env");
     let before = std::fs::read(&flags).unwrap();
-    let op = apply(&node, "kubelet:\n  flags:\n    max-pods: \"300\"\n", "two").await;
-    assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
+    let e = apply_refused(&node, "kubelet:\n  flags:\n    max-pods: \"300\"\n", "two").await;
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(
-        op.message.contains("applied.json.corrupt-")
-            && op.message.contains("kubelet.flags[max-pods]")
-            && op.message.contains("nothing was changed"),
+        e.message().contains("applied.json.corrupt-")
+            && e.message().contains("kubelet.flags[max-pods]"),
         "{}",
-        op.message
+        e.message()
     );
     assert_eq!(std::fs::read(&flags).unwrap(), before);
 }
@@ -224,6 +224,45 @@ async fn applied_and_installed(node: &mut Node, spec: &str) {
     assert!(!node.state.join("journal/one.commit").exists());
 }
 
+/// While a record is quarantined or marked lost: coverage of `applied` and of the empty
+/// spec says not covered (naming the record), a dry run fails, and applying either is
+/// refused FAILED_PRECONDITION naming `item`, the record and the fix.
+async fn refused_while_lost(node: &Node, applied: &str, item: &str) {
+    for yaml in [applied, "{}\n"] {
+        let r = coverage(node, yaml).await;
+        assert!(!r.fully_covered, "{yaml}: {r:?}");
+        assert!(
+            r.changes
+                .iter()
+                .all(|c| !c.covered && c.reason.contains("applied record was quarantined")),
+            "{yaml}: {:?}",
+            r.changes
+        );
+        let dry = node
+            .client()
+            .await
+            .apply(pb::ApplyRequest {
+                desired: Some(spec(yaml)),
+                operation_id: "dry".into(),
+                dry_run: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(dry.phase, Phase::Failed as i32, "{yaml}: {dry:?}");
+        let e = apply_refused(node, yaml, "refused").await;
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{yaml}: {e:?}");
+        for part in ["applied.json.", item, "then remove "] {
+            assert!(
+                e.message().contains(part),
+                "{yaml}: {part:?} in {}",
+                e.message()
+            );
+        }
+    }
+}
+
 /// The class of the test above for files, and for an apply that drops the item: with
 /// the record lost, a file's saved original is known to no record. Re-applying the spec
 /// would take inplaced's content as the node's own (`Unchanged`: a later drop keeps it);
@@ -239,25 +278,13 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
     applied_and_installed(&mut node, spec).await;
     std::fs::write(node.state.join("applied.json"), b"{\"specHash\": ").unwrap();
     node.start();
-    let mut failed = Vec::new();
-    for (id, spec) in [("again", spec), ("drop", "{}\n")] {
-        let op = apply(&node, spec, id).await;
-        assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
-        for part in [
-            "applied.json.corrupt-",
-            "files[/etc/hostname] (its original is saved as ",
-            "remove ",
-            "nothing was changed",
-        ] {
-            assert!(
-                op.message.contains(part),
-                "{id}: {part:?} in {}",
-                op.message
-            );
-        }
-        assert_eq!(std::fs::read(&target).unwrap(), b"managed\n");
-        failed.push(op.message);
-    }
+    refused_while_lost(
+        &node,
+        spec,
+        "files[/etc/hostname] (its original is saved as ",
+    )
+    .await;
+    assert_eq!(std::fs::read(&target).unwrap(), b"managed\n");
     // said at the next start too, naming the quarantined record
     node.stop();
     node.start();
@@ -316,13 +343,7 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
         "{:?}",
         s.problems
     );
-    let op = apply(&node, spec, "again").await;
-    assert_eq!(op.phase, Phase::Failed as i32, "{op:?}");
-    assert!(
-        op.message.contains("sysctls[vm.swappiness]") && op.message.contains(&named),
-        "{}",
-        op.message
-    );
+    refused_while_lost(&node, spec, "sysctls[vm.swappiness]").await;
     // a start that finds the marker says it again and writes no second one
     node.stop();
     node.start();
@@ -348,6 +369,102 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
         .filter_map(|e| e.ok())
         .any(|e| marker(&e.file_name().to_string_lossy()));
     assert!(!left);
+}
+
+/// A record that still parses but manages nothing (`{}`) while the spec applied last
+/// names items is a lost record too (the breaker's F-1): marked, and applies refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_record_is_a_lost_one() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let spec = "kubelet:\n  flags:\n    max-pods: \"250\"\n";
+    applied_and_installed(&mut node, spec).await;
+    std::fs::write(node.state.join("applied.json"), b"{}").unwrap();
+    node.start();
+    let s = status(&node).await;
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.contains("manages nothing") && p.contains("applied.json.missing-")),
+        "{:?}",
+        s.problems
+    );
+    refused_while_lost(&node, spec, "kubelet.flags[max-pods]").await;
+}
+
+/// The record and the applied spec both gone: the saved originals still say inplaced
+/// managed files (F-2), and with nothing naming the items every apply is refused, the
+/// empty spec too (F-3), until the marker is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_lost_with_its_spec_is_told_by_the_saved_originals() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let spec = "files:\n- path: /etc/hostname\n  content: \"managed\\n\"\n";
+    applied_and_installed(&mut node, spec).await;
+    std::fs::remove_file(node.state.join("applied.json")).unwrap();
+    std::fs::remove_file(node.state.join("applied-spec.pb")).unwrap();
+    node.start();
+    let s = status(&node).await;
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.contains("originals inplaced saved")),
+        "{:?}",
+        s.problems
+    );
+    refused_while_lost(&node, spec, "whatever the spec applied last named").await;
+    assert_eq!(
+        std::fs::read(node.root.join("etc/hostname")).unwrap(),
+        b"managed\n"
+    );
+}
+
+/// A record quarantined while the applied spec is gone, and no original saved: nothing
+/// says which items were managed, so every apply is refused, the spec's own items
+/// named (F-3: the first apply used to be taken, the next refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantined_record_without_its_spec_refuses_every_apply() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let spec = "sysctls:\n  vm.swappiness: \"10\"\n";
+    applied_and_installed(&mut node, spec).await;
+    std::fs::write(node.state.join("applied.json"), b"{\"files\": ").unwrap();
+    std::fs::remove_file(node.state.join("applied-spec.pb")).unwrap();
+    node.start();
+    refused_while_lost(&node, spec, "whatever the spec applied last named").await;
+    let e = apply_refused(&node, spec, "named").await;
+    assert!(
+        e.message().contains("sysctls[vm.swappiness]"),
+        "{}",
+        e.message()
+    );
+}
+
+/// What must not be taken for a lost record: a node never applied, and one whose last
+/// spec was emptied (its record empty, a stale original from a crash left behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_record_of_an_empty_spec_is_not_a_lost_one() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let spec = "files:\n- path: /etc/hostname\n  content: \"managed\\n\"\n";
+    applied_and_installed(&mut node, spec).await;
+    node.start();
+    assert_eq!(
+        apply(&node, "{}\n", "emptied").await.phase,
+        Phase::Succeeded as i32
+    );
+    node.stop();
+    std::fs::create_dir_all(node.state.join("originals")).unwrap();
+    std::fs::write(node.state.join("originals/stale"), b"x").unwrap();
+    node.start();
+    node.stop();
+    node.start();
+    let s = status(&node).await;
+    assert!(
+        !s.problems.iter().any(|p| p.contains("applied.json.")),
+        "{:?}",
+        s.problems
+    );
+    assert_eq!(
+        apply(&node, spec, "again").await.phase,
+        Phase::Succeeded as i32
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

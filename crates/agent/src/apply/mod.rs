@@ -50,6 +50,7 @@ mod effects;
 mod engine;
 mod journal;
 mod kept;
+mod lost_record;
 mod machine;
 mod own_problems;
 mod reboot_method;
@@ -380,7 +381,9 @@ impl Agent {
             "inplaced itself (its configuration)".to_string(),
         ));
         let (_, problem) = state.load_record_or_quarantine()?;
-        let quarantined = problem.is_some();
+        // a record quarantined or marked lost, now or by an earlier start, is said as
+        // such (below), not as a plain missing record (StateDir::check)
+        let quarantined = problem.is_some() || !state.quarantined_records().is_empty();
         let mut problems: Vec<String> = problem.into_iter().collect();
         // one moved aside by an earlier start refuses applies until it is removed
         // (StateDir::check_record_claims): said at every start, not only at the first
@@ -512,6 +515,7 @@ impl Agent {
         )?;
         let mut p = plan::plan(desired, &obs, record, &self.config, opts);
         plan::writable::refuse_unwritable(&mut p, &self.root);
+        self.lost_record_not_covered(desired, &mut p);
         p.report.facts = Some(self.facts.clone());
         p.report.preservation = Some(self.preservation.clone());
         Ok(p)

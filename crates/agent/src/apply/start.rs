@@ -105,6 +105,9 @@ impl Agent {
         }
         let release = |e: AgentError| self.release(&r.id, e);
         let plan = self.plan_for(&r.spec, r.opts.clone()).map_err(release)?;
+        if let Some(why) = self.lost_record_refusal(&r.spec) {
+            return Err(release(AgentError::Precondition(why)));
+        }
         refuse_uncovered(&plan).map_err(release)?;
         if r.try_seconds > 0 {
             self.prepare_try(&r.id, &plan).map_err(release)?;

@@ -33,10 +33,11 @@
 //!   way, since any of them may be the operation's. Paths the applied record managed
 //!   before the quarantine keep their recorded originals and are not affected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{AppliedRecord, Intent, Original, StateDir, StateError};
 use inplace_wire::ids::ChangeId;
+use inplace_wire::pb;
 
 /// A quarantined journal as the claims check reads it.
 #[derive(Debug)]
@@ -168,16 +169,32 @@ impl StateDir {
 /// the rest are counted.
 const NAMED_ITEMS: usize = 20;
 
+/// What a lost applied record leaves in doubt ([`StateDir::record_doubt`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordDoubt {
+    /// The change ids of the items in doubt (`files[/etc/x]`, `sysctls[vm.swappiness]`),
+    /// sorted: the last applied spec's, or the apply's own when that spec is not known.
+    pub ids: Vec<String>,
+    /// The quarantined record or marker, full path.
+    pub record: String,
+    /// The whole refusal: the record, what says which items were managed, the items
+    /// (at most [`NAMED_ITEMS`], with their saved originals) and the fix.
+    pub message: String,
+}
+
 impl StateDir {
     /// The applied records moved aside as `applied.json.corrupt-<unix seconds>`, and
-    /// the markers of a record found missing, `applied.json.missing-<unix seconds>`
-    /// ([`StateDir::load_record_or_quarantine`]), full paths, sorted.
+    /// the markers of a record found lost, `applied.json.missing-<unix seconds>`
+    /// ([`StateDir::load_record_or_quarantine`]), full paths, sorted. Listed through the
+    /// state directory's sysroot, so a kept coverage answer depends on them.
     pub fn quarantined_records(&self) -> Vec<String> {
-        let mut out: Vec<String> = std::fs::read_dir(&self.path)
-            .into_iter()
+        let mut out: Vec<String> = self
+            .dir
+            .list_dir("/")
+            .ok()
             .flatten()
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .into_iter()
             .filter(|n| {
                 n.starts_with("applied.json.corrupt-") || n.starts_with("applied.json.missing-")
             })
@@ -188,46 +205,58 @@ impl StateDir {
     }
 
     /// Refuses every apply while an applied record is quarantined and something says
-    /// inplaced managed items before (the module docs' rule, for a lost record rather
-    /// than a lost journal). The record was the only account of what each managed item
-    /// was before inplaced changed it (a file's saved original or its absence, a
-    /// sysctl's or kubelet field's prior value, which kernel arguments it added): an
-    /// apply that keeps such an item would record the node's value now, possibly
-    /// inplaced's own, as that "before", and one that drops it has nothing to put back
-    /// (and reports the node as it asked). What says so: the spec applied last
-    /// (`ids_of` gives its item ids), or originals saved before a first overwrite still
-    /// in `originals/`. `desired`: the ids of the items the apply sets (the items in
-    /// doubt when the applied spec can not be read). The administrator's word that the node's values are its own is removing the
-    /// quarantined record. Nothing is read when none is quarantined.
+    /// inplaced managed items before ([`StateDir::record_doubt`]): the refusal's message.
     pub fn check_record_claims(
         &self,
-        desired: &std::collections::BTreeSet<String>,
-        ids_of: impl FnOnce(
-            &inplace_wire::pb::NodeSpec,
-        ) -> Result<std::collections::BTreeSet<String>, String>,
+        desired: &BTreeSet<String>,
+        ids_of: impl FnOnce(&pb::NodeSpec) -> Result<BTreeSet<String>, String>,
     ) -> Result<(), StateError> {
-        let quarantined = self.quarantined_records();
-        let Some(record) = quarantined.last() else {
-            return Ok(());
-        };
+        match self.record_doubt(desired, ids_of) {
+            Some(d) => Err(StateError::Unvouched(d.message)),
+            None => Ok(()),
+        }
+    }
+
+    /// What a quarantined (or lost) applied record leaves in doubt, None when no record
+    /// is quarantined or nothing says inplaced managed anything (the module docs' rule,
+    /// for a lost record rather than a lost journal). The record was the only account of
+    /// what each managed item was before inplaced changed it (a file's saved original or
+    /// its absence, a sysctl's or kubelet field's prior value, which kernel arguments it
+    /// added): an apply that keeps such an item would record the node's value now,
+    /// possibly inplaced's own, as that "before", and one that drops it has nothing to put
+    /// back (and would report the node as asked). So every apply is refused while it is
+    /// in doubt. What says inplaced managed items: the spec applied last (`ids_of` gives
+    /// its item ids); when that spec is gone or does not read, nothing says which, and
+    /// the apply's own items (`desired`) and every saved original are in doubt, and the
+    /// apply is refused whatever it holds. The administrator's word that the node's
+    /// values are its own is removing the quarantined record or marker.
+    pub fn record_doubt(
+        &self,
+        desired: &BTreeSet<String>,
+        ids_of: impl FnOnce(&pb::NodeSpec) -> Result<BTreeSet<String>, String>,
+    ) -> Option<RecordDoubt> {
+        let record = self.quarantined_records().pop()?;
         let spec_file = self.full("/applied-spec.pb");
         let applied = match self.load_applied_spec() {
             Ok(Some(s)) => ids_of(&s).map_err(|e| format!("{spec_file} does not validate: {e}")),
-            Ok(None) => Ok(Default::default()),
+            Ok(None) => Err(format!("{spec_file} is missing")),
             Err(e) => Err(e.to_string()),
         };
-        let mut doubt: Vec<String> = match &applied {
+        let ids: Vec<String> = match &applied {
             Ok(ids) => ids.iter().cloned().collect(),
             Err(_) => desired.iter().cloned().collect(),
         };
+        let mut named = ids.clone();
         let originals = self.full("/originals");
-        let mut saved: std::collections::BTreeSet<String> = std::fs::read_dir(&originals)
-            .into_iter()
+        let mut saved: BTreeSet<String> = self
+            .dir
+            .list_dir("/originals")
+            .ok()
             .flatten()
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .into_iter()
             .collect();
-        for d in doubt.iter_mut() {
+        for d in named.iter_mut() {
             let Ok(ChangeId::File(path)) = ChangeId::parse(d) else {
                 continue;
             };
@@ -237,30 +266,34 @@ impl StateDir {
             }
         }
         if !saved.is_empty() {
-            doubt.push(format!(
+            named.push(format!(
                 "{} more original(s) saved in {originals}",
                 saved.len()
             ));
         }
-        if doubt.is_empty() {
-            return Ok(());
-        }
-        let more = doubt.len().saturating_sub(NAMED_ITEMS);
-        doubt.truncate(NAMED_ITEMS);
-        let mut named = doubt.join(", ");
-        if more > 0 {
-            named.push_str(&format!(" and {more} more"));
-        }
-        let source = match applied {
+        let source = match &applied {
+            Ok(_) if named.is_empty() => return None,
             Ok(_) => format!(
                 "what inplaced managed (the spec applied last, {spec_file}, and saved originals)"
             ),
-            Err(e) => format!(
-                "what inplaced managed can not be told ({e}); in doubt are this spec's items"
-            ),
+            Err(e) => {
+                named.push("whatever the spec applied last named".into());
+                format!("which items inplaced managed can not be told ({e}); in doubt are")
+            }
         };
-        Err(StateError::Unvouched(format!(
-            "the applied record was quarantined ({record}): it was the only account of what each item inplaced managed was like before inplaced changed it, so no apply runs until that is settled; {source}: {named}; check each (put back what the node should have: a saved original holds a file's content before inplaced first wrote it, named by the SHA-256 of the file's path), then remove {record} and apply again: inplaced then takes what the node has as its own"
-        )))
+        let more = named.len().saturating_sub(NAMED_ITEMS);
+        named.truncate(NAMED_ITEMS);
+        let mut list = named.join(", ");
+        if more > 0 {
+            list.push_str(&format!(" and {more} more"));
+        }
+        let message = format!(
+            "the applied record was quarantined ({record}): it was the only account of what each item inplaced managed was like before inplaced changed it, so no apply runs until that is settled; {source}: {list}; check each (put back what the node should have: a saved original holds a file's content before inplaced first wrote it, named by the SHA-256 of the file's path), then remove {record} and apply again: inplaced then takes what the node has as its own"
+        );
+        Some(RecordDoubt {
+            ids,
+            record,
+            message,
+        })
     }
 }

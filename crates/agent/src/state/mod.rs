@@ -583,8 +583,8 @@ impl StateDir {
         match self.load_installed_record() {
             // a commit that does not verify is the start's recovery to quarantine and
             // report (it runs after this): not a reason to refuse to start
-            Ok(_) => {
-                let why = self.mark_missing_record()?;
+            Ok(installed) => {
+                let why = self.mark_lost_record(&installed)?;
                 Ok((self.load_record_reporting()?.0, why))
             }
             Err(StateError::Corrupt { message, .. }) => {
@@ -621,32 +621,84 @@ impl StateDir {
         }
     }
 
-    /// A record lost without a trace: `applied.json` absent while `applied-spec.pb`
-    /// names items and no commit is pending (a start installs the pair from a commit,
-    /// so only damage or a hand leaves the spec alone). Treated as a record that did not
-    /// parse: a marker `applied.json.missing-<unix seconds>` saying so is written, which
-    /// refuses applies as a quarantined record does
-    /// ([`StateDir::check_record_claims`]) until it is removed; none while a record is
-    /// quarantined or marked already (the same loss). Returns the problem to report,
-    /// None when nothing is missing.
-    fn mark_missing_record(&self) -> Result<Option<String>, StateError> {
-        // a record already quarantined (or marked) is the same loss, said already
-        if self.io(self.dir.stat("/applied.json"))?.is_some()
+    /// A record lost without a trace: `applied.json` absent, or parsing but managing
+    /// nothing (`{}` reads as an empty record), while something says inplaced managed
+    /// items, and no commit is pending (a start installs the pair from a commit, so only
+    /// damage or a hand leaves them so). What says so: `applied-spec.pb` naming files,
+    /// sysctls, kubelet settings or drop-ins (each always has a record entry; kernel
+    /// arguments found in place have none), or, when that file is gone or does not read,
+    /// originals saved in `originals/` with an operation in the history that committed
+    /// (a rolled-back one leaves the originals it saved, and no record). Treated as a record that did not parse: a marker
+    /// `applied.json.missing-<unix seconds>` saying so is written, which refuses applies
+    /// as a quarantined record does ([`StateDir::record_doubt`]) until it is removed;
+    /// none while a record is quarantined or marked already (the same loss). Returns the
+    /// problem to report, None when nothing is lost.
+    fn mark_lost_record(&self, installed: &AppliedRecord) -> Result<Option<String>, StateError> {
+        let present = self.io(self.dir.stat("/applied.json"))?.is_some();
+        if (present && !installed.is_empty())
             || !self.quarantined_records().is_empty()
             || !matches!(self.pending_commit(), Ok(None))
-            || !matches!(self.load_installed_spec(), Ok(Some(s)) if s != pb::NodeSpec::default())
         {
             return Ok(None);
         }
+        let evidence = match self.load_installed_spec() {
+            Ok(Some(s)) => {
+                let kubelet = s
+                    .kubelet
+                    .as_ref()
+                    .is_some_and(|k| !k.flags.is_empty() || k.config.is_some());
+                (!s.files.is_empty() || !s.sysctls.is_empty() || kubelet || !s.dropins.is_empty())
+                    .then(|| {
+                        format!(
+                            "{} names the items applied last",
+                            self.full("/applied-spec.pb")
+                        )
+                    })
+            }
+            // the spec is gone too (or does not read): saved originals still say, once
+            // an operation committed (an operation rolled back leaves the originals it
+            // saved, with no record ever written)
+            _ => {
+                let saved = self
+                    .dir
+                    .list_dir("/originals")
+                    .ok()
+                    .flatten()
+                    .is_some_and(|n| !n.is_empty());
+                let committed = self.operation_heads().is_ok_and(|h| {
+                    h.iter().any(|h| {
+                        matches!(
+                            pb::Phase::try_from(h.phase),
+                            Ok(pb::Phase::Succeeded
+                                | pb::Phase::RebootRequired
+                                | pb::Phase::Rebooting)
+                        )
+                    })
+                });
+                (saved && committed).then(|| {
+                    format!(
+                        "originals inplaced saved are in {} and operations committed",
+                        self.full("/originals")
+                    )
+                })
+            }
+        };
+        let Some(evidence) = evidence else {
+            return Ok(None);
+        };
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let rel = format!("/applied.json.missing-{ts}");
+        let state = if present {
+            "manages nothing"
+        } else {
+            "is missing"
+        };
         let why = format!(
-            "{} is missing although {} names the items applied last: what each item inplaced managed was like before it is lost, so no apply runs until you check those items (an apply's refusal names them) and remove {}",
+            "{} {state} although {evidence}: what each item inplaced managed was like before it is lost, so no apply runs until you check those items (an apply's refusal names them) and remove {}",
             self.full("/applied.json"),
-            self.full("/applied-spec.pb"),
             self.full(&rel)
         );
         self.write(&rel, format!("{why}\n").as_bytes())?;
