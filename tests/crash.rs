@@ -309,8 +309,10 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
         s.problems
     );
     // the administrator puts the original back and removes the record: the drop runs
-    std::fs::write(&target, &original).unwrap();
     std::fs::remove_file(&quarantined[0]).unwrap();
+    // a kept (cached) coverage answer follows the removal, nothing else changed
+    assert!(coverage(&node, spec).await.fully_covered);
+    std::fs::write(&target, &original).unwrap();
     let op = apply(&node, "{}\n", "after").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
     assert_eq!(std::fs::read(&target).unwrap(), original);
