@@ -110,6 +110,16 @@ fn env_knob<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// Where the daemons' directories (node root, state, socket) and the floors' files go:
+/// `BENCH_DIR` when set, else the target directory's `tmp`. `BENCH_DIR` on a tmpfs (a
+/// directory only root may write, as the daemon requires) takes the disk out of the
+/// figures: its fsyncs return at once, so an apply's CPU there is the daemon's own work
+/// (BENCHMARKS.md, "Apply CPU without the disk").
+fn bench_dir() -> PathBuf {
+    std::env::var_os("BENCH_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from)
+}
+
 /// A temp copy of examples/node and a daemon on it.
 struct Daemon {
     dir: tempfile::TempDir,
@@ -126,7 +136,7 @@ impl Daemon {
         let dir = tempfile::Builder::new()
             .prefix(&format!("inplaced-bench-{tag}-"))
             // not under /tmp: inplaced refuses a config in a directory others can write
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in(bench_dir())
             .unwrap();
         let root = dir.path().join("root");
         copy_tree(&example("node"), &root);
