@@ -232,9 +232,9 @@ async fn refused_while_lost(node: &Node, applied: &str, item: &str) {
         let r = coverage(node, yaml).await;
         assert!(!r.fully_covered, "{yaml}: {r:?}");
         assert!(
-            r.changes
-                .iter()
-                .all(|c| !c.covered && c.reason.contains("applied record was quarantined")),
+            r.changes.iter().all(|c| !c.covered
+                && (c.reason.contains("applied record was quarantined")
+                    || c.reason.contains("applied record was marked lost"))),
             "{yaml}: {:?}",
             r.changes
         );
@@ -274,7 +274,7 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
     let mut node = Node::new("ubuntu-2404-grub");
     let target = node.root.join("etc/hostname");
     let original = std::fs::read(&target).unwrap();
-    let spec = "files:\n- path: /etc/hostname\n  content: \"managed\\n\"\n";
+    let spec = "files:\n- path: /etc/hostname\n  content: \"managed\\n\"\n- path: /etc/inplaced-made.conf\n  content: \"made\\n\"\n";
     applied_and_installed(&mut node, spec).await;
     std::fs::write(node.state.join("applied.json"), b"{\"specHash\": ").unwrap();
     node.start();
@@ -284,6 +284,14 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
         "files[/etc/hostname] (its original is saved as ",
     )
     .await;
+    // a file inplaced created has no saved original, and the refusal says so
+    let e = apply_refused(&node, spec, "refused").await;
+    assert!(
+        e.message()
+            .contains("files[/etc/inplaced-made.conf] (no original saved: the file was absent before inplaced first wrote it"),
+        "{}",
+        e.message()
+    );
     assert_eq!(std::fs::read(&target).unwrap(), b"managed\n");
     // said at the next start too, naming the quarantined record
     node.stop();
@@ -308,10 +316,20 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
         "{:?}",
         s.problems
     );
+    // an answer kept by this start (asked twice: the second is the kept one)
+    assert!(!coverage(&node, spec).await.fully_covered);
+    assert!(!coverage(&node, spec).await.fully_covered);
     // the administrator puts the original back and removes the record: the drop runs
     std::fs::remove_file(&quarantined[0]).unwrap();
-    // a kept (cached) coverage answer follows the removal, nothing else changed
+    // the kept coverage answer follows the removal, nothing else changed, and status
+    // no longer names the record (it did until a restart)
     assert!(coverage(&node, spec).await.fully_covered);
+    let s = status(&node).await;
+    assert!(
+        !s.problems.iter().any(|p| p.contains(&named)),
+        "{:?}",
+        s.problems
+    );
     std::fs::write(&target, &original).unwrap();
     let op = apply(&node, "{}\n", "after").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
@@ -361,7 +379,27 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
         .filter(|e| marker(&e.file_name().to_string_lossy()))
         .count();
     assert_eq!(count, 1);
+    // coverage says how the record came to be in doubt; kept, it follows the marker's
+    // removal (a listing of the state directory's own entries: the helper's finding)
+    for _ in 0..2 {
+        let r = coverage(&node, spec).await;
+        assert!(
+            r.changes
+                .iter()
+                .all(|c| !c.covered && c.reason.contains("applied record was marked lost")),
+            "{:?}",
+            r.changes
+        );
+    }
     std::fs::remove_file(&markers[0]).unwrap();
+    let r = coverage(&node, spec).await;
+    assert!(r.fully_covered, "{:?}", r.changes);
+    let s = status(&node).await;
+    assert!(
+        !s.problems.iter().any(|p| p.contains(&named)),
+        "{:?}",
+        s.problems
+    );
     assert_eq!(
         apply(&node, spec, "after").await.phase,
         Phase::Succeeded as i32

@@ -49,7 +49,8 @@ impl Agent {
             return;
         };
         let reason = format!(
-            "the applied record was quarantined ({}): what the items inplaced managed were like before it changed them is lost, so no apply runs until an administrator checks them and removes it (an apply's refusal names them and their saved originals)",
+            "the applied record was {} ({}): what the items inplaced managed were like before it changed them is lost, so no apply runs until an administrator checks them and removes it (an apply's refusal names them and their saved originals)",
+            crate::state::record_loss(&doubt.record),
             doubt.record
         );
         let report = &mut plan.report;

@@ -280,6 +280,10 @@ pub(crate) struct Agent {
     runner: Arc<dyn CommandRunner>,
     default_healthz: Option<String>,
     problems: Mutex<Vec<String>>,
+    /// What this start found when it quarantined the applied record or marked it lost
+    /// (naming the record or marker), said while that is there
+    /// ([`Agent::quarantine_problems`]).
+    record_problem: Option<String>,
     /// Problems that come and go, by what they are about ([`Agent::set_problem`]).
     live_problems: Mutex<std::collections::BTreeMap<String, String>>,
     /// Why mutations are refused (the state directory can not be written), if they are.
@@ -382,18 +386,19 @@ impl Agent {
         ));
         let (_, problem) = state.load_record_or_quarantine()?;
         // a record quarantined or marked lost, now or by an earlier start, is said as
-        // such (below), not as a plain missing record (StateDir::check)
-        let quarantined = problem.is_some() || !state.quarantined_records().is_empty();
-        let mut problems: Vec<String> = problem.into_iter().collect();
-        // one moved aside by an earlier start refuses applies until it is removed
-        // (StateDir::check_record_claims): said at every start, not only at the first
-        for r in state.quarantined_records() {
-            if !problems.iter().any(|p| p.contains(&r)) {
-                problems.push(format!(
-                    "{r}: left by an earlier start that found the applied record damaged or missing; no apply runs until you check the items inplaced managed (an apply's refusal names them) and remove it"
-                ));
-            }
+        // such (status: Agent::quarantine_problems), not as a plain missing record
+        // (StateDir::check)
+        let markers = state.quarantined_records();
+        let quarantined = problem.is_some() || !markers.is_empty();
+        if let Some(p) = &problem {
+            tracing::warn!("{p}");
         }
+        // what this start found about a record it quarantined or marked is said while
+        // the record or marker is there; what it found otherwise, for good
+        let (record_problem, mut problems) = match problem {
+            Some(p) if markers.iter().any(|r| p.contains(r.as_str())) => (Some(p), Vec::new()),
+            p => (None, p.into_iter().collect::<Vec<String>>()),
+        };
         problems.extend(stale.map(|e| format!("removing temporary files: {e}")));
         let agent = Arc::new(Agent {
             root,
@@ -408,6 +413,7 @@ impl Agent {
             runner: parts.runner,
             default_healthz: parts.default_healthz,
             problems: Mutex::new(problems),
+            record_problem,
             live_problems: Mutex::default(),
             unavailable: Mutex::new(None),
             drift_lock: Mutex::new(()),

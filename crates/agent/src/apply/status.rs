@@ -54,6 +54,7 @@ impl Agent {
                         .values()
                         .cloned(),
                 );
+                p.extend(self.quarantine_problems());
                 p.extend(self.unknown_observations(&record));
                 p.extend(unreadable);
                 p.extend(damaged_commits);
@@ -95,6 +96,24 @@ impl Agent {
                 live.remove(about);
             }
         }
+    }
+
+    /// One problem per applied record quarantined or marked lost
+    /// ([`crate::state::StateDir::quarantined_records`]), while it is there: each refuses
+    /// applies until it is removed ([`crate::state::StateDir::record_doubt`]), so it is
+    /// said at every start and gone once the administrator removes it. The one this
+    /// start made is said as the start found it.
+    fn quarantine_problems(&self) -> Vec<String> {
+        self.state
+            .quarantined_records()
+            .into_iter()
+            .map(|r| match &self.record_problem {
+                Some(p) if p.contains(r.as_str()) => p.clone(),
+                _ => format!(
+                    "{r}: left by an earlier start that found the applied record damaged or missing; no apply runs until you check the items inplaced managed (an apply's refusal names them) and remove it"
+                ),
+            })
+            .collect()
     }
 
     /// The running-state observations the managed items depend on that can not be made

@@ -169,6 +169,19 @@ impl StateDir {
 /// the rest are counted.
 const NAMED_ITEMS: usize = 20;
 
+/// How the applied record behind `record` (a path [`StateDir::quarantined_records`]
+/// gives) came to be in doubt, worded for messages: "marked lost" for an
+/// `applied.json.missing-<time>` marker (the record was gone or emptied), "quarantined"
+/// for an `applied.json.corrupt-<time>` record (it did not parse).
+pub(crate) fn record_loss(record: &str) -> &'static str {
+    let name = record.rsplit('/').next().unwrap_or(record);
+    if name.starts_with("applied.json.missing-") {
+        "marked lost"
+    } else {
+        "quarantined"
+    }
+}
+
 /// What a lost applied record leaves in doubt ([`StateDir::record_doubt`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordDoubt {
@@ -263,6 +276,8 @@ impl StateDir {
             let name = super::backup_name(&path);
             if saved.remove(&name) {
                 d.push_str(&format!(" (its original is saved as {originals}/{name})"));
+            } else {
+                d.push_str(" (no original saved: the file was absent before inplaced first wrote it, as far as originals/ tells)");
             }
         }
         if !saved.is_empty() {
@@ -287,8 +302,9 @@ impl StateDir {
         if more > 0 {
             list.push_str(&format!(" and {more} more"));
         }
+        let how = record_loss(&record);
         let message = format!(
-            "the applied record was quarantined ({record}): it was the only account of what each item inplaced managed was like before inplaced changed it, so no apply runs until that is settled; {source}: {list}; check each (put back what the node should have: a saved original holds a file's content before inplaced first wrote it, named by the SHA-256 of the file's path), then remove {record} and apply again: inplaced then takes what the node has as its own"
+            "the applied record was {how} ({record}): it was the only account of what each item inplaced managed was like before inplaced changed it, so no apply runs until that is settled; {source}: {list}; check each (put back what the node should have: a saved original holds a file's content before inplaced first wrote it, named by the SHA-256 of the file's path), then remove {record} and apply again: inplaced then takes what the node has as its own"
         );
         Some(RecordDoubt {
             ids,

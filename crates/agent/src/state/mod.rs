@@ -57,6 +57,8 @@ mod record;
 mod tests;
 mod tries;
 
+pub(crate) use claims::record_loss;
+
 use inplace_node::sysroot::{Durability, Sysroot, SysrootError};
 use inplace_wire::pb;
 

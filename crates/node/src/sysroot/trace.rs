@@ -407,13 +407,20 @@ impl Seal {
     }
 }
 
-/// `/a/b/c` → `/a`, `/a/b`, `/a/b/c` (the root itself is the sysroot's descriptor).
+/// `/a/b/c` → `/a`, `/a/b`, `/a/b/c`; `/` → `/` (above a path, the root itself is the
+/// sysroot's descriptor).
 fn chain(path: &str) -> impl Iterator<Item = &str> {
-    path.match_indices('/')
-        .skip(1)
-        .map(|(i, _)| &path[..i])
-        .chain(std::iter::once(path))
-        .filter(|p| !p.is_empty() && *p != "/")
+    // the sysroot's own directory when the path is it (a listing of "/"): its entries
+    // are what was read, and its stamp changes with them. Above any other path "/" is
+    // not looked at: an entry of it replaced shows in that entry's own look.
+    let root = matches!(path.trim_start_matches('/'), "").then_some("/");
+    root.into_iter().chain(
+        path.match_indices('/')
+            .skip(1)
+            .map(|(i, _)| &path[..i])
+            .chain(std::iter::once(path))
+            .filter(|p| !p.is_empty() && *p != "/"),
+    )
 }
 
 fn relative(path: &str) -> &str {

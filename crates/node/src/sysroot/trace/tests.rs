@@ -231,3 +231,32 @@ fn looks_decided_by_others_are_left_out() {
     let linked = seal(&|| drop(root.read_string_following("/etc/sysctl.d/20-b.conf")));
     assert_eq!(linked, 5);
 }
+
+/// A listing of the sysroot's own directory depends on its entries as any other
+/// listing does: an entry removed or added breaks the seal (the state directory's
+/// quarantined records are listed so, and a kept coverage answer outlived their removal).
+#[test]
+fn a_listing_of_the_root_breaks_when_an_entry_comes_or_goes() {
+    let (d, root) = node();
+    std::fs::write(d.path().join("marker"), "").unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    let seal_of = |root: &Sysroot| {
+        let (names, trace) = record(|| root.list_dir("/").unwrap().unwrap());
+        assert!(names.contains(&"marker".to_string()), "{names:?}");
+        trace.seal(&[root]).unwrap()
+    };
+    let seal = seal_of(&root);
+    assert!(seal.holds(&[&root]));
+    std::fs::remove_file(d.path().join("marker")).unwrap();
+    assert!(!seal.holds(&[&root]), "an entry removed");
+    std::fs::write(d.path().join("marker"), "").unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    let seal = seal_of(&root);
+    std::fs::write(d.path().join("another"), "").unwrap();
+    assert!(!seal.holds(&[&root]), "an entry added");
+    // a change inside a directory of the root is not a change of the root's entries
+    std::thread::sleep(Duration::from_millis(80));
+    let seal = seal_of(&root);
+    std::fs::write(d.path().join("etc/new.conf"), "").unwrap();
+    assert!(seal.holds(&[&root]));
+}
