@@ -391,6 +391,24 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
             r.changes
         );
     }
+    // a change not covered for its own reason keeps that reason, first (the new user
+    // saw only the record's)
+    let typo = "sysctls:\n  vm.swappiness: \"10\"\nkubelet:\n  config:\n    maxpods: 250\n";
+    let r = coverage(&node, typo).await;
+    let c = r
+        .changes
+        .iter()
+        .find(|c| c.id == "kubelet.config.maxpods")
+        .expect("the typo's change");
+    assert!(
+        c.reason
+            .starts_with("maxpods is not a KubeletConfiguration")
+            && c.reason.contains("(did you mean maxPods?)")
+            && c.reason
+                .contains("; and the applied record was marked lost"),
+        "{}",
+        c.reason
+    );
     std::fs::remove_file(&markers[0]).unwrap();
     let r = coverage(&node, spec).await;
     assert!(r.fully_covered, "{:?}", r.changes);

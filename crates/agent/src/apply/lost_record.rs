@@ -55,8 +55,14 @@ impl Agent {
         );
         let report = &mut plan.report;
         for c in &mut report.changes {
+            // a change not covered for its own reason keeps it, first: it still has to
+            // be fixed once the record is settled
+            c.reason = if !c.covered && !c.reason.is_empty() {
+                format!("{}; and {reason}", c.reason)
+            } else {
+                reason.clone()
+            };
             c.covered = false;
-            c.reason = reason.clone();
         }
         let planned: BTreeSet<String> = report.changes.iter().map(|c| c.id.clone()).collect();
         for id in doubt.ids.iter().filter(|id| !planned.contains(*id)) {

@@ -39,7 +39,7 @@ pub(crate) fn never_covered(text: &str) -> Vec<(String, String)> {
         .map(|k| {
             (
                 format!("kubelet.config.{k}"),
-                format!("{k} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field; check the spelling: the kubelet ignores or refuses unknown fields"),
+                inplace_formats::kubelet::fields::unknown_field_message(k),
             )
         })
         .collect()

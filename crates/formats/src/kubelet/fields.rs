@@ -205,6 +205,29 @@ pub fn is_known(field: &str) -> bool {
     FIELDS.binary_search(&field).is_ok()
 }
 
+/// Why `field` is refused as a top-level KubeletConfiguration field, for coverage's
+/// reason and `inplacectl validate`: a field the kubelet does not know, with the known
+/// field it most likely means when one matches it ignoring case, `-` and `_`
+/// (`maxpods`, `max_pods` → `maxPods`; the kubelet's own decoder is case-sensitive, so
+/// these are refused there too).
+pub fn unknown_field_message(field: &str) -> String {
+    let fold = |s: &str| -> String {
+        s.chars()
+            .filter(|c| *c != '-' && *c != '_')
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let folded = fold(field);
+    let hint = FIELDS
+        .iter()
+        .find(|f| fold(f) == folded)
+        .map(|f| format!(" (did you mean {f}?)"))
+        .unwrap_or_default();
+    format!(
+        "{field} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field{hint}; check the spelling: the kubelet ignores or refuses unknown fields"
+    )
+}
+
 /// Kebab case as the kubelet names flags: a capital after a lower-case letter or digit,
 /// or a capital followed by a lower-case letter after capitals, starts a word
 /// (`maxPods` → `max-pods`, `imageGCHighThresholdPercent` → `image-gc-high-threshold-percent`).
@@ -251,6 +274,22 @@ mod tests {
 
     fn p(s: &str) -> Vec<String> {
         s.split('.').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn an_unknown_field_names_the_known_one_it_folds_to() {
+        for typo in ["maxpods", "MaxPods", "max_pods", "max-pods"] {
+            let m = unknown_field_message(typo);
+            assert!(
+                m.starts_with(&format!("{typo} is not a KubeletConfiguration")),
+                "{m}"
+            );
+            assert!(m.contains("(did you mean maxPods?)"), "{m}");
+        }
+        // nothing near: no guess
+        let m = unknown_field_message("maxPodz");
+        assert!(!m.contains("did you mean"), "{m}");
+        assert!(m.contains("check the spelling"), "{m}");
     }
 
     #[test]

@@ -660,9 +660,7 @@ fn config_field_problem(
 ) -> Option<String> {
     let top = path[0].as_str();
     if !kcfg_fields::is_known(top) {
-        return Some(format!(
-            "{top} is not a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field; check the spelling: the kubelet ignores or refuses unknown fields"
-        ));
+        return Some(kcfg_fields::unknown_field_message(top));
     }
     if let Some(p) = other_config_file(input) {
         return Some(p);
