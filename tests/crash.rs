@@ -330,6 +330,15 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
         "{:?}",
         s.problems
     );
+    // and across a restart (no marker of a missing record takes its place)
+    node.stop();
+    node.start();
+    let s = status(&node).await;
+    assert!(
+        !s.problems.iter().any(|p| p.contains("applied.json")),
+        "{:?}",
+        s.problems
+    );
     std::fs::write(&target, &original).unwrap();
     let op = apply(&node, "{}\n", "after").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
@@ -418,6 +427,17 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
         "{:?}",
         s.problems
     );
+    // the removal stands across a restart: the start finds the record written in place
+    // of the lost one and marks nothing again (a breaker's finding: it marked again)
+    node.stop();
+    node.start();
+    let s = status(&node).await;
+    assert!(
+        !s.problems.iter().any(|p| p.contains("applied.json")),
+        "{:?}",
+        s.problems
+    );
+    assert!(coverage(&node, spec).await.fully_covered);
     assert_eq!(
         apply(&node, spec, "after").await.phase,
         Phase::Succeeded as i32
@@ -427,6 +447,88 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
         .filter_map(|e| e.ok())
         .any(|e| marker(&e.file_name().to_string_lossy()));
     assert!(!left);
+}
+
+/// The administrator's removal of a marker while the agent is stopped (stop, fix,
+/// start) is kept by the next start: the record the marking start wrote in place of the
+/// lost one names the marker, so its absence reads as settled, not as a new loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_removed_while_the_agent_is_stopped_stays_removed() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let spec = "sysctls:\n  vm.swappiness: \"10\"\n";
+    applied_and_installed(&mut node, spec).await;
+    std::fs::remove_file(node.state.join("applied.json")).unwrap();
+    node.start();
+    node.stop();
+    let markers = |node: &Node| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&node.state)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("applied.json.missing-")
+            })
+            .map(|e| e.path())
+            .collect()
+    };
+    let found = markers(&node);
+    assert_eq!(found.len(), 1);
+    std::fs::remove_file(&found[0]).unwrap();
+    node.start();
+    assert_eq!(markers(&node), Vec::<std::path::PathBuf>::new());
+    let s = status(&node).await;
+    assert!(
+        !s.problems.iter().any(|p| p.contains("applied.json")),
+        "{:?}",
+        s.problems
+    );
+    assert_eq!(
+        apply(&node, spec, "after").await.phase,
+        Phase::Succeeded as i32
+    );
+}
+
+/// Status names each marker while it is there, by its exact path: a marker whose name
+/// begins another's (`applied.json.missing-1` of `applied.json.missing-1796...`) does
+/// not keep the other's problem alive after its removal (a breaker's finding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_each_marker_by_its_exact_path() {
+    let mut node = Node::new("ubuntu-2404-grub");
+    let spec = "sysctls:\n  vm.swappiness: \"10\"\n";
+    applied_and_installed(&mut node, spec).await;
+    std::fs::remove_file(node.state.join("applied.json")).unwrap();
+    node.start();
+    let made = std::fs::read_dir(&node.state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("applied.json.missing-")
+        })
+        .expect("the start's marker");
+    let prefix = node.state.join("applied.json.missing-1");
+    std::fs::write(&prefix, "").unwrap();
+    std::fs::remove_file(&made).unwrap();
+    let s = status(&node).await;
+    let named = made.display().to_string();
+    assert!(
+        !s.problems
+            .iter()
+            .any(|p| p.contains(&format!("{named}\u{20}")) || p.ends_with(&named)),
+        "{:?}",
+        s.problems
+    );
+    assert!(
+        s.problems
+            .iter()
+            .any(|p| p.starts_with(&format!("{}: left by an earlier start", prefix.display()))),
+        "{:?}",
+        s.problems
+    );
 }
 
 /// A record that still parses but manages nothing (`{}`) while the spec applied last

@@ -280,10 +280,10 @@ pub(crate) struct Agent {
     runner: Arc<dyn CommandRunner>,
     default_healthz: Option<String>,
     problems: Mutex<Vec<String>>,
-    /// What this start found when it quarantined the applied record or marked it lost
-    /// (naming the record or marker), said while that is there
+    /// What this start found when it quarantined the applied record or marked it lost:
+    /// (the record or marker, full path; the problem), said while that file is there
     /// ([`Agent::quarantine_problems`]).
-    record_problem: Option<String>,
+    record_problem: Option<(String, String)>,
     /// Problems that come and go, by what they are about ([`Agent::set_problem`]).
     live_problems: Mutex<std::collections::BTreeMap<String, String>>,
     /// Why mutations are refused (the state directory can not be written), if they are.
@@ -395,9 +395,20 @@ impl Agent {
         }
         // what this start found about a record it quarantined or marked is said while
         // the record or marker is there; what it found otherwise, for good
+        // (the longest path it names: a marker's name may begin another's)
+        let about = |p: &str| {
+            markers
+                .iter()
+                .filter(|r| p.contains(r.as_str()))
+                .max_by_key(|r| r.len())
+                .cloned()
+        };
         let (record_problem, mut problems) = match problem {
-            Some(p) if markers.iter().any(|r| p.contains(r.as_str())) => (Some(p), Vec::new()),
-            p => (None, p.into_iter().collect::<Vec<String>>()),
+            Some(p) => match about(&p) {
+                Some(r) => (Some((r, p)), Vec::new()),
+                None => (None, vec![p]),
+            },
+            None => (None, Vec::new()),
         };
         problems.extend(stale.map(|e| format!("removing temporary files: {e}")));
         let agent = Arc::new(Agent {

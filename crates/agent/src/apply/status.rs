@@ -108,7 +108,7 @@ impl Agent {
             .quarantined_records()
             .into_iter()
             .map(|r| match &self.record_problem {
-                Some(p) if p.contains(r.as_str()) => p.clone(),
+                Some((about, p)) if *about == r => p.clone(),
                 _ => format!(
                     "{r}: left by an earlier start that found the applied record damaged or missing; no apply runs until you check the items inplaced managed (an apply's refusal names them) and remove it"
                 ),

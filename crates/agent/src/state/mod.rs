@@ -609,6 +609,7 @@ impl StateDir {
                     op: "move corrupt state aside",
                     error: e,
                 })?;
+                self.write_lost_record(&format!("applied.json.corrupt-{ts}"))?;
                 Ok((
                     AppliedRecord::default(),
                     Some(format!(
@@ -637,7 +638,9 @@ impl StateDir {
     /// problem to report, None when nothing is lost.
     fn mark_lost_record(&self, installed: &AppliedRecord) -> Result<Option<String>, StateError> {
         let present = self.io(self.dir.stat("/applied.json"))?.is_some();
-        if (present && !installed.is_empty())
+        // a record written in place of a lost one (AppliedRecord::lost) is that loss,
+        // known: refused while its file is there, settled once it is removed
+        if (present && (!installed.is_empty() || installed.lost.is_some()))
             || !self.quarantined_records().is_empty()
             || !matches!(self.pending_commit(), Ok(None))
         {
@@ -703,8 +706,24 @@ impl StateDir {
             self.full("/applied.json"),
             self.full(&rel)
         );
+        // the marker first: a crash before the record leaves the marker refusing, never
+        // a record that says the loss was settled
         self.write(&rel, format!("{why}\n").as_bytes())?;
+        self.write_lost_record(&format!("applied.json.missing-{ts}"))?;
         Ok(Some(why))
+    }
+
+    /// Writes `applied.json` as an empty record naming `name`, the quarantined record or
+    /// marker just made ([`AppliedRecord::lost`]), so that removing that file is the
+    /// administrator's word for good: a start after the removal finds this record and
+    /// does not mark the loss again.
+    fn write_lost_record(&self, name: &str) -> Result<(), StateError> {
+        let record = AppliedRecord {
+            lost: Some(name.to_string()),
+            ..Default::default()
+        };
+        let b = serde_json::to_vec_pretty(&record).map_err(|e| self.corrupt("/applied.json", e))?;
+        self.write("/applied.json", &b)
     }
 
     /// The drift book (empty if absent or unreadable).

@@ -139,6 +139,15 @@ pub struct AppliedRecord {
     /// it): each line is given its text back, not removed, when the key leaves the spec.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub sysctl_drop_in_prior: BTreeMap<String, Vec<String>>,
+    /// The file name, in the state directory, of the quarantined record
+    /// (`applied.json.corrupt-<time>`) or lost-record marker (`applied.json.missing-<time>`)
+    /// a start found or made when it wrote this empty record in place of the lost one
+    /// ([`crate::state::StateDir::load_record_or_quarantine`]). While that file is there,
+    /// every apply is refused; once an administrator removes it, this record stands (the
+    /// node's values are its own, nothing is managed) and no later start takes the loss
+    /// for a new one. None in every record an operation writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<String>,
 }
 
 impl AppliedRecord {

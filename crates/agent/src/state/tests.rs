@@ -167,12 +167,16 @@ fn a_corrupt_record_is_moved_aside() {
     let (r, why) = s.load_record_or_quarantine().unwrap();
     assert_eq!(r, AppliedRecord::default());
     assert!(why.unwrap().contains("did not parse"));
-    assert!(!s.path().join("applied.json").exists());
     let aside: Vec<String> = names(s.path())
         .into_iter()
         .filter(|n| n.starts_with("applied.json.corrupt-"))
         .collect();
     assert_eq!(aside.len(), 1);
+    // in its place an empty record naming it: once it is removed, the loss is settled
+    let placed: AppliedRecord =
+        serde_json::from_slice(&std::fs::read(s.path().join("applied.json")).unwrap()).unwrap();
+    assert!(placed.is_empty());
+    assert_eq!(placed.lost.as_deref(), Some(aside[0].as_str()));
 }
 
 #[test]
