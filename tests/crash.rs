@@ -9,7 +9,7 @@ use common::*;
 use inplace_wire::pb;
 use inplace_wire::pb::Phase;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn temp_files(root: &Path) -> Vec<String> {
     snapshot(root)
@@ -186,15 +186,7 @@ async fn a_truncated_record_is_moved_aside_and_named_in_status() {
         "{}",
         s.problems[0]
     );
-    let moved = std::fs::read_dir(&node.state)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .any(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("applied.json.corrupt-")
-        });
-    assert!(moved);
+    assert_eq!(state_files(&node, "applied.json.corrupt-").len(), 1);
     // the record said max-pods was the node's 200 before inplaced: with it lost, an
     // apply would take inplaced's 250 as the node's own; refused, nothing changed
     let flags = node.root.join("var/lib/kubelet/kubeadm-flags.env");
@@ -208,6 +200,32 @@ async fn a_truncated_record_is_moved_aside_and_named_in_status() {
         e.message()
     );
     assert_eq!(std::fs::read(&flags).unwrap(), before);
+}
+
+/// The name a lost-record marker begins with.
+const MISSING: &str = "applied.json.missing-";
+
+/// The state directory's entries whose names begin with `prefix` (quarantined records,
+/// lost-record markers), full paths, sorted.
+fn state_files(node: &Node, prefix: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&node.state)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Status lists no problem that contains `needle`.
+async fn no_problem_naming(node: &Node, needle: &str) {
+    let s = status(node).await;
+    assert!(
+        !s.problems.iter().any(|p| p.contains(needle)),
+        "{:?}",
+        s.problems
+    );
 }
 
 /// `spec` applied as operation `one`, then a start that installs its record (removing
@@ -297,16 +315,7 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
     node.stop();
     node.start();
     let s = status(&node).await;
-    let quarantined: Vec<_> = std::fs::read_dir(&node.state)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("applied.json.corrupt-")
-        })
-        .map(|e| e.path())
-        .collect();
+    let quarantined = state_files(&node, "applied.json.corrupt-");
     assert_eq!(quarantined.len(), 1);
     let named = quarantined[0].display().to_string();
     assert!(
@@ -324,21 +333,11 @@ async fn a_lost_record_keeps_every_apply_from_taking_its_items_as_the_nodes() {
     // the kept coverage answer follows the removal, nothing else changed, and status
     // no longer names the record (it did until a restart)
     assert!(coverage(&node, spec).await.fully_covered);
-    let s = status(&node).await;
-    assert!(
-        !s.problems.iter().any(|p| p.contains(&named)),
-        "{:?}",
-        s.problems
-    );
+    no_problem_naming(&node, &named).await;
     // and across a restart (no marker of a missing record takes its place)
     node.stop();
     node.start();
-    let s = status(&node).await;
-    assert!(
-        !s.problems.iter().any(|p| p.contains("applied.json")),
-        "{:?}",
-        s.problems
-    );
+    no_problem_naming(&node, "applied.json").await;
     std::fs::write(&target, &original).unwrap();
     let op = apply(&node, "{}\n", "after").await;
     assert_eq!(op.phase, Phase::Succeeded as i32, "{op:?}");
@@ -356,13 +355,7 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
     std::fs::remove_file(node.state.join("applied.json")).unwrap();
     node.start();
     let s = status(&node).await;
-    let marker = |n: &str| n.starts_with("applied.json.missing-");
-    let markers: Vec<_> = std::fs::read_dir(&node.state)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| marker(&e.file_name().to_string_lossy()))
-        .map(|e| e.path())
-        .collect();
+    let markers = state_files(&node, MISSING);
     assert_eq!(markers.len(), 1, "{:?}", s.problems);
     let named = markers[0].display().to_string();
     assert!(
@@ -382,12 +375,7 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
         "{:?}",
         s.problems
     );
-    let count = std::fs::read_dir(&node.state)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| marker(&e.file_name().to_string_lossy()))
-        .count();
-    assert_eq!(count, 1);
+    assert_eq!(state_files(&node, MISSING).len(), 1);
     // coverage says how the record came to be in doubt; kept, it follows the marker's
     // removal (a listing of the state directory's own entries: the helper's finding)
     for _ in 0..2 {
@@ -421,32 +409,18 @@ async fn a_missing_record_is_marked_and_keeps_applies_from_taking_its_items() {
     std::fs::remove_file(&markers[0]).unwrap();
     let r = coverage(&node, spec).await;
     assert!(r.fully_covered, "{:?}", r.changes);
-    let s = status(&node).await;
-    assert!(
-        !s.problems.iter().any(|p| p.contains(&named)),
-        "{:?}",
-        s.problems
-    );
+    no_problem_naming(&node, &named).await;
     // the removal stands across a restart: the start finds the record written in place
     // of the lost one and marks nothing again (a breaker's finding: it marked again)
     node.stop();
     node.start();
-    let s = status(&node).await;
-    assert!(
-        !s.problems.iter().any(|p| p.contains("applied.json")),
-        "{:?}",
-        s.problems
-    );
+    no_problem_naming(&node, "applied.json").await;
     assert!(coverage(&node, spec).await.fully_covered);
     assert_eq!(
         apply(&node, spec, "after").await.phase,
         Phase::Succeeded as i32
     );
-    let left = std::fs::read_dir(&node.state)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .any(|e| marker(&e.file_name().to_string_lossy()));
-    assert!(!left);
+    assert_eq!(state_files(&node, MISSING), Vec::<PathBuf>::new());
 }
 
 /// The administrator's removal of a marker while the agent is stopped (stop, fix,
@@ -460,29 +434,12 @@ async fn a_marker_removed_while_the_agent_is_stopped_stays_removed() {
     std::fs::remove_file(node.state.join("applied.json")).unwrap();
     node.start();
     node.stop();
-    let markers = |node: &Node| -> Vec<std::path::PathBuf> {
-        std::fs::read_dir(&node.state)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("applied.json.missing-")
-            })
-            .map(|e| e.path())
-            .collect()
-    };
-    let found = markers(&node);
+    let found = state_files(&node, MISSING);
     assert_eq!(found.len(), 1);
     std::fs::remove_file(&found[0]).unwrap();
     node.start();
-    assert_eq!(markers(&node), Vec::<std::path::PathBuf>::new());
-    let s = status(&node).await;
-    assert!(
-        !s.problems.iter().any(|p| p.contains("applied.json")),
-        "{:?}",
-        s.problems
-    );
+    assert_eq!(state_files(&node, MISSING), Vec::<PathBuf>::new());
+    no_problem_naming(&node, "applied.json").await;
     assert_eq!(
         apply(&node, spec, "after").await.phase,
         Phase::Succeeded as i32
@@ -499,16 +456,8 @@ async fn status_names_each_marker_by_its_exact_path() {
     applied_and_installed(&mut node, spec).await;
     std::fs::remove_file(node.state.join("applied.json")).unwrap();
     node.start();
-    let made = std::fs::read_dir(&node.state)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("applied.json.missing-")
-        })
+    let made = state_files(&node, MISSING)
+        .pop()
         .expect("the start's marker");
     let prefix = node.state.join("applied.json.missing-1");
     std::fs::write(&prefix, "").unwrap();
@@ -615,12 +564,7 @@ async fn an_empty_record_of_an_empty_spec_is_not_a_lost_one() {
     node.start();
     node.stop();
     node.start();
-    let s = status(&node).await;
-    assert!(
-        !s.problems.iter().any(|p| p.contains("applied.json.")),
-        "{:?}",
-        s.problems
-    );
+    no_problem_naming(&node, "applied.json.").await;
     assert_eq!(
         apply(&node, spec, "again").await.phase,
         Phase::Succeeded as i32
