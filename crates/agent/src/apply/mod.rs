@@ -391,23 +391,16 @@ impl Agent {
         let markers = state.quarantined_records();
         let quarantined = problem.is_some() || !markers.is_empty();
         if let Some(p) = &problem {
-            tracing::warn!("{p}");
+            tracing::warn!("{}", p.message);
         }
         // what this start found about a record it quarantined or marked is said while
         // the record or marker is there; what it found otherwise, for good
-        // (the longest path it names: a marker's name may begin another's)
-        let about = |p: &str| {
-            markers
-                .iter()
-                .filter(|r| p.contains(r.as_str()))
-                .max_by_key(|r| r.len())
-                .cloned()
-        };
         let (record_problem, mut problems) = match problem {
-            Some(p) => match about(&p) {
-                Some(r) => (Some((r, p)), Vec::new()),
-                None => (None, vec![p]),
-            },
+            Some(crate::state::RecordProblem {
+                file: Some(file),
+                message,
+            }) => (Some((file, message)), Vec::new()),
+            Some(p) => (None, vec![p.message]),
             None => (None, Vec::new()),
         };
         problems.extend(stale.map(|e| format!("removing temporary files: {e}")));

@@ -169,13 +169,18 @@ impl StateDir {
 /// the rest are counted.
 const NAMED_ITEMS: usize = 20;
 
+/// The name a quarantined applied record is moved to, before its unix seconds.
+pub(super) const CORRUPT_PREFIX: &str = "applied.json.corrupt-";
+/// The name of the marker of a lost applied record, before its unix seconds.
+pub(super) const MISSING_PREFIX: &str = "applied.json.missing-";
+
 /// How the applied record behind `record` (a path [`StateDir::quarantined_records`]
 /// gives) came to be in doubt, worded for messages: "marked lost" for an
 /// `applied.json.missing-<time>` marker (the record was gone or emptied), "quarantined"
 /// for an `applied.json.corrupt-<time>` record (it did not parse).
 pub(crate) fn record_loss(record: &str) -> &'static str {
     let name = record.rsplit('/').next().unwrap_or(record);
-    if name.starts_with("applied.json.missing-") {
+    if name.starts_with(MISSING_PREFIX) {
         "marked lost"
     } else {
         "quarantined"
@@ -208,9 +213,7 @@ impl StateDir {
             .flatten()
             .unwrap_or_default()
             .into_iter()
-            .filter(|n| {
-                n.starts_with("applied.json.corrupt-") || n.starts_with("applied.json.missing-")
-            })
+            .filter(|n| n.starts_with(CORRUPT_PREFIX) || n.starts_with(MISSING_PREFIX))
             .map(|n| self.full(&format!("/{n}")))
             .collect();
         out.sort();

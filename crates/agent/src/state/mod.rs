@@ -58,6 +58,18 @@ mod tests;
 mod tries;
 
 pub(crate) use claims::record_loss;
+use claims::{CORRUPT_PREFIX, MISSING_PREFIX};
+
+/// What a start found wrong with the applied record ([`StateDir::load_record_or_quarantine`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordProblem {
+    /// The quarantined record or lost-record marker the start made, full path: the
+    /// problem holds while that file is there. None for a problem that names no such
+    /// file (a cut-short install read again from its commit).
+    pub file: Option<String>,
+    /// What happened and the fix, for status.
+    pub message: String,
+}
 
 use inplace_node::sysroot::{Durability, Sysroot, SysrootError};
 use inplace_wire::pb;
@@ -579,7 +591,9 @@ impl StateDir {
     /// A record that does not parse while a format-2 commit is pending is the commit's
     /// install that a power cut cut short (it was written without an fsync): the commit's
     /// record is returned with that said, and the journal's recovery installs it.
-    pub fn load_record_or_quarantine(&self) -> Result<(AppliedRecord, Option<String>), StateError> {
+    pub fn load_record_or_quarantine(
+        &self,
+    ) -> Result<(AppliedRecord, Option<RecordProblem>), StateError> {
         // the installed file is checked even while a commit is pending (and is the
         // record read): a start reports it as the agent before this one did
         match self.load_installed_record() {
@@ -596,28 +610,38 @@ impl StateDir {
                         self.full("/applied.json"),
                         self.full("/journal")
                     );
-                    return Ok((c.record, Some(why)));
+                    return Ok((
+                        c.record,
+                        Some(RecordProblem {
+                            file: None,
+                            message: why,
+                        }),
+                    ));
                 }
                 let ts = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
                 let from = self.path.join("applied.json");
-                let to = self.path.join(format!("applied.json.corrupt-{ts}"));
+                let name = format!("{CORRUPT_PREFIX}{ts}");
+                let to = self.path.join(&name);
                 std::fs::rename(&from, &to).map_err(|e| SysrootError::Io {
                     path: from.display().to_string(),
                     op: "move corrupt state aside",
                     error: e,
                 })?;
-                self.write_lost_record(&format!("applied.json.corrupt-{ts}"))?;
+                self.write_lost_record(&name)?;
                 Ok((
                     AppliedRecord::default(),
-                    Some(format!(
-                        "{} did not parse ({message}); moved to {} and started from an empty applied record: what each item inplaced managed was like before it is lost, so no apply runs until you check those items (an apply's refusal names them) and remove {}",
-                        from.display(),
-                        to.display(),
-                        to.display()
-                    )),
+                    Some(RecordProblem {
+                        file: Some(self.full(&format!("/{name}"))),
+                        message: format!(
+                            "{} did not parse ({message}); moved to {} and started from an empty applied record: what each item inplaced managed was like before it is lost, so no apply runs until you check those items (an apply's refusal names them) and remove {}",
+                            from.display(),
+                            to.display(),
+                            to.display()
+                        ),
+                    }),
                 ))
             }
             Err(e) => Err(e),
@@ -636,7 +660,10 @@ impl StateDir {
     /// as a quarantined record does ([`StateDir::record_doubt`]) until it is removed;
     /// none while a record is quarantined or marked already (the same loss). Returns the
     /// problem to report, None when nothing is lost.
-    fn mark_lost_record(&self, installed: &AppliedRecord) -> Result<Option<String>, StateError> {
+    fn mark_lost_record(
+        &self,
+        installed: &AppliedRecord,
+    ) -> Result<Option<RecordProblem>, StateError> {
         let present = self.io(self.dir.stat("/applied.json"))?.is_some();
         // a record written in place of a lost one (AppliedRecord::lost) is that loss,
         // known: refused while its file is there, settled once it is removed
@@ -695,7 +722,8 @@ impl StateDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let rel = format!("/applied.json.missing-{ts}");
+        let name = format!("{MISSING_PREFIX}{ts}");
+        let rel = format!("/{name}");
         let state = if present {
             "manages nothing"
         } else {
@@ -709,8 +737,11 @@ impl StateDir {
         // the marker first: a crash before the record leaves the marker refusing, never
         // a record that says the loss was settled
         self.write(&rel, format!("{why}\n").as_bytes())?;
-        self.write_lost_record(&format!("applied.json.missing-{ts}"))?;
-        Ok(Some(why))
+        self.write_lost_record(&name)?;
+        Ok(Some(RecordProblem {
+            file: Some(self.full(&rel)),
+            message: why,
+        }))
     }
 
     /// Writes `applied.json` as an empty record naming `name`, the quarantined record or

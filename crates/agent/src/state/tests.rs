@@ -166,7 +166,8 @@ fn a_corrupt_record_is_moved_aside() {
     std::fs::write(s.path().join("applied.json"), b"{not json").unwrap();
     let (r, why) = s.load_record_or_quarantine().unwrap();
     assert_eq!(r, AppliedRecord::default());
-    assert!(why.unwrap().contains("did not parse"));
+    let why = why.unwrap();
+    assert!(why.message.contains("did not parse"));
     let aside: Vec<String> = names(s.path())
         .into_iter()
         .filter(|n| n.starts_with("applied.json.corrupt-"))
@@ -177,6 +178,11 @@ fn a_corrupt_record_is_moved_aside() {
         serde_json::from_slice(&std::fs::read(s.path().join("applied.json")).unwrap()).unwrap();
     assert!(placed.is_empty());
     assert_eq!(placed.lost.as_deref(), Some(aside[0].as_str()));
+    // the problem names the file it holds while
+    assert_eq!(
+        why.file,
+        Some(s.path().join(&aside[0]).display().to_string())
+    );
 }
 
 #[test]
@@ -521,7 +527,9 @@ fn a_state_directory_of_the_previous_release_reads_as_before() {
     std::fs::write(s.path().join("applied.json"), &pretty[..pretty.len() / 2]).unwrap();
     let (r, why) = s.load_record_or_quarantine().unwrap();
     assert_eq!(r, record());
-    assert!(why.unwrap().contains("installed again from it"));
+    let why = why.unwrap();
+    assert!(why.message.contains("installed again from it"));
+    assert_eq!(why.file, None);
     s.settle_commits().unwrap();
     assert_eq!(
         std::fs::read(s.path().join("applied.json")).unwrap(),

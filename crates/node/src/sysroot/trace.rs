@@ -413,7 +413,7 @@ fn chain(path: &str) -> impl Iterator<Item = &str> {
     // the sysroot's own directory when the path is it (a listing of "/"): its entries
     // are what was read, and its stamp changes with them. Above any other path "/" is
     // not looked at: an entry of it replaced shows in that entry's own look.
-    let root = matches!(path.trim_start_matches('/'), "").then_some("/");
+    let root = path.trim_start_matches('/').is_empty().then_some("/");
     root.into_iter().chain(
         path.match_indices('/')
             .skip(1)
